@@ -1,0 +1,204 @@
+//! A demo booking service: the other side of usher.
+//!
+//! `POST /api/bookings` with `Authorization: Bearer <entry token>` and a JSON body naming the
+//! `queue` books a (pretend) seat — but only when the token verifies against the dispatcher's
+//! JWKS (`alg: EdDSA`, by `kid`) with `aud` = that queue and is not expired. It uses a stock JWT
+//! library (`jsonwebtoken`), as a real booking service in any language would; it holds no key
+//! that could mint tokens.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use clap::Parser;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::RwLock;
+use usher_http::{ApiError, LogFormat};
+
+/// usher demo booking service — accepts bookings only with a valid entry token.
+///
+/// Verifies `Authorization: Bearer <entry token>` against the dispatcher's JWKS, with `aud`
+/// equal to the `queue` named in the request body.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "usher-booking-demo", version, about, long_about)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8082")]
+    pub listen: SocketAddr,
+
+    /// Where the dispatcher publishes its public keys.
+    #[arg(
+        long,
+        env = "USHER_JWKS_URL",
+        default_value = "http://127.0.0.1:8081/.well-known/jwks.json"
+    )]
+    pub jwks_url: String,
+
+    /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
+    #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("http server: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("http client: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// The JWKS, fetched lazily and refetched (at most every 10 s) when a token names an unknown
+/// key id, so key rotation needs no restart.
+pub struct Keys {
+    url: String,
+    http: reqwest::Client,
+    cached: RwLock<(Option<JwkSet>, Option<Instant>)>,
+}
+
+const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+
+impl Keys {
+    pub fn new(url: String) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Self {
+            url,
+            http,
+            cached: RwLock::new((None, None)),
+        })
+    }
+
+    async fn fetch(&self) -> Result<JwkSet, reqwest::Error> {
+        self.http
+            .get(&self.url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await
+    }
+
+    /// The decoding key for `kid`.
+    pub async fn key(&self, kid: &str) -> Result<DecodingKey, ApiError> {
+        if let Some(set) = &self.cached.read().await.0 {
+            if let Some(jwk) = set.find(kid) {
+                return DecodingKey::from_jwk(jwk)
+                    .map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")));
+            }
+        }
+        let mut w = self.cached.write().await;
+        let recently = w.1.is_some_and(|t| t.elapsed() < REFRESH_AT_MOST_EVERY);
+        if !recently {
+            match self.fetch().await {
+                Ok(set) => *w = (Some(set), Some(Instant::now())),
+                Err(e) => {
+                    tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
+                    return Err(ApiError::unavailable("cannot fetch the dispatcher's keys"));
+                }
+            }
+        }
+        let jwk =
+            w.0.as_ref()
+                .and_then(|s| s.find(kid))
+                .ok_or_else(|| ApiError::unauthorized("token signed by an unknown key"))?;
+        DecodingKey::from_jwk(jwk).map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")))
+    }
+}
+
+/// Entry-token claims as the booking service reads them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntryClaims {
+    pub sub: String,
+    pub aud: String,
+    pub iat: u64,
+    pub exp: u64,
+    pub jti: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BookingRequest {
+    pub queue: String,
+    #[serde(default)]
+    pub seat: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Booking {
+    pub booking_id: String,
+    pub queue: String,
+    pub place: String,
+    pub session: String,
+    pub seat: Option<String>,
+}
+
+/// Verifies an entry token for `queue`.
+pub async fn verify(keys: &Keys, token: &str, queue: &str) -> Result<EntryClaims, ApiError> {
+    let header = jsonwebtoken::decode_header(token)
+        .map_err(|e| ApiError::unauthorized(format!("malformed token: {e}")))?;
+    if header.alg != Algorithm::EdDSA {
+        return Err(ApiError::unauthorized("token must be signed with EdDSA"));
+    }
+    let kid = header
+        .kid
+        .ok_or_else(|| ApiError::unauthorized("token has no kid"))?;
+    let key = keys.key(&kid).await?;
+    let mut v = Validation::new(Algorithm::EdDSA);
+    v.set_audience(&[queue]);
+    v.set_required_spec_claims(&["exp", "aud", "sub"]);
+    v.leeway = 5;
+    jsonwebtoken::decode::<EntryClaims>(token, &key, &v)
+        .map(|d| d.claims)
+        .map_err(|e| ApiError::unauthorized(format!("invalid entry token: {e}")))
+}
+
+async fn book(
+    State(keys): State<Arc<Keys>>,
+    headers: HeaderMap,
+    body: Result<Json<BookingRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Booking>), ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
+    let claims = verify(&keys, token, &req.queue).await?;
+    let booking = Booking {
+        booking_id: format!("bk-{:016x}", rand::random::<u64>()),
+        queue: req.queue,
+        place: claims.sub,
+        session: claims.jti,
+        seat: req.seat,
+    };
+    tracing::info!(queue = %booking.queue, place = %booking.place, "booked");
+    Ok((StatusCode::CREATED, Json(booking)))
+}
+
+pub fn router(keys: Arc<Keys>) -> Router {
+    Router::new()
+        .route("/api/bookings", post(book))
+        .merge(usher_http::health_routes(|| async { true }))
+        .with_state(keys)
+}
+
+/// Runs the demo booking service on `listener` until `shutdown` resolves.
+pub async fn run(
+    cfg: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let keys = Arc::new(Keys::new(cfg.jwks_url.clone())?);
+    tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, "demo booking service running");
+    usher_http::serve(listener, router(keys), shutdown).await?;
+    Ok(())
+}

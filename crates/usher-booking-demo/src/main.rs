@@ -1,0 +1,14 @@
+use anyhow::Context;
+use clap::Parser;
+use usher_booking_demo::Config;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cfg = Config::parse();
+    usher_http::init_tracing(cfg.log_format);
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    usher_booking_demo::run(cfg, listener, usher_http::shutdown_signal()).await?;
+    Ok(())
+}

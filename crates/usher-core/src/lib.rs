@@ -1,0 +1,24 @@
+//! usher-core: the model every usher process shares.
+//!
+//! * [`ids`] — validated queue ids and place ids.
+//! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
+//! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and the JWKS document.
+//! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
+//! * [`position`] — turning a queue `state` snapshot into each browser's position.
+//! * [`store`] — the only place that knows Redis key names and Lua scripts.
+//!
+//! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
+//! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
+
+pub mod ids;
+pub mod keys;
+pub mod messages;
+pub mod position;
+pub mod secret;
+pub mod sse;
+pub mod store;
+pub mod ticket;
+pub mod time;
+pub mod token;
+
+pub use ids::{PlaceId, QueueId};

@@ -1,0 +1,154 @@
+//! A streaming parser for `text/event-stream` (the WHATWG "server-sent events" format), used by
+//! the tests and the load generator to read usher's streams exactly as a browser would.
+
+/// One dispatched event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Event {
+    /// `event:` field; `message` when absent.
+    pub event: String,
+    pub data: String,
+    /// The last event id seen on the stream so far (ids persist across events, as in browsers).
+    pub id: String,
+}
+
+/// What [`Parser::push`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    Event(Event),
+    /// A `retry:` field (milliseconds).
+    Retry(u64),
+    /// A comment line (`: text`).
+    Comment(String),
+}
+
+/// Feed bytes in any chunking; get complete items out.
+#[derive(Debug, Default)]
+pub struct Parser {
+    buf: Vec<u8>,
+    event: String,
+    data: String,
+    has_data: bool,
+    last_id: String,
+    /// A `\r` ended the previous chunk: swallow a `\n` that starts the next one.
+    pending_cr: bool,
+}
+
+impl Parser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<Item> {
+        let mut out = Vec::new();
+        let mut bytes = bytes;
+        if self.pending_cr {
+            self.pending_cr = false;
+            if bytes.first() == Some(&b'\n') {
+                bytes = &bytes[1..];
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+        let mut start = 0;
+        let mut i = 0;
+        while i < self.buf.len() {
+            let b = self.buf[i];
+            if b == b'\n' || b == b'\r' {
+                let line = String::from_utf8_lossy(&self.buf[start..i]).into_owned();
+                if b == b'\r' {
+                    if i + 1 < self.buf.len() {
+                        if self.buf[i + 1] == b'\n' {
+                            i += 1;
+                        }
+                    } else {
+                        self.pending_cr = true;
+                    }
+                }
+                self.line(&line, &mut out);
+                start = i + 1;
+            }
+            i += 1;
+        }
+        self.buf.drain(..start);
+        out
+    }
+
+    fn line(&mut self, line: &str, out: &mut Vec<Item>) {
+        if line.is_empty() {
+            if self.has_data {
+                let mut data = std::mem::take(&mut self.data);
+                if data.ends_with('\n') {
+                    data.pop();
+                }
+                let event = std::mem::take(&mut self.event);
+                out.push(Item::Event(Event {
+                    event: if event.is_empty() {
+                        "message".into()
+                    } else {
+                        event
+                    },
+                    data,
+                    id: self.last_id.clone(),
+                }));
+            }
+            self.event.clear();
+            self.has_data = false;
+            return;
+        }
+        if let Some(c) = line.strip_prefix(':') {
+            out.push(Item::Comment(c.trim_start().to_owned()));
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = value.to_owned(),
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+                self.has_data = true;
+            }
+            "id" if !value.contains('\0') => self.last_id = value.to_owned(),
+            "retry" => {
+                if let Ok(ms) = value.parse() {
+                    out.push(Item::Retry(ms));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_in_any_chunking() {
+        let text = b"retry: 3000\n\n: keepalive\n\nevent: waiting\nid: t1\ndata: {\"a\":1}\n\r\nevent: admitted\r\ndata: x\r\ndata: y\r\n\r\n";
+        for split in 1..text.len() {
+            let mut p = Parser::new();
+            let mut items = p.push(&text[..split]);
+            items.extend(p.push(&text[split..]));
+            assert_eq!(
+                items,
+                vec![
+                    Item::Retry(3000),
+                    Item::Comment("keepalive".into()),
+                    Item::Event(Event {
+                        event: "waiting".into(),
+                        data: "{\"a\":1}".into(),
+                        id: "t1".into()
+                    }),
+                    Item::Event(Event {
+                        event: "admitted".into(),
+                        data: "x\ny".into(),
+                        id: "t1".into()
+                    }),
+                ],
+                "split at {split}"
+            );
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Entry tokens: JWTs signed with Ed25519 (`alg: EdDSA`) by the dispatcher.
+//!
+//! Claims: `sub` = place id, `aud` = queue id, `iat`, `exp` (session TTL), `jti` = the
+//! active-session id (`<queue>.<n>`, where `n` counts the queue's admissions). Ed25519
+//! signatures are deterministic, so minting the same admission twice yields the very same
+//! token: re-delivery after a crash can never hand out a second, different token.
+//!
+//! A booking service verifies tokens with any stock JWT library against the JWKS document
+//! ([`SigningKey::jwks`]) the dispatcher publishes at `/.well-known/jwks.json`.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use ed25519_dalek::Signer;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("the entry-token key is not a PKCS#8 PEM Ed25519 private key: {0}")]
+    Parse(String),
+    #[error("could not encode the entry-token key: {0}")]
+    Encode(String),
+}
+
+/// The claims of an entry token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// Place id.
+    pub sub: String,
+    /// Queue id.
+    pub aud: String,
+    /// Issued at, seconds since the epoch (the admission time).
+    pub iat: u64,
+    /// Expiry, seconds since the epoch (admission time + session TTL).
+    pub exp: u64,
+    /// Active-session id.
+    pub jti: String,
+}
+
+#[derive(Serialize)]
+struct Header<'a> {
+    alg: &'static str,
+    typ: &'static str,
+    kid: &'a str,
+}
+
+/// The dispatcher's Ed25519 signing key plus its key id.
+#[derive(Clone)]
+pub struct SigningKey {
+    key: ed25519_dalek::SigningKey,
+    kid: String,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("kid", &self.kid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SigningKey {
+    /// Parses a PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`) Ed25519 key.
+    pub fn from_pkcs8_pem(pem: &str) -> Result<Self, KeyError> {
+        let key = ed25519_dalek::SigningKey::from_pkcs8_pem(pem.trim())
+            .map_err(|e| KeyError::Parse(e.to_string()))?;
+        Ok(Self::from_dalek(key))
+    }
+
+    /// A new random key, as PKCS#8 PEM.
+    pub fn generate_pem() -> Result<String, KeyError> {
+        let key = ed25519_dalek::SigningKey::generate(&mut rand::rngs::OsRng);
+        key.to_pkcs8_pem(Default::default())
+            .map(|p| p.to_string())
+            .map_err(|e| KeyError::Encode(e.to_string()))
+    }
+
+    fn from_dalek(key: ed25519_dalek::SigningKey) -> Self {
+        let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
+        // RFC 7638 thumbprint: SHA-256 over the required members in lexicographic order.
+        let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
+        let kid = URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()));
+        Self { key, kid }
+    }
+
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+
+    /// The public key as a JWK.
+    pub fn jwk(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": URL_SAFE_NO_PAD.encode(self.key.verifying_key().as_bytes()),
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        })
+    }
+
+    /// The JWKS document listing this key.
+    pub fn jwks(&self) -> serde_json::Value {
+        serde_json::json!({ "keys": [self.jwk()] })
+    }
+
+    /// Signs `claims` as a compact JWS.
+    pub fn mint(&self, claims: &Claims) -> String {
+        let header = Header {
+            alg: "EdDSA",
+            typ: "JWT",
+            kid: &self.kid,
+        };
+        // Serialising these plain structs cannot fail.
+        let h = serde_json::to_vec(&header).unwrap_or_default();
+        let c = serde_json::to_vec(claims).unwrap_or_default();
+        let mut out = String::with_capacity(64 + h.len() * 4 / 3 + c.len() * 4 / 3 + 86);
+        URL_SAFE_NO_PAD.encode_string(h, &mut out);
+        out.push('.');
+        URL_SAFE_NO_PAD.encode_string(c, &mut out);
+        let sig = self.key.sign(out.as_bytes());
+        out.push('.');
+        URL_SAFE_NO_PAD.encode_string(sig.to_bytes(), &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_verify_with_a_stock_jwt_library_and_are_deterministic() {
+        let pem = SigningKey::generate_pem().expect("generate");
+        let key = SigningKey::from_pkcs8_pem(&pem).expect("parse");
+        let claims = Claims {
+            sub: "17".into(),
+            aud: "show".into(),
+            iat: 1_700_000_000,
+            exp: 4_000_000_000,
+            jti: "show.3".into(),
+        };
+        let t = key.mint(&claims);
+        assert_eq!(t, key.mint(&claims), "Ed25519 signing is deterministic");
+
+        let set: jsonwebtoken::jwk::JwkSet =
+            serde_json::from_value(key.jwks()).expect("valid JWKS");
+        let jwk = set.find(key.kid()).expect("kid listed");
+        let dk = jsonwebtoken::DecodingKey::from_jwk(jwk).expect("decoding key");
+        let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
+        v.set_audience(&["show"]);
+        let got = jsonwebtoken::decode::<Claims>(&t, &dk, &v).expect("verifies");
+        assert_eq!(got.claims, claims);
+        assert_eq!(got.header.kid.as_deref(), Some(key.kid()));
+
+        v.set_audience(&["other"]);
+        assert!(jsonwebtoken::decode::<Claims>(&t, &dk, &v).is_err());
+    }
+
+    #[test]
+    fn rejects_garbage_pem() {
+        assert!(SigningKey::from_pkcs8_pem("nope").is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! HTTP: the admin API, the JWKS document and health checks.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use usher_core::ids::QueueId;
+use usher_core::messages::StreamMessage;
+use usher_core::store::{QueueConfig, QueueStats, Store, StoreError};
+use usher_core::time::now_ms;
+use usher_core::token::SigningKey;
+use usher_http::ApiError;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub key: Arc<SigningKey>,
+    pub admin_token: Option<Arc<str>>,
+}
+
+/// Longest accepted session TTL (one day).
+const MAX_SESSION_TTL: u64 = 86_400;
+/// Highest accepted admission rate.
+const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
+
+pub fn router(state: AppState) -> Router {
+    let admin = Router::new()
+        .route("/admin/queues", get(list_queues))
+        .route(
+            "/admin/queues/{queue}",
+            get(get_queue).put(put_queue).delete(close_queue),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    let store = state.store.clone();
+    Router::new()
+        .route("/.well-known/jwks.json", get(jwks))
+        .merge(admin)
+        .merge(usher_http::health_routes(move || {
+            let store = store.clone();
+            async move { store.ping().await.is_ok() }
+        }))
+        .with_state(state)
+}
+
+async fn authorize(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match &st.admin_token {
+        Some(expected) => {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("");
+            if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+                next.run(req).await
+            } else {
+                ApiError::unauthorized("missing or wrong admin bearer token").into_response()
+            }
+        }
+        None if peer.ip().is_loopback() => next.run(req).await,
+        None => ApiError::unauthorized(
+            "USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only",
+        )
+        .into_response(),
+    }
+}
+
+async fn jwks(State(st): State<AppState>) -> Response {
+    (
+        [(header::CACHE_CONTROL, "public, max-age=300")],
+        Json(st.key.jwks()),
+    )
+        .into_response()
+}
+
+/// A queue as the admin API shows it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueueView {
+    pub queue: QueueId,
+    #[serde(flatten)]
+    pub config: QueueConfig,
+    #[serde(flatten)]
+    pub stats: QueueStats,
+}
+
+/// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
+/// for a new queue).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueUpdate {
+    pub admit_per_second: Option<f64>,
+    pub session_ttl_seconds: Option<u64>,
+    pub open: Option<bool>,
+}
+
+fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
+    QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+fn redis_down(e: StoreError) -> ApiError {
+    tracing::warn!(error = %e, "admin request failed on redis");
+    ApiError::unavailable("redis is unavailable")
+}
+
+async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> {
+    let Some(config) = st.store.queue_config(&q).await.map_err(redis_down)? else {
+        return Ok(None);
+    };
+    let stats = st
+        .store
+        .queue_stats(&q, now_ms())
+        .await
+        .map_err(redis_down)?;
+    Ok(Some(QueueView {
+        queue: q,
+        config,
+        stats,
+    }))
+}
+
+async fn list_queues(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut out = Vec::new();
+    for q in st.store.queue_ids().await.map_err(redis_down)? {
+        if let Some(v) = view(&st, q).await? {
+            out.push(v);
+        }
+    }
+    Ok(Json(serde_json::json!({ "queues": out })))
+}
+
+async fn get_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    let q = parse_queue(&raw)?;
+    view(&st, q)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
+}
+
+async fn put_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<QueueUpdate>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(r) = u.admit_per_second {
+        if !(r > 0.0 && r <= MAX_ADMIT_PER_SECOND) {
+            return Err(ApiError::bad_request(format!(
+                "admit_per_second must be > 0 and <= {MAX_ADMIT_PER_SECOND}"
+            )));
+        }
+    }
+    if let Some(t) = u.session_ttl_seconds {
+        if !(1..=MAX_SESSION_TTL).contains(&t) {
+            return Err(ApiError::bad_request(format!(
+                "session_ttl_seconds must be between 1 and {MAX_SESSION_TTL}"
+            )));
+        }
+    }
+    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let created = existing.is_none();
+    let mut cfg = existing.unwrap_or_default();
+    if let Some(r) = u.admit_per_second {
+        cfg.admit_per_second = r;
+    }
+    if let Some(t) = u.session_ttl_seconds {
+        cfg.session_ttl_seconds = t;
+    }
+    if let Some(o) = u.open {
+        cfg.open = o;
+    }
+    st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, open = cfg.open, created, "queue configured");
+    let v = view(&st, q)
+        .await?
+        .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(v)).into_response())
+}
+
+async fn close_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<QueueView>, ApiError> {
+    let q = parse_queue(&raw)?;
+    let now = now_ms();
+    if st
+        .store
+        .close_queue(&q, now)
+        .await
+        .map_err(redis_down)?
+        .is_none()
+    {
+        return Err(ApiError::not_found(format!("no queue {raw:?}")));
+    }
+    // Every live gateway learns it (cheap and rare), not only those registered as holding
+    // browsers of this queue.
+    let live = st.store.live_gateways(now).await.map_err(redis_down)?;
+    let msg = StreamMessage::Closed {
+        queue: q.clone(),
+        reason: "queue_closed".into(),
+    };
+    let batches: Vec<_> = live
+        .into_values()
+        .map(|id| (id, vec![msg.clone()]))
+        .collect();
+    st.store.send(&batches).await.map_err(redis_down)?;
+    tracing::info!(queue = %q, gateways = batches.len(), "queue closed");
+    view(&st, q)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
+}

@@ -1,0 +1,84 @@
+//! Dispatcher configuration: every flag is also a `USHER_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use usher_http::LogFormat;
+
+/// usher dispatcher — admits waiting browsers at a controlled rate.
+///
+/// Every tick, for every open queue, the dispatcher moves `admit_per_second × elapsed` places
+/// from the head of the queue's line into its active sessions (one Lua script, one Redis slot),
+/// mints an Ed25519 entry token (JWT) for each, and sends `admitted` and `state` messages to the
+/// Redis Stream of the gateway holding each browser.
+///
+/// It also serves the admin API (`/admin/queues/...`, bearer token) and the public keys booking
+/// services use to verify entry tokens (`/.well-known/jwks.json`).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "usher-dispatcher", version, about, long_about)]
+pub struct Config {
+    /// Address the HTTP server (admin API, JWKS, health) listens on.
+    #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8081")]
+    pub listen: SocketAddr,
+
+    /// Redis URL (`redis://[user:password@]host:port[/db]`).
+    #[arg(
+        long,
+        env = "USHER_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// Milliseconds between admission ticks. Each tick admits `admit_per_second × elapsed`
+    /// places per queue and publishes every queue's line to the gateways, so this is also how
+    /// often browsers see their position move.
+    #[arg(long, env = "USHER_TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub tick_ms: u64,
+
+    /// File holding the Ed25519 private key (PKCS#8 PEM, `-----BEGIN PRIVATE KEY-----`) that
+    /// signs entry tokens. Generate one with `openssl genpkey -algorithm ed25519`.
+    #[arg(long, env = "USHER_JWT_KEY_FILE", conflicts_with = "jwt_key")]
+    pub jwt_key_file: Option<PathBuf>,
+
+    /// The Ed25519 private key itself (PKCS#8 PEM text), instead of a file. When neither is
+    /// given, a development key is generated, shared with other dispatchers through Redis, and
+    /// a warning is logged: do not run production that way.
+    #[arg(long, env = "USHER_JWT_KEY", hide_env_values = true)]
+    pub jwt_key: Option<String>,
+
+    /// Bearer token required by the admin API (`Authorization: Bearer <token>`). When unset,
+    /// the admin API answers loopback clients only and a warning is logged.
+    #[arg(long, env = "USHER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// How many places at the head of each line are published exactly in every `state`
+    /// message. Beyond them, gateways interpolate between samples (error ≤ 1%).
+    #[arg(long, env = "USHER_EXACT_POSITIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub exact_positions: u64,
+
+    /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
+    #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(self.tick_ms)
+    }
+
+    /// A configuration for tests: listen on an ephemeral port, tick every `tick_ms`.
+    pub fn for_tests(redis_url: &str, tick_ms: u64) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            redis_url: redis_url.to_owned(),
+            tick_ms,
+            jwt_key_file: None,
+            jwt_key: None,
+            admin_token: None,
+            exact_positions: 1000,
+            log_format: LogFormat::Text,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! usher-dispatcher: admission at a controlled rate, entry tokens, the admin API and JWKS.
+//!
+//! * [`config`] — flags and `USHER_*` environment variables.
+//! * [`signing`] — where the entry-token key comes from.
+//! * [`admission`] — the tick loop.
+//! * [`admin`] — HTTP routes.
+//!
+//! [`run`] is the whole server: tests call it with a listener on port 0.
+
+pub mod admin;
+pub mod admission;
+pub mod config;
+pub mod signing;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use usher_core::store::{Store, StoreError};
+use usher_core::token::KeyError;
+
+pub use config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("redis: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("cannot read the entry-token key file {path}: {source}")]
+    KeyFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("http server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the dispatcher on `listener` until `shutdown` resolves.
+pub async fn run(
+    cfg: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let store = Store::connect(&cfg.redis_url).await?;
+    let key = Arc::new(signing::load(&cfg, &store).await?);
+    if cfg.admin_token.is_none() {
+        tracing::warn!("USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only");
+    }
+    let cancel = CancellationToken::new();
+    let admitter =
+        admission::Admitter::new(store.clone(), key.clone(), cfg.tick_ms, cfg.exact_positions);
+    let ticking = tokio::spawn(admitter.run(cancel.clone()));
+    let app = admin::router(admin::AppState {
+        store,
+        key: key.clone(),
+        admin_token: cfg.admin_token.as_deref().map(Arc::from),
+    });
+    tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), tick_ms = cfg.tick_ms, "dispatcher running");
+    let served = usher_http::serve(listener, app, shutdown).await;
+    cancel.cancel();
+    let _ = ticking.await;
+    served?;
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Gateway configuration: every flag is also a `USHER_*` environment variable.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use usher_core::ids::ServerId;
+use usher_http::LogFormat;
+
+/// usher SSE gateway — holds browsers in line and tells them when it is their turn.
+///
+/// Browsers open `GET /api/queues/{queue}/stream` with a plain `EventSource`. The gateway
+/// takes a place in the queue's line (or resumes the place named by `Last-Event-ID` / `?ticket=`),
+/// pushes `waiting` events as the line moves and an `admitted` event with the entry token when
+/// the dispatcher admits the place. It reads only its own Redis Stream, with a consumer group.
+/// Run as many gateways as you need behind a load balancer; they share nothing but Redis.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "usher-gateway", version, about, long_about)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Redis URL (`redis://[user:password@]host:port[/db]`).
+    #[arg(
+        long,
+        env = "USHER_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+
+    /// This gateway's identity: names its Redis Stream and its consumer. 1–128 characters of
+    /// letters, digits, `.`, `-`, `_`. Defaults to a random id unique to this process.
+    #[arg(long, env = "USHER_SERVER_ID")]
+    pub server_id: Option<ServerId>,
+
+    /// Key (at least 32 bytes of text) that signs tickets; every gateway must share it. When
+    /// unset, a development key is generated, shared with the other gateways through Redis, and
+    /// a warning is logged.
+    #[arg(long, env = "USHER_TICKET_KEY", hide_env_values = true)]
+    pub ticket_key: Option<String>,
+
+    /// Seconds between `: keepalive` comments on idle streams (keeps proxies from closing them).
+    #[arg(long, env = "USHER_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub keepalive_secs: u64,
+
+    /// Reconnection delay (ms) sent to browsers in the `retry:` field.
+    #[arg(long, env = "USHER_RETRY_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub retry_ms: u64,
+
+    /// Milliseconds between heartbeats to the gateway registry. The registry entry lapses
+    /// after five missed heartbeats; the stream after thirty.
+    #[arg(long, env = "USHER_HEARTBEAT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub heartbeat_ms: u64,
+
+    /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
+    #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    pub fn keepalive(&self) -> Duration {
+        Duration::from_secs(self.keepalive_secs)
+    }
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms)
+    }
+    pub fn registry_ttl(&self) -> Duration {
+        self.heartbeat() * 5
+    }
+    pub fn stream_ttl(&self) -> Duration {
+        self.heartbeat() * 30
+    }
+
+    /// A configuration for tests: ephemeral port, fast heartbeat.
+    pub fn for_tests(redis_url: &str) -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            redis_url: redis_url.to_owned(),
+            server_id: None,
+            ticket_key: None,
+            keepalive_secs: 15,
+            retry_ms: 1000,
+            heartbeat_ms: 500,
+            log_format: LogFormat::Text,
+        }
+    }
+}

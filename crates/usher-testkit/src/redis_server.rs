@@ -1,0 +1,119 @@
+//! A real `redis-server` child process per test, on a free port, in a temporary directory.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// The `redis-server` binary to run: `$USHER_REDIS_SERVER` or `redis-server` from `PATH`.
+pub fn binary() -> String {
+    std::env::var("USHER_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// A running `redis-server`; killed when dropped.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+impl RedisServer {
+    /// Starts a server without persistence.
+    pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts a server with extra arguments (e.g. `--appendonly yes`).
+    pub fn start_with(extra: &[&str]) -> anyhow::Result<Self> {
+        let mut last_err = None;
+        for _ in 0..5 {
+            match Self::try_start(extra) {
+                Ok(s) => return Ok(s),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
+    }
+
+    fn try_start(extra: &[&str]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let child = Command::new(binary())
+            .arg("--port")
+            .arg(port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "cannot run {} (install redis-server, or set USHER_REDIS_SERVER)",
+                    binary()
+                )
+            })?;
+        let mut server = Self { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if ping(port) {
+                return Ok(server);
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                bail!("redis-server exited early ({status}) on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = server.child.kill();
+        bail!("redis-server did not answer PING on port {port}")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,203 @@
+//! A whole usher stack in this process: a real `redis-server`, a dispatcher, gateways and the
+//! demo booking service, each on a port-0 listener, each stoppable.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::redis_server::RedisServer;
+
+/// One in-process server.
+pub struct Server {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    /// Starts `run(listener, shutdown)` on 127.0.0.1:0.
+    pub async fn spawn<F, Fut, E>(run: F) -> anyhow::Result<Self>
+    where
+        F: FnOnce(TcpListener, oneshot::Receiver<()>) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel();
+        let fut = run(listener, rx);
+        let handle = tokio::spawn(async move { fut.await.map_err(anyhow::Error::from) });
+        Ok(Self {
+            addr,
+            stop: Some(tx),
+            handle,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Triggers shutdown and waits (at most 10 s) for the server to finish.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), &mut self.handle)
+            .await
+            .context("server did not stop within 10 s")??
+    }
+}
+
+async fn shutdown(rx: oneshot::Receiver<()>) {
+    let _ = rx.await;
+}
+
+/// Options for [`Stack::start`].
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    pub gateways: usize,
+    pub tick_ms: u64,
+    pub booking: bool,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            gateways: 1,
+            tick_ms: 100,
+            booking: false,
+        }
+    }
+}
+
+/// Redis + dispatcher + gateways (+ booking demo).
+pub struct Stack {
+    pub redis: RedisServer,
+    pub dispatcher: Server,
+    pub gateways: Vec<Server>,
+    pub booking: Option<Server>,
+    pub http: reqwest::Client,
+}
+
+/// Starts a gateway against `redis_url`.
+pub async fn gateway(redis_url: &str) -> anyhow::Result<Server> {
+    let cfg = usher_gateway::Config::for_tests(redis_url);
+    Server::spawn(|l, rx| usher_gateway::run(cfg, l, shutdown(rx))).await
+}
+
+/// Starts a dispatcher against `redis_url`.
+pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server> {
+    let cfg = usher_dispatcher::Config::for_tests(redis_url, tick_ms);
+    Server::spawn(|l, rx| usher_dispatcher::run(cfg, l, shutdown(rx))).await
+}
+
+impl Stack {
+    pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
+        init_logs();
+        let redis = RedisServer::start()?;
+        let url = redis.url();
+        let dispatcher = dispatcher(&url, opts.tick_ms).await?;
+        let mut gateways = Vec::new();
+        for _ in 0..opts.gateways {
+            gateways.push(gateway(&url).await?);
+        }
+        let booking = if opts.booking {
+            let cfg = usher_booking_demo::Config {
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                jwks_url: format!("{}/.well-known/jwks.json", dispatcher.url()),
+                log_format: Default::default(),
+            };
+            Some(Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await?)
+        } else {
+            None
+        };
+        let stack = Self {
+            redis,
+            dispatcher,
+            gateways,
+            booking,
+            http: reqwest::Client::new(),
+        };
+        stack.wait_ready().await?;
+        Ok(stack)
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let mut urls = vec![self.dispatcher.url()];
+        urls.extend(self.gateways.iter().map(Server::url));
+        for u in urls {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let ok = self
+                    .http
+                    .get(format!("{u}/readyz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    anyhow::bail!("{u} not ready within 10 s");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn gateway_url(&self, i: usize) -> String {
+        self.gateways[i].url()
+    }
+
+    /// `PUT /admin/queues/{queue}` on the dispatcher (loopback, no token).
+    pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
+        let r = self
+            .http
+            .put(format!("{}/admin/queues/{queue}", self.dispatcher.url()))
+            .json(&body)
+            .send()
+            .await?;
+        let status = r.status();
+        let v: Value = r.json().await?;
+        anyhow::ensure!(status.is_success(), "PUT queue failed: {status} {v}");
+        Ok(v)
+    }
+
+    /// Creates an open queue admitting `admit_per_second`.
+    pub async fn create_queue(&self, queue: &str, admit_per_second: f64) -> anyhow::Result<Value> {
+        self.put_queue(
+            queue,
+            json!({"admit_per_second": admit_per_second, "session_ttl_seconds": 600, "open": true}),
+        )
+        .await
+    }
+
+    /// `GET /admin/queues/{queue}`.
+    pub async fn queue(&self, queue: &str) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!("{}/admin/queues/{queue}", self.dispatcher.url()))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+}
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn init_logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}

@@ -1,0 +1,221 @@
+//! Larger lines: the drain rate, the Redis cost of waiting, the memory of a place.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use usher_core::ids::QueueId;
+use usher_core::store::Store;
+use usher_core::time::now_ms;
+use usher_testkit::sse::eventually;
+use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::SseClient;
+
+const PAUSED: f64 = 0.000_001;
+
+fn ms_of(rfc3339: &str) -> u64 {
+    let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .expect("RFC 3339");
+    (t.unix_timestamp_nanos() / 1_000_000) as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow::Result<()> {
+    const N: usize = 2000;
+    const RATE: f64 = 400.0;
+    let stack = Stack::start(StackOptions {
+        gateways: 2,
+        ..Default::default()
+    })
+    .await?;
+    stack.create_queue("drain", PAUSED).await?;
+    let clients = [
+        SseClient::new(stack.gateway_url(0)),
+        SseClient::new(stack.gateway_url(1)),
+    ];
+    let mut watchers = Vec::with_capacity(N);
+    for i in 0..N {
+        watchers.push(join_watch(&clients[i % 2], "drain").await?.2);
+    }
+    assert_eq!(stack.queue("drain").await?["waiting"], N as u64);
+    stack
+        .put_queue("drain", json!({"admit_per_second": RATE}))
+        .await?;
+    let done = eventually(Duration::from_secs(60), || {
+        watchers.iter().all(|w| w.last("admitted").is_some())
+    })
+    .await;
+    assert!(done, "every waiter is admitted");
+    let mut at: Vec<u64> = watchers
+        .iter()
+        .map(|w| {
+            let a = w.last("admitted").expect("admitted");
+            ms_of(data(&a)["admitted_at"].as_str().unwrap_or_default())
+        })
+        .collect();
+    at.sort_unstable();
+    let (first, last) = (at[0], at[N - 1]);
+    // Admission happens in per-tick batches: count everything after the first batch over the
+    // time from the first batch to the last.
+    let first_batch = at.iter().filter(|&&t| t == first).count();
+    let rate = (N - first_batch) as f64 / ((last - first) as f64 / 1000.0);
+    println!("drained {N} at {rate:.1}/s (configured {RATE}/s), first batch {first_batch}");
+    assert!(
+        (rate - RATE).abs() <= RATE * 0.05,
+        "drain rate {rate:.1}/s is not within 5% of {RATE}/s"
+    );
+    assert_eq!(stack.queue("drain").await?["admitted_total"], N as u64);
+    Ok(())
+}
+
+/// The dispatcher's Redis work per tick does not depend on how many wait: count commands
+/// (INFO commandstats) over a fixed number of ticks with a short and a long line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        tick_ms: 100,
+        ..Default::default()
+    })
+    .await?;
+    let store = Store::connect(&stack.redis.url()).await?;
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut per_tick = Vec::new();
+    for (queue, n) in [("short", 10usize), ("long", 3000usize)] {
+        stack.create_queue(queue, PAUSED).await?;
+        let q = QueueId::new(queue)?;
+        // One connected browser (so state is published to its gateway); the rest join through
+        // the store, as other gateways' browsers would.
+        let (_t, _p, _w) = join_watch(&client, queue).await?;
+        let gw_index = "zz";
+        for _ in 1..n {
+            store.join(&q, gw_index, now_ms()).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = total_calls(&store).await?;
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let after = total_calls(&store).await?;
+        per_tick.push((after - before) as f64 / 20.0);
+        stack.put_queue(queue, json!({"open": false})).await?;
+    }
+    println!("redis commands per tick (INFO commandstats, script-internal calls included): short line {:.1}, long line {:.1}", per_tick[0], per_tick[1]);
+    // Nothing per waiter: only a handful of position samples (coarse samples 10% apart beyond
+    // the 1,000 exact places: ln(3)/ln(1.1) ~ 12 for 3,000 waiting) may be added.
+    assert!(
+        per_tick[1] <= per_tick[0] + 20.0,
+        "commands per tick grew with the line: {per_tick:?}"
+    );
+    Ok(())
+}
+
+async fn total_calls(store: &Store) -> anyhow::Result<u64> {
+    let info = store.info("commandstats").await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|r| r.split(',').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+/// A waiting place costs at most 110 bytes of Redis memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("mem")?;
+    store
+        .put_queue(&q, &usher_core::store::QueueConfig::default())
+        .await?;
+    const N: u64 = 20_000;
+    for _ in 0..N {
+        store.join(&q, "a", now_ms()).await?;
+    }
+    let bytes = store.waiting_memory(&q).await?;
+    let per = bytes as f64 / N as f64;
+    println!("waiting set: {bytes} bytes for {N} places = {per:.1} B/place");
+    assert!(per <= 110.0, "{per:.1} B per waiting place");
+    let _ = eventually(Duration::ZERO, || true).await;
+    Ok(())
+}
+
+/// The tick script's snapshot gives every waiting place its exact position in the first 1,000
+/// and within 1% beyond, also with many random holes (leavers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Result<()> {
+    use rand::{Rng, SeedableRng};
+    use usher_core::ids::PlaceId;
+    use usher_core::messages::QueueState;
+    use usher_core::position::Standing;
+    use usher_core::store::TickArgs;
+
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("snap")?;
+    store
+        .put_queue(
+            &q,
+            &usher_core::store::QueueConfig {
+                admit_per_second: PAUSED,
+                ..Default::default()
+            },
+        )
+        .await?;
+    const N: u64 = 15_000;
+    for _ in 0..N {
+        store.join(&q, "a", now_ms()).await?;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut line = Vec::new();
+    for p in 1..=N {
+        // Leavers cluster in bursts here and there, the hard case for interpolation.
+        let burst = (p / 1000) % 3 == 1;
+        if rng.gen_bool(if burst { 0.5 } else { 0.05 }) {
+            store.leave(&q, PlaceId(p)).await?;
+        } else {
+            line.push(p);
+        }
+    }
+    let out = store
+        .tick(
+            &q,
+            &TickArgs {
+                now_ms: now_ms(),
+                first_elapsed_ms: 100,
+                max_elapsed_ms: 1000,
+                exact: 1000,
+                max_position_error: 0.01,
+                store_rate: None,
+            },
+        )
+        .await?
+        .expect("open queue");
+    assert_eq!(out.waiting, line.len() as u64);
+    println!(
+        "{} waiting, {} runs, {} samples",
+        out.waiting,
+        out.runs.len(),
+        out.samples.len()
+    );
+    let state = QueueState {
+        queue: q.clone(),
+        waiting: out.waiting,
+        runs: out.runs,
+        samples: out.samples,
+        ..Default::default()
+    };
+    let mut worst = 0.0f64;
+    for (i, &p) in line.iter().enumerate() {
+        let truth = i as u64 + 1;
+        let Standing::At(got) = state.standing(p) else {
+            panic!("place {p} not placed")
+        };
+        if truth <= 1000 {
+            assert_eq!(got, truth, "exact window");
+        }
+        worst = worst.max((got as f64 - truth as f64).abs() / truth as f64);
+    }
+    println!("worst relative position error {:.4}%", worst * 100.0);
+    assert!(worst <= 0.01, "worst relative error {worst}");
+    Ok(())
+}
