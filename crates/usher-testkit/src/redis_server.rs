@@ -17,6 +17,7 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
+    args: Vec<String>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -56,42 +57,52 @@ impl RedisServer {
     fn try_start(extra: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
-        let child = Command::new(binary())
-            .arg("--port")
-            .arg(port.to_string())
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--daemonize",
-                "no",
-                "--loglevel",
-                "warning",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "cannot run {} (install redis-server, or set USHER_REDIS_SERVER)",
-                    binary()
-                )
-            })?;
-        let mut server = Self { child, port, dir };
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let child = spawn(port, dir.path(), &args)?;
+        let mut server = Self {
+            child,
+            port,
+            dir,
+            args,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if ping(port) {
-                return Ok(server);
+            if ping(self.port) {
+                return Ok(());
             }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                bail!("redis-server exited early ({status}) on port {port}");
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("redis-server exited early ({status}) on port {}", self.port);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = server.child.kill();
-        bail!("redis-server did not answer PING on port {port}")
+        let _ = self.child.kill();
+        bail!("redis-server did not answer PING on port {}", self.port)
+    }
+
+    /// Kills the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port and directory (so AOF/RDB files are reloaded).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.child = spawn(self.port, self.dir.path(), &self.args)?;
+            match self.wait_ready() {
+                Ok(()) => return Ok(()),
+                // The port may linger for a moment after the kill.
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -109,6 +120,32 @@ impl RedisServer {
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()
     }
+}
+
+fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> anyhow::Result<Child> {
+    Command::new(binary())
+        .arg("--port")
+        .arg(port.to_string())
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot run {} (install redis-server, or set USHER_REDIS_SERVER)",
+                binary()
+            )
+        })
 }
 
 impl Drop for RedisServer {

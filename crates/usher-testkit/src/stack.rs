@@ -65,6 +65,8 @@ pub struct StackOptions {
     pub gateways: usize,
     pub tick_ms: u64,
     pub booking: bool,
+    /// Extra `redis-server` arguments (default: no persistence).
+    pub redis_args: Vec<&'static str>,
 }
 
 impl Default for StackOptions {
@@ -73,6 +75,7 @@ impl Default for StackOptions {
             gateways: 1,
             tick_ms: 100,
             booking: false,
+            redis_args: vec!["--save", "", "--appendonly", "no"],
         }
     }
 }
@@ -101,7 +104,7 @@ pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server>
 impl Stack {
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         init_logs();
-        let redis = RedisServer::start()?;
+        let redis = RedisServer::start_with(&opts.redis_args)?;
         let url = redis.url();
         let dispatcher = dispatcher(&url, opts.tick_ms).await?;
         let mut gateways = Vec::new();

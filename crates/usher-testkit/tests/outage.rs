@@ -1,0 +1,135 @@
+//! Redis going away and coming back; a browser moving between gateways.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use usher_testkit::sse::{eventually, SseItem};
+use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::SseClient;
+
+const PAUSED: f64 = 0.000_001;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_restarts(
+) -> anyhow::Result<()> {
+    let mut stack = Stack::start(StackOptions {
+        redis_args: vec![
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ],
+        ..Default::default()
+    })
+    .await?;
+    stack.create_queue("out", PAUSED).await?;
+    let client = SseClient::new(stack.gateway_url(0));
+    let (ticket, _, w) = join_watch(&client, "out").await?;
+
+    stack.redis.kill();
+    let ready = |url: String| {
+        let http = stack.http.clone();
+        async move {
+            http.get(format!("{url}/readyz"))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }
+    };
+    assert_eq!(
+        ready(stack.gateway_url(0)).await,
+        503,
+        "gateway /readyz reflects redis"
+    );
+    assert_eq!(
+        ready(stack.dispatcher.url()).await,
+        503,
+        "dispatcher /readyz reflects redis"
+    );
+    // A new browser gets 200 + retry: and the end of the stream, never an error status that
+    // would make EventSource give up.
+    let mut c = client.open("/api/queues/out/stream", None).await?;
+    assert_eq!(c.status, 200);
+    assert!(matches!(c.next_item(T).await?, Some(SseItem::Retry(_))));
+    assert_eq!(c.next_item(T).await?, None);
+    // The waiting browser stays connected.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !w.has_ended(),
+        "browsers stay connected while redis is away"
+    );
+
+    stack.redis.restart()?;
+    let mut back = false;
+    for _ in 0..150 {
+        if ready(stack.gateway_url(0)).await == 200 && ready(stack.dispatcher.url()).await == 200 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "both become ready again without a restart");
+    // Admission resumes without restarting anything, and the waiter gets its token.
+    let mut admitted = false;
+    for _ in 0..50 {
+        if stack
+            .put_queue("out", json!({"admit_per_second": 100}))
+            .await
+            .is_ok()
+        {
+            admitted = eventually(Duration::from_secs(10), || w.last("admitted").is_some()).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(admitted, "the waiter is admitted after redis returns");
+    let a = w.last("admitted").expect("admitted");
+    assert_eq!(a.id, ticket);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -> anyhow::Result<()>
+{
+    let stack = Stack::start(StackOptions {
+        gateways: 2,
+        ..Default::default()
+    })
+    .await?;
+    stack.create_queue("move", PAUSED).await?;
+    let a = SseClient::new(stack.gateway_url(0));
+    let b = SseClient::new(stack.gateway_url(1));
+    let (_t0, _, _w0) = join_watch(&a, "move").await?;
+    let (ticket, pos, old) = join_watch(&a, "move").await?;
+    assert_eq!(pos, 2);
+    let mut moved = b.open("/api/queues/move/stream", Some(&ticket)).await?;
+    let w = moved.wait_for("waiting", T).await?;
+    assert_eq!(data(&w)["position"], 2);
+    assert!(
+        eventually(T, || old.has_ended()).await,
+        "gateway A ends its stale stream"
+    );
+    assert!(
+        old.last("closed").is_none(),
+        "without a closed event: the place lives on"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stack.queue("move").await?["waiting"],
+        2,
+        "no place lost, none added"
+    );
+    // Admission now goes to gateway B.
+    let moved = usher_testkit::sse::Watcher::spawn(moved);
+    stack
+        .put_queue("move", json!({"admit_per_second": 100}))
+        .await?;
+    assert!(eventually(T, || moved.last("admitted").is_some()).await);
+    Ok(())
+}
