@@ -1,0 +1,37 @@
+# usher — common developer tasks. `make` (or `make help`) lists them.
+#
+# Every target is a thin wrapper: the real work lives in cargo and scripts/, so CI (.ci/run)
+# and developers run exactly the same commands.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.DEFAULT_GOAL := help
+.PHONY: help run test lint build bench
+
+help: ## List the targets
+	@echo "usher make targets:"
+	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-7s %s\n", $$1, $$2}'
+
+run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_RUN_SMOKE=1 for a smoke check
+	bash scripts/run-local.sh
+
+test: ## Install redis-server if missing, then run every test (cargo test --workspace --all-targets)
+	bash scripts/ensure-redis.sh
+	$(CARGO) test --workspace --all-targets
+
+lint: ## cargo fmt --check and clippy with warnings as errors
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+build: ## Release build of the whole workspace
+	$(CARGO) build --release --workspace
+
+bench: ## Benchmarks (scripts/bench.sh; not implemented yet)
+	@if [ -f scripts/bench.sh ]; then \
+		bash scripts/bench.sh; \
+	else \
+		echo "make bench: not implemented yet (issue 4)"; \
+		exit 1; \
+	fi
