@@ -70,12 +70,19 @@ impl fmt::Display for QueueId {
     }
 }
 
-/// A place in one queue: the per-queue arrival sequence number (from `INCR`), which is also
-/// the place's score in the waiting set. Places of a queue are never reused, even after the
-/// queue is closed and reopened, so an old ticket can never name somebody else's place.
+/// A place in one queue: its per-queue arrival sequence number (from `INCR`), which is also its
+/// score in the waiting set. Places of a queue are never reused, even after the queue is closed
+/// and reopened, so an old ticket can never name somebody else's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PlaceId(pub u64);
+
+impl PlaceId {
+    /// The arrival sequence number: the place's score in the waiting set.
+    pub fn seq(self) -> u64 {
+        self.0
+    }
+}
 
 impl FromStr for PlaceId {
     type Err = IdError;

@@ -4,9 +4,11 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | `open`, `admit_per_second`, `session_ttl_seconds`, `admitted_total`, `rate` |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `admit_per_second`, `session_ttl_seconds`, `grace_seconds`), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), measured `rate` |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCR`); never reset |
-//! | `usher:{q:<id>}:waiting` | zset | member `<place b36>@<gateway index b36>`, score = place id |
+//! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
+//! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
+//! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>` (token empty until minted) |
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways |
@@ -17,9 +19,10 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `usher:queues` | set | every configured queue id (the dispatcher's registry; no `SCAN`) |
-//! | `usher:{gw}:live` | zset | gateway id → heartbeat expiry (ms) |
-//! | `usher:{gw}:index` / `usher:{gw}:ids` | hash | gateway id ↔ small index (base 36) used in members |
-//! | `usher:{gw}:next` | string | last gateway index handed out |
+//! | `usher:{gw}:live` | zset | gateway process index (1–65535) → heartbeat expiry (ms); dead ones kept a day |
+//! | `usher:{gw}:ids` | hash | gateway process index → server id (names its stream) |
+//! | `usher:{gw}:next` | string | last gateway index handed out (one per process start) |
+//! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
 
@@ -35,6 +38,8 @@ pub struct QueueKeys {
     pub tokens: String,
     pub outbox: String,
     pub gws: String,
+    pub away: String,
+    pub lease: String,
 }
 
 impl QueueKeys {
@@ -48,15 +53,17 @@ impl QueueKeys {
             tokens: k("tokens"),
             outbox: k("outbox"),
             gws: k("gws"),
+            away: k("away"),
+            lease: k("lease"),
         }
     }
 }
 
 pub const QUEUES: &str = "usher:queues";
 pub const GW_LIVE: &str = "usher:{gw}:live";
-pub const GW_INDEX: &str = "usher:{gw}:index";
 pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";
+pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
 /// Consumer group every gateway uses on its own stream.
@@ -66,30 +73,15 @@ pub fn gateway_stream(id: &ServerId) -> String {
     format!("usher:{{gw:{id}}}:stream")
 }
 
-/// Waiting-set member for a place held by the gateway with index `gw` (both base 36).
-pub fn member(place: u64, gw: &str) -> String {
-    format!("{}@{gw}", base36(place))
-}
-
-/// Splits a waiting-set member into (place id, gateway index).
-pub fn parse_member(m: &str) -> Option<(u64, &str)> {
-    let (p, g) = m.split_once('@')?;
-    Some((u64::from_str_radix(p, 36).ok()?, g))
-}
-
-pub fn base36(mut n: u64) -> String {
-    const D: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut buf = [0u8; 13];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = D[(n % 36) as usize];
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&buf[i..]).into_owned()
+/// Waiting-set member of place `seq` held by gateway `gw`: 6 bytes, the low 32 bits of `seq`
+/// and the gateway index, big-endian. Six bytes fit Redis' smallest string allocation, so a
+/// waiting place costs about 105 bytes; the full `seq` is the member's score. Members only
+/// need to be unique among places waiting at the same time.
+pub fn member(seq: u64, gw: u16) -> [u8; 6] {
+    let s = (seq & 0xffff_ffff) as u32;
+    let [a, b, c, d] = s.to_be_bytes();
+    let [e, f] = gw.to_be_bytes();
+    [a, b, c, d, e, f]
 }
 
 /// Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
@@ -126,11 +118,13 @@ mod tests {
         for name in ["a", "concert-2026", "Z_9"] {
             let k = QueueKeys::new(&QueueId::new(name).expect("valid"));
             let slot = hash_slot(&k.meta);
-            for key in [&k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws] {
+            for key in [
+                &k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws, &k.away, &k.lease,
+            ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
-        for key in [GW_LIVE, GW_INDEX, GW_IDS, GW_NEXT] {
+        for key in [GW_LIVE, GW_IDS, GW_NEXT] {
             assert_eq!(hash_slot(key), hash_slot(GW_LIVE));
         }
         // Known value from the Redis Cluster specification.
@@ -139,13 +133,8 @@ mod tests {
     }
 
     #[test]
-    fn members_round_trip() {
-        for p in [1u64, 35, 36, 1_000_000, u64::MAX >> 11] {
-            let m = member(p, "2k");
-            assert_eq!(parse_member(&m), Some((p, "2k")));
-        }
-        assert_eq!(base36(0), "0");
-        assert_eq!(base36(36), "10");
-        assert_eq!(parse_member("nope"), None);
+    fn members_are_six_bytes() {
+        assert_eq!(member(1, 2), [0, 0, 0, 1, 0, 2]);
+        assert_eq!(member(0x1_0000_0005, 0x0102), [0, 0, 0, 5, 1, 2]);
     }
 }

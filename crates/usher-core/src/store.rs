@@ -1,7 +1,7 @@
 //! All Redis access. This module (with [`crate::keys`] and `src/lua/`) is the only code that
 //! knows key names and scripts; the binaries call these typed operations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -26,28 +26,47 @@ fn protocol(what: impl Into<String>) -> StoreError {
     StoreError::Protocol(what.into())
 }
 
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/prelude.lua"),
+            include_str!($file)
+        ))
+    };
+}
+
 struct Scripts {
     join: Script,
     resume: Script,
     status: Script,
     leave: Script,
+    away: Script,
     tick: Script,
     complete: Script,
+    trim_outbox: Script,
+    acquire: Script,
+    release: Script,
     close: Script,
     register_gateway: Script,
-    live_gateways: Script,
+    heartbeat_gateway: Script,
+    gateways: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    join: Script::new(include_str!("lua/join.lua")),
-    resume: Script::new(include_str!("lua/resume.lua")),
-    status: Script::new(include_str!("lua/status.lua")),
-    leave: Script::new(include_str!("lua/leave.lua")),
-    tick: Script::new(include_str!("lua/tick.lua")),
-    complete: Script::new(include_str!("lua/complete.lua")),
-    close: Script::new(include_str!("lua/close.lua")),
-    register_gateway: Script::new(include_str!("lua/register_gateway.lua")),
-    live_gateways: Script::new(include_str!("lua/live_gateways.lua")),
+    join: script!("lua/join.lua"),
+    resume: script!("lua/resume.lua"),
+    status: script!("lua/status.lua"),
+    leave: script!("lua/leave.lua"),
+    away: script!("lua/away.lua"),
+    tick: script!("lua/tick.lua"),
+    complete: script!("lua/complete.lua"),
+    trim_outbox: script!("lua/trim_outbox.lua"),
+    acquire: script!("lua/acquire.lua"),
+    release: script!("lua/release.lua"),
+    close: script!("lua/close.lua"),
+    register_gateway: script!("lua/register_gateway.lua"),
+    heartbeat_gateway: script!("lua/heartbeat_gateway.lua"),
+    gateways: script!("lua/gateways.lua"),
 });
 
 /// A queue's settings, as stored and as shown by the admin API.
@@ -59,6 +78,10 @@ pub struct QueueConfig {
     pub session_ttl_seconds: u64,
     /// Whether browsers may join and the dispatcher admits.
     pub open: bool,
+    /// How long a browser whose connection dropped keeps its place.
+    pub grace_seconds: u64,
+    /// Admission paused: everyone keeps their place, nobody is admitted.
+    pub paused: bool,
 }
 
 impl Default for QueueConfig {
@@ -67,6 +90,8 @@ impl Default for QueueConfig {
             admit_per_second: 10.0,
             session_ttl_seconds: 600,
             open: true,
+            grace_seconds: 30,
+            paused: false,
         }
     }
 }
@@ -77,6 +102,8 @@ pub struct QueueStats {
     pub waiting: u64,
     pub active: u64,
     pub admitted_total: u64,
+    /// Places removed without admission (browser away past the grace period, gateway gone).
+    pub dropped_total: u64,
 }
 
 /// The stored state of an admitted place.
@@ -113,8 +140,8 @@ pub enum PlaceState {
         position: u64,
         waiting: u64,
         rate: f64,
-        /// The waiting-set member before this call (resume only): tells which gateway held it.
-        previous_member: Option<String>,
+        /// The gateway that held the place before this call, when another one did (resume only).
+        previous_gateway: Option<u16>,
     },
     Admitted(TokenRecord),
     /// Admitted a moment ago; the token is being minted. Ask again shortly.
@@ -125,11 +152,22 @@ pub enum PlaceState {
     Gone,
 }
 
+/// What happened when a browser's connection dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AwayOutcome {
+    /// The place is kept for the grace period.
+    Kept,
+    /// The queue's grace period is 0: the place was removed.
+    Removed,
+    /// This gateway no longer held the place (admitted, left, or resumed elsewhere).
+    NotHeld,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
-    /// A waiting place was removed; `member` tells which gateway held it.
+    /// A waiting place was removed; `gateway` held it.
     Left {
-        member: String,
+        gateway: Option<u16>,
     },
     /// An admitted session was given up.
     Released,
@@ -138,7 +176,7 @@ pub enum LeaveOutcome {
 
 /// Input of one dispatcher tick for one queue.
 #[derive(Debug, Clone)]
-pub struct TickArgs {
+pub struct TickArgs<'a> {
     pub now_ms: u64,
     /// Time to budget for on a queue's first tick (one tick).
     pub first_elapsed_ms: u64,
@@ -148,6 +186,40 @@ pub struct TickArgs {
     pub exact: u64,
     pub max_position_error: f64,
     pub store_rate: Option<f64>,
+    /// The lease this replica holds on the queue.
+    pub lease: &'a Lease,
+    pub lease_ttl_ms: u64,
+    /// Every registered gateway (see [`Store::gateways`]).
+    pub gateways: &'a [GatewayInfo],
+}
+
+/// What a tick found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tick {
+    /// Another replica holds the queue's lease now: stop driving it.
+    LeaseLost,
+    /// The queue is closed; its outbox may still hold admissions to deliver.
+    Closed {
+        outbox_len: u64,
+    },
+    Ticked(TickOutcome),
+}
+
+/// A queue lease held by one dispatcher replica: `<owner>|<fencing token>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub value: String,
+    pub fence: u64,
+}
+
+/// A registered gateway process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayInfo {
+    /// Index of the gateway process (unique among registered ones; one per process start).
+    pub index: u16,
+    /// Heartbeat expiry: the gateway counts as alive until then.
+    pub alive_until_ms: u64,
+    pub server_id: ServerId,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -158,9 +230,11 @@ pub struct TickOutcome {
     pub runs: Vec<(u64, u64)>,
     pub samples: Vec<(u64, u64)>,
     /// Indexes of gateways holding browsers of this queue.
-    pub gateways: Vec<String>,
+    pub gateways: Vec<u16>,
     pub outbox_len: u64,
     pub admit_per_second: f64,
+    /// Places removed without admission this tick (grace expired, gateway gone).
+    pub dropped: u64,
 }
 
 /// One admission waiting in a queue's outbox to be delivered.
@@ -168,7 +242,7 @@ pub struct TickOutcome {
 pub struct OutboxEntry {
     pub place: PlaceId,
     /// Index of the gateway that held the browser at admission.
-    pub gateway: String,
+    pub gateway: u16,
     pub admitted_at_ms: u64,
     pub expires_at_ms: u64,
 }
@@ -177,10 +251,10 @@ impl OutboxEntry {
     fn parse(s: &str) -> Option<Self> {
         let mut it = s.split('|');
         let place = PlaceId(it.next()?.parse().ok()?);
-        let (_, gw) = keys::parse_member(it.next()?)?;
+        let gateway = it.next()?.parse().ok()?;
         Some(Self {
             place,
-            gateway: gw.to_owned(),
+            gateway,
             admitted_at_ms: it.next()?.parse().ok()?,
             expires_at_ms: it.next()?.parse().ok()?,
         })
@@ -331,6 +405,11 @@ impl Store {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(d.session_ttl_seconds),
             open: v.get("open").map(|s| s == "1").unwrap_or(false),
+            grace_seconds: v
+                .get("grace_seconds")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(d.grace_seconds),
+            paused: v.get("paused").is_some_and(|s| s == "1"),
         }))
     }
 
@@ -346,6 +425,10 @@ impl Store {
             .arg(cfg.session_ttl_seconds)
             .arg("open")
             .arg(if cfg.open { "1" } else { "0" })
+            .arg("grace_seconds")
+            .arg(cfg.grace_seconds)
+            .arg("paused")
+            .arg(if cfg.paused { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
         let _: () = redis::cmd("SADD")
@@ -358,7 +441,7 @@ impl Store {
 
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (waiting, active, total): (u64, u64, Option<u64>) = redis::pipe()
+        let (waiting, active, total, dropped): (u64, u64, Option<u64>, Option<u64>) = redis::pipe()
             .cmd("ZCARD")
             .arg(&k.waiting)
             .cmd("ZCOUNT")
@@ -368,12 +451,16 @@ impl Store {
             .cmd("HGET")
             .arg(&k.meta)
             .arg("admitted_total")
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("dropped_total")
             .query_async(&mut self.c())
             .await?;
         Ok(QueueStats {
             waiting,
             active,
             admitted_total: total.unwrap_or(0),
+            dropped_total: dropped.unwrap_or(0),
         })
     }
 
@@ -391,37 +478,27 @@ impl Store {
         Ok(ids)
     }
 
-    /// Closes a queue. Returns the indexes of gateways that hold its browsers, or `None` when
-    /// the queue is unknown.
-    pub async fn close_queue(&self, q: &QueueId, now_ms: u64) -> Result<Option<Vec<String>>> {
+    /// Closes a queue. Returns `false` when the queue is unknown.
+    pub async fn close_queue(&self, q: &QueueId) -> Result<bool> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .close
             .key(&k.meta)
             .key(&k.waiting)
             .key(&k.gws)
-            .arg(now_ms)
+            .key(&k.away)
             .invoke_async(&mut self.c())
             .await?;
-        match v {
-            Value::Nil => Ok(None),
-            v => Ok(Some(array(v)?.iter().filter_map(text).collect())),
-        }
+        Ok(!matches!(v, Value::Nil))
     }
 
     // ---- gateways ----
 
-    /// Registers (or heartbeats) a gateway; returns its index.
-    pub async fn register_gateway(
-        &self,
-        id: &ServerId,
-        now_ms: u64,
-        ttl: Duration,
-    ) -> Result<String> {
+    /// Registers a gateway process; returns its new index.
+    pub async fn register_gateway(&self, id: &ServerId, now_ms: u64, ttl: Duration) -> Result<u16> {
         let v: Value = SCRIPTS
             .register_gateway
             .key(keys::GW_LIVE)
-            .key(keys::GW_INDEX)
             .key(keys::GW_IDS)
             .key(keys::GW_NEXT)
             .arg(id.as_str())
@@ -429,34 +506,77 @@ impl Store {
             .arg(ttl.as_millis() as u64)
             .invoke_async(&mut self.c())
             .await?;
-        text(&v).ok_or_else(|| protocol("gateway index"))
+        text(&v)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| protocol(format!("gateway index {v:?}")))
     }
 
-    /// Removes a gateway from the live set (on shutdown).
-    pub async fn deregister_gateway(&self, id: &ServerId) -> Result<()> {
-        let _: () = redis::cmd("ZREM")
-            .arg(keys::GW_LIVE)
+    /// Keeps a gateway's registry entry alive for `ttl`.
+    pub async fn heartbeat_gateway(
+        &self,
+        index: u16,
+        id: &ServerId,
+        now_ms: u64,
+        ttl: Duration,
+    ) -> Result<()> {
+        let _: Value = SCRIPTS
+            .heartbeat_gateway
+            .key(keys::GW_LIVE)
+            .key(keys::GW_IDS)
+            .key(keys::GW_NEXT)
+            .arg(index)
             .arg(id.as_str())
+            .arg(now_ms)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a gateway process as gone (on shutdown): its browsers that do not resume elsewhere
+    /// within the grace period are dropped.
+    pub async fn deregister_gateway(&self, index: u16, now_ms: u64) -> Result<()> {
+        let _: () = redis::cmd("ZADD")
+            .arg(keys::GW_LIVE)
+            .arg("XX")
+            .arg(now_ms)
+            .arg(index)
             .query_async(&mut self.c())
             .await?;
         Ok(())
     }
 
-    /// Live gateways by index.
-    pub async fn live_gateways(&self, now_ms: u64) -> Result<HashMap<String, ServerId>> {
+    /// Every registered gateway process, live or dead within the last day.
+    pub async fn gateways(&self, now_ms: u64) -> Result<Vec<GatewayInfo>> {
         let v: Value = SCRIPTS
-            .live_gateways
+            .gateways
             .key(keys::GW_LIVE)
-            .key(keys::GW_INDEX)
+            .key(keys::GW_IDS)
             .arg(now_ms)
+            .arg(GATEWAY_MEMORY_MS)
             .invoke_async(&mut self.c())
             .await?;
-        let a = array(v)?;
-        Ok(a.chunks(2)
+        Ok(array(v)?
+            .chunks(3)
             .filter_map(|c| match c {
-                [i, id] => Some((text(i)?, ServerId::new(text(id)?).ok()?)),
+                [i, t, id] => Some(GatewayInfo {
+                    index: text(i)?.parse().ok()?,
+                    alive_until_ms: float(t)? as u64,
+                    server_id: ServerId::new(text(id)?).ok()?,
+                }),
                 _ => None,
             })
+            .collect())
+    }
+
+    /// Live gateways by index.
+    pub async fn live_gateways(&self, now_ms: u64) -> Result<HashMap<u16, ServerId>> {
+        Ok(self
+            .gateways(now_ms)
+            .await?
+            .into_iter()
+            .filter(|g| g.alive_until_ms > now_ms)
+            .map(|g| (g.index, g.server_id))
             .collect())
     }
 
@@ -469,7 +589,7 @@ impl Store {
             .arg("CREATE")
             .arg(&key)
             .arg(keys::STREAM_GROUP)
-            .arg("$")
+            .arg("0")
             .arg("MKSTREAM")
             .query_async(&mut c)
             .await;
@@ -573,7 +693,8 @@ impl Store {
         Ok(())
     }
 
-    /// Appends messages to gateways' streams (pipelined; `MAXLEN ~` bounds each stream).
+    /// Appends messages to gateways' streams (pipelined; `MAXLEN ~` bounds each stream). A
+    /// stream that no longer exists (its gateway is gone) is not recreated.
     pub async fn send(&self, batches: &[(ServerId, Vec<StreamMessage>)]) -> Result<()> {
         let mut p = redis::pipe();
         let mut any = false;
@@ -583,6 +704,7 @@ impl Store {
                 let json = serde_json::to_vec(m).map_err(|e| protocol(e.to_string()))?;
                 p.cmd("XADD")
                     .arg(&key)
+                    .arg("NOMKSTREAM")
                     .arg("MAXLEN")
                     .arg("~")
                     .arg(STREAM_MAXLEN)
@@ -602,7 +724,7 @@ impl Store {
     // ---- places (gateway) ----
 
     /// Takes a new place at the tail of `q` for a browser held by gateway `gw`.
-    pub async fn join(&self, q: &QueueId, gw: &str, now_ms: u64) -> Result<PlaceState> {
+    pub async fn join(&self, q: &QueueId, gw: u16, now_ms: u64) -> Result<PlaceState> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .join
@@ -626,7 +748,7 @@ impl Store {
                     position: waiting,
                     waiting,
                     rate: rate_of(&a[3], &a[4]),
-                    previous_member: None,
+                    previous_gateway: None,
                 })
             }
             _ => Err(protocol(format!("join reply {a:?}"))),
@@ -634,24 +756,25 @@ impl Store {
     }
 
     /// Resumes `place` for a browser now held by gateway `gw` (moving the place's routing to
-    /// it when another gateway held it).
+    /// it when another gateway held it, and ending its grace period).
     pub async fn resume(
         &self,
         q: &QueueId,
         place: PlaceId,
-        gw: &str,
+        gw: u16,
         now_ms: u64,
     ) -> Result<PlaceState> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .resume
             .key(&k.meta)
+            .key(&k.seq)
             .key(&k.waiting)
             .key(&k.active)
             .key(&k.tokens)
             .key(&k.gws)
+            .key(&k.away)
             .arg(place.0)
-            .arg(keys::member(place.0, gw))
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
@@ -689,8 +812,8 @@ impl Store {
                 .map(PlaceState::Admitted)
                 .ok_or_else(bad),
             Some(1) => {
-                let (rate_at, member) = if with_member {
-                    (4, a.get(3).and_then(text))
+                let (rate_at, before) = if with_member {
+                    (4, a.get(3).and_then(text).and_then(|t| t.parse().ok()))
                 } else {
                     (3, None)
                 };
@@ -702,7 +825,7 @@ impl Store {
                     position: u(&a[1])?,
                     waiting: u(&a[2])?,
                     rate: rate_of(&a[rate_at], &a[rate_at + 1]),
-                    previous_member: member,
+                    previous_gateway: before,
                 })
             }
             _ => Err(bad()),
@@ -717,13 +840,14 @@ impl Store {
             .key(&k.waiting)
             .key(&k.active)
             .key(&k.tokens)
+            .key(&k.away)
             .arg(place.0)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
         match a.first().and_then(int) {
             Some(1) => Ok(LeaveOutcome::Left {
-                member: a.get(1).and_then(text).unwrap_or_default(),
+                gateway: a.get(1).and_then(text).and_then(|t| t.parse().ok()),
             }),
             Some(2) => Ok(LeaveOutcome::Released),
             Some(0) => Ok(LeaveOutcome::NotFound),
@@ -731,40 +855,109 @@ impl Store {
         }
     }
 
-    /// Removes `place` if gateway `gw` still holds it (a browser disconnected). A place that a
-    /// newer connection moved to another gateway has another member and is left alone.
-    pub async fn release_if_held(&self, q: &QueueId, place: PlaceId, gw: &str) -> Result<bool> {
+    /// A browser held by gateway `gw` disconnected: its place is kept for the queue's grace
+    /// period (if this gateway still holds it), then dropped unless the browser resumes.
+    pub async fn mark_away(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        gw: u16,
+        now_ms: u64,
+    ) -> Result<AwayOutcome> {
         let k = QueueKeys::new(q);
-        let n: i64 = redis::cmd("ZREM")
-            .arg(&k.waiting)
-            .arg(keys::member(place.0, gw))
-            .query_async(&mut self.c())
+        let n: i64 = SCRIPTS
+            .away
+            .key(&k.meta)
+            .key(&k.waiting)
+            .key(&k.away)
+            .arg(&keys::member(place.0, gw)[..])
+            .arg(place.0)
+            .arg(now_ms)
+            .invoke_async(&mut self.c())
             .await?;
-        Ok(n == 1)
+        Ok(match n {
+            1 => AwayOutcome::Kept,
+            2 => AwayOutcome::Removed,
+            _ => AwayOutcome::NotHeld,
+        })
     }
 
-    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues.
-    pub async fn refresh_interest(&self, queues: &[QueueId], gw: &str, now_ms: u64) -> Result<()> {
+    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns
+    /// whether each queue is still open.
+    pub async fn refresh_interest(
+        &self,
+        queues: &[QueueId],
+        gw: u16,
+        now_ms: u64,
+    ) -> Result<Vec<bool>> {
         if queues.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut p = redis::pipe();
         for q in queues {
+            let k = QueueKeys::new(q);
             p.cmd("ZADD")
-                .arg(QueueKeys::new(q).gws)
+                .arg(&k.gws)
                 .arg(now_ms + GWS_TTL_MS)
                 .arg(gw)
-                .ignore();
+                .ignore()
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("open");
         }
-        let _: () = p.query_async(&mut self.c()).await?;
-        Ok(())
+        let open: Vec<Option<String>> = p.query_async(&mut self.c()).await?;
+        Ok(open
+            .into_iter()
+            .map(|o| o.as_deref() == Some("1"))
+            .collect())
     }
 
     // ---- dispatcher ----
 
-    /// One tick for one queue (see `lua/tick.lua`). `None` when the queue is closed.
-    pub async fn tick(&self, q: &QueueId, t: &TickArgs) -> Result<Option<TickOutcome>> {
+    /// Acquires (or renews) the lease on a queue for `owner`. `None` when another replica
+    /// holds it.
+    pub async fn acquire_lease(
+        &self,
+        q: &QueueId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
         let k = QueueKeys::new(q);
+        let fence: u64 = SCRIPTS
+            .acquire
+            .key(&k.lease)
+            .key(&k.meta)
+            .arg(owner)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok((fence > 0).then(|| Lease {
+            value: format!("{owner}|{fence}"),
+            fence,
+        }))
+    }
+
+    /// Gives a lease up (if it is still ours).
+    pub async fn release_lease(&self, q: &QueueId, lease: &Lease) -> Result<()> {
+        let k = QueueKeys::new(q);
+        let _: i64 = SCRIPTS
+            .release
+            .key(&k.lease)
+            .arg(&lease.value)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// One tick for one queue (see `lua/tick.lua`).
+    pub async fn tick(&self, q: &QueueId, t: &TickArgs<'_>) -> Result<Tick> {
+        let k = QueueKeys::new(q);
+        let gateways = t
+            .gateways
+            .iter()
+            .map(|g| format!("{}={}", g.index, g.alive_until_ms))
+            .collect::<Vec<_>>()
+            .join(",");
         let v: Value = SCRIPTS
             .tick
             .key(&k.meta)
@@ -773,6 +966,8 @@ impl Store {
             .key(&k.tokens)
             .key(&k.outbox)
             .key(&k.gws)
+            .key(&k.away)
+            .key(&k.lease)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -781,23 +976,31 @@ impl Store {
             .arg(t.store_rate.map(|r| format!("{r:.3}")).unwrap_or_default())
             .arg(PRUNE_LIMIT)
             .arg(COARSE_SAMPLE_STEP)
+            .arg(&t.lease.value)
+            .arg(t.lease_ttl_ms)
+            .arg(gateways)
+            .arg(MAX_ADMIT_PER_TICK)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
         match a.first().and_then(int) {
-            Some(0) => Ok(None),
-            Some(1) if a.len() >= 9 => Ok(Some(TickOutcome {
+            Some(-1) => Ok(Tick::LeaseLost),
+            Some(0) => Ok(Tick::Closed {
+                outbox_len: a.get(1).map(u).transpose()?.unwrap_or(0),
+            }),
+            Some(1) if a.len() >= 10 => Ok(Tick::Ticked(TickOutcome {
                 admitted: u(&a[1])?,
                 waiting: u(&a[2])?,
                 active: u(&a[3])?,
                 runs: pairs(&a[4])?,
                 samples: pairs(&a[5])?,
                 gateways: match &a[6] {
-                    Value::Array(g) => g.iter().filter_map(text).collect(),
+                    Value::Array(g) => g.iter().filter_map(|v| text(v)?.parse().ok()).collect(),
                     _ => Vec::new(),
                 },
                 outbox_len: u(&a[7])?,
                 admit_per_second: float(&a[8]).unwrap_or(0.0),
+                dropped: u(&a[9])?,
             })),
             _ => Err(protocol(format!("tick reply {a:?}"))),
         }
@@ -817,31 +1020,83 @@ impl Store {
             .collect()
     }
 
-    /// Stores minted tokens (only for sessions that still exist).
+    /// Stores minted tokens, only for sessions that still exist; returns those places.
+    /// `None` when the lease was lost (nothing stored).
     pub async fn store_tokens(
         &self,
         q: &QueueId,
+        lease: &Lease,
         records: &[(PlaceId, TokenRecord)],
-    ) -> Result<()> {
+    ) -> Result<Option<HashSet<PlaceId>>> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(Some(HashSet::new()));
         }
         let k = QueueKeys::new(q);
         let mut inv = SCRIPTS.complete.key(&k.tokens);
+        inv.key(&k.lease).arg(&lease.value);
         for (p, r) in records {
             inv.arg(p.0).arg(r.encode());
         }
-        let _: i64 = inv.invoke_async(&mut self.c()).await?;
-        Ok(())
+        let v: Value = inv.invoke_async(&mut self.c()).await?;
+        match v {
+            Value::Nil => Ok(None),
+            v => Ok(Some(
+                array(v)?
+                    .iter()
+                    .map(|p| u(p).map(PlaceId))
+                    .collect::<Result<_>>()?,
+            )),
+        }
     }
 
-    /// Drops the first `n` outbox entries (after they were delivered).
-    pub async fn trim_outbox(&self, q: &QueueId, n: usize) -> Result<()> {
+    /// Drops the first `n` outbox entries (after they were delivered). `false` when the lease
+    /// was lost (nothing dropped).
+    pub async fn trim_outbox(&self, q: &QueueId, lease: &Lease, n: usize) -> Result<bool> {
         let k = QueueKeys::new(q);
-        let _: () = redis::cmd("LTRIM")
-            .arg(&k.outbox)
+        let r: i64 = SCRIPTS
+            .trim_outbox
+            .key(&k.outbox)
+            .key(&k.lease)
+            .arg(&lease.value)
             .arg(n)
-            .arg(-1)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(r == 1)
+    }
+
+    /// Registers (or heartbeats) a dispatcher replica; returns the live replicas, sorted.
+    pub async fn heartbeat_dispatcher(
+        &self,
+        id: &str,
+        now_ms: u64,
+        ttl: Duration,
+    ) -> Result<Vec<String>> {
+        let (_, _, live): ((), (), Vec<String>) = redis::pipe()
+            .atomic()
+            .cmd("ZADD")
+            .arg(keys::DISPATCHERS)
+            .arg(now_ms + ttl.as_millis() as u64)
+            .arg(id)
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(keys::DISPATCHERS)
+            .arg("-inf")
+            .arg(format!("({now_ms}"))
+            .cmd("ZRANGEBYSCORE")
+            .arg(keys::DISPATCHERS)
+            .arg(now_ms)
+            .arg("+inf")
+            .query_async(&mut self.c())
+            .await?;
+        let mut live = live;
+        live.sort();
+        Ok(live)
+    }
+
+    /// Removes a dispatcher replica from the registry (on shutdown).
+    pub async fn deregister_dispatcher(&self, id: &str) -> Result<()> {
+        let _: () = redis::cmd("ZREM")
+            .arg(keys::DISPATCHERS)
+            .arg(id)
             .query_async(&mut self.c())
             .await?;
         Ok(())
@@ -877,12 +1132,16 @@ pub enum DevSecret {
 
 /// Gateway interest in a queue lapses after this long without a join or refresh.
 pub const GWS_TTL_MS: u64 = 30_000;
+/// Dead gateways are remembered this long (so their orphaned places can be recognised).
+const GATEWAY_MEMORY_MS: u64 = 86_400_000;
 /// Each gateway stream is capped (approximately) at this many entries.
 pub const STREAM_MAXLEN: u64 = 100_000;
 /// Spacing of the first, coarse position samples (10% apart); refined where needed.
 const COARSE_SAMPLE_STEP: f64 = 0.1;
-/// Expired sessions removed per tick and queue at most.
-const PRUNE_LIMIT: u64 = 1000;
+/// Most places admitted per queue and tick (bounds how long one tick script blocks Redis).
+pub const MAX_ADMIT_PER_TICK: u64 = 10_000;
+/// Expired sessions removed per tick and queue at most (twice the most admitted per tick).
+const PRUNE_LIMIT: u64 = 2 * MAX_ADMIT_PER_TICK;
 
 #[cfg(test)]
 mod tests {
@@ -890,11 +1149,11 @@ mod tests {
 
     #[test]
     fn outbox_entries_parse() {
-        let e = OutboxEntry::parse("17|h@2|1000|2000").expect("parses");
+        let e = OutboxEntry::parse("17|2|1000|2000").expect("parses");
         assert_eq!(e.place, PlaceId(17));
-        assert_eq!(e.gateway, "2");
+        assert_eq!(e.gateway, 2);
         assert_eq!((e.admitted_at_ms, e.expires_at_ms), (1000, 2000));
-        assert!(OutboxEntry::parse("17|h|1000|2000").is_none());
+        assert!(OutboxEntry::parse("17|x|1000|2000").is_none());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::messages::StreamMessage;
@@ -28,6 +29,8 @@ pub struct AppState {
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
+/// Longest accepted grace period for dropped connections (one hour).
+const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
 const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
 
@@ -64,7 +67,12 @@ async fn authorize(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or("");
-            if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+            // Compare digests: constant time, and no length leak.
+            let (g, e) = (
+                Sha256::digest(given.as_bytes()),
+                Sha256::digest(expected.as_bytes()),
+            );
+            if bool::from(g[..].ct_eq(&e[..])) {
                 next.run(req).await
             } else {
                 ApiError::unauthorized("missing or wrong admin bearer token").into_response()
@@ -104,6 +112,8 @@ pub struct QueueUpdate {
     pub admit_per_second: Option<f64>,
     pub session_ttl_seconds: Option<u64>,
     pub open: Option<bool>,
+    pub grace_seconds: Option<u64>,
+    pub paused: Option<bool>,
 }
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -173,8 +183,16 @@ async fn put_queue(
             )));
         }
     }
+    if let Some(g) = u.grace_seconds {
+        if g > MAX_GRACE {
+            return Err(ApiError::bad_request(format!(
+                "grace_seconds must be between 0 and {MAX_GRACE}"
+            )));
+        }
+    }
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     let created = existing.is_none();
+    let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -185,8 +203,19 @@ async fn put_queue(
     if let Some(o) = u.open {
         cfg.open = o;
     }
+    if let Some(g) = u.grace_seconds {
+        cfg.grace_seconds = g;
+    }
+    if let Some(p) = u.paused {
+        cfg.paused = p;
+    }
+    let closing = !cfg.open && existing_open;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, open = cfg.open, created, "queue configured");
+    if closing {
+        // `open: false` closes the queue exactly like DELETE does.
+        close(&st, &q).await?;
+    }
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;
@@ -203,19 +232,22 @@ async fn close_queue(
     Path(raw): Path<String>,
 ) -> Result<Json<QueueView>, ApiError> {
     let q = parse_queue(&raw)?;
-    let now = now_ms();
-    if st
-        .store
-        .close_queue(&q, now)
-        .await
-        .map_err(redis_down)?
-        .is_none()
-    {
+    if !close(&st, &q).await? {
         return Err(ApiError::not_found(format!("no queue {raw:?}")));
     }
-    // Every live gateway learns it (cheap and rare), not only those registered as holding
-    // browsers of this queue.
-    let live = st.store.live_gateways(now).await.map_err(redis_down)?;
+    view(&st, q)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
+}
+
+/// Closes a queue and tells every live gateway (cheap and rare), not only those registered as
+/// holding browsers of it. `false` when the queue is unknown.
+async fn close(st: &AppState, q: &QueueId) -> Result<bool, ApiError> {
+    if !st.store.close_queue(q).await.map_err(redis_down)? {
+        return Ok(false);
+    }
+    let live = st.store.live_gateways(now_ms()).await.map_err(redis_down)?;
     let msg = StreamMessage::Closed {
         queue: q.clone(),
         reason: "queue_closed".into(),
@@ -226,8 +258,5 @@ async fn close_queue(
         .collect();
     st.store.send(&batches).await.map_err(redis_down)?;
     tracing::info!(queue = %q, gateways = batches.len(), "queue closed");
-    view(&st, q)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
+    Ok(true)
 }

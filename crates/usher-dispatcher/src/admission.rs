@@ -1,14 +1,23 @@
-//! The admission loop: one tick per `tick_ms`, every open queue per tick.
+//! The admission loop: one tick per `tick_ms`; every queue this replica holds the lease of.
+//!
+//! Replicas share queues by rendezvous hashing over the live replicas: each queue has one
+//! preferred replica, which acquires its lease (a Redis key with a TTL and a fencing token). The
+//! holder renews the lease inside every tick script, so a stale holder's tick is rejected by
+//! Redis itself. When a replica dies, its registry entry and leases expire and the queues'
+//! new preferred replicas take them over. When a replica joins, holders hand over the queues
+//! that now prefer it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::{QueueId, ServerId};
 use usher_core::messages::{Admission, QueueState, StreamMessage};
-use usher_core::store::{Store, StoreError, TickArgs, TickOutcome, TokenRecord};
+use usher_core::store::{
+    GatewayInfo, Lease, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
+};
 use usher_core::time::now_ms;
 use usher_core::token::{Claims, SigningKey};
 
@@ -21,20 +30,30 @@ const ADMITTED_PER_MESSAGE: usize = 250;
 /// Weight of the newest sample in the measured admission rate.
 const RATE_EWMA_WEIGHT: f64 = 0.3;
 
-/// Per-queue memory of this dispatcher (lost on restart; only used for the measured rate).
-#[derive(Debug, Default, Clone, Copy)]
-struct Runtime {
+/// Per-queue memory of this replica.
+#[derive(Debug, Clone)]
+struct Held {
+    lease: Lease,
     last_tick_ms: Option<u64>,
     measured_rate: Option<f64>,
 }
 
-/// Drives admission for every open queue.
+/// Settings of the admission loop.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This replica's id in the dispatcher registry and in leases.
+    pub replica: String,
+    pub tick: Duration,
+    pub lease_ttl: Duration,
+    pub exact_positions: u64,
+}
+
+/// Drives admission for the queues this replica holds.
 pub struct Admitter {
     store: Store,
     key: Arc<SigningKey>,
-    tick_ms: u64,
-    exact: u64,
-    runtime: HashMap<QueueId, Runtime>,
+    settings: Settings,
+    held: HashMap<QueueId, Held>,
 }
 
 /// What one tick did, for logs and tests.
@@ -43,23 +62,57 @@ pub struct TickReport {
     pub queues: usize,
     pub admitted: u64,
     pub delivered: u64,
+    pub dropped: u64,
+}
+
+/// FNV-1a: a hash every replica computes the same way.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The replica that should drive `queue` (rendezvous hashing: highest score wins).
+pub fn preferred<'a>(queue: &QueueId, replicas: &'a [String]) -> Option<&'a str> {
+    replicas
+        .iter()
+        .max_by_key(|r| fnv1a(&[queue.as_str().as_bytes(), r.as_bytes()]))
+        .map(String::as_str)
+}
+
+enum Outcome {
+    Ticked {
+        held: Held,
+        admitted: u64,
+        delivered: u64,
+        dropped: u64,
+    },
+    /// Not ours (any more): forget it.
+    NotHeld,
 }
 
 impl Admitter {
-    pub fn new(store: Store, key: Arc<SigningKey>, tick_ms: u64, exact: u64) -> Self {
+    pub fn new(store: Store, key: Arc<SigningKey>, settings: Settings) -> Self {
         Self {
             store,
             key,
-            tick_ms,
-            exact,
-            runtime: HashMap::new(),
+            settings,
+            held: HashMap::new(),
         }
     }
 
-    /// Ticks until `cancel` fires. Redis errors are logged and the next tick tries again: while
-    /// Redis is away nobody is admitted, and admission resumes by itself when it returns.
+    /// Ticks until `cancel` fires, then releases every lease. Redis errors are logged and the
+    /// next tick tries again: while Redis is away nobody is admitted, and admission resumes by
+    /// itself when it returns.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut interval = tokio::time::interval(std::time::Duration::from_millis(self.tick_ms));
+        let mut interval = tokio::time::interval(self.settings.tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         loop {
@@ -78,6 +131,7 @@ impl Admitter {
                         queues = r.queues,
                         admitted = r.admitted,
                         delivered = r.delivered,
+                        dropped = r.dropped,
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "tick"
                     );
@@ -90,33 +144,66 @@ impl Admitter {
                 }
             }
         }
+        self.release_all().await;
         tracing::info!("admission loop stopped");
     }
 
-    /// One tick over every queue.
+    /// Releases every lease and leaves the registry, so other replicas take over at once.
+    pub async fn release_all(&mut self) {
+        for (q, h) in self.held.drain() {
+            if let Err(e) = self.store.release_lease(&q, &h.lease).await {
+                tracing::warn!(queue = %q, error = %e, "could not release a lease; it expires by itself");
+            }
+        }
+        if let Err(e) = self
+            .store
+            .deregister_dispatcher(&self.settings.replica)
+            .await
+        {
+            tracing::warn!(error = %e, "could not leave the dispatcher registry; the entry expires by itself");
+        }
+    }
+
+    /// The queues this replica drives now.
+    pub fn held(&self) -> Vec<QueueId> {
+        self.held.keys().cloned().collect()
+    }
+
+    /// One tick over every queue this replica holds or should hold.
     pub async fn tick(&mut self) -> Result<TickReport, StoreError> {
         let now = now_ms();
+        let me = self.settings.replica.clone();
+        let replicas = self
+            .store
+            .heartbeat_dispatcher(&me, now, self.settings.lease_ttl)
+            .await?;
         let queues = self.store.queue_ids().await?;
-        let live = Arc::new(self.store.live_gateways(now).await?);
-        let jobs: Vec<_> = queues
-            .into_iter()
-            .map(|q| {
-                let rt = self.runtime.get(&q).copied().unwrap_or_default();
-                let job = QueueTick {
-                    store: self.store.clone(),
-                    key: self.key.clone(),
-                    live: live.clone(),
-                    tick_ms: self.tick_ms,
-                    exact: self.exact,
-                    now,
-                    rt,
-                };
-                async move {
-                    let r = job.run(&q).await;
-                    (q, r)
-                }
-            })
-            .collect();
+        let gateways = Arc::new(self.store.gateways(now).await?);
+        let mut jobs = Vec::new();
+        for q in queues {
+            let mine = preferred(&q, &replicas) == Some(me.as_str());
+            let held = self.held.remove(&q);
+            if let (Some(h), false) = (&held, mine) {
+                // Another replica is preferred now: hand the queue over.
+                tracing::info!(queue = %q, "handing queue over to its preferred replica");
+                self.store.release_lease(&q, &h.lease).await?;
+                continue;
+            }
+            if held.is_none() && !mine {
+                continue;
+            }
+            let job = QueueTick {
+                store: self.store.clone(),
+                key: self.key.clone(),
+                gateways: gateways.clone(),
+                settings: self.settings.clone(),
+                now,
+            };
+            jobs.push(async move {
+                let r = job.run(&q, held).await;
+                (q, r)
+            });
+        }
         let results: Vec<_> = stream::iter(jobs)
             .buffer_unordered(QUEUE_CONCURRENCY)
             .collect()
@@ -125,16 +212,22 @@ impl Admitter {
         let mut first_err = None;
         for (q, r) in results {
             match r {
-                Ok(Some((rt, admitted, delivered))) => {
+                Ok(Outcome::Ticked {
+                    held,
+                    admitted,
+                    delivered,
+                    dropped,
+                }) => {
                     report.queues += 1;
                     report.admitted += admitted;
                     report.delivered += delivered;
-                    self.runtime.insert(q, rt);
+                    report.dropped += dropped;
+                    self.held.insert(q, held);
                 }
-                Ok(None) => {
-                    self.runtime.remove(&q);
-                }
+                Ok(Outcome::NotHeld) => {}
                 Err(e) => {
+                    // The lease (if any) is forgotten here; it is re-acquired with the same
+                    // owner next tick if it has not expired, or by whoever comes first.
                     tracing::debug!(queue = %q, error = %e, "queue tick failed");
                     first_err.get_or_insert(e);
                 }
@@ -150,63 +243,100 @@ impl Admitter {
 struct QueueTick {
     store: Store,
     key: Arc<SigningKey>,
-    live: Arc<HashMap<String, ServerId>>,
-    tick_ms: u64,
-    exact: u64,
+    gateways: Arc<Vec<GatewayInfo>>,
+    settings: Settings,
     now: u64,
-    rt: Runtime,
 }
 
 impl QueueTick {
-    /// Returns the queue's new runtime, admitted and delivered counts; `None` when closed.
-    async fn run(mut self, q: &QueueId) -> Result<Option<(Runtime, u64, u64)>, StoreError> {
+    async fn run(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
+        let mut held = match held {
+            Some(h) => h,
+            None => {
+                let Some(lease) = self
+                    .store
+                    .acquire_lease(q, &self.settings.replica, self.settings.lease_ttl)
+                    .await?
+                else {
+                    return Ok(Outcome::NotHeld);
+                };
+                tracing::info!(queue = %q, fence = lease.fence, "driving queue");
+                Held {
+                    lease,
+                    last_tick_ms: None,
+                    measured_rate: None,
+                }
+            }
+        };
+        let tick_ms = self.settings.tick.as_millis() as u64;
         let args = TickArgs {
             now_ms: self.now,
-            first_elapsed_ms: self.tick_ms,
-            max_elapsed_ms: self.tick_ms.saturating_mul(3).max(1000),
-            exact: self.exact,
+            first_elapsed_ms: tick_ms,
+            max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
+            exact: self.settings.exact_positions,
             max_position_error: 0.01,
-            store_rate: self.rt.measured_rate,
+            store_rate: held.measured_rate,
+            lease: &held.lease,
+            lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
+            gateways: &self.gateways,
         };
-        let Some(out) = self.store.tick(q, &args).await? else {
-            return Ok(None);
+        let out = match self.store.tick(q, &args).await? {
+            Tick::Ticked(out) => out,
+            Tick::Closed { outbox_len } => {
+                // Admissions made before the close are still delivered. Keep the lease: a
+                // reopened queue continues here.
+                let delivered = if outbox_len > 0 {
+                    match self.deliver(q, &held.lease).await? {
+                        Some(n) => n,
+                        None => return Ok(Outcome::NotHeld),
+                    }
+                } else {
+                    0
+                };
+                return Ok(Outcome::Ticked {
+                    held,
+                    admitted: 0,
+                    delivered,
+                    dropped: 0,
+                });
+            }
+            Tick::LeaseLost => {
+                tracing::info!(queue = %q, fence = held.lease.fence, "lease lost; another replica drives this queue");
+                return Ok(Outcome::NotHeld);
+            }
         };
-        self.measure(&out);
+        measure(&mut held, self.now, &out);
         let delivered = if out.outbox_len > 0 {
-            self.deliver(q).await?
+            match self.deliver(q, &held.lease).await? {
+                Some(n) => n,
+                None => return Ok(Outcome::NotHeld),
+            }
         } else {
             0
         };
-        self.publish_state(q, &out).await?;
-        Ok(Some((self.rt, out.admitted, delivered)))
+        self.publish_state(q, &held, &out).await?;
+        Ok(Outcome::Ticked {
+            held,
+            admitted: out.admitted,
+            delivered,
+            dropped: out.dropped,
+        })
     }
 
-    /// Admissions per second over ticks where the line was not exhausted.
-    fn measure(&mut self, out: &TickOutcome) {
-        if let Some(last) = self.rt.last_tick_ms {
-            let secs = self.now.saturating_sub(last) as f64 / 1000.0;
-            if secs > 0.0 && out.waiting > 0 {
-                let sample = out.admitted as f64 / secs;
-                self.rt.measured_rate = Some(match self.rt.measured_rate {
-                    Some(r) => r + RATE_EWMA_WEIGHT * (sample - r),
-                    None => sample,
-                });
-            }
-        }
-        self.rt.last_tick_ms = Some(self.now);
-    }
-
-    fn rate(&self, out: &TickOutcome) -> f64 {
-        self.rt
-            .measured_rate
-            .filter(|r| *r > 0.0)
-            .unwrap_or(out.admit_per_second)
+    fn live(&self) -> HashMap<u16, &ServerId> {
+        self.gateways
+            .iter()
+            .filter(|g| g.alive_until_ms > self.now)
+            .map(|g| (g.index, &g.server_id))
+            .collect()
     }
 
     /// Mints tokens for everything in the outbox and sends each admission to the gateway that
-    /// held the browser. Entries leave the outbox only after their messages were written, so
-    /// a crash in between re-sends them with the very same (deterministic) tokens.
-    async fn deliver(&self, q: &QueueId) -> Result<u64, StoreError> {
+    /// held the browser. Entries leave the outbox only after their messages were written, so a
+    /// crash in between re-sends them with the very same (deterministic) tokens; gateways
+    /// ignore admissions for places they no longer hold. `None` when the lease was lost.
+    async fn deliver(&self, q: &QueueId, lease: &Lease) -> Result<Option<u64>, StoreError> {
+        let live = self.live();
         let mut delivered = 0;
         loop {
             let entries = self.store.outbox(q, OUTBOX_BATCH).await?;
@@ -214,7 +344,7 @@ impl QueueTick {
                 break;
             }
             let mut records = Vec::with_capacity(entries.len());
-            let mut by_gateway: HashMap<&str, Vec<Admission>> = HashMap::new();
+            let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
             for e in &entries {
                 let token = self.key.mint(&Claims {
                     sub: e.place.to_string(),
@@ -231,17 +361,21 @@ impl QueueTick {
                         token: token.clone(),
                     },
                 ));
-                by_gateway.entry(&e.gateway).or_default().push(Admission {
+                by_gateway.entry(e.gateway).or_default().push(Admission {
                     place: e.place,
                     token,
                     admitted_at_ms: e.admitted_at_ms,
                     expires_at_ms: e.expires_at_ms,
                 });
             }
-            self.store.store_tokens(q, &records).await?;
+            let Some(stored) = self.store.store_tokens(q, lease, &records).await? else {
+                return Ok(None);
+            };
             let mut batches = Vec::new();
-            for (gw, items) in by_gateway {
-                let Some(id) = self.live.get(gw) else {
+            for (gw, mut items) in by_gateway {
+                // A place that left between admission and minting gets no token.
+                items.retain(|a| stored.contains(&a.place));
+                let Some(id) = live.get(&gw) else {
                     // The gateway is gone; its browsers reconnect elsewhere and find their
                     // token in Redis.
                     tracing::debug!(queue = %q, gateway = gw, n = items.len(), "admissions for a gateway that is gone");
@@ -254,33 +388,90 @@ impl QueueTick {
                         items: c.to_vec(),
                     })
                     .collect();
-                batches.push((id.clone(), msgs));
+                batches.push(((*id).clone(), msgs));
             }
             self.store.send(&batches).await?;
-            self.store.trim_outbox(q, entries.len()).await?;
+            if !self.store.trim_outbox(q, lease, entries.len()).await? {
+                return Ok(None);
+            }
             delivered += entries.len() as u64;
             if entries.len() < OUTBOX_BATCH {
                 break;
             }
         }
-        Ok(delivered)
+        Ok(Some(delivered))
     }
 
-    async fn publish_state(&self, q: &QueueId, out: &TickOutcome) -> Result<(), StoreError> {
+    async fn publish_state(
+        &self,
+        q: &QueueId,
+        held: &Held,
+        out: &TickOutcome,
+    ) -> Result<(), StoreError> {
+        let live = self.live();
         let state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
             waiting: out.waiting,
-            rate: self.rate(out),
+            rate: held
+                .measured_rate
+                .filter(|r| *r > 0.0)
+                .unwrap_or(out.admit_per_second),
             runs: out.runs.clone(),
             samples: out.samples.clone(),
         };
         let batches: Vec<_> = out
             .gateways
             .iter()
-            .filter_map(|gw| self.live.get(gw))
-            .map(|id| (id.clone(), vec![StreamMessage::State(state.clone())]))
+            .filter_map(|gw| live.get(gw))
+            .map(|id| ((*id).clone(), vec![StreamMessage::State(state.clone())]))
             .collect();
         self.store.send(&batches).await
+    }
+}
+
+/// Admissions per second over ticks where the line was not exhausted.
+fn measure(held: &mut Held, now: u64, out: &TickOutcome) {
+    if let Some(last) = held.last_tick_ms {
+        let secs = now.saturating_sub(last) as f64 / 1000.0;
+        if secs > 0.0 && out.waiting > 0 {
+            let sample = out.admitted as f64 / secs;
+            held.measured_rate = Some(match held.measured_rate {
+                Some(r) => r + RATE_EWMA_WEIGHT * (sample - r),
+                None => sample,
+            });
+        }
+    }
+    held.last_tick_ms = Some(now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_spreads_queues_and_moves_few_when_a_replica_joins() {
+        let two: Vec<String> = vec!["a".into(), "b".into()];
+        let three: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        let queues: Vec<QueueId> = (0..300)
+            .map(|i| QueueId::new(format!("q{i}")).expect("valid"))
+            .collect();
+        let on_a = queues
+            .iter()
+            .filter(|q| preferred(q, &two) == Some("a"))
+            .count();
+        assert!((100..200).contains(&on_a), "{on_a} of 300 on a");
+        let moved = queues
+            .iter()
+            .filter(|q| preferred(q, &two) != preferred(q, &three))
+            .count();
+        for q in &queues {
+            let now = preferred(q, &three);
+            if preferred(q, &two) != now {
+                assert_eq!(now, Some("c"), "only moves to the new replica");
+            }
+        }
+        assert!((50..150).contains(&moved), "{moved} moved");
+        assert_eq!(preferred(&queues[0], &[]), None);
     }
 }

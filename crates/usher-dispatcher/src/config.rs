@@ -58,14 +58,67 @@ pub struct Config {
     #[arg(long, env = "USHER_EXACT_POSITIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub exact_positions: u64,
 
+    /// This replica's id in the dispatcher registry and in queue leases. Run any number of
+    /// replicas: each queue is driven by exactly one of them at a time. Defaults to a random
+    /// id unique to this process.
+    #[arg(long, env = "USHER_REPLICA_ID")]
+    pub replica_id: Option<String>,
+
+    /// Milliseconds a queue lease (and a replica's registry entry) lasts without renewal. When
+    /// a replica dies, another takes its queues within this time plus one or two ticks. Must be
+    /// at least two ticks.
+    #[arg(long, env = "USHER_LEASE_TTL_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub lease_ttl_ms: u64,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
 }
 
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("USHER_LEASE_TTL_MS ({lease_ttl_ms}) must be at least two ticks (USHER_TICK_MS = {tick_ms})")]
+    LeaseTooShort { lease_ttl_ms: u64, tick_ms: u64 },
+    #[error("USHER_REPLICA_ID must be 1 to 128 characters without '|'")]
+    ReplicaId,
+    #[error("USHER_ADMIN_TOKEN is set but empty; set a long random token or unset it")]
+    EmptyAdminToken,
+}
+
 impl Config {
     pub fn tick(&self) -> Duration {
         Duration::from_millis(self.tick_ms)
+    }
+
+    /// Checks what clap cannot check field by field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.lease_ttl_ms < self.tick_ms * 2 {
+            return Err(ConfigError::LeaseTooShort {
+                lease_ttl_ms: self.lease_ttl_ms,
+                tick_ms: self.tick_ms,
+            });
+        }
+        if self
+            .admin_token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(ConfigError::EmptyAdminToken);
+        }
+        if let Some(id) = &self.replica_id {
+            if id.is_empty() || id.len() > 128 || id.contains('|') {
+                return Err(ConfigError::ReplicaId);
+            }
+        }
+        Ok(())
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> String {
+        self.replica_id
+            .clone()
+            .unwrap_or_else(|| format!("dsp-{:016x}", rand::random::<u64>()))
     }
 
     /// A configuration for tests: listen on an ephemeral port, tick every `tick_ms`.
@@ -78,6 +131,8 @@ impl Config {
             jwt_key: None,
             admin_token: None,
             exact_positions: 1000,
+            replica_id: None,
+            lease_ttl_ms: (tick_ms * 3).max(300),
             log_format: LogFormat::Text,
         }
     }

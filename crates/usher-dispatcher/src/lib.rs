@@ -35,6 +35,8 @@ pub enum Error {
     },
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
 }
 
 /// Runs the dispatcher on `listener` until `shutdown` resolves.
@@ -43,14 +45,21 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    cfg.validate()?;
     let store = Store::connect(&cfg.redis_url).await?;
     let key = Arc::new(signing::load(&cfg, &store).await?);
     if cfg.admin_token.is_none() {
         tracing::warn!("USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only");
     }
     let cancel = CancellationToken::new();
-    let admitter =
-        admission::Admitter::new(store.clone(), key.clone(), cfg.tick_ms, cfg.exact_positions);
+    let settings = admission::Settings {
+        replica: cfg.replica(),
+        tick: cfg.tick(),
+        lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
+        exact_positions: cfg.exact_positions,
+    };
+    tracing::info!(replica = %settings.replica, "dispatcher replica starting");
+    let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);
     let ticking = tokio::spawn(admitter.run(cancel.clone()));
     let app = admin::router(admin::AppState {
         store,
@@ -59,6 +68,7 @@ pub async fn run(
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, shutdown).await;
+    // Stop ticking and release every lease, so other replicas take over at once.
     cancel.cancel();
     let _ = ticking.await;
     served?;

@@ -53,6 +53,23 @@ pub struct Config {
     #[arg(long, env = "USHER_HEARTBEAT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub heartbeat_ms: u64,
 
+    /// Most browsers held at once. Past it, new streams answer `200` with a jittered `retry:`
+    /// and end, so the browser tries again (often on another gateway). Keep it below the
+    /// process's open-file limit.
+    #[arg(long, env = "USHER_MAX_CONNECTIONS", default_value_t = 18_000)]
+    pub max_connections: u64,
+
+    /// On SIGTERM: milliseconds between failing `/readyz` (so the load balancer stops sending
+    /// new browsers) and starting to end open streams.
+    #[arg(long, env = "USHER_DRAIN_DELAY_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=120_000))]
+    pub drain_delay_ms: u64,
+
+    /// On SIGTERM: open streams are ended spread over this many seconds, each with a jittered
+    /// `retry:`, so browsers reconnect to the other gateways gradually and resume their places.
+    /// The process exits at the latest 5 s after the window.
+    #[arg(long, env = "USHER_DRAIN_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub drain_secs: u64,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -82,6 +99,9 @@ impl Config {
             keepalive_secs: 15,
             retry_ms: 1000,
             heartbeat_ms: 500,
+            max_connections: 18_000,
+            drain_delay_ms: 200,
+            drain_secs: 1,
             log_format: LogFormat::Text,
         }
     }

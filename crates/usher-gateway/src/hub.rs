@@ -2,10 +2,16 @@
 //!
 //! Each connection owns a `watch` channel: a new update replaces an unsent one, so a slow
 //! browser costs one pending update at most, never a growing buffer.
+//!
+//! A place is *reserved* before the Redis call that resumes it (or right after the call that
+//! takes it) and *attached* once its stream exists. The reservation takes ownership from any
+//! older connection for the same place at once, so that connection's disconnect can no longer
+//! mark the place away. One lock guards connections and orphaned admissions together, so an
+//! admission can never slip between "not attached yet" and "attached".
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -24,29 +30,36 @@ pub enum Update {
     /// Terminal.
     Closed(ClosedEvent),
     /// Terminal, without an event: a newer connection took the place over, or the gateway is
-    /// shutting down. The browser reconnects (with its ticket) and resumes.
-    Ended,
+    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
+    /// after that delay and resumes its place.
+    Ended {
+        retry_ms: Option<u64>,
+    },
 }
 
 impl Update {
     pub fn is_terminal(&self) -> bool {
         !matches!(self, Update::Waiting(_))
     }
+
+    pub fn superseded() -> Self {
+        Update::Ended { retry_ms: None }
+    }
 }
 
-struct Conn {
+struct Slot {
     id: u64,
-    tx: watch::Sender<Update>,
+    /// `None` while reserved (the stream does not exist yet).
+    tx: Option<watch::Sender<Update>>,
+    /// A terminal update that arrived while reserved.
+    pending: Option<Update>,
     position: u64,
+    /// A re-check against Redis is under way (see [`Hub::apply_state`]).
+    resyncing: bool,
 }
 
-#[derive(Default)]
-struct QueueConns {
-    by_place: BTreeMap<u64, Conn>,
-}
-
-/// Admissions that arrived for places not (yet) attached here: a browser that is between its
-/// join and its attach, or between two connections. Kept briefly, bounded.
+/// Admissions that arrived for places not held here (a browser between two connections).
+/// Kept briefly, bounded.
 struct Orphan {
     event: AdmittedEvent,
     at: Instant,
@@ -54,6 +67,32 @@ struct Orphan {
 
 const ORPHAN_TTL: Duration = Duration::from_secs(30);
 const ORPHAN_CAP: usize = 100_000;
+
+#[derive(Default)]
+struct Inner {
+    queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
+    orphans: HashMap<(QueueId, PlaceId), Orphan>,
+}
+
+impl Inner {
+    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
+        let conns = self.queues.get_mut(queue)?;
+        let slot = conns.remove(&place.0)?;
+        if conns.is_empty() {
+            self.queues.remove(queue);
+        }
+        Some(slot)
+    }
+}
+
+/// A place reserved for a connection being set up; pass it to [`Hub::attach`], or to
+/// [`Hub::unreserve`] when the setup fails.
+#[derive(Debug)]
+pub struct Reservation {
+    pub queue: QueueId,
+    pub place: PlaceId,
+    id: u64,
+}
 
 /// Identifies one attached connection; pass it back to [`Hub::detach`].
 #[derive(Debug, Clone)]
@@ -65,10 +104,24 @@ pub struct Attached {
 
 #[derive(Default)]
 pub struct Hub {
-    queues: Mutex<HashMap<QueueId, QueueConns>>,
-    orphans: Mutex<HashMap<(QueueId, PlaceId), Orphan>>,
+    inner: Mutex<Inner>,
     next_id: AtomicU64,
     connections: AtomicU64,
+}
+
+/// Delivers `u` to a slot: through its channel, or kept as pending while reserved. Returns
+/// whether the slot is done (a terminal update reached an attached connection).
+fn deliver(slot: &mut Slot, u: Update) -> bool {
+    match &slot.tx {
+        Some(tx) => {
+            let _ = tx.send(u);
+            true
+        }
+        None => {
+            slot.pending = Some(u);
+            false
+        }
+    }
 }
 
 impl Hub {
@@ -76,205 +129,287 @@ impl Hub {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<QueueId, QueueConns>> {
-        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn orphans(&self) -> std::sync::MutexGuard<'_, HashMap<(QueueId, PlaceId), Orphan>> {
-        self.orphans.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Number of browsers held.
+    /// Places held or reserved.
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
     }
 
-    /// Holds a browser for `place`. A connection already holding the place here is ended (the
-    /// newest connection owns a place). When an admission for the place already arrived, the
-    /// receiver starts with it.
+    /// Reserves `place` for a new connection. An older connection holding it here is ended
+    /// (the newest connection owns a place) and can no longer release it.
+    pub fn reserve(&self, queue: &QueueId, place: PlaceId) -> Reservation {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.lock();
+        let slot = Slot {
+            id,
+            tx: None,
+            pending: None,
+            position: u64::MAX,
+            resyncing: false,
+        };
+        let old = inner
+            .queues
+            .entry(queue.clone())
+            .or_default()
+            .insert(place.0, slot);
+        match old {
+            Some(old) => {
+                if let Some(tx) = old.tx {
+                    let _ = tx.send(Update::superseded());
+                }
+            }
+            None => {
+                self.connections.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Reservation {
+            queue: queue.clone(),
+            place,
+            id,
+        }
+    }
+
+    /// Gives up a reservation that never became a connection. Returns `true` when it still
+    /// owned the place (so the place should be marked away).
+    pub fn unreserve(&self, r: &Reservation) -> bool {
+        let mut inner = self.lock();
+        let owned = inner
+            .queues
+            .get(&r.queue)
+            .and_then(|c| c.get(&r.place.0))
+            .is_some_and(|s| s.id == r.id && s.tx.is_none());
+        if owned {
+            inner.remove(&r.queue, r.place);
+            self.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+        owned
+    }
+
+    /// Turns a reservation into a connection. The receiver starts with `first`, or with a
+    /// terminal update that arrived meanwhile (an admission included). `None` when a newer
+    /// connection took the place over in between.
     pub fn attach(
         &self,
-        queue: &QueueId,
-        place: PlaceId,
+        r: Reservation,
         first: WaitingEvent,
-    ) -> (Attached, watch::Receiver<Update>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let orphan = self.orphans().remove(&(queue.clone(), place));
-        if let Some(o) = orphan {
-            let (_tx, rx) = watch::channel(Update::Admitted(o.event));
-            let a = Attached {
-                queue: queue.clone(),
-                place,
-                id,
-            };
-            return (a, rx);
+    ) -> Option<(Attached, watch::Receiver<Update>)> {
+        let mut inner = self.lock();
+        let orphan = inner.orphans.remove(&(r.queue.clone(), r.place));
+        let slot = inner
+            .queues
+            .get_mut(&r.queue)
+            .and_then(|c| c.get_mut(&r.place.0))
+            .filter(|s| s.id == r.id)?;
+        let a = Attached {
+            queue: r.queue.clone(),
+            place: r.place,
+            id: r.id,
+        };
+        let terminal = slot
+            .pending
+            .take()
+            .or_else(|| orphan.map(|o| Update::Admitted(o.event)));
+        if let Some(t) = terminal {
+            inner.remove(&r.queue, r.place);
+            self.connections.fetch_sub(1, Ordering::Relaxed);
+            let (_tx, rx) = watch::channel(t);
+            return Some((a, rx));
         }
-        let position = first.position;
+        slot.position = first.position;
         let (tx, rx) = watch::channel(Update::Waiting(first));
-        let mut qs = self.lock();
-        let conns = qs.entry(queue.clone()).or_default();
-        if let Some(old) = conns.by_place.insert(place.0, Conn { id, tx, position }) {
-            let _ = old.tx.send(Update::Ended);
-        } else {
-            self.connections.fetch_add(1, Ordering::Relaxed);
-        }
-        (
-            Attached {
-                queue: queue.clone(),
-                place,
-                id,
-            },
-            rx,
-        )
+        slot.tx = Some(tx);
+        Some((a, rx))
     }
 
     /// Forgets a connection. Returns `true` when it still held its place (it ended on its own
     /// rather than through a terminal update or a newer connection).
     pub fn detach(&self, a: &Attached) -> bool {
-        let mut qs = self.lock();
-        let Some(conns) = qs.get_mut(&a.queue) else {
-            return false;
-        };
-        let owned = conns.by_place.get(&a.place.0).is_some_and(|c| c.id == a.id);
+        let mut inner = self.lock();
+        let owned = inner
+            .queues
+            .get(&a.queue)
+            .and_then(|c| c.get(&a.place.0))
+            .is_some_and(|s| s.id == a.id);
         if owned {
-            conns.by_place.remove(&a.place.0);
+            inner.remove(&a.queue, a.place);
             self.connections.fetch_sub(1, Ordering::Relaxed);
-            if conns.by_place.is_empty() {
-                qs.remove(&a.queue);
-            }
         }
         owned
     }
 
-    fn take(&self, queue: &QueueId, place: PlaceId) -> Option<Conn> {
-        let mut qs = self.lock();
-        let conns = qs.get_mut(queue)?;
-        let c = conns.by_place.remove(&place.0)?;
-        self.connections.fetch_sub(1, Ordering::Relaxed);
-        if conns.by_place.is_empty() {
-            qs.remove(queue);
+    /// Sends a terminal update to the connection holding `place`. Returns whether one did.
+    pub fn finish(&self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
+        let mut inner = self.lock();
+        let Some(slot) = inner
+            .queues
+            .get_mut(queue)
+            .and_then(|c| c.get_mut(&place.0))
+        else {
+            return false;
+        };
+        if deliver(slot, u) {
+            inner.remove(queue, place);
+            self.connections.fetch_sub(1, Ordering::Relaxed);
         }
-        Some(c)
+        true
     }
 
     /// Applies a queue snapshot: every browser of the queue whose position went down gets a
-    /// `waiting` update. Positions never go up while a browser stays connected.
-    pub fn apply_state(&self, s: &QueueState) -> usize {
-        let mut sent = 0;
-        let mut qs = self.lock();
-        let Some(conns) = qs.get_mut(&s.queue) else {
-            return 0;
+    /// `waiting` update; positions never go up while a browser stays connected. Returns the
+    /// places the snapshot no longer lists (admitted, removed, or the queue emptied): the
+    /// caller re-checks them against Redis, so a lost message can never strand a browser.
+    pub fn apply_state(&self, s: &QueueState) -> Vec<PlaceId> {
+        let mut gone = Vec::new();
+        let mut inner = self.lock();
+        let Some(conns) = inner.queues.get_mut(&s.queue) else {
+            return gone;
         };
-        for (&place, c) in conns.by_place.iter_mut() {
-            let position = match s.standing(place) {
-                Standing::At(p) => p.min(c.position),
-                Standing::Gone | Standing::Unknown => c.position,
+        for (&place, slot) in conns.iter_mut() {
+            let Some(tx) = &slot.tx else { continue };
+            let position = match s.standing(PlaceId(place).seq()) {
+                Standing::At(p) => p.min(slot.position),
+                Standing::Gone => {
+                    if !slot.resyncing {
+                        slot.resyncing = true;
+                        gone.push(PlaceId(place));
+                    }
+                    continue;
+                }
+                Standing::Unknown => continue,
             };
-            let waiting = s.waiting.max(position);
             let ev = WaitingEvent {
                 queue: s.queue.clone(),
                 position,
-                waiting,
+                waiting: s.waiting.max(position),
                 eta_seconds: eta_seconds(position, s.rate),
             };
-            let changed = c.tx.send_if_modified(|cur| match cur {
+            tx.send_if_modified(|cur| match cur {
                 Update::Waiting(w) if *w != ev => {
                     *w = ev.clone();
                     true
                 }
                 _ => false,
             });
-            c.position = position;
-            sent += usize::from(changed);
+            slot.position = position;
         }
-        sent
+        gone
     }
 
-    /// Delivers admissions. Returns how many went to browsers held here.
+    /// A re-check found the place still waiting (or being admitted): check again when the next
+    /// snapshot says it is gone.
+    pub fn resync_done(&self, queue: &QueueId, place: PlaceId) {
+        let mut inner = self.lock();
+        if let Some(slot) = inner
+            .queues
+            .get_mut(queue)
+            .and_then(|c| c.get_mut(&place.0))
+        {
+            slot.resyncing = false;
+        }
+    }
+
+    /// Delivers admissions. Returns how many went to browsers held here; the others are kept
+    /// briefly in case their browser attaches here soon.
     pub fn admit(&self, queue: &QueueId, items: &[Admission]) -> usize {
         let mut n = 0;
+        let mut inner = self.lock();
         for a in items {
             let ev = AdmittedEvent::new(queue.clone(), a);
-            match self.take(queue, a.place) {
-                Some(c) => {
-                    let _ = c.tx.send(Update::Admitted(ev));
+            let slot = inner
+                .queues
+                .get_mut(queue)
+                .and_then(|c| c.get_mut(&a.place.0));
+            match slot {
+                Some(slot) => {
+                    if deliver(slot, Update::Admitted(ev)) {
+                        inner.remove(queue, a.place);
+                        self.connections.fetch_sub(1, Ordering::Relaxed);
+                    }
                     n += 1;
                 }
-                None => self.keep_orphan(queue, a.place, ev),
+                None => {
+                    if inner.orphans.len() < ORPHAN_CAP {
+                        inner.orphans.insert(
+                            (queue.clone(), a.place),
+                            Orphan {
+                                event: ev,
+                                at: Instant::now(),
+                            },
+                        );
+                    }
+                }
             }
         }
         n
-    }
-
-    fn keep_orphan(&self, queue: &QueueId, place: PlaceId, event: AdmittedEvent) {
-        let mut o = self.orphans();
-        if o.len() >= ORPHAN_CAP {
-            let now = Instant::now();
-            o.retain(|_, v| now.duration_since(v.at) < ORPHAN_TTL);
-            if o.len() >= ORPHAN_CAP {
-                return;
-            }
-        }
-        o.insert(
-            (queue.clone(), place),
-            Orphan {
-                event,
-                at: Instant::now(),
-            },
-        );
     }
 
     /// Drops expired orphans (called periodically).
     pub fn sweep_orphans(&self) {
         let now = Instant::now();
-        self.orphans()
+        self.lock()
+            .orphans
             .retain(|_, v| now.duration_since(v.at) < ORPHAN_TTL);
-    }
-
-    /// Ends one connection with `update` (e.g. `closed` after leaving, or `Ended` when another
-    /// gateway took the place over). Returns whether it was held here.
-    pub fn end(&self, queue: &QueueId, place: PlaceId, update: Update) -> bool {
-        match self.take(queue, place) {
-            Some(c) => {
-                let _ = c.tx.send(update);
-                true
-            }
-            None => false,
-        }
     }
 
     /// Ends every connection of a closed queue with `closed`.
     pub fn close_queue(&self, queue: &QueueId, reason: &str) -> usize {
-        let conns = self.lock().remove(queue);
-        let Some(conns) = conns else { return 0 };
-        let n = conns.by_place.len();
-        self.connections.fetch_sub(n as u64, Ordering::Relaxed);
-        for c in conns.by_place.into_values() {
-            let _ = c.tx.send(Update::Closed(ClosedEvent {
-                queue: queue.clone(),
-                reason: reason.to_owned(),
-            }));
-        }
-        n
-    }
-
-    /// Ends every connection without an event (shutdown): browsers reconnect elsewhere.
-    pub fn end_all(&self) -> usize {
-        let all: Vec<QueueConns> = self.lock().drain().map(|(_, v)| v).collect();
-        let mut n = 0;
-        for conns in all {
-            for c in conns.by_place.into_values() {
-                let _ = c.tx.send(Update::Ended);
-                n += 1;
+        let mut inner = self.lock();
+        let Some(conns) = inner.queues.get_mut(queue) else {
+            return 0;
+        };
+        let update = Update::Closed(ClosedEvent {
+            queue: queue.clone(),
+            reason: reason.to_owned(),
+        });
+        let mut done = Vec::new();
+        for (&place, slot) in conns.iter_mut() {
+            if deliver(slot, update.clone()) {
+                done.push(place);
             }
         }
-        self.connections.fetch_sub(n as u64, Ordering::Relaxed);
-        n
+        for p in &done {
+            inner.remove(queue, PlaceId(*p));
+        }
+        self.connections
+            .fetch_sub(done.len() as u64, Ordering::Relaxed);
+        done.len()
+    }
+
+    /// Ends up to `max` connections without an event (draining), each with its own `retry:`
+    /// from `retry_ms`. Returns how many were ended.
+    pub fn end_some(&self, max: usize, mut retry_ms: impl FnMut() -> u64) -> usize {
+        let mut inner = self.lock();
+        let mut picked = Vec::new();
+        'outer: for (q, conns) in inner.queues.iter() {
+            for (&place, slot) in conns.iter() {
+                if picked.len() >= max {
+                    break 'outer;
+                }
+                if slot.tx.is_some() {
+                    picked.push((q.clone(), place));
+                }
+            }
+        }
+        for (q, place) in &picked {
+            if let Some(slot) = inner.remove(q, PlaceId(*place)) {
+                if let Some(tx) = slot.tx {
+                    let _ = tx.send(Update::Ended {
+                        retry_ms: Some(retry_ms()),
+                    });
+                }
+            }
+        }
+        self.connections
+            .fetch_sub(picked.len() as u64, Ordering::Relaxed);
+        picked.len()
     }
 
     /// Queues this gateway holds browsers of.
     pub fn queues(&self) -> Vec<QueueId> {
-        self.lock().keys().cloned().collect()
+        self.lock().queues.keys().cloned().collect()
     }
 }
 
@@ -295,25 +430,48 @@ mod tests {
         }
     }
 
+    fn place(seq: u64) -> PlaceId {
+        PlaceId(seq)
+    }
+
+    fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update>) {
+        let r = hub.reserve(&q(), p);
+        hub.attach(r, waiting(pos)).expect("attached")
+    }
+
     #[test]
     fn newest_connection_owns_the_place() {
         let hub = Hub::new();
-        let (a1, rx1) = hub.attach(&q(), PlaceId(5), waiting(5));
-        let (a2, _rx2) = hub.attach(&q(), PlaceId(5), waiting(5));
-        assert_eq!(*rx1.borrow(), Update::Ended);
+        let (a1, rx1) = connect(&hub, place(5), 5);
+        let r2 = hub.reserve(&q(), place(5));
+        assert_eq!(*rx1.borrow(), Update::superseded());
         assert!(
             !hub.detach(&a1),
             "the old connection no longer owns the place"
         );
+        let (a2, _rx2) = hub.attach(r2, waiting(5)).expect("attached");
         assert_eq!(hub.connections(), 1);
         assert!(hub.detach(&a2));
         assert_eq!(hub.connections(), 0);
     }
 
     #[test]
-    fn positions_never_increase() {
+    fn an_abandoned_reservation_reports_ownership_once() {
         let hub = Hub::new();
-        let (_a, rx) = hub.attach(&q(), PlaceId(10), waiting(3));
+        let r = hub.reserve(&q(), place(1));
+        assert!(hub.unreserve(&r));
+        assert!(!hub.unreserve(&r));
+        assert_eq!(hub.connections(), 0);
+        let r1 = hub.reserve(&q(), place(2));
+        let _r2 = hub.reserve(&q(), place(2));
+        assert!(!hub.unreserve(&r1), "a newer reservation owns it");
+        assert!(hub.attach(r1, waiting(1)).is_none());
+    }
+
+    #[test]
+    fn positions_never_increase_and_gone_places_are_reported_once() {
+        let hub = Hub::new();
+        let (_a, rx) = connect(&hub, place(10), 3);
         let mut s = QueueState {
             queue: q(),
             waiting: 9,
@@ -321,26 +479,62 @@ mod tests {
             runs: vec![(1, 9), (10, 1)],
             ..Default::default()
         };
-        hub.apply_state(&s);
+        assert!(hub.apply_state(&s).is_empty());
         assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
         s.runs = vec![(10, 1)];
         hub.apply_state(&s);
         assert!(
             matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == 1)
         );
+        s.runs = vec![(11, 1)];
+        assert_eq!(hub.apply_state(&s), vec![place(10)]);
+        assert!(
+            hub.apply_state(&s).is_empty(),
+            "reported once until resync_done"
+        );
+        hub.resync_done(&q(), place(10));
+        assert_eq!(hub.apply_state(&s), vec![place(10)]);
     }
 
     #[test]
-    fn admissions_for_unattached_places_wait_briefly() {
+    fn admissions_reach_reserved_and_not_yet_attached_places() {
         let hub = Hub::new();
-        let adm = Admission {
-            place: PlaceId(4),
+        let adm = |p: PlaceId| Admission {
+            place: p,
             token: "t".into(),
             admitted_at_ms: 1,
             expires_at_ms: 2,
         };
-        assert_eq!(hub.admit(&q(), &[adm]), 0);
-        let (_a, rx) = hub.attach(&q(), PlaceId(4), waiting(1));
+        // Arrives before the reservation: kept as an orphan.
+        assert_eq!(hub.admit(&q(), &[adm(place(4))]), 0);
+        let r = hub.reserve(&q(), place(4));
+        let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
         assert!(matches!(&*rx.borrow(), Update::Admitted(e) if e.token == "t"));
+        // Arrives while reserved: kept in the slot.
+        let r = hub.reserve(&q(), place(5));
+        assert_eq!(hub.admit(&q(), &[adm(place(5))]), 1);
+        let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
+        assert!(matches!(&*rx.borrow(), Update::Admitted(_)));
+        assert_eq!(hub.connections(), 0);
+    }
+
+    #[test]
+    fn draining_ends_connections_with_a_retry() {
+        let hub = Hub::new();
+        let rxs: Vec<_> = (1..=5).map(|i| connect(&hub, place(i), i).1).collect();
+        assert_eq!(hub.end_some(3, || 1234), 3);
+        assert_eq!(hub.connections(), 2);
+        let ended = rxs
+            .iter()
+            .filter(|rx| {
+                *rx.borrow()
+                    == Update::Ended {
+                        retry_ms: Some(1234),
+                    }
+            })
+            .count();
+        assert_eq!(ended, 3);
+        assert_eq!(hub.end_some(10, || 1), 2);
+        assert_eq!(hub.connections(), 0);
     }
 }

@@ -3,7 +3,7 @@
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * [`hub`] — the browsers held here and what each should see next.
 //! * [`routes`] — the HTTP contract browsers use.
-//! * this module — startup, the heartbeat and the stream consumer.
+//! * this module — startup, the heartbeat, the stream consumer and draining.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
@@ -13,9 +13,10 @@ pub mod routes;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rand::Rng;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::{PlaceId, QueueId, ServerId};
@@ -40,6 +41,10 @@ pub enum Error {
 const READ_COUNT: usize = 500;
 /// How long one `XREADGROUP` blocks.
 const READ_BLOCK: Duration = Duration::from_secs(5);
+/// Draining ends connections in steps this far apart.
+const DRAIN_STEP: Duration = Duration::from_millis(100);
+/// How long after the drain window the process gives up on streams that are still open.
+const DRAIN_HARD_MARGIN: Duration = Duration::from_secs(5);
 
 /// One gateway's shared state.
 pub struct Gateway {
@@ -48,18 +53,17 @@ pub struct Gateway {
     pub(crate) ticket_key: TicketKey,
     pub(crate) config: Config,
     pub(crate) id: ServerId,
-    index: RwLock<String>,
+    index: u16,
     pub(crate) shutdown: CancellationToken,
     draining: AtomicBool,
+    /// Disconnects that could not be recorded in Redis yet (retried by the heartbeat).
+    pending_away: Mutex<Vec<(QueueId, PlaceId)>>,
 }
 
 impl Gateway {
-    /// This gateway's index in the registry (base 36); it appears in waiting-set members.
-    pub fn index(&self) -> String {
+    /// This process's index in the gateway registry (base 36); it appears in waiting-set members.
+    pub fn index(&self) -> u16 {
         self.index
-            .read()
-            .map(|g| g.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     pub fn id(&self) -> &ServerId {
@@ -74,8 +78,25 @@ impl Gateway {
         self.draining.load(Ordering::Relaxed)
     }
 
+    /// A browser went away: keep its place for the queue's grace period (in the background;
+    /// retried by the heartbeat while Redis is unreachable).
+    pub(crate) fn mark_away(self: &Arc<Self>, q: QueueId, place: PlaceId) {
+        let gw = self.clone();
+        tokio::spawn(async move {
+            match gw.store.mark_away(&q, place, gw.index, now_ms()).await {
+                Ok(o) => tracing::debug!(queue = %q, %place, outcome = ?o, "browser went away"),
+                Err(e) => {
+                    tracing::debug!(queue = %q, %place, error = %e, "could not mark a place away; will retry");
+                    if let Ok(mut p) = gw.pending_away.lock() {
+                        p.push((q, place));
+                    }
+                }
+            }
+        });
+    }
+
     /// Tells the gateway with index `idx` that it no longer holds `place`.
-    pub(crate) async fn tell_gateway(&self, idx: &str, q: &QueueId, place: PlaceId, reason: &str) {
+    pub(crate) async fn tell_gateway(&self, idx: u16, q: &QueueId, place: PlaceId, reason: &str) {
         let msg = StreamMessage::Ended {
             queue: q.clone(),
             place,
@@ -83,7 +104,7 @@ impl Gateway {
         };
         let r = async {
             let live = self.store.live_gateways(now_ms()).await?;
-            match live.get(idx) {
+            match live.get(&idx) {
                 Some(id) => self.store.send(&[(id.clone(), vec![msg])]).await,
                 None => Ok(()),
             }
@@ -93,10 +114,17 @@ impl Gateway {
             tracing::warn!(error = %e, gateway = idx, "could not notify the gateway that held a place");
         }
     }
+
+    fn jittered_retry_ms(&self) -> u64 {
+        let f: f64 = rand::thread_rng().gen_range(0.5..1.5);
+        (self.config.retry_ms as f64 * f) as u64
+    }
 }
 
-/// Runs a gateway on `listener` until `shutdown` resolves. On shutdown every stream ends
-/// without an event, so browsers reconnect (to another gateway) and resume their places.
+/// Runs a gateway on `listener` until `shutdown` resolves, then drains: `/readyz` fails at
+/// once, new streams are sent elsewhere, and open streams end spread over the drain window
+/// with a jittered `retry:`, so browsers reconnect (through the load balancer, to other
+/// gateways) and resume their places. Returns at the latest 5 s after the drain window.
 pub async fn run(
     cfg: Config,
     listener: TcpListener,
@@ -104,26 +132,56 @@ pub async fn run(
 ) -> Result<(), Error> {
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
-    tracing::info!(listen = %addr, server_id = %gw.id, index = %gw.index(), "gateway running");
+    tracing::info!(listen = %addr, server_id = %gw.id, index = %gw.index, "gateway running");
     let app = routes::router(gw.clone());
-    let stopping = gw.clone();
-    let served = usher_http::serve(listener, app, async move {
+    let drain_started = Arc::new(tokio::sync::Notify::new());
+    let (stopping, started) = (gw.clone(), drain_started.clone());
+    let serve = usher_http::serve(listener, app, async move {
         shutdown.await;
         stopping.draining.store(true, Ordering::Relaxed);
-        stopping.shutdown.cancel();
-        let n = stopping.hub.end_all();
         tracing::info!(
-            connections = n,
-            "ending open streams; browsers reconnect elsewhere"
+            connections = stopping.hub.connections(),
+            "draining: /readyz fails now; open streams end over the drain window"
         );
-    })
-    .await;
+        tokio::time::sleep(Duration::from_millis(stopping.config.drain_delay_ms)).await;
+        started.notify_one();
+        tokio::spawn(drain(stopping.clone()));
+    });
+    let window = Duration::from_secs(gw.config.drain_secs);
+    let served = tokio::select! {
+        r = serve => r,
+        () = async {
+            drain_started.notified().await;
+            tokio::time::sleep(window + DRAIN_HARD_MARGIN).await;
+        } => {
+            tracing::warn!(left = gw.hub.connections(), "drain deadline reached; closing what is left");
+            Ok(())
+        }
+    };
     gw.shutdown.cancel();
-    if let Err(e) = gw.store.deregister_gateway(&gw.id).await {
-        tracing::warn!(error = %e, "could not deregister from the gateway registry");
+    if let Err(e) = gw.store.deregister_gateway(gw.index, now_ms()).await {
+        tracing::warn!(error = %e, "could not deregister; the registry entry expires by itself");
     }
     served?;
+    tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// Ends open streams spread over the drain window.
+async fn drain(gw: Arc<Gateway>) {
+    let steps = (Duration::from_secs(gw.config.drain_secs).as_millis() / DRAIN_STEP.as_millis())
+        .max(1) as u64;
+    let total = gw.hub.connections();
+    let per_step = total.div_ceil(steps).max(1) as usize;
+    let mut every = tokio::time::interval(DRAIN_STEP);
+    loop {
+        every.tick().await;
+        let ended = gw.hub.end_some(per_step, || gw.jittered_retry_ms());
+        if ended == 0 && gw.hub.connections() == 0 {
+            break;
+        }
+    }
+    tracing::info!(ended = total, "all streams ended");
 }
 
 async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
@@ -154,16 +212,18 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         ticket_key,
         config: cfg,
         id,
-        index: RwLock::new(index),
+        index,
         shutdown: CancellationToken::new(),
         draining: AtomicBool::new(false),
+        pending_away: Mutex::new(Vec::new()),
     });
     tokio::spawn(heartbeat(gw.clone()));
     tokio::spawn(consume(gw.clone(), reader));
     Ok(gw)
 }
 
-/// Keeps the registry entry, the stream and this gateway's queue interests alive.
+/// Keeps the registry entry, the stream and this gateway's queue interests alive; ends the
+/// streams of queues that were closed; retries disconnects Redis could not record.
 async fn heartbeat(gw: Arc<Gateway>) {
     let mut every = tokio::time::interval(gw.config.heartbeat());
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -174,20 +234,28 @@ async fn heartbeat(gw: Arc<Gateway>) {
             _ = every.tick() => {}
         }
         let r: Result<(), StoreError> = async {
-            let idx = gw
-                .store
-                .register_gateway(&gw.id, now_ms(), gw.config.registry_ttl())
+            let now = now_ms();
+            gw.store
+                .heartbeat_gateway(gw.index, &gw.id, now, gw.config.registry_ttl())
                 .await?;
-            if idx != gw.index() {
-                tracing::warn!(old = %gw.index(), new = %idx, "gateway index changed (redis lost its registry)");
-                if let Ok(mut g) = gw.index.write() {
-                    *g = idx.clone();
+            gw.store
+                .ensure_stream(&gw.id, gw.config.stream_ttl())
+                .await?;
+            let queues = gw.hub.queues();
+            let open = gw.store.refresh_interest(&queues, gw.index, now).await?;
+            for (q, open) in queues.iter().zip(open) {
+                if !open {
+                    gw.hub.close_queue(q, "queue_closed");
                 }
             }
-            gw.store.ensure_stream(&gw.id, gw.config.stream_ttl()).await?;
-            gw.store
-                .refresh_interest(&gw.hub.queues(), &idx, now_ms())
-                .await?;
+            let pending: Vec<_> = gw
+                .pending_away
+                .lock()
+                .map(|mut p| std::mem::take(&mut *p))
+                .unwrap_or_default();
+            for (q, place) in pending {
+                gw.mark_away(q, place);
+            }
             Ok(())
         }
         .await;

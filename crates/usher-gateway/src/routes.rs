@@ -16,14 +16,13 @@ use rand::Rng;
 use serde::Deserialize;
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::keys::parse_member;
 use usher_core::messages::{eta_seconds, Admission, AdmittedEvent, StreamMessage, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState, StoreError};
 use usher_core::ticket::{Ticket, TicketError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::hub::{Attached, Update};
+use crate::hub::{Attached, Reservation, Update};
 use crate::Gateway;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
@@ -126,7 +125,46 @@ fn admitted_event(q: &QueueId, rec: &usher_core::store::TokenRecord) -> Admitted
     )
 }
 
-/// Releases the place when a connection that still owns it goes away.
+/// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
+/// request was cancelled, or failed on Redis), it marks the place away, so the browser can
+/// come back within the grace period and a vanished one costs no admission.
+struct Reserved {
+    gw: Arc<Gateway>,
+    r: Option<Reservation>,
+}
+
+impl Reserved {
+    fn new(gw: &Arc<Gateway>, q: &QueueId, place: PlaceId) -> Self {
+        Self {
+            gw: gw.clone(),
+            r: Some(gw.hub.reserve(q, place)),
+        }
+    }
+
+    /// Gives the reservation up without touching Redis (the place is admitted or gone).
+    fn disarm(mut self) {
+        if let Some(r) = self.r.take() {
+            self.gw.hub.unreserve(&r);
+        }
+    }
+
+    fn attach(mut self, first: WaitingEvent) -> Option<(Attached, watch::Receiver<Update>)> {
+        let r = self.r.take()?;
+        self.gw.hub.attach(r, first)
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(r) = self.r.take() {
+            if self.gw.hub.unreserve(&r) {
+                self.gw.mark_away(r.queue, r.place);
+            }
+        }
+    }
+}
+
+/// Marks the place away when a connection that still owns it goes away.
 struct Holding {
     gw: Arc<Gateway>,
     attached: Attached,
@@ -134,22 +172,10 @@ struct Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if !self.gw.hub.detach(&self.attached) || self.gw.shutting_down() {
-            return;
+        if self.gw.hub.detach(&self.attached) {
+            self.gw
+                .mark_away(self.attached.queue.clone(), self.attached.place);
         }
-        let gw = self.gw.clone();
-        let (q, place) = (self.attached.queue.clone(), self.attached.place);
-        tokio::spawn(async move {
-            let idx = gw.index();
-            match gw.store.release_if_held(&q, place, &idx).await {
-                Ok(released) => {
-                    tracing::debug!(queue = %q, %place, released, "browser disconnected")
-                }
-                Err(e) => {
-                    tracing::warn!(queue = %q, %place, error = %e, "could not release the place of a disconnected browser")
-                }
-            }
-        });
     }
 }
 
@@ -159,16 +185,18 @@ struct Live {
     first: bool,
     done: bool,
     _holding: Holding,
-    shutdown: tokio_util::sync::CancellationToken,
 }
 
-/// The SSE event for an update; `None` for `Ended`, which closes the stream without one.
+/// The SSE event for an update; `None` for an `Ended` without a retry.
 fn update_event(u: &Update, ticket: &str) -> Option<Event> {
     match u {
         Update::Waiting(w) => Some(json_event("waiting", Some(ticket), w)),
         Update::Admitted(a) => Some(json_event("admitted", Some(ticket), a)),
         Update::Closed(c) => Some(json_event("closed", None, c)),
-        Update::Ended => None,
+        Update::Ended { retry_ms: Some(ms) } => {
+            Some(Event::default().retry(Duration::from_millis(*ms)))
+        }
+        Update::Ended { retry_ms: None } => None,
     }
 }
 
@@ -188,7 +216,6 @@ fn live_stream(
             gw: gw.clone(),
             attached,
         },
-        shutdown: gw.shutdown.clone(),
     };
     let updates = stream::unfold(state, |mut st| async move {
         if st.done {
@@ -198,12 +225,9 @@ fn live_stream(
             st.first = false;
             st.rx.borrow_and_update().clone()
         } else {
-            tokio::select! {
-                changed = st.rx.changed() => match changed {
-                    Ok(()) => st.rx.borrow_and_update().clone(),
-                    Err(_) => Update::Ended,
-                },
-                () = st.shutdown.cancelled() => Update::Ended,
+            match st.rx.changed().await {
+                Ok(()) => st.rx.borrow_and_update().clone(),
+                Err(_) => Update::superseded(),
             }
         };
         st.done = update.is_terminal();
@@ -231,37 +255,66 @@ async fn stream_handler(
         .and_then(|v| v.to_str().ok())
         .filter(|s| !s.is_empty());
     let ticket = last_event_id.or(query.ticket.as_deref());
-    let idx = gw.index();
-    let now = now_ms();
+    let place = ticket.map(|t| check_ticket(&gw, &q, t)).transpose()?;
+    if gw.shutting_down() || gw.hub.connections() >= gw.config.max_connections {
+        return Ok(try_again_later(&gw));
+    }
+    // Set the connection up in its own task: if the browser goes away mid-request, the task
+    // still finishes, and the place it took or resumed is marked away rather than leaked.
+    let ticket = ticket.map(str::to_owned);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let setup_gw = gw.clone();
+    tokio::spawn(async move {
+        let r = setup(&setup_gw, q, place, ticket).await;
+        let _ = tx.send(r);
+    });
+    rx.await.unwrap_or_else(|_| Ok(try_again_later(&gw)))
+}
 
-    let state = match ticket {
-        Some(t) => {
-            let place = check_ticket(&gw, &q, t)?;
-            match resume(&gw, &q, place, &idx).await {
-                Ok(s) => s,
-                Err(_) => return Ok(try_again_later(&gw)),
+async fn setup(
+    gw: &Arc<Gateway>,
+    q: QueueId,
+    place: Option<PlaceId>,
+    ticket: Option<String>,
+) -> Result<Response, ApiError> {
+    let idx = gw.index();
+    let (state, reserved) = match place {
+        Some(place) => {
+            // Reserve first: from now on an older connection's disconnect cannot mark the
+            // place away while it is being resumed.
+            let reserved = Reserved::new(gw, &q, place);
+            match resume(gw, &q, place, idx).await {
+                Ok(s) => (s, Some(reserved)),
+                Err(_) => return Ok(try_again_later(gw)),
             }
         }
-        None => match gw.store.join(&q, &idx, now).await.map_err(logged) {
-            Ok(s) => s,
-            Err(_) => return Ok(try_again_later(&gw)),
+        None => match gw.store.join(&q, idx, now_ms()).await.map_err(logged) {
+            Ok(s) => {
+                let reserved = match &s {
+                    PlaceState::Waiting { place, .. } => Some(Reserved::new(gw, &q, *place)),
+                    _ => None,
+                };
+                (s, reserved)
+            }
+            Err(_) => return Ok(try_again_later(gw)),
         },
     };
-
+    let disarm = |r: Option<Reserved>| {
+        if let Some(r) = r {
+            r.disarm();
+        }
+    };
     match state {
         PlaceState::Waiting {
             place,
             position,
             waiting,
             rate,
-            previous_member,
+            previous_gateway,
         } => {
-            if let Some(prev) = previous_member.as_deref().and_then(parse_member) {
-                if prev.1 != idx {
-                    gw.tell_gateway(prev.1, &q, place, "resumed_elsewhere")
-                        .await;
-                }
-            }
+            let Some(reserved) = reserved else {
+                return Ok(try_again_later(gw));
+            };
             let ticket = Ticket::issue(&gw.ticket_key, &q, place);
             let first = WaitingEvent {
                 queue: q.clone(),
@@ -269,17 +322,37 @@ async fn stream_handler(
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
             };
-            let (attached, rx) = gw.hub.attach(&q, place, first);
-            Ok(sse_response(&gw, live_stream(&gw, ticket, attached, rx)))
+            let Some((attached, rx)) = reserved.attach(first) else {
+                // A newer connection took the place over meanwhile.
+                return Ok(try_again_later(gw));
+            };
+            if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
+                let (gw, q) = (gw.clone(), q.clone());
+                tokio::spawn(async move {
+                    gw.tell_gateway(holder, &q, place, "resumed_elsewhere")
+                        .await;
+                });
+            }
+            Ok(sse_response(gw, live_stream(gw, ticket, attached, rx)))
         }
         PlaceState::Admitted(rec) => {
+            disarm(reserved);
             let ticket = ticket.unwrap_or_default();
-            let ev = json_event("admitted", Some(ticket), &admitted_event(&q, &rec));
-            Ok(sse_response(&gw, once_stream(&gw, ev)))
+            let ev = json_event("admitted", Some(&ticket), &admitted_event(&q, &rec));
+            Ok(sse_response(gw, once_stream(gw, ev)))
         }
-        PlaceState::AdmissionPending => Ok(try_again_later(&gw)),
-        PlaceState::QueueClosed => Err(unknown_queue(&q)),
-        PlaceState::Gone => Err(place_gone()),
+        PlaceState::AdmissionPending => {
+            disarm(reserved);
+            Ok(try_again_later(gw))
+        }
+        PlaceState::QueueClosed => {
+            disarm(reserved);
+            Err(unknown_queue(&q))
+        }
+        PlaceState::Gone => {
+            disarm(reserved);
+            Err(place_gone())
+        }
     }
 }
 
@@ -288,7 +361,7 @@ async fn resume(
     gw: &Gateway,
     q: &QueueId,
     place: PlaceId,
-    idx: &str,
+    idx: u16,
 ) -> Result<PlaceState, StoreError> {
     for _ in 0..20 {
         let s = gw
@@ -370,12 +443,12 @@ async fn leave_handler(
         return Err(unknown_queue(&q));
     }
     match gw.store.leave(&q, place).await.map_err(unavailable)? {
-        LeaveOutcome::Left { member } => {
-            let holder = parse_member(&member).map(|(_, g)| g.to_owned());
-            if holder.as_deref() == Some(gw.index().as_str()) || holder.is_none() {
-                gw.hub.end(&q, place, left_update(&q));
-            } else if let Some(h) = holder {
-                gw.tell_gateway(&h, &q, place, "left").await;
+        LeaveOutcome::Left { gateway } => {
+            match gateway {
+                Some(h) if h != gw.index() => gw.tell_gateway(h, &q, place, "left").await,
+                _ => {
+                    gw.hub.finish(&q, place, left_update(&q));
+                }
             }
             tracing::debug!(queue = %q, %place, "left the line");
         }
@@ -393,10 +466,12 @@ pub(crate) fn left_update(q: &QueueId) -> Update {
 }
 
 /// What a message from this gateway's stream does to the browsers held here.
-pub(crate) fn apply(gw: &Gateway, m: StreamMessage) {
+pub(crate) fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
     match m {
         StreamMessage::State(s) => {
-            gw.hub.apply_state(&s);
+            for place in gw.hub.apply_state(&s) {
+                tokio::spawn(resync(gw.clone(), s.queue.clone(), place));
+            }
         }
         StreamMessage::Admitted { queue, items } => {
             gw.hub.admit(&queue, &items);
@@ -412,9 +487,37 @@ pub(crate) fn apply(gw: &Gateway, m: StreamMessage) {
             let update = if reason == "left" {
                 left_update(&queue)
             } else {
-                Update::Ended
+                Update::superseded()
             };
-            gw.hub.end(&queue, place, update);
+            gw.hub.finish(&queue, place, update);
         }
+    }
+}
+
+/// A snapshot no longer lists a place this gateway holds: ask Redis what became of it, so a
+/// lost `admitted` (or `closed`) message never leaves a browser waiting.
+async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
+    let update = match gw.store.status(&q, place, now_ms()).await {
+        Ok(PlaceState::Admitted(rec)) => Some(Update::Admitted(admitted_event(&q, &rec))),
+        Ok(PlaceState::QueueClosed) => Some(Update::Closed(usher_core::messages::ClosedEvent {
+            queue: q.clone(),
+            reason: "queue_closed".into(),
+        })),
+        Ok(PlaceState::Gone) => Some(Update::Closed(usher_core::messages::ClosedEvent {
+            queue: q.clone(),
+            reason: "place_lost".into(),
+        })),
+        Ok(PlaceState::Waiting { .. } | PlaceState::AdmissionPending) => None,
+        Err(e) => {
+            tracing::debug!(queue = %q, %place, error = %e, "resync failed; retried on the next snapshot");
+            None
+        }
+    };
+    match update {
+        Some(u) => {
+            tracing::debug!(queue = %q, %place, "resynchronised a place from redis");
+            gw.hub.finish(&q, place, u);
+        }
+        None => gw.hub.resync_done(&q, place),
     }
 }

@@ -164,19 +164,52 @@ fn place_from_token(t: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disconnected_browser_loses_its_place_and_the_line_moves_up() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("drop", PAUSED).await?;
-    let client = SseClient::new(stack.gateway_url(0));
-    let (_t1, _, w1) = join_watch(&client, "drop").await?;
-    let (_t2, _, w2) = join_watch(&client, "drop").await?;
-    let (_t3, p3, w3) = join_watch(&client, "drop").await?;
+async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        gateways: 2,
+        ..Default::default()
+    })
+    .await?;
+    stack
+        .put_queue(
+            "drop",
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1}),
+        )
+        .await?;
+    let a = SseClient::new(stack.gateway_url(0));
+    let b = SseClient::new(stack.gateway_url(1));
+    let (t1, _, w1) = join_watch(&a, "drop").await?;
+    let (_t2, _, w2) = join_watch(&a, "drop").await?;
+    let (_t3, p3, w3) = join_watch(&a, "drop").await?;
     assert_eq!(p3, 3);
+
+    // Away for less than the grace period, back through the other gateway: same place.
     w1.disconnect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        position(&w3),
+        Some(3),
+        "nobody moves up during the grace period"
+    );
+    let mut back = b.open("/api/queues/drop/stream", Some(&t1)).await?;
+    let e = back.wait_for("waiting", T).await?;
+    assert_eq!(data(&e)["position"], 1, "the place is kept");
+    // The grace period ended with the resume: staying connected past it changes nothing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(stack.queue("drop").await?["waiting"], 3);
+
+    // Away for longer than the grace period: the place goes, the line moves up, no admission.
+    drop(back);
     assert!(
         eventually(T, || position(&w3) == Some(2) && position(&w2) == Some(1)).await,
-        "the line moves up when a browser disconnects"
+        "the line moves up once the grace period is over"
     );
-    assert_eq!(stack.queue("drop").await?["waiting"], 2);
+    let q = stack.queue("drop").await?;
+    assert_eq!(q["waiting"], 2);
+    assert_eq!(q["admitted_total"], 0, "a dropped place costs no admission");
+    assert_eq!(
+        b.open("/api/queues/drop/stream", Some(&t1)).await?.status,
+        410
+    );
     Ok(())
 }

@@ -88,7 +88,7 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
         // One connected browser (so state is published to its gateway); the rest join through
         // the store, as other gateways' browsers would.
         let (_t, _p, _w) = join_watch(&client, queue).await?;
-        let gw_index = "zz";
+        let gw_index = 999u16;
         for _ in 1..n {
             store.join(&q, gw_index, now_ms()).await?;
         }
@@ -129,7 +129,7 @@ async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
         .await?;
     const N: u64 = 20_000;
     for _ in 0..N {
-        store.join(&q, "a", now_ms()).await?;
+        store.join(&q, 7, now_ms()).await?;
     }
     let bytes = store.waiting_memory(&q).await?;
     let per = bytes as f64 / N as f64;
@@ -144,7 +144,6 @@ async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Result<()> {
     use rand::{Rng, SeedableRng};
-    use usher_core::ids::PlaceId;
     use usher_core::messages::QueueState;
     use usher_core::position::Standing;
     use usher_core::store::TickArgs;
@@ -162,21 +161,29 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
         )
         .await?;
     const N: u64 = 15_000;
+    let mut places = Vec::new();
     for _ in 0..N {
-        store.join(&q, "a", now_ms()).await?;
+        match store.join(&q, 7, now_ms()).await? {
+            usher_core::store::PlaceState::Waiting { place, .. } => places.push(place),
+            other => panic!("join: {other:?}"),
+        }
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut line = Vec::new();
-    for p in 1..=N {
+    for (i, &p) in places.iter().enumerate() {
         // Leavers cluster in bursts here and there, the hard case for interpolation.
-        let burst = (p / 1000) % 3 == 1;
+        let burst = (i / 1000) % 3 == 1;
         if rng.gen_bool(if burst { 0.5 } else { 0.05 }) {
-            store.leave(&q, PlaceId(p)).await?;
+            store.leave(&q, p).await?;
         } else {
             line.push(p);
         }
     }
-    let out = store
+    let lease = store
+        .acquire_lease(&q, "test", Duration::from_secs(10))
+        .await?
+        .expect("free lease");
+    let tick = store
         .tick(
             &q,
             &TickArgs {
@@ -186,10 +193,15 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
                 exact: 1000,
                 max_position_error: 0.01,
                 store_rate: None,
+                lease: &lease,
+                lease_ttl_ms: 10_000,
+                gateways: &[],
             },
         )
-        .await?
-        .expect("open queue");
+        .await?;
+    let usher_core::store::Tick::Ticked(out) = tick else {
+        panic!("open queue ticks: {tick:?}")
+    };
     assert_eq!(out.waiting, line.len() as u64);
     println!(
         "{} waiting, {} runs, {} samples",
@@ -207,8 +219,8 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
     let mut worst = 0.0f64;
     for (i, &p) in line.iter().enumerate() {
         let truth = i as u64 + 1;
-        let Standing::At(got) = state.standing(p) else {
-            panic!("place {p} not placed")
+        let Standing::At(got) = state.standing(p.seq()) else {
+            panic!("place {p:?} not placed")
         };
         if truth <= 1000 {
             assert_eq!(got, truth, "exact window");

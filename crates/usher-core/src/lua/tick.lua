@@ -1,48 +1,102 @@
--- One dispatcher tick for one queue: expire sessions, admit places from the head of the line
--- into the active set and the outbox (atomically), and snapshot the line.
+-- One dispatcher tick for one queue, by the replica holding the queue's lease.
+--
+-- In one atomic step: check the lease (fencing: a stale leader's tick is rejected) and renew
+-- it, expire finished sessions, drop places whose browsers stayed away past the grace period
+-- (or whose gateway died longer ago than that) without admitting them, admit places from the
+-- head of the line into the active set and the outbox, and snapshot the line.
+--
 -- The admission budget is admit_per_second x the time since this queue's previous tick (so late
--- ticks do not slow the rate), plus the fraction carried from earlier ticks. Unused budget is not
--- banked while the line is empty. Budget state lives in the queue's meta hash, so any dispatcher
--- replica can continue where another stopped.
--- KEYS: meta, waiting, active, tokens, outbox, gws   (one hash tag)
--- ARGV: now ms, elapsed ms to assume on the first tick, longest elapsed ms to count,
---       exact places, largest interpolation error (fraction, e.g. 0.01), measured rate to
---       store ('' = keep), prune limit, coarse sample step (fraction, e.g. 0.1)
--- Returns {0} when the queue is closed, else
--- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second}
---   runs    = flat {first place, count, ...}: the first `exact` places, run-length encoded
---   samples = flat {place, position, ...}: positions beyond the exact window, each step <= 1%
-local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'session_ttl_seconds', 'carry', 'last_tick_ms')
-if m[1] ~= '1' then return {0} end
+-- ticks do not slow the rate), plus the fraction carried from earlier ticks; unused budget is not
+-- banked while the line is empty. The budget state lives in meta, so any replica can continue
+-- where another stopped.
+--
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease   (one hash tag)
+-- ARGV: 1 now ms, 2 elapsed ms to assume on the first tick, 3 longest elapsed ms to count,
+--       4 exact places, 5 largest interpolation error (fraction, e.g. 0.01),
+--       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
+--       9 lease value ('<owner>|<fence>'), 10 lease ttl ms,
+--       11 gateways 'index=alive_until_ms,...' (every registered gateway, live or dead),
+--       12 most places admitted in one tick
+-- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
+-- (sessions still expire and the outbox is still delivered), else
+-- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
+--  dropped}
+--   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
+--   samples = flat {seq, position, ...}: positions beyond the exact window
+if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
+redis.call('PEXPIRE', KEYS[8], ARGV[10])
+local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'session_ttl_seconds',
+  'carry', 'last_tick_ms', 'grace_seconds', 'paused')
 local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[7])
+
+-- Sessions that ended (in chunks: Lua's unpack takes a few thousand values at most).
+local left = limit
+while left > 0 do
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, math.min(left, 2000))
+  if #expired == 0 then break end
+  redis.call('ZREM', KEYS[3], unpack(expired))
+  redis.call('HDEL', KEYS[4], unpack(expired))
+  left = left - #expired
+end
+
+if m[1] ~= '1' then return {0, redis.call('LLEN', KEYS[5])} end
 local aps = tonumber(m[2]) or 0
 local ttl_ms = (tonumber(m[3]) or 600) * 1000
 local carry = tonumber(m[4]) or 0
+local grace_ms = (tonumber(m[6]) or 30) * 1000
 local elapsed = tonumber(ARGV[2])
 if m[5] then elapsed = math.min(math.max(now - tonumber(m[5]), 0), tonumber(ARGV[3])) end
-local budget = carry + aps * elapsed / 1000
-local limit = tonumber(ARGV[7])
+local max_per_tick = tonumber(ARGV[12])
+local budget = math.min(carry + aps * elapsed / 1000, max_per_tick)
+if m[7] == '1' then budget = 0 end
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, limit)
-if #expired > 0 then
-  redis.call('ZREM', KEYS[3], unpack(expired))
-  redis.call('HDEL', KEYS[4], unpack(expired))
+-- Browsers that did not come back within the grace period: removed, never admitted.
+local dropped = 0
+local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000)
+for _, p in ipairs(gone) do
+  local mem = find_member(KEYS[2], p)
+  if mem then
+    redis.call('ZREM', KEYS[2], mem)
+    dropped = dropped + 1
+  end
+end
+if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
+
+-- Gateways that died longer than the grace period ago: their browsers that did not resume
+-- elsewhere are dropped when they reach the head of the line.
+local dead_since = {}
+for idx, t in string.gmatch(ARGV[11], '([^=,]+)=(%d+)') do
+  if tonumber(t) + grace_ms < now then dead_since[idx] = true end
 end
 
 local n = math.floor(budget)
 local admitted = 0
 if n > 0 then
-  local exp = string.format('%d', now + ttl_ms)
-  local popped = redis.call('ZPOPMIN', KEYS[2], n)
-  for i = 1, #popped, 2 do
-    local member, place = popped[i], popped[i + 1]
-    redis.call('ZADD', KEYS[3], exp, place)
-    redis.call('HSET', KEYS[4], place, ARGV[1] .. '|' .. exp .. '|')
-    redis.call('RPUSH', KEYS[5], place .. '|' .. member .. '|' .. ARGV[1] .. '|' .. exp)
-    admitted = admitted + 1
+  local exp = fmt(now + ttl_ms)
+  local popped_total = 0
+  while admitted < n and popped_total < n + 10000 do
+    local popped = redis.call('ZPOPMIN', KEYS[2], n - admitted)
+    if #popped == 0 then break end
+    popped_total = popped_total + #popped / 2
+    for i = 1, #popped, 2 do
+      local member = popped[i]
+      local place = popped[i + 1]
+      local gw = member_gateway(member)
+      if dead_since[gw] then
+        dropped = dropped + 1
+      else
+        redis.call('ZADD', KEYS[3], exp, place)
+        redis.call('HSET', KEYS[4], place, ARGV[1] .. '|' .. exp .. '|')
+        redis.call('RPUSH', KEYS[5], place .. '|' .. gw .. '|' .. ARGV[1] .. '|' .. exp)
+        admitted = admitted + 1
+      end
+      redis.call('ZREM', KEYS[7], place)
+    end
   end
   if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
 end
+if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
 if w == 0 then carry = 0 else carry = budget - admitted end
@@ -55,54 +109,54 @@ local exact = tonumber(ARGV[4])
 local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
 local start, count, last = nil, 0, nil
 for i = 2, #head, 2 do
-  local p = tonumber(head[i])
-  if last ~= nil and p == last + 1 then
+  local s = tonumber(head[i])
+  if last ~= nil and s == last + 1 then
     count = count + 1
   else
     if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
-    start, count = p, 1
+    start, count = s, 1
   end
-  last = p
+  last = s
 end
 if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
 
--- Samples beyond the exact window. Between two samples (r1, p1) and (r2, p2), interpolation is
--- off by at most the number of holes (places that left) in between, (p2 - p1) - (r2 - r1). Start
+-- Samples beyond the exact window. Between two samples (r1, s1) and (r2, s2), interpolation is
+-- off by at most the number of holes (places that left) in between, (s2 - s1) - (r2 - r1). Start
 -- from coarse geometric samples and bisect only intervals with more holes than `step` x r1 allows,
 -- so a line with few leavers costs a few dozen lookups, and the worst case about log(w/exact)/step.
 local samples = {}
 if w > exact then
   local step = tonumber(ARGV[5])
   local coarse = tonumber(ARGV[8])
-  local function place_at(r)
+  local function seq_at(r)
     local at = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
     return tonumber(at[2])
   end
-  local function emit(p, r)
-    samples[#samples + 1] = p; samples[#samples + 1] = r
+  local function emit(s, r)
+    samples[#samples + 1] = s; samples[#samples + 1] = r
   end
-  local function refine(r1, p1, r2, p2)
+  local function refine(r1, s1, r2, s2)
     if r2 - r1 <= 1 then return end
-    if (p2 - p1) - (r2 - r1) <= math.floor(r1 * step) then return end
+    if (s2 - s1) - (r2 - r1) <= math.floor(r1 * step) then return end
     local rm = math.floor((r1 + r2) / 2)
-    local pm = place_at(rm)
-    refine(r1, p1, rm, pm)
-    emit(pm, rm)
-    refine(rm, pm, r2, p2)
+    local sm = seq_at(rm)
+    refine(r1, s1, rm, sm)
+    emit(sm, rm)
+    refine(rm, sm, r2, s2)
   end
   local r = exact
-  local pr = place_at(r)
-  emit(pr, r)
+  local sr = seq_at(r)
+  emit(sr, r)
   while r < w do
     local r2 = math.min(w, r + math.max(1, math.floor(r * coarse)))
-    local p2 = place_at(r2)
-    refine(r, pr, r2, p2)
-    emit(p2, r2)
-    r, pr = r2, p2
+    local s2 = seq_at(r2)
+    refine(r, sr, r2, s2)
+    emit(s2, r2)
+    r, sr = r2, s2
   end
 end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
-return {1, admitted, w, active, runs, samples, gws, outbox, m[2]}
+return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped}

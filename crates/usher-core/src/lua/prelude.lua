@@ -1,0 +1,42 @@
+-- Shared helpers, prepended to every script by store.rs.
+--
+-- A waiting-set member is 6 bytes: the place's sequence number (low 32 bits, big-endian) and
+-- the index of the gateway holding the browser (16 bits). The score is the full sequence
+-- number, which is also the place id. Six bytes keep a member in Redis' smallest string
+-- allocation: a waiting place costs about 105 bytes (see ARCHITECTURE.md).
+
+-- Decimal text of an integer, without Lua's %.14g rounding.
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function member_of(seq, gw)
+  local s = seq % 4294967296
+  return string.char(math.floor(s / 16777216) % 256, math.floor(s / 65536) % 256,
+    math.floor(s / 256) % 256, s % 256, math.floor(gw / 256) % 256, gw % 256)
+end
+
+-- The gateway index (decimal text) in a member.
+local function member_gateway(m)
+  local a, b = string.byte(m, 5, 6)
+  return fmt(a * 256 + b)
+end
+
+-- The waiting-set member of place `seq`, or nil.
+local function find_member(waiting, seq)
+  local found = redis.call('ZRANGEBYSCORE', waiting, seq, seq)
+  return found[1]
+end
+
+-- The queue's session record for `place` if it was admitted and the session is still valid:
+-- {2, record} when the token is stored, {3} while it is being minted, nil otherwise.
+local function admitted_state(active, tokens, place, now)
+  local exp = redis.call('ZSCORE', active, place)
+  if exp and tonumber(exp) > now then
+    local rec = redis.call('HGET', tokens, place)
+    if rec and string.sub(rec, -1) ~= '|' then return {2, rec} end
+    return {3}
+  end
+  return nil
+end
+
