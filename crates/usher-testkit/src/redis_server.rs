@@ -90,6 +90,35 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Stops the server gracefully (SIGTERM: Redis flushes its AOF and exits) and waits.
+    pub fn stop_graceful(&mut self) -> anyhow::Result<()> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        bail!("redis-server did not stop within 10 s of SIGTERM")
+    }
+
+    /// Starts the server again after [`RedisServer::stop_graceful`] (same port and directory).
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.child = spawn(self.port, self.dir.path(), &self.args)?;
+            match self.wait_ready() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
     /// Starts the server again on the same port and directory (so AOF/RDB files are reloaded).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();

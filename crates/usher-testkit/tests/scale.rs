@@ -100,10 +100,11 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
         stack.put_queue(queue, json!({"open": false})).await?;
     }
     println!("redis commands per tick (INFO commandstats, script-internal calls included): short line {:.1}, long line {:.1}", per_tick[0], per_tick[1]);
-    // Nothing per waiter: only a handful of position samples (coarse samples 10% apart beyond
-    // the 1,000 exact places: ln(3)/ln(1.1) ~ 12 for 3,000 waiting) may be added.
+    // Nothing per waiter (2,999 more waiters would be +2,999 with per-user ZRANK): only a
+    // handful of position samples (10% apart beyond the 1,000 exact places: ln(3)/ln(1.1) ~ 12
+    // for 3,000 waiting) and heartbeat noise may be added.
     assert!(
-        per_tick[1] <= per_tick[0] + 20.0,
+        per_tick[1] <= per_tick[0] + 30.0,
         "commands per tick grew with the line: {per_tick:?}"
     );
     Ok(())

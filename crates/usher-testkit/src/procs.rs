@@ -1,0 +1,206 @@
+//! usher binaries as real child processes, for tests that kill, signal and restart them.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// The debug binary `name` of this workspace (`target/debug/<name>`), built with
+/// `cargo build` when missing (`make test` builds all binaries first).
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    let dir = match std::env::var_os("USHER_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            // target/debug/deps/<test binary> → target/debug
+            let exe = std::env::current_exe()?;
+            exe.parent()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+                .context("cannot locate the target directory")?
+        }
+    };
+    let path = dir.join(name);
+    if !path.exists() {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--bin", name])
+            .status()
+            .context("cannot run cargo to build a test binary")?;
+        if !status.success() || !path.exists() {
+            bail!(
+                "{name} is not built at {} (run `cargo build --workspace --bins`)",
+                path.display()
+            );
+        }
+    }
+    Ok(path)
+}
+
+/// A free loopback address (bound and released; the port is picked by the OS).
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// A running usher binary; killed when dropped.
+pub struct Proc {
+    pub name: String,
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    args: Vec<(String, String)>,
+    bin: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// Starts `name` listening on a free port with `env` (`USHER_LISTEN` is set here) and
+    /// waits until `/readyz` answers 200.
+    pub async fn start(name: &str, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        let bin = binary(name)?;
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join(format!("{name}.log"));
+        let addr = free_addr()?;
+        let args: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let child = spawn(&bin, addr, &args, &log)?;
+        let mut p = Self {
+            name: name.to_owned(),
+            addr,
+            child,
+            log,
+            args,
+            bin,
+            _dir: dir,
+        };
+        p.wait_ready(Duration::from_secs(20)).await?;
+        Ok(p)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!(
+                    "{} exited ({status}) during startup:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            let ok = http
+                .get(format!("{}/readyz", self.url()))
+                .timeout(Duration::from_millis(500))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} not ready within {timeout:?}:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM (a graceful stop); does not wait.
+    pub fn term(&self) -> anyhow::Result<()> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM failed");
+        Ok(())
+    }
+
+    /// Waits for the process to exit; returns whether it exited successfully.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status.success());
+            }
+            if Instant::now() > deadline {
+                bail!("{} still running after {timeout:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the same binary again with the same settings and address.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.child = spawn(&self.bin, self.addr, &self.args, &self.log)?;
+            match self.wait_ready(Duration::from_secs(20)).await {
+                Ok(()) => return Ok(()),
+                // The port may still be held for a moment.
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => {
+                    self.kill9();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    /// The last lines of the process's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+fn spawn(
+    bin: &Path,
+    addr: SocketAddr,
+    env: &[(String, String)],
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let err = out.try_clone()?;
+    Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env(
+            "RUST_LOG",
+            std::env::var("USHER_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .env("USHER_LISTEN", addr.to_string())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
