@@ -519,6 +519,24 @@ mod tests {
     }
 
     #[test]
+    fn a_browser_that_does_not_read_holds_one_pending_update_at_most() {
+        let hub = Hub::new();
+        let (_a, rx) = connect(&hub, place(5000), 5000);
+        // Nobody reads `rx` while the line moves 4,000 times.
+        for left in (1000..5000u64).rev() {
+            hub.apply_state(&QueueState {
+                queue: q(),
+                waiting: left,
+                rate: 1.0,
+                runs: vec![(5000 - left + 1, left)],
+                ..Default::default()
+            });
+        }
+        assert!(rx.has_changed().unwrap_or(false));
+        assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1000));
+    }
+
+    #[test]
     fn draining_ends_connections_with_a_retry() {
         let hub = Hub::new();
         let rxs: Vec<_> = (1..=5).map(|i| connect(&hub, place(i), i).1).collect();

@@ -133,3 +133,48 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
     assert!(eventually(T, || moved.last("admitted").is_some()).await);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_connection_cap_browsers_are_told_to_retry_not_turned_away() -> anyhow::Result<()> {
+    usher_testkit::stack::init_logs();
+    let redis = usher_testkit::RedisServer::start()?;
+    let d = usher_testkit::stack::dispatcher(&redis.url(), 100).await?;
+    let mut cfg = usher_gateway::Config::for_tests(&redis.url());
+    cfg.max_connections = 2;
+    let g = usher_testkit::stack::Server::spawn(|l, rx| {
+        usher_gateway::run(cfg, l, async move {
+            let _ = rx.await;
+        })
+    })
+    .await?;
+    let http = reqwest::Client::new();
+    http.put(format!("{}/admin/queues/cap", d.url()))
+        .json(&json!({"admit_per_second": PAUSED}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let client = SseClient::new(g.url());
+    let (_t1, _, _w1) = join_watch(&client, "cap").await?;
+    let (_t2, _, _w2) = join_watch(&client, "cap").await?;
+    let mut third = client.open("/api/queues/cap/stream", None).await?;
+    assert_eq!(
+        third.status, 200,
+        "never a status that makes EventSource give up"
+    );
+    let Some(SseItem::Retry(ms)) = third.next_item(T).await? else {
+        panic!("a retry: comes first")
+    };
+    assert!(
+        (500..=1500).contains(&ms),
+        "jittered around the configured 1000 ms: {ms}"
+    );
+    assert_eq!(third.next_item(T).await?, None, "and the stream ends");
+    let q: serde_json::Value = http
+        .get(format!("{}/admin/queues/cap", d.url()))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(q["waiting"], 2, "the turned-back browser took no place");
+    Ok(())
+}
