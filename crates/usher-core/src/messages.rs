@@ -72,6 +72,17 @@ pub struct WaitingEvent {
     pub position: u64,
     pub waiting: u64,
     pub eta_seconds: u64,
+    /// When this position was computed (ms since the epoch): the dispatcher's snapshot time,
+    /// or the moment of joining or resuming.
+    pub as_of_ms: u64,
+}
+
+impl WaitingEvent {
+    /// Same position, line length and ETA (the time of the reading aside).
+    pub fn same_reading(&self, other: &Self) -> bool {
+        (self.position, self.waiting, self.eta_seconds)
+            == (other.position, other.waiting, other.eta_seconds)
+    }
 }
 
 /// `event: admitted` payload.

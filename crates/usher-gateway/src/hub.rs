@@ -285,9 +285,10 @@ impl Hub {
                 position,
                 waiting: s.waiting.max(position),
                 eta_seconds: eta_seconds(position, s.rate),
+                as_of_ms: s.at_ms,
             };
             tx.send_if_modified(|cur| match cur {
-                Update::Waiting(w) if *w != ev => {
+                Update::Waiting(w) if !w.same_reading(&ev) => {
                     *w = ev.clone();
                     true
                 }
@@ -427,6 +428,7 @@ mod tests {
             position,
             waiting: position,
             eta_seconds: 0,
+            as_of_ms: 0,
         }
     }
 

@@ -321,6 +321,7 @@ async fn setup(
                 position,
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
+                as_of_ms: now_ms(),
             };
             let Some((attached, rx)) = reserved.attach(first) else {
                 // A newer connection took the place over meanwhile.
@@ -405,6 +406,7 @@ async fn status_handler(
                 position,
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
+                as_of_ms: now_ms(),
             })
             .unwrap_or_default();
             v["state"] = "waiting".into();
