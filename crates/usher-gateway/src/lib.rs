@@ -2,7 +2,8 @@
 //!
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * [`hub`] — the browsers held here and what each should see next.
-//! * [`routes`] — the HTTP contract browsers use.
+//! * [`server`] — the HTTP/1.1 accept loop; [`stream`] — SSE streams; [`routes`] — the rest of
+//!   the browser contract, and what stream messages do.
 //! * this module — startup, the heartbeat, the stream consumer and draining.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
@@ -10,13 +11,14 @@
 pub mod config;
 pub mod hub;
 pub mod routes;
+pub mod server;
+pub mod stream;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::{PlaceId, QueueId, ServerId};
@@ -58,6 +60,8 @@ pub struct Gateway {
     draining: AtomicBool,
     /// Disconnects that could not be recorded in Redis yet (retried by the heartbeat).
     pending_away: Mutex<Vec<(QueueId, PlaceId)>>,
+    /// Ticks every keepalive interval: one timer for all streams.
+    pub(crate) keepalive: tokio::sync::watch::Sender<u64>,
 }
 
 impl Gateway {
@@ -116,8 +120,7 @@ impl Gateway {
     }
 
     fn jittered_retry_ms(&self) -> u64 {
-        let f: f64 = rand::thread_rng().gen_range(0.5..1.5);
-        (self.config.retry_ms as f64 * f) as u64
+        stream::jittered(self.config.retry_ms)
     }
 }
 
@@ -136,7 +139,7 @@ pub async fn run(
     let app = routes::router(gw.clone());
     let drain_started = Arc::new(tokio::sync::Notify::new());
     let (stopping, started) = (gw.clone(), drain_started.clone());
-    let serve = usher_http::serve(listener, app, async move {
+    let serve = server::serve(listener, gw.clone(), app, async move {
         shutdown.await;
         stopping.draining.store(true, Ordering::Relaxed);
         tracing::info!(
@@ -148,21 +151,19 @@ pub async fn run(
         tokio::spawn(drain(stopping.clone()));
     });
     let window = Duration::from_secs(gw.config.drain_secs);
-    let served = tokio::select! {
-        r = serve => r,
+    tokio::select! {
+        () = serve => {}
         () = async {
             drain_started.notified().await;
             tokio::time::sleep(window + DRAIN_HARD_MARGIN).await;
         } => {
             tracing::warn!(left = gw.hub.connections(), "drain deadline reached; closing what is left");
-            Ok(())
         }
-    };
+    }
     gw.shutdown.cancel();
     if let Err(e) = gw.store.deregister_gateway(gw.index, now_ms()).await {
         tracing::warn!(error = %e, "could not deregister; the registry entry expires by itself");
     }
-    served?;
     tracing::info!("gateway stopped");
     Ok(())
 }
@@ -216,10 +217,24 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         shutdown: CancellationToken::new(),
         draining: AtomicBool::new(false),
         pending_away: Mutex::new(Vec::new()),
+        keepalive: tokio::sync::watch::channel(0).0,
     });
+    tokio::spawn(keepalive(gw.clone()));
     tokio::spawn(heartbeat(gw.clone()));
     tokio::spawn(consume(gw.clone(), reader));
     Ok(gw)
+}
+
+/// One timer for every stream's keepalive comment.
+async fn keepalive(gw: Arc<Gateway>) {
+    let mut every = tokio::time::interval(gw.config.keepalive());
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = gw.shutdown.cancelled() => break,
+            _ = every.tick() => gw.keepalive.send_modify(|n| *n = n.wrapping_add(1)),
+        }
+    }
 }
 
 /// Keeps the registry entry, the stream and this gateway's queue interests alive; ends the

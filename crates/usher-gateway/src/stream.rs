@@ -1,0 +1,338 @@
+//! The SSE stream: setting a browser's connection up (join or resume) and pumping its events.
+//!
+//! A held connection costs one small task: the socket, a `watch` receiver (one pending update
+//! at most, so a slow browser cannot grow memory), and a receiver of the gateway-wide keepalive
+//! tick (one timer for all connections, not one per connection). Buffers exist only while an
+//! event is being written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::messages::{eta_seconds, WaitingEvent};
+use usher_core::store::{PlaceState, StoreError};
+use usher_core::ticket::Ticket;
+use usher_core::time::now_ms;
+use usher_http::ApiError;
+
+use crate::hub::{Attached, Reservation, Update};
+use crate::routes::{admitted_event, logged, place_gone, unknown_queue};
+use crate::Gateway;
+
+/// A write to a browser that takes longer than this ends the connection (the place is kept
+/// for the grace period).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to answer a stream request with.
+pub(crate) enum Setup {
+    /// Hold the browser: events follow as the line moves.
+    Live {
+        ticket: String,
+        holding: Holding,
+        rx: watch::Receiver<Update>,
+    },
+    /// One event, then the end (an admission re-sent on resume).
+    Once(String),
+    /// `retry:` with jitter, then the end: try again shortly, maybe elsewhere.
+    TryLater,
+    /// A permanent error status.
+    Failed(ApiError),
+}
+
+/// `retry:` delay with ±50% jitter, so reconnecting browsers spread out.
+pub(crate) fn jittered(ms: u64) -> u64 {
+    let f: f64 = rand::thread_rng().gen_range(0.5..1.5);
+    (ms as f64 * f) as u64
+}
+
+pub(crate) fn retry_frame(ms: u64) -> String {
+    format!("retry: {ms}\n\n")
+}
+
+pub(crate) fn event_frame(name: &str, id: Option<&str>, data: &impl serde::Serialize) -> String {
+    let json = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+    match id {
+        Some(id) => format!("event: {name}\nid: {id}\ndata: {json}\n\n"),
+        None => format!("event: {name}\ndata: {json}\n\n"),
+    }
+}
+
+pub(crate) const KEEPALIVE_FRAME: &str = ": keepalive\n\n";
+
+/// The SSE text for an update; `None` for an `Ended` without a retry.
+pub(crate) fn update_frame(u: &Update, ticket: &str) -> Option<String> {
+    match u {
+        Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
+        Update::Admitted(a) => Some(event_frame("admitted", Some(ticket), a)),
+        Update::Closed(c) => Some(event_frame("closed", None, c)),
+        Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
+        Update::Ended { retry_ms: None } => None,
+    }
+}
+
+/// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
+/// request was cancelled, or failed on Redis), it marks the place away, so the browser can
+/// come back within the grace period and a vanished one costs no admission.
+struct Reserved {
+    gw: Arc<Gateway>,
+    r: Option<Reservation>,
+}
+
+impl Reserved {
+    fn new(gw: &Arc<Gateway>, q: &QueueId, place: PlaceId) -> Self {
+        Self {
+            gw: gw.clone(),
+            r: Some(gw.hub.reserve(q, place)),
+        }
+    }
+
+    /// Gives the reservation up without touching Redis (the place is admitted or gone).
+    fn disarm(mut self) {
+        if let Some(r) = self.r.take() {
+            self.gw.hub.unreserve(&r);
+        }
+    }
+
+    fn attach(mut self, first: WaitingEvent) -> Option<(Attached, watch::Receiver<Update>)> {
+        let r = self.r.take()?;
+        self.gw.hub.attach(r, first)
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(r) = self.r.take() {
+            if self.gw.hub.unreserve(&r) {
+                self.gw.mark_away(r.queue, r.place);
+            }
+        }
+    }
+}
+
+/// Marks the place away when a connection that still owns it goes away.
+pub(crate) struct Holding {
+    gw: Arc<Gateway>,
+    attached: Attached,
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if self.gw.hub.detach(&self.attached) {
+            self.gw
+                .mark_away(self.attached.queue.clone(), self.attached.place);
+        }
+    }
+}
+
+/// Sets a stream up: joins the queue, or resumes the place `ticket` names. Runs in a task of
+/// its own, so a browser that hangs up mid-request leaves its place marked away (it may come
+/// back within the grace period), never a ghost place.
+pub(crate) async fn open(
+    gw: &Arc<Gateway>,
+    q: QueueId,
+    place: Option<PlaceId>,
+    ticket: Option<String>,
+) -> Setup {
+    if gw.shutting_down() || gw.hub.connections() >= gw.config.max_connections {
+        return Setup::TryLater;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let setup_gw = gw.clone();
+    tokio::spawn(async move {
+        let r = setup(&setup_gw, q, place, ticket).await;
+        let _ = tx.send(r);
+    });
+    rx.await.unwrap_or(Setup::TryLater)
+}
+
+async fn setup(
+    gw: &Arc<Gateway>,
+    q: QueueId,
+    place: Option<PlaceId>,
+    ticket: Option<String>,
+) -> Setup {
+    let idx = gw.index();
+    let (state, reserved) = match place {
+        Some(place) => {
+            // Reserve first: from now on an older connection's disconnect cannot mark the
+            // place away while it is being resumed.
+            let reserved = Reserved::new(gw, &q, place);
+            match resume(gw, &q, place, idx).await {
+                Ok(s) => (s, Some(reserved)),
+                Err(_) => return Setup::TryLater,
+            }
+        }
+        None => match gw.store.join(&q, idx, now_ms()).await.map_err(logged) {
+            Ok(s) => {
+                let reserved = match &s {
+                    PlaceState::Waiting { place, .. } => Some(Reserved::new(gw, &q, *place)),
+                    _ => None,
+                };
+                (s, reserved)
+            }
+            Err(_) => return Setup::TryLater,
+        },
+    };
+    let disarm = |r: Option<Reserved>| {
+        if let Some(r) = r {
+            r.disarm();
+        }
+    };
+    match state {
+        PlaceState::Waiting {
+            place,
+            position,
+            waiting,
+            rate,
+            previous_gateway,
+        } => {
+            let Some(reserved) = reserved else {
+                return Setup::TryLater;
+            };
+            let ticket = Ticket::issue(&gw.ticket_key, &q, place);
+            let first = WaitingEvent {
+                queue: q.clone(),
+                position,
+                waiting,
+                eta_seconds: eta_seconds(position, rate),
+                as_of_ms: now_ms(),
+            };
+            let Some((attached, rx)) = reserved.attach(first) else {
+                // A newer connection took the place over meanwhile.
+                return Setup::TryLater;
+            };
+            if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
+                let (gw, q) = (gw.clone(), q.clone());
+                tokio::spawn(async move {
+                    gw.tell_gateway(holder, &q, place, "resumed_elsewhere")
+                        .await;
+                });
+            }
+            Setup::Live {
+                ticket,
+                holding: Holding {
+                    gw: gw.clone(),
+                    attached,
+                },
+                rx,
+            }
+        }
+        PlaceState::Admitted(rec) => {
+            disarm(reserved);
+            let ticket = ticket.unwrap_or_default();
+            Setup::Once(event_frame(
+                "admitted",
+                Some(&ticket),
+                &admitted_event(&q, &rec),
+            ))
+        }
+        PlaceState::AdmissionPending => {
+            disarm(reserved);
+            Setup::TryLater
+        }
+        PlaceState::QueueClosed => {
+            disarm(reserved);
+            Setup::Failed(unknown_queue(&q))
+        }
+        PlaceState::Gone => {
+            disarm(reserved);
+            Setup::Failed(place_gone())
+        }
+    }
+}
+
+/// Resumes a place; an admission whose token is still being minted is awaited briefly.
+async fn resume(
+    gw: &Gateway,
+    q: &QueueId,
+    place: PlaceId,
+    idx: u16,
+) -> Result<PlaceState, StoreError> {
+    for _ in 0..20 {
+        let s = gw
+            .store
+            .resume(q, place, idx, now_ms())
+            .await
+            .map_err(logged)?;
+        if s != PlaceState::AdmissionPending {
+            return Ok(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(PlaceState::AdmissionPending)
+}
+
+
+/// Writes one chunk of a chunked body.
+async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
+    if text.is_empty() {
+        return Ok(());
+    }
+    let framed = format!("{:x}\r\n{text}\r\n", text.len());
+    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// The response head of every stream.
+pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
+/// chunked; it ends after a terminal update, or when the browser goes away.
+pub(crate) async fn pump(gw: &Arc<Gateway>, sock: &mut TcpStream, setup: Setup) -> std::io::Result<()> {
+    sock.write_all(STREAM_HEAD.as_bytes()).await?;
+    let retry = gw.config.retry_ms;
+    let (ticket, holding, mut rx) = match setup {
+        Setup::Live { ticket, holding, rx } => (ticket, holding, rx),
+        Setup::Once(frame) => {
+            chunk(sock, &(retry_frame(retry) + &frame)).await?;
+            return sock.write_all(b"0\r\n\r\n").await;
+        }
+        Setup::TryLater | Setup::Failed(_) => {
+            chunk(sock, &retry_frame(jittered(retry))).await?;
+            return sock.write_all(b"0\r\n\r\n").await;
+        }
+    };
+    let mut keepalive = gw.keepalive.subscribe();
+    let first = rx.borrow_and_update().clone();
+    let mut text = retry_frame(retry);
+    text.push_str(&update_frame(&first, &ticket).unwrap_or_default());
+    chunk(sock, &text).await?;
+    let mut done = first.is_terminal();
+    while !done {
+        tokio::select! {
+            changed = rx.changed() => {
+                let u = match changed {
+                    Ok(()) => rx.borrow_and_update().clone(),
+                    Err(_) => Update::superseded(),
+                };
+                done = u.is_terminal();
+                if let Some(f) = update_frame(&u, &ticket) {
+                    chunk(sock, &f).await?;
+                }
+            }
+            _ = keepalive.changed() => chunk(sock, KEEPALIVE_FRAME).await?,
+            readable = sock.readable() => {
+                readable?;
+                let mut buf = [0u8; 64];
+                match sock.try_read(&mut buf) {
+                    // The browser closed the connection.
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    sock.write_all(b"0\r\n\r\n").await?;
+    // A terminal update detached the connection already; dropping `holding` releases nothing.
+    drop(holding);
+    Ok(())
+}
