@@ -1136,8 +1136,8 @@ pub const GWS_TTL_MS: u64 = 30_000;
 const GATEWAY_MEMORY_MS: u64 = 86_400_000;
 /// Each gateway stream is capped (approximately) at this many entries.
 pub const STREAM_MAXLEN: u64 = 100_000;
-/// Spacing of the first, coarse position samples (10% apart); refined where needed.
-const COARSE_SAMPLE_STEP: f64 = 0.1;
+/// Spacing of the first, coarse position samples (25% apart); refined where needed.
+const COARSE_SAMPLE_STEP: f64 = 0.25;
 /// Most places admitted per queue and tick (bounds how long one tick script blocks Redis).
 pub const MAX_ADMIT_PER_TICK: u64 = 10_000;
 /// Expired sessions removed per tick and queue at most (twice the most admitted per tick).

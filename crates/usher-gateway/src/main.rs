@@ -6,8 +6,7 @@ use usher_gateway::Config;
 async fn main() -> anyhow::Result<()> {
     let cfg = Config::parse();
     usher_http::init_tracing(cfg.log_format);
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
+    let listener = usher_http::listen(cfg.listen)
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     usher_gateway::run(cfg, listener, usher_http::shutdown_signal()).await?;
     Ok(())

@@ -89,9 +89,13 @@ async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Ga
             let mut headers = [httparse::EMPTY_HEADER; 48];
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(buf) {
-                Ok(httparse::Status::Complete(head_len)) => return Read::Head(head_of(&req, head_len)),
+                Ok(httparse::Status::Complete(head_len)) => {
+                    return Read::Head(head_of(&req, head_len))
+                }
                 Ok(httparse::Status::Partial) => {}
-                Err(e) => return Read::Bad(ApiError::bad_request(format!("malformed request: {e}"))),
+                Err(e) => {
+                    return Read::Bad(ApiError::bad_request(format!("malformed request: {e}")))
+                }
             }
         }
         if buf.len() >= MAX_HEAD {
@@ -208,7 +212,11 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
             Ok(r) => r,
             Err(never) => match never {},
         };
-        if write_response(&mut sock, response, keep_alive).await.is_err() || !keep_alive {
+        if write_response(&mut sock, response, keep_alive)
+            .await
+            .is_err()
+            || !keep_alive
+        {
             return;
         }
     }
@@ -318,7 +326,10 @@ async fn write_response(
         parts.status.canonical_reason().unwrap_or("")
     );
     for (k, v) in &parts.headers {
-        if matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection") {
+        if matches!(
+            k.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) {
             continue;
         }
         out.push_str(k.as_str());
@@ -359,7 +370,10 @@ mod tests {
     #[test]
     fn ticket_parameters() {
         assert_eq!(ticket_param("").ok().flatten(), None);
-        assert_eq!(ticket_param("x=1&ticket=a.1.b").ok().flatten(), Some("a.1.b".into()));
+        assert_eq!(
+            ticket_param("x=1&ticket=a.1.b").ok().flatten(),
+            Some("a.1.b".into())
+        );
         assert!(ticket_param("ticket=a&ticket=b").is_err());
         assert!(ticket_param("ticket=%zz").is_err());
         assert_eq!(percent_decode("a%2Eb"), Some("a.b".into()));

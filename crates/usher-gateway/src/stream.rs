@@ -266,7 +266,6 @@ async fn resume(
     Ok(PlaceState::AdmissionPending)
 }
 
-
 /// Writes one chunk of a chunked body.
 async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
     if text.is_empty() {
@@ -285,11 +284,19 @@ pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/even
 
 /// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
 /// chunked; it ends after a terminal update, or when the browser goes away.
-pub(crate) async fn pump(gw: &Arc<Gateway>, sock: &mut TcpStream, setup: Setup) -> std::io::Result<()> {
+pub(crate) async fn pump(
+    gw: &Arc<Gateway>,
+    sock: &mut TcpStream,
+    setup: Setup,
+) -> std::io::Result<()> {
     sock.write_all(STREAM_HEAD.as_bytes()).await?;
     let retry = gw.config.retry_ms;
     let (ticket, holding, mut rx) = match setup {
-        Setup::Live { ticket, holding, rx } => (ticket, holding, rx),
+        Setup::Live {
+            ticket,
+            holding,
+            rx,
+        } => (ticket, holding, rx),
         Setup::Once(frame) => {
             chunk(sock, &(retry_frame(retry) + &frame)).await?;
             return sock.write_all(b"0\r\n\r\n").await;

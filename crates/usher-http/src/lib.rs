@@ -87,6 +87,20 @@ pub async fn serve(
     .await
 }
 
+/// Binds a listener with a deep accept backlog (capped by the kernel's `somaxconn`): a sale's
+/// opening minute brings thousands of connections per second, and the default backlog of 1024
+/// would turn a burst into SYN retries, i.e. one-second stalls.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(16_384)
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -119,19 +119,11 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port and directory (so AOF/RDB files are reloaded).
+    /// Kills the server and starts it again on the same port and directory (so AOF/RDB files
+    /// are reloaded).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            self.child = spawn(self.port, self.dir.path(), &self.args)?;
-            match self.wait_ready() {
-                Ok(()) => return Ok(()),
-                // The port may linger for a moment after the kill.
-                Err(e) if Instant::now() > deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        self.start_again()
     }
 
     pub fn port(&self) -> u16 {

@@ -147,7 +147,6 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
     use rand::{Rng, SeedableRng};
     use usher_core::messages::QueueState;
     use usher_core::position::Standing;
-    use usher_core::store::TickArgs;
 
     let redis = usher_testkit::RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
@@ -184,22 +183,7 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
         .acquire_lease(&q, "test", Duration::from_secs(10))
         .await?
         .expect("free lease");
-    let tick = store
-        .tick(
-            &q,
-            &TickArgs {
-                now_ms: now_ms(),
-                first_elapsed_ms: 100,
-                max_elapsed_ms: 1000,
-                exact: 1000,
-                max_position_error: 0.01,
-                store_rate: None,
-                lease: &lease,
-                lease_ttl_ms: 10_000,
-                gateways: &[],
-            },
-        )
-        .await?;
+    let tick = usher_testkit::tick_once(&store, &q, &lease).await?;
     let usher_core::store::Tick::Ticked(out) = tick else {
         panic!("open queue ticks: {tick:?}")
     };

@@ -1,0 +1,130 @@
+//! `usher-bench-redis`: measures the Redis side of a waiting room with large lines, against a
+//! `redis-server` it starts itself (or `--redis-url`): the memory a waiting place costs, and
+//! how long one dispatcher tick script takes with a short and with a very long line.
+//! Prints one JSON object. Used by `make bench` (scripts/bench.sh).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::stream::{self, StreamExt};
+use usher_core::ids::QueueId;
+use usher_core::store::{QueueConfig, Store, Tick};
+use usher_core::time::now_ms;
+use usher_testkit::RedisServer;
+
+/// Measures Redis memory per waiting place and dispatcher tick time against line length.
+#[derive(Debug, Parser)]
+#[command(name = "usher-bench-redis", version, about, long_about)]
+struct Args {
+    /// Redis to use; by default a fresh `redis-server` is started on a free port and stopped
+    /// at the end. Its data is flushed: never point this at a Redis that matters.
+    #[arg(long, env = "USHER_BENCH_REDIS_URL")]
+    redis_url: Option<String>,
+
+    /// Line lengths to measure, comma separated.
+    #[arg(
+        long,
+        env = "USHER_BENCH_SIZES",
+        value_delimiter = ',',
+        default_value = "1000,1000000"
+    )]
+    sizes: Vec<u64>,
+
+    /// Ticks timed per line length (the median and p99 are reported).
+    #[arg(long, env = "USHER_BENCH_TICKS", default_value_t = 50)]
+    ticks: u32,
+
+    /// Places admitted per timed tick.
+    #[arg(long, env = "USHER_BENCH_ADMIT_PER_TICK", default_value_t = 100)]
+    admit_per_tick: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let own = match &args.redis_url {
+        Some(_) => None,
+        None => Some(RedisServer::start().context("starting redis-server")?),
+    };
+    let url = args
+        .redis_url
+        .clone()
+        .or_else(|| own.as_ref().map(RedisServer::url))
+        .context("no redis")?;
+    let store = Store::connect(&url).await?;
+    let mut results = Vec::new();
+    for &n in &args.sizes {
+        results.push(measure(&store, n, &args).await?);
+    }
+    println!(
+        "{}",
+        serde_json::json!({ "redis_url": url, "results": results })
+    );
+    Ok(())
+}
+
+async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_json::Value> {
+    let q = QueueId::new(format!("bench-{n}"))?;
+    // Paused while filling; admission per tick is set below.
+    let mut cfg = QueueConfig {
+        admit_per_second: 1.0,
+        paused: true,
+        ..QueueConfig::default()
+    };
+    store.put_queue(&q, &cfg).await?;
+    let fill = Instant::now();
+    let joined = stream::iter(0..n)
+        .map(|i| {
+            let (store, q) = (store.clone(), q.clone());
+            async move { store.join(&q, (i % 6 + 1) as u16, now_ms()).await }
+        })
+        .buffer_unordered(256)
+        .filter(|r| std::future::ready(r.is_ok()))
+        .count()
+        .await as u64;
+    anyhow::ensure!(joined == n, "only {joined} of {n} joins succeeded");
+    let fill_secs = fill.elapsed().as_secs_f64();
+    let bytes = store.waiting_memory(&q).await?;
+
+    let lease = store
+        .acquire_lease(&q, "bench", Duration::from_secs(600))
+        .await?
+        .context("lease")?;
+    // Admit `admit_per_tick` per tick of 100 ms.
+    cfg.paused = false;
+    cfg.admit_per_second = args.admit_per_tick as f64 * 10.0;
+    store.put_queue(&q, &cfg).await?;
+    let mut times = Vec::new();
+    let mut admitted = 0;
+    let mut samples = 0;
+    for _ in 0..args.ticks {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Keep the line at `n`: replace what the previous tick admitted (not timed).
+        let refill = n.saturating_sub(store.queue_stats(&q, now_ms()).await?.waiting);
+        for i in 0..refill {
+            store.join(&q, (i % 6 + 1) as u16, now_ms()).await?;
+        }
+        let t = Instant::now();
+        let tick = usher_testkit::tick_once(store, &q, &lease).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        if let Tick::Ticked(o) = tick {
+            admitted += o.admitted;
+            samples = o.samples.len() + o.runs.len();
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
+    Ok(serde_json::json!({
+        "waiting": n,
+        "fill_joins_per_second": n as f64 / fill_secs,
+        "waiting_set_bytes": bytes,
+        "bytes_per_place": bytes as f64 / n as f64,
+        "tick_ms_p50": pct(0.5),
+        "tick_ms_p99": pct(0.99),
+        "tick_ms_max": pct(1.0),
+        "ticks": times.len(),
+        "admitted": admitted,
+        "snapshot_entries": samples,
+    }))
+}
