@@ -4,6 +4,8 @@
 //! Every test prints a `FAULT ...` line with its figures (recorded in BENCHMARKS.md).
 
 use std::collections::HashSet;
+
+use anyhow::Context;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -388,5 +390,75 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
     assert!(done, "every browser finished");
     assert_eq!((lost, duplicated, restarted), (0, 0, 0));
     assert_eq!(stats["admitted_total"], N as u64);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let redis = RedisServer::start()?;
+    // A long lease, so a hand-over that waited for expiry would show.
+    let env = |id: &str| {
+        vec![
+            ("USHER_REDIS_URL", redis.url()),
+            ("USHER_TICK_MS", "100".to_owned()),
+            ("USHER_LEASE_TTL_MS", "5000".to_owned()),
+            ("USHER_REPLICA_ID", id.to_owned()),
+        ]
+    };
+    let mut d = vec![
+        Proc::start("usher-dispatcher", &env("d0")).await?,
+        Proc::start("usher-dispatcher", &env("d1")).await?,
+    ];
+    let http = reqwest::Client::new();
+    http.put(format!("{}/admin/queues/handover", d[0].url()))
+        .json(&json!({"admit_per_second": 10}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut conn = redis::Client::open(redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut owner = String::new();
+    for _ in 0..100 {
+        let lease: Option<String> = redis::cmd("GET")
+            .arg("usher:{q:handover}:lease")
+            .query_async(&mut conn)
+            .await?;
+        if let Some(l) = lease {
+            owner = l.split('|').next().unwrap_or_default().to_owned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let leader = match owner.as_str() {
+        "d0" => 0,
+        "d1" => 1,
+        other => anyhow::bail!("unexpected lease owner {other:?}"),
+    };
+    let stopped = Instant::now();
+    d[leader].term()?;
+    let clean = d[leader].wait_exit(Duration::from_secs(10)).await?;
+    let mut took_over = None;
+    for _ in 0..200 {
+        let lease: Option<String> = redis::cmd("GET")
+            .arg("usher:{q:handover}:lease")
+            .query_async(&mut conn)
+            .await?;
+        if lease.is_some_and(|l| l.starts_with(if leader == 0 { "d1|" } else { "d0|" })) {
+            took_over = Some(stopped.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "FAULT dispatcher-sigterm: lease_ttl_ms=5000 takeover_ms={:?} exited_cleanly={clean}",
+        took_over.map(|t| t.as_millis())
+    );
+    assert!(clean, "the dispatcher exits cleanly on SIGTERM");
+    let took_over = took_over.context("the other replica took the queue over")?;
+    // Released at once: far sooner than the 5 s lease would take to expire (the survivor's
+    // registry entry must first show the leaver gone: one tick plus its heartbeat).
+    assert!(took_over < Duration::from_millis(2500), "{took_over:?}");
     Ok(())
 }
