@@ -17,8 +17,12 @@ help: ## List the targets
 run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_RUN_SMOKE=1 for a smoke check
 	bash scripts/run-local.sh
 
-test: ## Install redis-server if missing, then run every test (cargo test --workspace --all-targets)
+# The debug binaries are built first: tests in usher-testkit run usher-dispatcher and
+# usher-gateway as child processes from target/debug, and `cargo test` alone does not build
+# the binaries of other packages.
+test: ## Install redis-server if missing, build the binaries, run every test (cargo test --workspace --all-targets)
 	bash scripts/ensure-redis.sh
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets
 
 lint: ## cargo fmt --check and clippy with warnings as errors
@@ -28,7 +32,7 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 build: ## Release build of the whole workspace
 	$(CARGO) build --release --workspace
 
-bench: ## Benchmarks (scripts/bench.sh; not implemented yet)
+bench: ## Benchmarks: runs scripts/bench.sh when present
 	@if [ -f scripts/bench.sh ]; then \
 		bash scripts/bench.sh; \
 	else \

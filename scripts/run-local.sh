@@ -22,6 +22,8 @@
 #                               print PASS/FAIL and exit 0/1 instead of waiting for Ctrl-C
 #   USHER_RUN_KEEP_TMP=1        keep the temp dir (Redis data and logs) on exit
 #   RUST_LOG                    log filter for the usher processes  (default info)
+# The cleanup functions run only from the EXIT trap, which shellcheck cannot see.
+# shellcheck disable=SC2317
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -49,7 +51,7 @@ die() {
 }
 
 # --- Prerequisites -------------------------------------------------------------------------
-for tool in cargo curl; do
+for tool in cargo curl setsid; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool is required but not on PATH"
 done
 bash scripts/ensure-redis.sh
@@ -65,9 +67,12 @@ for spec in "redis:$REDIS_PORT:USHER_RUN_REDIS_PORT" \
     "booking demo:$BOOKING_PORT:USHER_RUN_BOOKING_PORT"; do
     IFS=: read -r what port var <<<"$spec"
     if port_in_use "$port"; then
-        die "port $port (for $what) is already in use on $HOST. Stop whatever listens there" \
-            "(e.g. a system redis-server: 'service redis-server stop'), or pick another port" \
-            "with $var=<port>."
+        hint=""
+        if [ "$what" = redis ]; then
+            hint=" (a system Redis service? 'service redis-server stop' or 'systemctl stop redis-server')"
+        fi
+        die "port $port (for $what) is already in use on $HOST. Stop whatever listens there$hint," \
+            "or pick another port with $var=<port>."
     fi
 done
 
@@ -133,11 +138,18 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # start NAME CMD [ARGS...]: runs CMD in the background with output to $TMP/NAME.log.
-# Environment for CMD is passed with `env VAR=value` in front of it.
+# Environment for CMD is passed with `env VAR=value` in front of it. NO_COLOR keeps ANSI
+# colour codes out of the log files.
+#
+# `setsid` puts each child in a session of its own, so a Ctrl-C in the terminal reaches only
+# this script (and make), not the children: cleanup then stops them in order (the usher
+# servers while Redis is still up, so gateways can deregister; Redis last). setsid execs
+# without forking here (a background child is never a process-group leader), so $! is the
+# child's own pid.
 start() {
     local name="$1"
     shift
-    "$@" >"$TMP/$name.log" 2>&1 &
+    NO_COLOR=1 setsid "$@" >"$TMP/$name.log" 2>&1 </dev/null &
     NAMES+=("$name")
     PIDS+=("$!")
 }

@@ -235,6 +235,10 @@ pub struct TickOutcome {
     pub admit_per_second: f64,
     /// Places removed without admission this tick (grace expired, gateway gone).
     pub dropped: u64,
+    /// Admission budget carried to the next tick (a fraction of a place, or 0).
+    pub carry: f64,
+    /// The queue's session TTL.
+    pub session_ttl_ms: u64,
 }
 
 /// One admission waiting in a queue's outbox to be delivered.
@@ -988,7 +992,7 @@ impl Store {
             Some(0) => Ok(Tick::Closed {
                 outbox_len: a.get(1).map(u).transpose()?.unwrap_or(0),
             }),
-            Some(1) if a.len() >= 10 => Ok(Tick::Ticked(TickOutcome {
+            Some(1) if a.len() >= 12 => Ok(Tick::Ticked(TickOutcome {
                 admitted: u(&a[1])?,
                 waiting: u(&a[2])?,
                 active: u(&a[3])?,
@@ -1001,6 +1005,8 @@ impl Store {
                 outbox_len: u(&a[7])?,
                 admit_per_second: float(&a[8]).unwrap_or(0.0),
                 dropped: u(&a[9])?,
+                carry: float(&a[10]).unwrap_or(0.0),
+                session_ttl_ms: u(&a[11])?,
             })),
             _ => Err(protocol(format!("tick reply {a:?}"))),
         }

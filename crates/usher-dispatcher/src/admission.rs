@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use usher_core::ids::{QueueId, ServerId};
 use usher_core::messages::{Admission, QueueState, StreamMessage};
 use usher_core::store::{
-    GatewayInfo, Lease, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
+    GatewayInfo, Lease, OutboxEntry, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
+    MAX_ADMIT_PER_TICK,
 };
 use usher_core::time::now_ms;
 use usher_core::token::{Claims, SigningKey};
@@ -27,15 +28,75 @@ const QUEUE_CONCURRENCY: usize = 16;
 const OUTBOX_BATCH: usize = 2000;
 /// Admissions per `admitted` stream entry.
 const ADMITTED_PER_MESSAGE: usize = 250;
-/// Weight of the newest sample in the measured admission rate.
-const RATE_EWMA_WEIGHT: f64 = 0.3;
+/// A tick starting at most this late still uses its scheduled time as the admission time.
+const ON_TIME_MS: u64 = 50;
+/// The measured admission rate looks this far back.
+const RATE_WINDOW_MS: u64 = 10_000;
+/// ... and is used once it covers this long.
+const RATE_MIN_WINDOW_MS: u64 = 3_000;
 
 /// Per-queue memory of this replica.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Held {
     lease: Lease,
     last_tick_ms: Option<u64>,
     measured_rate: Option<f64>,
+    /// Tokens minted ahead for the next tick's expected admissions.
+    premint: Option<Premint>,
+    /// Admissions expected at the next tick (from the last one).
+    expected_next: u64,
+    /// Recent ticks that found people waiting: (ms since the previous tick, admitted).
+    window: std::collections::VecDeque<(u64, u64)>,
+}
+
+/// Entry tokens minted between ticks for the places expected at the head of the line at the
+/// next tick, so admission does not wait for Ed25519 signing. A token depends only on the
+/// place, the admission time and the expiry, so a pre-minted token is exactly the one minting
+/// at admission would give; places not pre-minted (the line changed) are minted then.
+#[derive(Debug)]
+struct Premint {
+    at_ms: u64,
+    exp_ms: u64,
+    task: tokio::task::JoinHandle<HashMap<u64, String>>,
+}
+
+/// Mints tokens for `places` admitted at `at_ms` (expiring at `exp_ms`), on every core.
+fn mint_many(
+    key: &SigningKey,
+    q: &QueueId,
+    places: &[u64],
+    at_ms: u64,
+    exp_ms: u64,
+) -> Vec<(u64, String)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = places.len().div_ceil(threads).max(64);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = places
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|&p| (p, key.mint(&claims(q, p, at_ms, exp_ms))))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// The claims of the entry token of `place`, admitted at `at_ms`.
+fn claims(q: &QueueId, place: u64, at_ms: u64, exp_ms: u64) -> Claims {
+    Claims {
+        sub: place.to_string(),
+        aud: q.to_string(),
+        iat: at_ms / 1000,
+        exp: exp_ms / 1000,
+        jti: format!("{q}.{place}"),
+    }
 }
 
 /// Settings of the admission loop.
@@ -115,13 +176,23 @@ impl Admitter {
         let mut interval = tokio::time::interval(self.settings.tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
+        let base = (tokio::time::Instant::now(), now_ms());
         loop {
-            tokio::select! {
+            let scheduled = tokio::select! {
                 () = cancel.cancelled() => break,
-                _ = interval.tick() => {}
-            }
+                at = interval.tick() => at,
+            };
+            // Admission time = the tick's scheduled time (when on time), so tokens minted ahead
+            // for it match exactly.
+            let planned = base.1 + scheduled.duration_since(base.0).as_millis() as u64;
+            let actual = now_ms();
+            let now = if actual.saturating_sub(planned) <= ON_TIME_MS {
+                planned
+            } else {
+                actual
+            };
             let started = Instant::now();
-            match self.tick().await {
+            match self.tick_at(now).await {
                 Ok(r) => {
                     if failing {
                         tracing::info!("redis is back; admission resumed");
@@ -169,9 +240,13 @@ impl Admitter {
         self.held.keys().cloned().collect()
     }
 
-    /// One tick over every queue this replica holds or should hold.
+    /// One tick over every queue this replica holds or should hold, now.
     pub async fn tick(&mut self) -> Result<TickReport, StoreError> {
-        let now = now_ms();
+        self.tick_at(now_ms()).await
+    }
+
+    /// One tick with admission time `now`.
+    pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
         let replicas = self
             .store
@@ -240,6 +315,14 @@ impl Admitter {
     }
 }
 
+/// Pre-minted tokens ready for this tick.
+#[derive(Debug, Default)]
+struct Ready {
+    at_ms: u64,
+    exp_ms: u64,
+    tokens: HashMap<u64, String>,
+}
+
 struct QueueTick {
     store: Store,
     key: Arc<SigningKey>,
@@ -265,6 +348,9 @@ impl QueueTick {
                     lease,
                     last_tick_ms: None,
                     measured_rate: None,
+                    premint: None,
+                    expected_next: 0,
+                    window: Default::default(),
                 }
             }
         };
@@ -273,7 +359,12 @@ impl QueueTick {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
             max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
-            exact: self.settings.exact_positions,
+            // The head of the line is listed exactly at least as far as the next tick admits,
+            // so its tokens can be minted ahead.
+            exact: self
+                .settings
+                .exact_positions
+                .max(held.expected_next.min(MAX_ADMIT_PER_TICK) * 9 / 8 + 8),
             max_position_error: 0.01,
             store_rate: held.measured_rate,
             lease: &held.lease,
@@ -286,7 +377,7 @@ impl QueueTick {
                 // Admissions made before the close are still delivered. Keep the lease: a
                 // reopened queue continues here.
                 let delivered = if outbox_len > 0 {
-                    match self.deliver(q, &held.lease).await? {
+                    match self.deliver(q, &held.lease, &mut Ready::default()).await? {
                         Some(n) => n,
                         None => return Ok(Outcome::NotHeld),
                     }
@@ -306,8 +397,9 @@ impl QueueTick {
             }
         };
         measure(&mut held, self.now, &out);
+        let mut ready = self.take_premint(&mut held).await;
         let delivered = if out.outbox_len > 0 {
-            match self.deliver(q, &held.lease).await? {
+            match self.deliver(q, &held.lease, &mut ready).await? {
                 Some(n) => n,
                 None => return Ok(Outcome::NotHeld),
             }
@@ -315,12 +407,63 @@ impl QueueTick {
             0
         };
         self.publish_state(q, &held, &out).await?;
+        self.premint_next(q, &mut held, &out);
         Ok(Outcome::Ticked {
             held,
             admitted: out.admitted,
             delivered,
             dropped: out.dropped,
         })
+    }
+
+    /// The tokens pre-minted for this tick, if they were minted for this very admission time.
+    async fn take_premint(&self, held: &mut Held) -> Ready {
+        match held.premint.take() {
+            Some(p) if p.at_ms == self.now => Ready {
+                at_ms: p.at_ms,
+                exp_ms: p.exp_ms,
+                tokens: p.task.await.unwrap_or_default(),
+            },
+            Some(p) => {
+                p.task.abort();
+                Ready::default()
+            }
+            None => Ready::default(),
+        }
+    }
+
+    /// Starts minting, in the background, the tokens of the places expected to be admitted at
+    /// the next tick: the head of the line, with a margin.
+    fn premint_next(&self, q: &QueueId, held: &mut Held, out: &TickOutcome) {
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        if out.waiting == 0 || (out.admitted == 0 && out.carry == 0.0) {
+            return; // empty or paused
+        }
+        let expected = (out.carry + out.admit_per_second * tick_ms as f64 / 1000.0).floor() as u64;
+        held.expected_next = expected;
+        let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
+        let places: Vec<u64> = out
+            .runs
+            .iter()
+            .flat_map(|&(first, count)| first..first + count)
+            .take(want)
+            .collect();
+        if places.is_empty() {
+            return;
+        }
+        let at_ms = self.now + tick_ms;
+        let exp_ms = at_ms + out.session_ttl_ms;
+        let (key, q) = (self.key.clone(), q.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            mint_many(&key, &q, &places, at_ms, exp_ms)
+                .into_iter()
+                .collect()
+        });
+        held.premint = Some(Premint {
+            at_ms,
+            exp_ms,
+            task,
+        });
     }
 
     fn live(&self) -> HashMap<u16, &ServerId> {
@@ -331,11 +474,50 @@ impl QueueTick {
             .collect()
     }
 
+    /// The tokens of `entries`: pre-minted ones where they match, the rest minted now (on
+    /// every core).
+    async fn mint(
+        &self,
+        q: &QueueId,
+        entries: &[OutboxEntry],
+        ready: &mut Ready,
+    ) -> HashMap<u64, String> {
+        let mut out = HashMap::with_capacity(entries.len());
+        let mut missing: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+        for e in entries {
+            let pre = (e.admitted_at_ms == ready.at_ms && e.expires_at_ms == ready.exp_ms)
+                .then(|| ready.tokens.remove(&e.place.0))
+                .flatten();
+            match pre {
+                Some(t) => {
+                    out.insert(e.place.0, t);
+                }
+                None => missing
+                    .entry((e.admitted_at_ms, e.expires_at_ms))
+                    .or_default()
+                    .push(e.place.0),
+            }
+        }
+        for ((at, exp), places) in missing {
+            let (key, q) = (self.key.clone(), q.clone());
+            let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
+                .await
+                .unwrap_or_default();
+            out.extend(minted);
+        }
+        out
+    }
+
     /// Mints tokens for everything in the outbox and sends each admission to the gateway that
     /// held the browser. Entries leave the outbox only after their messages were written, so a
     /// crash in between re-sends them with the very same (deterministic) tokens; gateways
     /// ignore admissions for places they no longer hold. `None` when the lease was lost.
-    async fn deliver(&self, q: &QueueId, lease: &Lease) -> Result<Option<u64>, StoreError> {
+    async fn deliver(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        ready: &mut Ready,
+    ) -> Result<Option<u64>, StoreError> {
         let live = self.live();
         let mut delivered = 0;
         loop {
@@ -343,16 +525,13 @@ impl QueueTick {
             if entries.is_empty() {
                 break;
             }
+            let mut minted = self.mint(q, &entries, ready).await;
             let mut records = Vec::with_capacity(entries.len());
             let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
             for e in &entries {
-                let token = self.key.mint(&Claims {
-                    sub: e.place.to_string(),
-                    aud: q.to_string(),
-                    iat: e.admitted_at_ms / 1000,
-                    exp: e.expires_at_ms / 1000,
-                    jti: format!("{q}.{}", e.place),
-                });
+                let Some(token) = minted.remove(&e.place.0) else {
+                    continue;
+                };
                 records.push((
                     e.place,
                     TokenRecord {
@@ -431,18 +610,25 @@ impl QueueTick {
 }
 
 /// Admissions per second over ticks where the line was not exhausted.
+/// The rate is admissions ÷ time over a sliding window of ticks that found people waiting (so a
+/// slow rate admitting one place every few ticks still measures right), and stays unknown until
+/// the window covers a few seconds.
 fn measure(held: &mut Held, now: u64, out: &TickOutcome) {
     if let Some(last) = held.last_tick_ms {
-        let secs = now.saturating_sub(last) as f64 / 1000.0;
-        if secs > 0.0 && out.waiting > 0 {
-            let sample = out.admitted as f64 / secs;
-            held.measured_rate = Some(match held.measured_rate {
-                Some(r) => r + RATE_EWMA_WEIGHT * (sample - r),
-                None => sample,
-            });
+        let ms = now.saturating_sub(last);
+        if ms > 0 && out.waiting > 0 {
+            held.window.push_back((ms, out.admitted));
+            while held.window.iter().map(|w| w.0).sum::<u64>() > RATE_WINDOW_MS {
+                held.window.pop_front();
+            }
         }
     }
     held.last_tick_ms = Some(now);
+    let (ms, admitted) = held
+        .window
+        .iter()
+        .fold((0u64, 0u64), |(m, a), w| (m + w.0, a + w.1));
+    held.measured_rate = (ms >= RATE_MIN_WINDOW_MS).then(|| admitted as f64 * 1000.0 / ms as f64);
 }
 
 #[cfg(test)]

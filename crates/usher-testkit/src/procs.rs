@@ -24,7 +24,7 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join(name);
     if !path.exists() {
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--bin", name])
+            .args(["build", "--workspace", "--bins"])
             .status()
             .context("cannot run cargo to build a test binary")?;
         if !status.success() || !path.exists() {

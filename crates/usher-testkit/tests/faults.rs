@@ -406,7 +406,7 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
             ("USHER_REPLICA_ID", id.to_owned()),
         ]
     };
-    let mut d = vec![
+    let mut d = [
         Proc::start("usher-dispatcher", &env("d0")).await?,
         Proc::start("usher-dispatcher", &env("d1")).await?,
     ];

@@ -20,7 +20,7 @@
 -- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
 -- (sessions still expire and the outbox is still delivered), else
 -- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
---  dropped}
+--  dropped, carry, session ttl ms}
 --   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
 --   samples = flat {seq, position, ...}: positions beyond the exact window
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
@@ -74,11 +74,15 @@ local n = math.floor(budget)
 local admitted = 0
 if n > 0 then
   local exp = fmt(now + ttl_ms)
+  local pending = ARGV[1] .. '|' .. exp .. '|'
+  local any_away = redis.call('ZCARD', KEYS[7]) > 0
   local popped_total = 0
   while admitted < n and popped_total < n + 10000 do
-    local popped = redis.call('ZPOPMIN', KEYS[2], n - admitted)
+    local popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
     if #popped == 0 then break end
     popped_total = popped_total + #popped / 2
+    -- Batched writes: one command per chunk instead of one per place.
+    local zadd, hset, rpush, away = {}, {}, {}, {}
     for i = 1, #popped, 2 do
       local member = popped[i]
       local place = popped[i + 1]
@@ -86,13 +90,19 @@ if n > 0 then
       if dead_since[gw] then
         dropped = dropped + 1
       else
-        redis.call('ZADD', KEYS[3], exp, place)
-        redis.call('HSET', KEYS[4], place, ARGV[1] .. '|' .. exp .. '|')
-        redis.call('RPUSH', KEYS[5], place .. '|' .. gw .. '|' .. ARGV[1] .. '|' .. exp)
+        zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
+        hset[#hset + 1] = place; hset[#hset + 1] = pending
+        rpush[#rpush + 1] = place .. '|' .. gw .. '|' .. ARGV[1] .. '|' .. exp
         admitted = admitted + 1
       end
-      redis.call('ZREM', KEYS[7], place)
+      away[#away + 1] = place
     end
+    if #zadd > 0 then
+      redis.call('ZADD', KEYS[3], unpack(zadd))
+      redis.call('HSET', KEYS[4], unpack(hset))
+      redis.call('RPUSH', KEYS[5], unpack(rpush))
+    end
+    if any_away then redis.call('ZREM', KEYS[7], unpack(away)) end
   end
   if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
 end
@@ -159,4 +169,4 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
-return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped}
+return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped, tostring(carry), ttl_ms}

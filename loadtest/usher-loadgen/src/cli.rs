@@ -1,0 +1,125 @@
+//! Command line (every flag is also an `USHER_LOADGEN_*` environment variable).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+const ABOUT: &str = "Puts real SSE load on usher gateways: many browser-like waiting-room clients";
+
+const LONG_ABOUT: &str = "\
+Puts real SSE load on usher gateways: many browser-like waiting-room clients.
+
+Every connection behaves like a browser's EventSource: it opens
+`GET /api/queues/{queue}/stream` over plain HTTP/1.1, reads the event stream,
+waits the last `retry:` and reconnects with `Last-Event-ID` (to the next gateway,
+as a load balancer would) when the stream ends or fails, gives up on a non-200
+answer, and closes on `admitted` or `closed`.
+
+The coordinator (this process) starts --workers copies of itself; each worker
+holds its share of the connections and reports progress once per second over
+its stdout. The coordinator merges them, prints a progress line on stderr every
+second, a summary table on stdout at the end, and optionally writes a JSON
+report and an SVG plot.
+
+Measured: join latency (request start -> first `waiting` event), position-update
+delay (receipt of each later `waiting` event - its `as_of_ms`), admission latency
+(receipt of `admitted` - its `admitted_at`), FIFO violations (a place admitted
+strictly later than a higher place), duplicate admissions (a token or a place
+admitted twice), missing admissions (with --until-admitted), errors by kind and
+reconnects.
+
+Only loopback gateways (127.0.0.0/8, ::1, localhost) are accepted.
+
+Exit status: 0 on success; 1 on a usage or runtime error; 3 when a duplicate
+admission or a FIFO violation was seen; 4 when --until-admitted was given and
+some connection was never admitted.";
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "usher-loadgen", version, about = ABOUT, long_about = LONG_ABOUT)]
+pub struct Args {
+    /// Gateway base URLs, comma-separated (`http://host:port`). New connections are spread
+    /// over them round-robin; a reconnect goes to the next one. Loopback addresses only.
+    #[arg(
+        long,
+        env = "USHER_LOADGEN_GATEWAYS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090"
+    )]
+    pub gateways: Vec<String>,
+
+    /// Queue to join (it must exist and be open; create it on the dispatcher with
+    /// `PUT /admin/queues/{queue}`).
+    #[arg(long, env = "USHER_LOADGEN_QUEUE", default_value = "demo")]
+    pub queue: String,
+
+    /// Total number of connections (browsers), over all workers.
+    #[arg(long, env = "USHER_LOADGEN_CONNECTIONS", default_value_t = 1000)]
+    pub connections: u64,
+
+    /// New connections per second, in total over all workers; 0 opens them as fast as
+    /// possible.
+    #[arg(long, env = "USHER_LOADGEN_JOIN_RATE", default_value_t = 500.0)]
+    pub join_rate: f64,
+
+    /// Worker processes. Each process holds at most ~19,000 connections (the machine's hard
+    /// open-files limit is 20,000), so use at least connections / 19,000.
+    #[arg(long, env = "USHER_LOADGEN_WORKERS", default_value_t = 1)]
+    pub workers: u32,
+
+    /// Source addresses for the client sockets: a range (`127.0.0.2-127.0.0.40`), a comma
+    /// list, or both (`127.0.0.2-127.0.0.9,127.0.0.20`). Each socket binds to the next one
+    /// (port 0), so every address brings its own ~28k ephemeral ports. Loopback only. Unset:
+    /// the OS picks (127.0.0.1).
+    #[arg(long, env = "USHER_LOADGEN_SOURCE_IPS")]
+    pub source_ips: Option<String>,
+
+    /// Hard stop in seconds: the run ends by itself after this long (counted from the first
+    /// connection), whatever state the connections are in.
+    #[arg(long, env = "USHER_LOADGEN_DURATION", default_value_t = 60)]
+    pub duration: u64,
+
+    /// Stop as soon as every connection has been admitted (or has finished otherwise), at
+    /// the latest after --duration; connections never admitted are reported as missing.
+    /// Without it the run lasts --duration (or until every connection has finished).
+    #[arg(long, env = "USHER_LOADGEN_UNTIL_ADMITTED")]
+    pub until_admitted: bool,
+
+    /// Write the JSON report (every number, the command line, the start time and a
+    /// per-second timeline) to this file.
+    #[arg(long, env = "USHER_LOADGEN_REPORT")]
+    pub report: Option<PathBuf>,
+
+    /// Write an SVG plot (connections over time, latency distributions) to this file.
+    #[arg(long, env = "USHER_LOADGEN_PLOT")]
+    pub plot: Option<PathBuf>,
+
+    /// No progress lines on stderr (the summary is still printed on stdout).
+    #[arg(long, env = "USHER_LOADGEN_QUIET")]
+    pub quiet: bool,
+
+    /// Seconds to wait for a TCP connection and the response head before counting a
+    /// `connect_timeout` error and retrying.
+    #[arg(long, env = "USHER_LOADGEN_CONNECT_TIMEOUT", default_value_t = 10)]
+    pub connect_timeout: u64,
+
+    /// Seconds without a single byte on an open stream (gateways send a keepalive comment
+    /// every 15 s) before counting an `idle_timeout` error and reconnecting.
+    #[arg(long, env = "USHER_LOADGEN_IDLE_TIMEOUT", default_value_t = 60)]
+    pub idle_timeout: u64,
+
+    /// Reconnection delay used until the server sends `retry:` (browsers use about 3 s).
+    #[arg(long, env = "USHER_LOADGEN_DEFAULT_RETRY_MS", default_value_t = 3000)]
+    pub default_retry_ms: u64,
+
+    /// Internal: run as worker number N (set by the coordinator).
+    #[arg(long, hide = true)]
+    pub worker_index: Option<u32>,
+
+    /// Internal: number of workers in the run (set by the coordinator).
+    #[arg(long, hide = true)]
+    pub worker_count: Option<u32>,
+
+    /// Internal: the run's start (ms since the epoch) shared by all workers.
+    #[arg(long, hide = true)]
+    pub epoch_ms: Option<u64>,
+}

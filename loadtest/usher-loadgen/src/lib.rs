@@ -1,0 +1,19 @@
+//! usher-loadgen: real SSE load on usher gateways.
+//!
+//! The binary's coordinator ([`coordinator`]) starts worker processes of itself ([`worker`]);
+//! each worker runs thousands of browser-like connections ([`conn`]) over bare HTTP/1.1
+//! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
+//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`].
+
+pub mod checks;
+pub mod cli;
+pub mod conn;
+pub mod coordinator;
+pub mod http;
+pub mod limits;
+pub mod plan;
+pub mod plot;
+pub mod proto;
+pub mod report;
+pub mod stats;
+pub mod worker;

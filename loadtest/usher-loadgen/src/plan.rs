@@ -1,0 +1,322 @@
+//! The validated run configuration: loopback-only targets, source addresses, and the limits
+//! that keep every process under the open-files cap.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use serde::Serialize;
+use usher_core::ids::QueueId;
+
+use crate::cli::Args;
+
+/// Connections one process may hold (the hard open-files limit here is 20,000; the rest is
+/// headroom for the runtime, stdio and the odd reconnect in flight).
+pub const MAX_PER_PROCESS: u64 = 19_000;
+/// Upper bounds that keep every run bounded.
+pub const MAX_CONNECTIONS: u64 = 2_000_000;
+pub const MAX_WORKERS: u32 = 256;
+pub const MAX_DURATION_SECS: u64 = 24 * 3600;
+pub const MAX_SOURCE_IPS: usize = 65_536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> PlanError {
+    PlanError::Invalid(msg.into())
+}
+
+/// One gateway: where to connect and what to send as `Host`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gateway {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub gateways: Vec<Gateway>,
+    pub queue: String,
+    pub connections: u64,
+    pub join_rate: f64,
+    pub workers: u32,
+    pub source_ips: Vec<IpAddr>,
+    pub duration_secs: u64,
+    pub until_admitted: bool,
+    pub connect_timeout_secs: u64,
+    pub idle_timeout_secs: u64,
+    pub default_retry_ms: u64,
+}
+
+impl Plan {
+    pub fn from_args(a: &Args) -> Result<Self, PlanError> {
+        if a.gateways.is_empty() {
+            return Err(invalid("--gateways: give at least one gateway URL"));
+        }
+        let gateways = a
+            .gateways
+            .iter()
+            .map(|g| parse_gateway(g.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+        QueueId::new(a.queue.clone())
+            .map_err(|e| invalid(format!("--queue {:?}: {e}", a.queue)))?;
+        if a.connections == 0 || a.connections > MAX_CONNECTIONS {
+            return Err(invalid(format!(
+                "--connections must be between 1 and {MAX_CONNECTIONS}"
+            )));
+        }
+        if !(a.join_rate.is_finite() && (a.join_rate == 0.0 || a.join_rate >= 0.01)) {
+            return Err(invalid(
+                "--join-rate must be 0 (unpaced) or at least 0.01 connections per second",
+            ));
+        }
+        if a.workers == 0 || a.workers > MAX_WORKERS {
+            return Err(invalid(format!(
+                "--workers must be between 1 and {MAX_WORKERS}"
+            )));
+        }
+        let per_worker = a.connections.div_ceil(u64::from(a.workers));
+        if per_worker > MAX_PER_PROCESS {
+            let need = a.connections.div_ceil(MAX_PER_PROCESS);
+            return Err(invalid(format!(
+                "--connections {} over --workers {} is {per_worker} connections per process, \
+                 but one process may hold at most {MAX_PER_PROCESS} (the hard open-files limit \
+                 is about 20,000); use --workers {need} or more",
+                a.connections, a.workers
+            )));
+        }
+        if a.duration == 0 || a.duration > MAX_DURATION_SECS {
+            return Err(invalid(format!(
+                "--duration must be between 1 and {MAX_DURATION_SECS} seconds"
+            )));
+        }
+        if a.connect_timeout == 0 || a.idle_timeout == 0 {
+            return Err(invalid("--connect-timeout and --idle-timeout must be > 0"));
+        }
+        let source_ips = match &a.source_ips {
+            Some(s) if !s.trim().is_empty() => parse_source_ips(s)?,
+            _ => Vec::new(),
+        };
+        if let Some(ip) = source_ips.first() {
+            if gateways.iter().any(|g| g.addr.is_ipv4() != ip.is_ipv4()) {
+                return Err(invalid(
+                    "--source-ips and --gateways must be of the same address family",
+                ));
+            }
+        }
+        Ok(Self {
+            gateways,
+            queue: a.queue.clone(),
+            connections: a.connections,
+            join_rate: a.join_rate,
+            workers: a.workers,
+            source_ips,
+            duration_secs: a.duration,
+            until_admitted: a.until_admitted,
+            connect_timeout_secs: a.connect_timeout,
+            idle_timeout_secs: a.idle_timeout,
+            default_retry_ms: a.default_retry_ms,
+        })
+    }
+
+    /// Connections handled by worker `index` (global indices `index, index + W, ...`).
+    pub fn assigned(&self, index: u32) -> u64 {
+        let w = u64::from(self.workers);
+        let i = u64::from(index);
+        self.connections / w + u64::from(i < self.connections % w)
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.duration_secs)
+    }
+
+    pub fn stream_path(&self) -> String {
+        format!("/api/queues/{}/stream", self.queue)
+    }
+}
+
+/// `http://host[:port][/]` with a loopback host (an IP literal or `localhost`).
+pub fn parse_gateway(url: &str) -> Result<Gateway, PlanError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        invalid(format!(
+            "gateway {url:?}: only plain http:// URLs are supported (e.g. http://127.0.0.1:8080)"
+        ))
+    })?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains('/') || authority.contains('@') {
+        return Err(invalid(format!(
+            "gateway {url:?}: give a base URL without a path, like http://127.0.0.1:8080"
+        )));
+    }
+    let (host, port) = split_host_port(authority)
+        .ok_or_else(|| invalid(format!("gateway {url:?}: cannot parse host and port")))?;
+    let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        host.parse().map_err(|_| {
+            invalid(format!(
+                "gateway {url:?}: the host must be a loopback IP address or localhost \
+                 (no name lookups)"
+            ))
+        })?
+    };
+    if !ip.is_loopback() {
+        return Err(invalid(format!(
+            "gateway {url:?}: {ip} is not a loopback address; usher-loadgen only targets \
+             127.0.0.0/8 or ::1"
+        )));
+    }
+    Ok(Gateway {
+        url: url.to_owned(),
+        addr: SocketAddr::new(ip, port),
+        host: authority.to_owned(),
+    })
+}
+
+fn split_host_port(authority: &str) -> Option<(&str, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => 80,
+            None => return None,
+        };
+        return Some((host, port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => Some((h, p.parse().ok()?)),
+        Some(_) => None,
+        None => Some((authority, 80)),
+    }
+}
+
+/// `127.0.0.2-127.0.0.40`, `127.0.0.2,127.0.0.3`, `::1`, or a mix of ranges and addresses.
+pub fn parse_source_ips(s: &str) -> Result<Vec<IpAddr>, PlanError> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let parse = |x: &str| {
+                x.trim().parse::<Ipv4Addr>().map_err(|_| {
+                    invalid(format!(
+                        "--source-ips: {part:?} is not an IPv4 range like 127.0.0.2-127.0.0.40"
+                    ))
+                })
+            };
+            let (a, b) = (u32::from(parse(a)?), u32::from(parse(b)?));
+            if a > b {
+                return Err(invalid(format!(
+                    "--source-ips: range {part:?} is backwards"
+                )));
+            }
+            if (b - a) as usize >= MAX_SOURCE_IPS {
+                return Err(invalid(format!(
+                    "--source-ips: at most {MAX_SOURCE_IPS} addresses"
+                )));
+            }
+            out.extend((a..=b).map(|n| IpAddr::V4(Ipv4Addr::from(n))));
+        } else {
+            let ip: IpAddr = part
+                .parse()
+                .map_err(|_| invalid(format!("--source-ips: {part:?} is not an IP address")))?;
+            out.push(ip);
+        }
+        if out.len() > MAX_SOURCE_IPS {
+            return Err(invalid(format!(
+                "--source-ips: at most {MAX_SOURCE_IPS} addresses"
+            )));
+        }
+    }
+    if out.is_empty() {
+        return Err(invalid("--source-ips: no address given"));
+    }
+    if let Some(ip) = out.iter().find(|ip| !ip.is_loopback()) {
+        return Err(invalid(format!(
+            "--source-ips: {ip} is not a loopback address (127.0.0.0/8 or ::1)"
+        )));
+    }
+    if out.iter().any(|ip| ip.is_ipv4() != out[0].is_ipv4()) {
+        return Err(invalid("--source-ips: do not mix IPv4 and IPv6"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_must_be_loopback() {
+        let g = parse_gateway("http://127.0.0.1:8080").expect("valid");
+        assert_eq!(g.addr, "127.0.0.1:8080".parse().expect("addr"));
+        assert_eq!(g.host, "127.0.0.1:8080");
+        assert!(parse_gateway("http://127.3.4.5:80/").is_ok());
+        assert!(parse_gateway("http://[::1]:8080").is_ok());
+        assert_eq!(
+            parse_gateway("http://localhost")
+                .expect("valid")
+                .addr
+                .port(),
+            80
+        );
+        for bad in [
+            "http://10.0.0.1:8080",
+            "http://192.168.1.2:80",
+            "http://example.com:80",
+            "https://127.0.0.1:443",
+            "127.0.0.1:8080",
+            "http://127.0.0.1:8080/api",
+            "http://[2001:db8::1]:80",
+        ] {
+            assert!(parse_gateway(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn source_ip_ranges_and_lists() {
+        let ips = parse_source_ips("127.0.0.2-127.0.0.4,127.0.1.1").expect("valid");
+        let want: Vec<IpAddr> = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.1.1"]
+            .iter()
+            .map(|s| s.parse().expect("ip"))
+            .collect();
+        assert_eq!(ips, want);
+        assert!(parse_source_ips("127.0.0.9-127.0.0.2").is_err());
+        assert!(parse_source_ips("10.0.0.1").is_err());
+        assert!(parse_source_ips("127.0.0.1,::1").is_err());
+        assert!(parse_source_ips("127.0.0.0-127.255.255.255").is_err());
+    }
+
+    #[test]
+    fn connections_are_split_over_workers() {
+        let args = Args {
+            gateways: vec!["http://127.0.0.1:1".into()],
+            queue: "q".into(),
+            connections: 10,
+            join_rate: 0.0,
+            workers: 3,
+            source_ips: None,
+            duration: 5,
+            until_admitted: false,
+            report: None,
+            plot: None,
+            quiet: true,
+            connect_timeout: 1,
+            idle_timeout: 1,
+            default_retry_ms: 100,
+            worker_index: None,
+            worker_count: None,
+            epoch_ms: None,
+        };
+        let p = Plan::from_args(&args).expect("valid");
+        assert_eq!((p.assigned(0), p.assigned(1), p.assigned(2)), (4, 3, 3));
+        let too_many = Args {
+            connections: 40_000,
+            workers: 2,
+            ..args
+        };
+        let err = Plan::from_args(&too_many).expect_err("refused").to_string();
+        assert!(err.contains("--workers 3"), "{err}");
+    }
+}

@@ -1,0 +1,365 @@
+//! A hand-written SVG of a report: (a) connections over time, (b) latency distributions.
+
+use std::fmt::Write as _;
+
+use crate::report::{Report, TimelinePoint};
+
+const W: f64 = 1000.0;
+const H: f64 = 780.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 260.0;
+
+/// Panel geometry: x0, y0 (top), width, height.
+#[derive(Clone, Copy)]
+struct Frame {
+    x: f64,
+    y: f64,
+    w: f64,
+    h: f64,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A "nice" tick step for an axis from 0 to `max` with about `n` ticks.
+fn nice_step(max: f64, n: f64) -> f64 {
+    if max <= 0.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let raw = max / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let norm = raw / mag;
+    let nice = if norm <= 1.0 {
+        1.0
+    } else if norm <= 2.0 {
+        2.0
+    } else if norm <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+fn fmt_num(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v}")
+    }
+}
+
+fn polyline(s: &mut String, pts: &[(f64, f64)], color: &str) {
+    polyline_w(s, pts, color, 2.0, 1.0);
+}
+
+fn polyline_w(s: &mut String, pts: &[(f64, f64)], color: &str, width: f64, opacity: f64) {
+    if pts.is_empty() {
+        return;
+    }
+    let d: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+    let _ = writeln!(
+        s,
+        r#"<polyline fill="none" stroke="{color}" stroke-width="{width}" stroke-opacity="{opacity}" points="{}"/>"#,
+        d.join(" ")
+    );
+}
+
+fn legend(s: &mut String, f: Frame, row: usize, color: &str, lines: &[&str]) {
+    let x = f.x + f.w + 16.0;
+    let y = f.y + 14.0 + row as f64 * 20.0;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{color}" stroke-width="3"/>"#,
+        x + 18.0,
+    );
+    for (i, text) in lines.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" font-size="11">{}</text>"#,
+            x + 24.0,
+            y + 4.0 + i as f64 * 15.0,
+            esc(text)
+        );
+    }
+}
+
+fn frame(s: &mut String, f: Frame, title: &str, xlabel: &str, ylabel: &str) {
+    let _ = writeln!(
+        s,
+        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="#fafafa" stroke="#888"/>"##,
+        f.x, f.y, f.w, f.h
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
+        f.x,
+        f.y - 12.0,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+        f.x + f.w / 2.0,
+        f.y + f.h + 36.0,
+        esc(xlabel)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle" transform="rotate(-90 {} {})">{}</text>"#,
+        f.x - 58.0,
+        f.y + f.h / 2.0,
+        f.x - 58.0,
+        f.y + f.h / 2.0,
+        esc(ylabel)
+    );
+}
+
+fn grid_x(s: &mut String, f: Frame, x: f64, label: &str) {
+    let _ = writeln!(
+        s,
+        r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#ddd"/><text x="{x:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
+        f.y,
+        f.y + f.h,
+        f.y + f.h + 16.0,
+        esc(label)
+    );
+}
+
+fn grid_y(s: &mut String, f: Frame, y: f64, label: &str) {
+    let _ = writeln!(
+        s,
+        r##"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+        f.x,
+        f.x + f.w,
+        f.x - 6.0,
+        y + 4.0,
+        esc(label)
+    );
+}
+
+/// Connections over time.
+fn timeline(s: &mut String, r: &Report, f: Frame) {
+    frame(
+        s,
+        f,
+        "(a) connections over time",
+        "seconds since start",
+        "connections",
+    );
+    let tl = &r.timeline;
+    let t_max = tl.iter().map(|p| p.t).fold(1.0, f64::max);
+    let v_max = tl
+        .iter()
+        .map(|p| p.connected.max(p.admitted).max(p.waiting).max(p.joined) as f64)
+        .fold(1.0, f64::max);
+    let (xs, ys) = (nice_step(t_max, 10.0), nice_step(v_max, 6.0));
+    let (t_top, v_top) = ((t_max / xs).ceil() * xs, (v_max / ys).ceil() * ys);
+    let px = |t: f64| f.x + t / t_top * f.w;
+    let py = |v: f64| f.y + f.h - v / v_top * f.h;
+    let mut t = 0.0;
+    while t <= t_top + 1e-9 {
+        grid_x(s, f, px(t), &fmt_num(t));
+        t += xs;
+    }
+    let mut v = 0.0;
+    while v <= v_top + 1e-9 {
+        grid_y(s, f, py(v), &fmt_num(v));
+        v += ys;
+    }
+    type Get = fn(&TimelinePoint) -> u64;
+    let series: [(&str, &str, Get); 4] = [
+        ("connected (open streams)", "#1f77b4", |p| p.connected),
+        ("waiting (holding a place)", "#ff7f0e", |p| p.waiting),
+        ("admitted (cumulative)", "#2ca02c", |p| p.admitted),
+        ("joined (cumulative)", "#9467bd", |p| p.joined),
+    ];
+    for (row, (name, color, get)) in series.iter().enumerate() {
+        let mut pts = vec![(px(0.0), py(0.0))];
+        pts.extend(tl.iter().map(|p| (px(p.t), py(get(p) as f64))));
+        if row == 0 {
+            // Drawn wide and light: `waiting` often lies right on top of it.
+            polyline_w(s, &pts, color, 5.0, 0.45);
+        } else {
+            polyline(s, &pts, color);
+        }
+        let last = tl.last().map_or(0, get);
+        legend(s, f, row, color, &[&format!("{name}: {last}")]);
+    }
+}
+
+/// x position of quantile `q` on a "1 / (1 - q)" log axis (0 = p0, 4 = p99.99).
+fn qx(q: f64) -> f64 {
+    (1.0 / (1.0 - q.min(0.9999))).log10()
+}
+
+/// Latency percentile curves, log-scale latency axis.
+fn latencies(s: &mut String, r: &Report, f: Frame) {
+    frame(
+        s,
+        f,
+        "(b) latency distributions",
+        "percentile",
+        "latency (ms, log scale)",
+    );
+    let d = &r.distributions_ms;
+    let l = &r.latency_ms;
+    let series = [
+        ("join", "#1f77b4", &d.join, &l.join),
+        (
+            "position update",
+            "#ff7f0e",
+            &d.position_update,
+            &l.position_update,
+        ),
+        ("admission", "#2ca02c", &d.admission, &l.admission),
+    ];
+    let values = series
+        .iter()
+        .flat_map(|(_, _, pts, _)| pts.iter().map(|&(_, ms)| ms.max(0.01)));
+    let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if lo > hi {
+        (0.1, 1000.0)
+    } else {
+        (
+            10f64.powf(lo.log10().floor()),
+            10f64.powf(hi.log10().ceil().max(lo.log10().floor() + 1.0)),
+        )
+    };
+    let (llo, lhi) = (lo.log10(), hi.log10());
+    let px = |q: f64| f.x + qx(q) / 4.0 * f.w;
+    let py = |ms: f64| f.y + f.h - (ms.max(lo).log10() - llo) / (lhi - llo) * f.h;
+    for (q, label) in [
+        (0.0, "0%"),
+        (0.9, "90%"),
+        (0.99, "99%"),
+        (0.999, "99.9%"),
+        (0.9999, "99.99%"),
+    ] {
+        grid_x(s, f, px(q), label);
+    }
+    let mut e = llo.round() as i32;
+    while f64::from(e) <= lhi + 1e-9 {
+        let ms = 10f64.powi(e);
+        let label = if ms >= 1.0 {
+            format!("{ms:.0}")
+        } else {
+            format!("{ms}")
+        };
+        grid_y(s, f, py(ms), &label);
+        e += 1;
+    }
+    for (row, (name, color, pts, sum)) in series.iter().enumerate() {
+        let line: Vec<(f64, f64)> = pts
+            .iter()
+            .filter(|(q, _)| *q <= 0.9999)
+            .map(|&(q, ms)| (px(q), py(ms)))
+            .collect();
+        polyline(s, &line, color);
+        let head = format!("{name} (n={})", sum.count);
+        let stats = if sum.count == 0 {
+            "no samples".to_owned()
+        } else {
+            format!(
+                "p50 {} · p99 {} · max {}",
+                short_ms(sum.p50_ms),
+                short_ms(sum.p99_ms),
+                short_ms(sum.max_ms)
+            )
+        };
+        legend(s, f, row * 2, color, &[&head, &stats]);
+    }
+}
+
+fn short_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2}s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{ms:.1}ms")
+    }
+}
+
+/// The whole SVG document.
+pub fn svg(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let c = &r.config;
+    let title = format!(
+        "usher-loadgen — queue {}, {} connections, {} worker(s), {} gateway(s), started {}",
+        c.queue,
+        c.connections,
+        c.workers,
+        c.gateways.len(),
+        r.started_at
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{LEFT}" y="24" font-size="14">{}</text>"#,
+        esc(&title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="{}" font-size="11" fill="#555">{}</text>"##,
+        H - 8.0,
+        esc(&format!(
+            "duplicates {}, FIFO violations {}, missing {}, errors {}, reconnects {}",
+            r.correctness.checks.duplicate_admissions,
+            r.correctness.checks.fifo_violations,
+            r.correctness
+                .missing_admissions
+                .map_or_else(|| "n/a".to_owned(), |m| m.to_string()),
+            r.totals.errors,
+            r.totals.reconnects
+        ))
+    );
+    let pw = W - LEFT - RIGHT;
+    timeline(
+        &mut s,
+        r,
+        Frame {
+            x: LEFT,
+            y: 64.0,
+            w: pw,
+            h: 270.0,
+        },
+    );
+    latencies(
+        &mut s,
+        r,
+        Frame {
+            x: LEFT,
+            y: 420.0,
+            w: pw,
+            h: 290.0,
+        },
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_nice() {
+        assert_eq!(nice_step(100.0, 10.0), 10.0);
+        assert_eq!(nice_step(7.0, 10.0), 1.0);
+        assert_eq!(nice_step(45_000.0, 6.0), 10_000.0);
+        assert!((qx(0.99) - 2.0).abs() < 1e-9);
+    }
+}

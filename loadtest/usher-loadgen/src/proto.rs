@@ -1,0 +1,102 @@
+//! What workers tell the coordinator: one JSON object per line on their stdout.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Connection counters of one worker (or, merged, of the whole run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Connections started (first request sent or attempted).
+    pub started: u64,
+    /// Streams open right now (a `200` response being read).
+    pub connected: u64,
+    /// Connections holding a place and not yet admitted, closed or failed (connected or
+    /// between reconnects).
+    pub waiting: u64,
+    /// Connections that received their first `waiting` event.
+    pub joined: u64,
+    /// Connections that received `admitted`.
+    pub admitted: u64,
+    /// Connections that received `closed`.
+    pub closed: u64,
+    /// Connections that gave up (non-200 answer, wrong content type, unparsable event).
+    pub failed: u64,
+    /// Errors of every kind (see the report's `errors` map).
+    pub errors: u64,
+    /// New requests after the first one of a connection.
+    pub reconnects: u64,
+    /// `200` streams that ended without a single event (gateway at its cap, draining, or
+    /// Redis away: the gateway answers a bare `retry:`).
+    pub empty_streams: u64,
+    /// `waiting` events received (first ones included).
+    pub waiting_events: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.started += o.started;
+        self.connected += o.connected;
+        self.waiting += o.waiting;
+        self.joined += o.joined;
+        self.admitted += o.admitted;
+        self.closed += o.closed;
+        self.failed += o.failed;
+        self.errors += o.errors;
+        self.reconnects += o.reconnects;
+        self.empty_streams += o.empty_streams;
+        self.waiting_events += o.waiting_events;
+    }
+
+    /// Connections in a final state.
+    pub fn finished(&self) -> u64 {
+        self.admitted + self.closed + self.failed
+    }
+}
+
+/// One admission seen: `[place, admitted_at (ms since the epoch), token fingerprint]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionRecord(pub u64, pub u64, pub u64);
+
+impl AdmissionRecord {
+    pub fn place(&self) -> u64 {
+        self.0
+    }
+    pub fn admitted_at_ms(&self) -> u64 {
+        self.1
+    }
+    pub fn token(&self) -> u64 {
+        self.2
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub worker: u32,
+    pub pid: u32,
+    /// Connections this worker was to open.
+    pub assigned: u64,
+    pub elapsed_ms: u64,
+    pub counters: Counters,
+    /// Error counts by kind (`connect`, `connect_timeout`, `io`, `idle_timeout`, `parse`,
+    /// `content_type`, `status_<code>`, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// `closed` events by reason.
+    pub closed_reasons: BTreeMap<String, u64>,
+    /// Histogram buckets `[µs, count]`.
+    pub join: Vec<(u64, u64)>,
+    pub position_update: Vec<(u64, u64)>,
+    pub admission: Vec<(u64, u64)>,
+    pub admissions: Vec<AdmissionRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMsg {
+    Progress {
+        worker: u32,
+        elapsed_ms: u64,
+        counters: Counters,
+    },
+    Done(Box<WorkerResult>),
+}

@@ -1,0 +1,367 @@
+//! The merged result of a run: the JSON report and the summary table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{self, Checks};
+use crate::plan::Plan;
+use crate::proto::{Counters, WorkerResult};
+use crate::stats::{Hist, LatencySummary};
+
+/// Exit status when a duplicate admission or a FIFO violation was seen.
+pub const EXIT_VIOLATION: i32 = 3;
+/// Exit status when `--until-admitted` was given and some connection was never admitted.
+pub const EXIT_MISSING: i32 = 4;
+/// Exit status when a worker ended without a result.
+pub const EXIT_WORKER_LOST: i32 = 1;
+
+/// One second of the run, summed over the workers' latest progress reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Seconds since the start of the run.
+    pub t: f64,
+    pub started: u64,
+    pub connected: u64,
+    pub waiting: u64,
+    pub joined: u64,
+    pub admitted: u64,
+    pub errors: u64,
+    pub reconnects: u64,
+}
+
+impl TimelinePoint {
+    pub fn new(t: f64, c: &Counters) -> Self {
+        Self {
+            t,
+            started: c.started,
+            connected: c.connected,
+            waiting: c.waiting,
+            joined: c.joined,
+            admitted: c.admitted,
+            errors: c.errors,
+            reconnects: c.reconnects,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerInfo {
+    pub index: u32,
+    pub pid: Option<u32>,
+    pub assigned: u64,
+    /// It sent its result.
+    pub reported: bool,
+    pub exit_status: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub connections: u64,
+    pub started: u64,
+    pub never_started: u64,
+    pub joined: u64,
+    pub admitted: u64,
+    pub closed: u64,
+    pub failed: u64,
+    /// Holding a place but not admitted when the run ended.
+    pub still_waiting: u64,
+    /// Streams open when the run ended.
+    pub still_connected: u64,
+    pub reconnects: u64,
+    pub empty_streams: u64,
+    pub waiting_events: u64,
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latencies {
+    /// Request start (first attempt) → first `waiting` event.
+    pub join: LatencySummary,
+    /// Receipt of each later `waiting` event − its `as_of_ms`.
+    pub position_update: LatencySummary,
+    /// Receipt of `admitted` − its `admitted_at`.
+    pub admission: LatencySummary,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Distributions {
+    /// `[quantile, ms]` pairs.
+    pub join: Vec<(f64, f64)>,
+    pub position_update: Vec<(f64, f64)>,
+    pub admission: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Correctness {
+    #[serde(flatten)]
+    pub checks: Checks,
+    /// With --until-admitted: connections never admitted (else null).
+    pub missing_admissions: Option<u64>,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub tool: String,
+    pub version: String,
+    /// The command line, shell-quoted.
+    pub command_line: String,
+    pub argv: Vec<String>,
+    /// `USHER_LOADGEN_*` variables set for the run (flags given that way).
+    pub environment: BTreeMap<String, String>,
+    /// RFC 3339: when the first connection was scheduled.
+    pub started_at: String,
+    pub started_at_ms: u64,
+    pub elapsed_s: f64,
+    pub config: Plan,
+    pub workers: Vec<WorkerInfo>,
+    pub totals: Totals,
+    /// Errors by kind: `connect`, `connect_timeout`, `bind`, `socket`, `io`,
+    /// `eof_before_head`, `idle_timeout`, `truncated`, `parse`, `content_type`, `status_<code>`.
+    pub errors: BTreeMap<String, u64>,
+    pub closed_reasons: BTreeMap<String, u64>,
+    pub latency_ms: Latencies,
+    pub distributions_ms: Distributions,
+    pub correctness: Correctness,
+    pub timeline: Vec<TimelinePoint>,
+    pub exit_code: i32,
+}
+
+/// Shell-quotes one argument (for the report's `command_line`).
+pub fn shell_quote(a: &str) -> String {
+    if !a.is_empty()
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:,=@+%".contains(&b))
+    {
+        a.to_owned()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
+}
+
+pub struct RunInfo {
+    pub argv: Vec<String>,
+    pub started_at_ms: u64,
+    pub elapsed_s: f64,
+    pub workers: Vec<WorkerInfo>,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
+    let mut c = Counters::default();
+    let mut errors = BTreeMap::new();
+    let mut closed_reasons = BTreeMap::new();
+    let (mut join, mut pos, mut adm) = (Hist::new(), Hist::new(), Hist::new());
+    let mut admissions = Vec::new();
+    for r in results {
+        c.add(&r.counters);
+        for (k, v) in &r.errors {
+            *errors.entry(k.clone()).or_insert(0) += v;
+        }
+        for (k, v) in &r.closed_reasons {
+            *closed_reasons.entry(k.clone()).or_insert(0) += v;
+        }
+        join.add_buckets(&r.join);
+        pos.add_buckets(&r.position_update);
+        adm.add_buckets(&r.admission);
+        admissions.extend_from_slice(&r.admissions);
+    }
+    let checks = checks::check(&admissions);
+    let unique_admitted = {
+        let mut places: Vec<u64> = admissions.iter().map(|a| a.place()).collect();
+        places.sort_unstable();
+        places.dedup();
+        places.len() as u64
+    };
+    let missing = plan
+        .until_admitted
+        .then(|| plan.connections.saturating_sub(unique_admitted));
+    let violation = checks.duplicate_admissions > 0 || checks.fifo_violations > 0;
+    let lost = run.workers.iter().any(|w| !w.reported);
+    let exit_code = if violation {
+        EXIT_VIOLATION
+    } else if missing.is_some_and(|m| m > 0) {
+        EXIT_MISSING
+    } else if lost {
+        EXIT_WORKER_LOST
+    } else {
+        0
+    };
+    let started_at = usher_core::time::rfc3339_ms(run.started_at_ms);
+    Report {
+        tool: "usher-loadgen".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command_line: run
+            .argv
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" "),
+        argv: run.argv,
+        environment: std::env::vars()
+            .filter(|(k, _)| k.starts_with("USHER_LOADGEN_"))
+            .collect(),
+        started_at,
+        started_at_ms: run.started_at_ms,
+        elapsed_s: (run.elapsed_s * 1000.0).round() / 1000.0,
+        config: plan.clone(),
+        workers: run.workers,
+        totals: Totals {
+            connections: plan.connections,
+            started: c.started,
+            never_started: plan.connections.saturating_sub(c.started),
+            joined: c.joined,
+            admitted: c.admitted,
+            closed: c.closed,
+            failed: c.failed,
+            still_waiting: c.waiting,
+            still_connected: c.connected,
+            reconnects: c.reconnects,
+            empty_streams: c.empty_streams,
+            waiting_events: c.waiting_events,
+            errors: c.errors,
+        },
+        errors,
+        closed_reasons,
+        latency_ms: Latencies {
+            join: join.summary(),
+            position_update: pos.summary(),
+            admission: adm.summary(),
+        },
+        distributions_ms: Distributions {
+            join: join.distribution(),
+            position_update: pos.distribution(),
+            admission: adm.distribution(),
+        },
+        correctness: Correctness {
+            checks,
+            missing_admissions: missing,
+            ok: !violation && missing.unwrap_or(0) == 0,
+        },
+        timeline: run.timeline,
+        exit_code,
+    }
+}
+
+fn fmt_ms(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// The human summary printed on stdout at the end.
+pub fn summary(r: &Report) -> String {
+    let mut s = String::new();
+    let p = &r.config;
+    let t = &r.totals;
+    let _ = writeln!(
+        s,
+        "usher-loadgen: queue {} — {} connections, {} worker(s), {} gateway(s), {}, {:.1} s",
+        p.queue,
+        p.connections,
+        p.workers,
+        p.gateways.len(),
+        match p.source_ips.len() {
+            0 => "source address chosen by the OS".to_owned(),
+            n => format!("{n} source IP(s)"),
+        },
+        r.elapsed_s
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<17}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
+        "latency (ms)", "count", "p50", "p90", "p99", "p99.9", "max"
+    );
+    for (name, l) in [
+        ("join", &r.latency_ms.join),
+        ("position update", &r.latency_ms.position_update),
+        ("admission", &r.latency_ms.admission),
+    ] {
+        let _ = writeln!(
+            s,
+            "{:<17}{:>9}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            name,
+            l.count,
+            fmt_ms(l.p50_ms),
+            fmt_ms(l.p90_ms),
+            fmt_ms(l.p99_ms),
+            fmt_ms(l.p999_ms),
+            fmt_ms(l.max_ms)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nconnections  started {}  joined {}  admitted {}  closed {}  failed {}  still waiting {}  never started {}",
+        t.started, t.joined, t.admitted, t.closed, t.failed, t.still_waiting, t.never_started
+    );
+    let _ = writeln!(
+        s,
+        "streams      reconnects {}  empty streams {}  waiting events {}",
+        t.reconnects, t.empty_streams, t.waiting_events
+    );
+    let errors = if r.errors.is_empty() {
+        "none".to_owned()
+    } else {
+        r.errors
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(s, "errors       {errors}");
+    if !r.closed_reasons.is_empty() {
+        let closed = r
+            .closed_reasons
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(s, "closed       {closed}");
+    }
+    let c = &r.correctness;
+    let missing = c
+        .missing_admissions
+        .map_or_else(|| "n/a".to_owned(), |m| m.to_string());
+    let _ = writeln!(
+        s,
+        "correctness  duplicates {}  FIFO violations {}  missing {}  => {}",
+        c.checks.duplicate_admissions,
+        c.checks.fifo_violations,
+        missing,
+        if c.ok { "OK" } else { "FAILED" }
+    );
+    if t.joined == 0 {
+        let _ = writeln!(
+            s,
+            "warning      no connection got a place (see errors; is the queue open and the gateway up?)"
+        );
+    }
+    for w in r.workers.iter().filter(|w| !w.reported) {
+        let _ = writeln!(
+            s,
+            "warning      worker {} sent no result ({})",
+            w.index,
+            w.exit_status.as_deref().unwrap_or("still running")
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("--queue"), "--queue");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

@@ -1,0 +1,129 @@
+//! Smoke test: a real redis-server, dispatcher and two gateways as child processes, and the
+//! `usher-loadgen` binary putting 300 connections through them with 2 workers and 2 source
+//! addresses. Everyone must join and be admitted, in order, exactly once.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use usher_testkit::procs::Proc;
+use usher_testkit::RedisServer;
+
+const TICKET_KEY: &str = "loadgen-smoke-ticket-key-0123456789abcdef";
+const CONNECTIONS: u64 = 300;
+
+/// Runs `cmd` to completion, killing it after `timeout`.
+fn run_bounded(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start usher-loadgen")?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => Ok(out?),
+        Err(_) => {
+            // Its workers exit by themselves when its pipes close.
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            bail!("usher-loadgen did not finish within {timeout:?}")
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let env = |extra: &[(&'static str, String)]| {
+        let mut env = vec![
+            ("USHER_REDIS_URL", redis.url()),
+            ("USHER_TICK_MS", "100".to_owned()),
+            ("USHER_HEARTBEAT_MS", "200".to_owned()),
+            ("USHER_RETRY_MS", "300".to_owned()),
+            ("USHER_TICKET_KEY", TICKET_KEY.to_owned()),
+        ];
+        env.extend(extra.iter().cloned());
+        env
+    };
+    let dispatcher = Proc::start("usher-dispatcher", &env(&[])).await?;
+    let g0 = Proc::start("usher-gateway", &env(&[("USHER_SERVER_ID", "g0".into())])).await?;
+    let g1 = Proc::start("usher-gateway", &env(&[("USHER_SERVER_ID", "g1".into())])).await?;
+
+    let http = reqwest::Client::new();
+    let r = http
+        .put(format!("{}/admin/queues/smoke", dispatcher.url()))
+        .json(&json!({"admit_per_second": 200}))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());
+
+    let dir = tempfile::tempdir()?;
+    let report = dir.path().join("r.json");
+    let plot = dir.path().join("p.svg");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_usher-loadgen"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args(["--gateways", &format!("{},{}", g0.url(), g1.url())])
+        .args(["--queue", "smoke"])
+        .args(["--connections", &CONNECTIONS.to_string()])
+        .args(["--join-rate", "600"])
+        .args(["--workers", "2"])
+        .args(["--source-ips", "127.0.0.2,127.0.0.3"])
+        .args(["--duration", "60"])
+        .arg("--until-admitted")
+        .arg("--report")
+        .arg(&report)
+        .arg("--plot")
+        .arg(&plot)
+        .arg("--quiet");
+    let started = Instant::now();
+    let out =
+        tokio::task::spawn_blocking(move || run_bounded(cmd, Duration::from_secs(120))).await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    println!("SMOKE loadgen run took {:?}", started.elapsed());
+    anyhow::ensure!(
+        out.status.success(),
+        "usher-loadgen failed ({}):\n{stdout}\n{stderr}\ngateway g0:\n{}\ndispatcher:\n{}",
+        out.status,
+        g0.log_tail(),
+        dispatcher.log_tail()
+    );
+
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report)?)?;
+    let t = &r["totals"];
+    assert_eq!(t["joined"], CONNECTIONS, "joined: {t}");
+    assert_eq!(t["admitted"], CONNECTIONS, "admitted: {t}");
+    let c = &r["correctness"];
+    assert_eq!(c["duplicate_admissions"], 0, "{c}");
+    assert_eq!(c["fifo_violations"], 0, "{c}");
+    assert_eq!(c["missing_admissions"], 0, "{c}");
+    assert_eq!(c["ok"], true, "{c}");
+    assert_eq!(r["latency_ms"]["join"]["count"], CONNECTIONS);
+    assert_eq!(r["latency_ms"]["admission"]["count"], CONNECTIONS);
+    assert!(r["latency_ms"]["position_update"]["count"].as_u64() > Some(0));
+    assert!(r["timeline"].as_array().is_some_and(|t| !t.is_empty()));
+    assert!(r["command_line"]
+        .as_str()
+        .is_some_and(|c| c.contains("--until-admitted")));
+    assert_eq!(r["exit_code"], 0);
+
+    let svg = std::fs::read_to_string(&plot)?;
+    assert!(
+        svg.starts_with("<svg") || svg.starts_with("<?xml"),
+        "{}",
+        &svg[..svg.len().min(200)]
+    );
+    assert!(svg.trim_end().ends_with("</svg>"));
+    drop((g0, g1, dispatcher, redis));
+    Ok(())
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# make bench — measure usher on this machine and record the results in BENCHMARKS.md.
+#
+# Starts (release builds, loopback only): a redis-server with AOF (everysec), one dispatcher
+# (tick 1 s), six gateways; then runs these scenarios with usher-loadgen (several worker
+# processes, clients bound to many 127.0.0.x source addresses):
+#   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting
+#   2. joins   — 60,000 browsers joining at 10,000/s: join rate and join latency
+#   3. hold    — 100,000 browsers held across six gateways while the line moves: position
+#                updates, gateway RSS per connection, Redis commands/s
+#   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency
+# Everything is bounded in time (about 5 minutes) and stops by itself; every process started
+# here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
+# section between the bench markers is rewritten by scripts/bench-report.py).
+#
+# Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (100000), USHER_BENCH_JOINS
+# (60000), USHER_BENCH_JOIN_RATE (10000), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${USHER_BENCH_OUT:-target/bench}
+HOLD=${USHER_BENCH_HOLD:-100000}
+JOINS=${USHER_BENCH_JOINS:-60000}
+JOIN_RATE=${USHER_BENCH_JOIN_RATE:-10000}
+ADMIT=${USHER_BENCH_ADMIT:-30000}
+BASE=${USHER_BENCH_BASE_PORT:-8200}
+REDIS_PORT=$((BASE + 99))
+DISPATCHER="http://127.0.0.1:$((BASE + 81))"
+SOURCES=127.0.0.2-127.0.0.61
+BIN=target/release
+
+log() { echo "bench: $*" >&2; }
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.svg "$OUT"/*.log
+
+bash scripts/ensure-redis.sh
+ulimit -n "$(ulimit -Hn)"
+log "building release binaries"
+cargo build --release --workspace --bins >&2
+
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    sleep 1
+    for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+REDIS_DIR=$(mktemp -d)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" --save "" \
+    --appendonly yes --appendfsync everysec --daemonize no --loglevel warning \
+    >"$OUT/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+export USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+USHER_LISTEN="127.0.0.1:$((BASE + 81))" USHER_TICK_MS=1000 "$BIN/usher-dispatcher" \
+    >"$OUT/dispatcher.log" 2>&1 &
+PIDS+=($!)
+GATEWAY_PIDS=()
+GATEWAYS=""
+for i in 1 2 3 4 5 6; do
+    port=$((BASE + i))
+    USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 \
+        USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
+        >"$OUT/gateway-$i.log" 2>&1 &
+    PIDS+=($!)
+    GATEWAY_PIDS+=($!)
+    GATEWAYS="${GATEWAYS:+$GATEWAYS,}http://127.0.0.1:$port"
+done
+for url in "$DISPATCHER" $(echo "$GATEWAYS" | tr , ' '); do
+    for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+    curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
+done
+
+queue() { curl -fsS -X PUT "$DISPATCHER/admin/queues/$1" -H 'content-type: application/json' -d "$2" >/dev/null; }
+close() { curl -fsS -X DELETE "$DISPATCHER/admin/queues/$1" >/dev/null || true; }
+field() { curl -fsS "$DISPATCHER/admin/queues/$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+gateway_rss_kb() {
+    local total=0
+    for pid in "${GATEWAY_PIDS[@]}"; do
+        total=$((total + $(awk '/VmRSS/ {print $2}' "/proc/$pid/status")))
+    done
+    echo "$total"
+}
+redis_calls() {
+    redis-cli -p "$REDIS_PORT" INFO commandstats |
+        awk -F'calls=' '/calls=/ {split($2, a, ","); s += a[1]} END {print s}'
+}
+loadgen() {
+    "$BIN/usher-loadgen" --gateways "$GATEWAYS" --source-ips "$SOURCES" --quiet "$@"
+}
+
+log "1/4 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
+"$BIN/usher-bench-redis" --sizes "${USHER_BENCH_REDIS_SIZES:-1000,1000000}" --ticks 50 >"$OUT/redis.json"
+
+log "2/4 joins: $JOINS browsers at $JOIN_RATE/s"
+queue joins '{"admit_per_second": 1, "paused": true}'
+loadgen --queue joins --connections "$JOINS" --join-rate "$JOIN_RATE" --workers 4 \
+    --duration $((JOINS / JOIN_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
+close joins
+sleep 3
+
+log "3/4 hold: $HOLD browsers across six gateways while the line moves"
+base_rss=$(gateway_rss_kb)
+queue hold '{"admit_per_second": 20}'
+loadgen --queue hold --connections "$HOLD" --join-rate "$JOIN_RATE" --workers 6 \
+    --duration $((HOLD / JOIN_RATE + 45)) --report "$OUT/hold.json" --plot "$OUT/hold.svg" &
+LOADGEN=$!
+PIDS+=($LOADGEN)
+for _ in $(seq 120); do
+    held=$(( $(field hold waiting) + $(field hold admitted_total) ))
+    [ "$held" -ge $((HOLD * 99 / 100)) ] && break
+    sleep 1
+done
+sleep 5
+held=$(field hold waiting)
+rss=$(gateway_rss_kb)
+calls0=$(redis_calls); t0=$(date +%s.%N)
+sleep 20
+calls1=$(redis_calls); t1=$(date +%s.%N)
+wait "$LOADGEN" || true
+python3 - "$OUT/hold-server.json" <<PY
+import json, sys
+json.dump({"held": $held, "gateway_rss_kb": $rss, "gateway_base_rss_kb": $base_rss,
+           "redis_calls": $calls1 - $calls0, "seconds": $t1 - $t0}, open(sys.argv[1], "w"))
+PY
+close hold
+sleep 3
+
+log "4/4 admit: $ADMIT waiting, then 5,000 admissions per tick"
+queue admit '{"admit_per_second": 5000, "paused": true, "session_ttl_seconds": 600}'
+loadgen --queue admit --connections "$ADMIT" --join-rate "$JOIN_RATE" --workers 4 --until-admitted \
+    --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg" &
+LOADGEN=$!
+PIDS+=($LOADGEN)
+for _ in $(seq 60); do
+    [ "$(field admit waiting)" -ge "$ADMIT" ] && break
+    sleep 1
+done
+queue admit '{"paused": false}'
+wait "$LOADGEN" || true
+close admit
+
+log "writing BENCHMARKS.md"
+python3 scripts/bench-report.py "$OUT" BENCHMARKS.md
+log "done: results in $OUT and BENCHMARKS.md"
