@@ -124,8 +124,8 @@ if admit and al and al["count"]:
     c = admit["correctness"]
     rows.append(("admission latency", "p99 ≤ 50 ms from admission to `admitted` received, at 5,000 admissions per tick",
                  f"p50 {al['p50_ms']:.1f} ms, p99 {al['p99_ms']:.1f} ms, max {al['max_ms']:.0f} ms over "
-                 f"{al['count']:,} admissions; FIFO violations {c['checks'].get('fifo_violations', '?')}, "
-                 f"duplicates {c['checks'].get('duplicate_admissions', '?')}, missing {c.get('missing_admissions')}",
+                 f"{al['count']:,} admissions; FIFO violations {c.get('fifo_violations', '?')}, "
+                 f"duplicates {c.get('duplicate_admissions', '?')}, missing {c.get('missing_admissions')}",
                  verdict(ok)))
 else:
     rows.append(("admission latency", "p99 ≤ 50 ms", "no report", verdict(None)))
