@@ -13,13 +13,13 @@
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
 # section between the bench markers is rewritten by scripts/bench-report.py).
 #
-# Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (100000), USHER_BENCH_JOINS
+# Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOIN_RATE (10000), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${USHER_BENCH_OUT:-target/bench}
-HOLD=${USHER_BENCH_HOLD:-100000}
+HOLD=${USHER_BENCH_HOLD:-101000}
 JOINS=${USHER_BENCH_JOINS:-60000}
 JOIN_RATE=${USHER_BENCH_JOIN_RATE:-10000}
 ADMIT=${USHER_BENCH_ADMIT:-30000}
@@ -61,7 +61,7 @@ GATEWAY_PIDS=()
 GATEWAYS=""
 for i in 1 2 3 4 5 6; do
     port=$((BASE + i))
-    USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 \
+    USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 USHER_WORKER_THREADS=1 \
         USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
         >"$OUT/gateway-$i.log" 2>&1 &
     PIDS+=($!)

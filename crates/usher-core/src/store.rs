@@ -239,6 +239,12 @@ pub struct TickOutcome {
     pub carry: f64,
     /// The queue's session TTL.
     pub session_ttl_ms: u64,
+    /// Admission is paused.
+    pub paused: bool,
+    /// What this tick admitted (the last `fresh_entries` entries of the outbox), for
+    /// delivery without reading the outbox back.
+    pub fresh: Vec<OutboxEntry>,
+    pub fresh_entries: u64,
 }
 
 /// One admission waiting in a queue's outbox to be delivered.
@@ -252,16 +258,33 @@ pub struct OutboxEntry {
 }
 
 impl OutboxEntry {
-    fn parse(s: &str) -> Option<Self> {
-        let mut it = s.split('|');
-        let place = PlaceId(it.next()?.parse().ok()?);
-        let gateway = it.next()?.parse().ok()?;
-        Some(Self {
-            place,
-            gateway,
-            admitted_at_ms: it.next()?.parse().ok()?,
-            expires_at_ms: it.next()?.parse().ok()?,
-        })
+    /// Parses one outbox list entry: `<admitted at>|<expires>|<place>:<gateway>,...`.
+    pub fn parse_batch(s: &str) -> Option<Vec<Self>> {
+        let mut it = s.splitn(3, '|');
+        let admitted_at_ms = it.next()?.parse().ok()?;
+        let expires_at_ms = it.next()?.parse().ok()?;
+        it.next()?
+            .split(',')
+            .map(|item| {
+                let (p, g) = item.split_once(':')?;
+                Some(Self {
+                    place: PlaceId(p.parse().ok()?),
+                    gateway: g.parse().ok()?,
+                    admitted_at_ms,
+                    expires_at_ms,
+                })
+            })
+            .collect()
+    }
+
+    fn parse_all(raw: &[String]) -> Result<Vec<Self>> {
+        let mut out = Vec::new();
+        for s in raw {
+            out.extend(
+                Self::parse_batch(s).ok_or_else(|| protocol(format!("outbox entry {s:?}")))?,
+            );
+        }
+        Ok(out)
     }
 }
 
@@ -288,6 +311,13 @@ fn text(v: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Int(i) => Some(i.to_string()),
         _ => None,
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(a) => a.iter().filter_map(text).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -992,7 +1022,7 @@ impl Store {
             Some(0) => Ok(Tick::Closed {
                 outbox_len: a.get(1).map(u).transpose()?.unwrap_or(0),
             }),
-            Some(1) if a.len() >= 12 => Ok(Tick::Ticked(TickOutcome {
+            Some(1) if a.len() >= 14 => Ok(Tick::Ticked(TickOutcome {
                 admitted: u(&a[1])?,
                 waiting: u(&a[2])?,
                 active: u(&a[3])?,
@@ -1007,13 +1037,32 @@ impl Store {
                 dropped: u(&a[9])?,
                 carry: float(&a[10]).unwrap_or(0.0),
                 session_ttl_ms: u(&a[11])?,
+                paused: int(&a[12]) == Some(1),
+                fresh: OutboxEntry::parse_all(&strings(&a[13]))?,
+                fresh_entries: strings(&a[13]).len() as u64,
             })),
             _ => Err(protocol(format!("tick reply {a:?}"))),
         }
     }
 
-    /// The oldest `max` undelivered admissions of a queue.
-    pub async fn outbox(&self, q: &QueueId, max: usize) -> Result<Vec<OutboxEntry>> {
+    /// The place ids of the first `n` places in line.
+    pub async fn head(&self, q: &QueueId, n: usize) -> Result<Vec<u64>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let v: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(QueueKeys::new(q).waiting)
+            .arg(0)
+            .arg(n - 1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.c())
+            .await?;
+        Ok(v.into_iter().map(|(_, score)| score as u64).collect())
+    }
+
+    /// The undelivered admissions in the oldest `max` outbox entries of a queue, and how many
+    /// entries that was (each holds up to 1,000 admissions).
+    pub async fn outbox(&self, q: &QueueId, max: usize) -> Result<(u64, Vec<OutboxEntry>)> {
         let k = QueueKeys::new(q);
         let raw: Vec<String> = redis::cmd("LRANGE")
             .arg(&k.outbox)
@@ -1021,9 +1070,7 @@ impl Store {
             .arg(max.saturating_sub(1))
             .query_async(&mut self.c())
             .await?;
-        raw.iter()
-            .map(|s| OutboxEntry::parse(s).ok_or_else(|| protocol(format!("outbox entry {s:?}"))))
-            .collect()
+        Ok((raw.len() as u64, OutboxEntry::parse_all(&raw)?))
     }
 
     /// Stores minted tokens, only for sessions that still exist; returns those places.
@@ -1034,30 +1081,32 @@ impl Store {
         lease: &Lease,
         records: &[(PlaceId, TokenRecord)],
     ) -> Result<Option<HashSet<PlaceId>>> {
-        if records.is_empty() {
-            return Ok(Some(HashSet::new()));
-        }
         let k = QueueKeys::new(q);
-        let mut inv = SCRIPTS.complete.key(&k.tokens);
-        inv.key(&k.lease).arg(&lease.value);
-        for (p, r) in records {
-            inv.arg(p.0).arg(r.encode());
+        let mut stored = HashSet::with_capacity(records.len());
+        // In calls of 500: each blocks Redis for a few milliseconds only, so gateways and
+        // browsers are served in between.
+        for chunk in records.chunks(500) {
+            let mut inv = SCRIPTS.complete.key(&k.tokens);
+            inv.key(&k.lease).key(&k.active).arg(&lease.value);
+            for (p, r) in chunk {
+                inv.arg(p.0).arg(r.encode());
+            }
+            let v: Value = inv.invoke_async(&mut self.c()).await?;
+            match v {
+                Value::Nil => return Ok(None),
+                v => {
+                    for p in array(v)? {
+                        stored.insert(PlaceId(u(&p)?));
+                    }
+                }
+            }
         }
-        let v: Value = inv.invoke_async(&mut self.c()).await?;
-        match v {
-            Value::Nil => Ok(None),
-            v => Ok(Some(
-                array(v)?
-                    .iter()
-                    .map(|p| u(p).map(PlaceId))
-                    .collect::<Result<_>>()?,
-            )),
-        }
+        Ok(Some(stored))
     }
 
     /// Drops the first `n` outbox entries (after they were delivered). `false` when the lease
     /// was lost (nothing dropped).
-    pub async fn trim_outbox(&self, q: &QueueId, lease: &Lease, n: usize) -> Result<bool> {
+    pub async fn trim_outbox(&self, q: &QueueId, lease: &Lease, n: u64) -> Result<bool> {
         let k = QueueKeys::new(q);
         let r: i64 = SCRIPTS
             .trim_outbox
@@ -1155,11 +1204,14 @@ mod tests {
 
     #[test]
     fn outbox_entries_parse() {
-        let e = OutboxEntry::parse("17|2|1000|2000").expect("parses");
-        assert_eq!(e.place, PlaceId(17));
-        assert_eq!(e.gateway, 2);
-        assert_eq!((e.admitted_at_ms, e.expires_at_ms), (1000, 2000));
-        assert!(OutboxEntry::parse("17|x|1000|2000").is_none());
+        let e = OutboxEntry::parse_batch("1000|2000|17:2,18:3").expect("parses");
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0].place, PlaceId(17));
+        assert_eq!(e[0].gateway, 2);
+        assert_eq!(e[1].gateway, 3);
+        assert_eq!((e[1].admitted_at_ms, e[1].expires_at_ms), (1000, 2000));
+        assert!(OutboxEntry::parse_batch("1000|2000|17:x").is_none());
+        assert!(OutboxEntry::parse_batch("17|2").is_none());
     }
 
     #[test]

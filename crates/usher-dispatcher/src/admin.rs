@@ -25,6 +25,9 @@ pub struct AppState {
     pub store: Store,
     pub key: Arc<SigningKey>,
     pub admin_token: Option<Arc<str>>,
+    /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
+    /// tick's tokens ahead of time.
+    pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
 }
 
 /// Longest accepted session TTL (one day).
@@ -193,6 +196,7 @@ async fn put_queue(
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
+    let before = existing.clone();
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -214,6 +218,14 @@ async fn put_queue(
     if closing {
         // `open: false` closes the queue exactly like DELETE does.
         close(&st, &q).await?;
+    }
+    let admits_more = before.is_none_or(|b| {
+        (b.paused && !cfg.paused)
+            || (!b.open && cfg.open)
+            || cfg.admit_per_second > b.admit_per_second
+    });
+    if admits_more && cfg.open && !cfg.paused {
+        let _ = st.hints.send(q.clone());
     }
     tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
     let v = view(&st, q)

@@ -24,8 +24,8 @@ use usher_core::token::{Claims, SigningKey};
 
 /// Queues ticked concurrently.
 const QUEUE_CONCURRENCY: usize = 16;
-/// Outbox entries read and delivered per round.
-const OUTBOX_BATCH: usize = 2000;
+/// Outbox entries (of up to 1,000 admissions each) read and delivered per round.
+const OUTBOX_BATCH: usize = 10;
 /// Admissions per `admitted` stream entry.
 const ADMITTED_PER_MESSAGE: usize = 250;
 /// A tick starting at most this late still uses its scheduled time as the admission time.
@@ -43,8 +43,6 @@ struct Held {
     measured_rate: Option<f64>,
     /// Tokens minted ahead for the next tick's expected admissions.
     premint: Option<Premint>,
-    /// Admissions expected at the next tick (from the last one).
-    expected_next: u64,
     /// Recent ticks that found people waiting: (ms since the previous tick, admitted).
     window: std::collections::VecDeque<(u64, u64)>,
 }
@@ -87,6 +85,42 @@ fn mint_many(
             .collect()
     })
 }
+
+/// After `delay`, reads the first `expected` (plus a margin) places of the line and mints their
+/// tokens for admission at `at_ms`, on the blocking pool.
+fn spawn_premint(
+    store: Store,
+    key: Arc<SigningKey>,
+    q: QueueId,
+    expected: u64,
+    at_ms: u64,
+    exp_ms: u64,
+    delay: std::time::Duration,
+) -> Premint {
+    let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let places = match store.head(&q, want).await {
+            Ok(p) if !p.is_empty() => p,
+            _ => return HashMap::new(),
+        };
+        tokio::task::spawn_blocking(move || {
+            mint_many(&key, &q, &places, at_ms, exp_ms)
+                .into_iter()
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    });
+    Premint {
+        at_ms,
+        exp_ms,
+        task,
+    }
+}
+
+/// Queues whose admission just became possible or faster (sent by the admin API).
+pub type Hints = tokio::sync::mpsc::UnboundedReceiver<QueueId>;
 
 /// The claims of the entry token of `place`, admitted at `at_ms`.
 fn claims(q: &QueueId, place: u64, at_ms: u64, exp_ms: u64) -> Claims {
@@ -172,19 +206,30 @@ impl Admitter {
     /// Ticks until `cancel` fires, then releases every lease. Redis errors are logged and the
     /// next tick tries again: while Redis is away nobody is admitted, and admission resumes by
     /// itself when it returns.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    pub async fn run(mut self, cancel: CancellationToken, mut hints: Hints) {
         let mut interval = tokio::time::interval(self.settings.tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
         let base = (tokio::time::Instant::now(), now_ms());
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let mut last_planned = None;
         loop {
             let scheduled = tokio::select! {
                 () = cancel.cancelled() => break,
                 at = interval.tick() => at,
+                Some(q) = hints.recv() => {
+                    // A queue was just unpaused, opened or sped up: mint its next tick's
+                    // tokens now instead of at the tick.
+                    if let Some(last) = last_planned {
+                        self.premint_now(&q, last + tick_ms).await;
+                    }
+                    continue;
+                }
             };
             // Admission time = the tick's scheduled time (when on time), so tokens minted ahead
             // for it match exactly.
             let planned = base.1 + scheduled.duration_since(base.0).as_millis() as u64;
+            last_planned = Some(planned);
             let actual = now_ms();
             let now = if actual.saturating_sub(planned) <= ON_TIME_MS {
                 planned
@@ -217,6 +262,28 @@ impl Admitter {
         }
         self.release_all().await;
         tracing::info!("admission loop stopped");
+    }
+
+    /// Starts minting, right away, the tokens a queue held here will need at `at_ms`.
+    async fn premint_now(&mut self, q: &QueueId, at_ms: u64) {
+        let Some(held) = self.held.get_mut(q) else {
+            return;
+        };
+        let cfg = match self.store.queue_config(q).await {
+            Ok(Some(c)) if c.open && !c.paused => c,
+            _ => return,
+        };
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let expected = (cfg.admit_per_second * tick_ms as f64 / 1000.0).ceil() as u64;
+        held.premint = Some(spawn_premint(
+            self.store.clone(),
+            self.key.clone(),
+            q.clone(),
+            expected,
+            at_ms,
+            at_ms + cfg.session_ttl_seconds * 1000,
+            std::time::Duration::ZERO,
+        ));
     }
 
     /// Releases every lease and leaves the registry, so other replicas take over at once.
@@ -349,7 +416,6 @@ impl QueueTick {
                     last_tick_ms: None,
                     measured_rate: None,
                     premint: None,
-                    expected_next: 0,
                     window: Default::default(),
                 }
             }
@@ -359,25 +425,23 @@ impl QueueTick {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
             max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
-            // The head of the line is listed exactly at least as far as the next tick admits,
-            // so its tokens can be minted ahead.
-            exact: self
-                .settings
-                .exact_positions
-                .max(held.expected_next.min(MAX_ADMIT_PER_TICK) * 9 / 8 + 8),
+            exact: self.settings.exact_positions,
             max_position_error: 0.01,
             store_rate: held.measured_rate,
             lease: &held.lease,
             lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
             gateways: &self.gateways,
         };
-        let out = match self.store.tick(q, &args).await? {
+        let mut out = match self.store.tick(q, &args).await? {
             Tick::Ticked(out) => out,
             Tick::Closed { outbox_len } => {
                 // Admissions made before the close are still delivered. Keep the lease: a
                 // reopened queue continues here.
                 let delivered = if outbox_len > 0 {
-                    match self.deliver(q, &held.lease, &mut Ready::default()).await? {
+                    match self
+                        .deliver(q, &held.lease, &mut Ready::default(), outbox_len, None)
+                        .await?
+                    {
                         Some(n) => n,
                         None => return Ok(Outcome::NotHeld),
                     }
@@ -399,7 +463,16 @@ impl QueueTick {
         measure(&mut held, self.now, &out);
         let mut ready = self.take_premint(&mut held).await;
         let delivered = if out.outbox_len > 0 {
-            match self.deliver(q, &held.lease, &mut ready).await? {
+            match self
+                .deliver(
+                    q,
+                    &held.lease,
+                    &mut ready,
+                    out.outbox_len,
+                    Some((out.fresh_entries, std::mem::take(&mut out.fresh))),
+                )
+                .await?
+            {
                 Some(n) => n,
                 None => return Ok(Outcome::NotHeld),
             }
@@ -435,35 +508,22 @@ impl QueueTick {
     /// Starts minting, in the background, the tokens of the places expected to be admitted at
     /// the next tick: the head of the line, with a margin.
     fn premint_next(&self, q: &QueueId, held: &mut Held, out: &TickOutcome) {
-        let tick_ms = self.settings.tick.as_millis() as u64;
-        if out.waiting == 0 || (out.admitted == 0 && out.carry == 0.0) {
-            return; // empty or paused
-        }
-        let expected = (out.carry + out.admit_per_second * tick_ms as f64 / 1000.0).floor() as u64;
-        held.expected_next = expected;
-        let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
-        let places: Vec<u64> = out
-            .runs
-            .iter()
-            .flat_map(|&(first, count)| first..first + count)
-            .take(want)
-            .collect();
-        if places.is_empty() {
+        if out.paused {
             return;
         }
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let expected = (out.carry + out.admit_per_second * tick_ms as f64 / 1000.0).floor() as u64;
         let at_ms = self.now + tick_ms;
-        let exp_ms = at_ms + out.session_ttl_ms;
-        let (key, q) = (self.key.clone(), q.clone());
-        let task = tokio::task::spawn_blocking(move || {
-            mint_many(&key, &q, &places, at_ms, exp_ms)
-                .into_iter()
-                .collect()
-        });
-        held.premint = Some(Premint {
+        // Halfway to the next tick, so the head read then includes who joined meanwhile.
+        held.premint = Some(spawn_premint(
+            self.store.clone(),
+            self.key.clone(),
+            q.clone(),
+            expected,
             at_ms,
-            exp_ms,
-            task,
-        });
+            at_ms + out.session_ttl_ms,
+            std::time::Duration::from_millis(tick_ms / 2),
+        ));
     }
 
     fn live(&self) -> HashMap<u16, &ServerId> {
@@ -498,6 +558,12 @@ impl QueueTick {
                     .push(e.place.0),
             }
         }
+        tracing::debug!(
+            queue = %q,
+            ahead = out.len(),
+            now = missing.values().map(Vec::len).sum::<usize>(),
+            "tokens: minted ahead / minted now"
+        );
         for ((at, exp), places) in missing {
             let (key, q) = (self.key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
@@ -517,12 +583,19 @@ impl QueueTick {
         q: &QueueId,
         lease: &Lease,
         ready: &mut Ready,
+        mut outbox_len: u64,
+        mut fresh: Option<(u64, Vec<OutboxEntry>)>,
     ) -> Result<Option<u64>, StoreError> {
         let live = self.live();
         let mut delivered = 0;
         loop {
-            let entries = self.store.outbox(q, OUTBOX_BATCH).await?;
-            if entries.is_empty() {
+            // This tick's admissions come with the tick's reply; anything older (left by a
+            // crash or a failed delivery) is read back from the outbox first.
+            let (n_entries, entries) = match fresh.take() {
+                Some((n, f)) if outbox_len == n => (n, f),
+                _ => self.store.outbox(q, OUTBOX_BATCH).await?,
+            };
+            if n_entries == 0 {
                 break;
             }
             let mut minted = self.mint(q, &entries, ready).await;
@@ -547,13 +620,8 @@ impl QueueTick {
                     expires_at_ms: e.expires_at_ms,
                 });
             }
-            let Some(stored) = self.store.store_tokens(q, lease, &records).await? else {
-                return Ok(None);
-            };
             let mut batches = Vec::new();
-            for (gw, mut items) in by_gateway {
-                // A place that left between admission and minting gets no token.
-                items.retain(|a| stored.contains(&a.place));
+            for (gw, items) in by_gateway {
                 let Some(id) = live.get(&gw) else {
                     // The gateway is gone; its browsers reconnect elsewhere and find their
                     // token in Redis.
@@ -569,12 +637,19 @@ impl QueueTick {
                     .collect();
                 batches.push(((*id).clone(), msgs));
             }
+            // Browsers first, then the record for resumes. (Tokens are stored only for
+            // sessions that still exist; a place that left meanwhile has no open stream, so its
+            // message reaches nobody, and its ticket no longer resumes.)
             self.store.send(&batches).await?;
-            if !self.store.trim_outbox(q, lease, entries.len()).await? {
+            if self.store.store_tokens(q, lease, &records).await?.is_none() {
+                return Ok(None);
+            }
+            if !self.store.trim_outbox(q, lease, n_entries).await? {
                 return Ok(None);
             }
             delivered += entries.len() as u64;
-            if entries.len() < OUTBOX_BATCH {
+            outbox_len = outbox_len.saturating_sub(n_entries);
+            if outbox_len == 0 {
                 break;
             }
         }

@@ -70,6 +70,11 @@ pub struct Config {
     #[arg(long, env = "USHER_LEASE_TTL_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub lease_ttl_ms: u64,
 
+    /// Runtime worker threads; 0 = one per core. Use 1 when several usher processes share a
+    /// few cores (the scheduler then does no cross-thread wake-ups).
+    #[arg(long, env = "USHER_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -133,6 +138,7 @@ impl Config {
             exact_positions: 1000,
             replica_id: None,
             lease_ttl_ms: (tick_ms * 3).max(300),
+            worker_threads: 0,
             log_format: LogFormat::Text,
         }
     }

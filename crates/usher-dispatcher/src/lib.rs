@@ -60,11 +60,13 @@ pub async fn run(
     };
     tracing::info!(replica = %settings.replica, "dispatcher replica starting");
     let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);
-    let ticking = tokio::spawn(admitter.run(cancel.clone()));
+    let (hint_tx, hints) = tokio::sync::mpsc::unbounded_channel();
+    let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
     let app = admin::router(admin::AppState {
         store,
         key: key.clone(),
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
+        hints: hint_tx,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, shutdown).await;

@@ -2,12 +2,19 @@ use anyhow::Context;
 use clap::Parser;
 use usher_dispatcher::Config;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// mimalloc: fewer cycles per allocation than glibc malloc, which showed in profiles of the
+/// join path, and less fragmentation with many small per-connection allocations.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
     let cfg = Config::parse();
     usher_http::init_tracing(cfg.log_format);
-    let listener = usher_http::listen(cfg.listen)
-        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    usher_dispatcher::run(cfg, listener, usher_http::shutdown_signal()).await?;
-    Ok(())
+    let rt = usher_http::runtime(cfg.worker_threads).context("cannot start the runtime")?;
+    rt.block_on(async {
+        let listener = usher_http::listen(cfg.listen)
+            .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+        usher_dispatcher::run(cfg, listener, usher_http::shutdown_signal()).await?;
+        Ok(())
+    })
 }

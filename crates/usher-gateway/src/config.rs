@@ -70,6 +70,11 @@ pub struct Config {
     #[arg(long, env = "USHER_DRAIN_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub drain_secs: u64,
 
+    /// Runtime worker threads; 0 = one per core. Use 1 when several usher processes share a
+    /// few cores (the scheduler then does no cross-thread wake-ups).
+    #[arg(long, env = "USHER_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -102,6 +107,7 @@ impl Config {
             max_connections: 18_000,
             drain_delay_ms: 200,
             drain_secs: 1,
+            worker_threads: 0,
             log_format: LogFormat::Text,
         }
     }

@@ -287,10 +287,13 @@ impl Hub {
                 eta_seconds: eta_seconds(position, s.rate),
                 as_of_ms: s.at_ms,
             };
+            // Browsers hear again when their position (or ETA) changes; the line's length
+            // rides along with that, so a burst of joins behind them costs no writes.
             tx.send_if_modified(|cur| match cur {
-                Update::Waiting(w) if !w.same_reading(&ev) => {
-                    *w = ev.clone();
-                    true
+                Update::Waiting(w) => {
+                    let moved = (w.position, w.eta_seconds) != (ev.position, ev.eta_seconds);
+                    *w = ev;
+                    moved
                 }
                 _ => false,
             });

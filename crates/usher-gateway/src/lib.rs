@@ -312,9 +312,15 @@ async fn consume(gw: Arc<Gateway>, reader: Store) {
                         None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
                     }
                 }
-                if let Err(e) = gw.store.ack(&gw.id, &ids).await {
-                    tracing::warn!(error = %e, "could not acknowledge stream entries");
-                }
+                // Acknowledge in the background: the next read must not wait for Redis to answer
+                // (it may be busy with a large admission). Unacknowledged entries are only
+                // memory: nothing re-reads them.
+                let acker = gw.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = acker.store.ack(&acker.id, &ids).await {
+                        tracing::warn!(error = %e, "could not acknowledge stream entries");
+                    }
+                });
             }
             Ok(None) => {
                 tracing::warn!("stream or consumer group missing; recreating");

@@ -266,17 +266,33 @@ async fn resume(
     Ok(PlaceState::AdmissionPending)
 }
 
-/// Writes one chunk of a chunked body.
-async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
-    if text.is_empty() {
-        return Ok(());
+/// Writes one chunk of a chunked body, after `prefix` (e.g. the response head) and before
+/// `suffix` (e.g. the last chunk), in one write.
+async fn chunk_with(
+    sock: &mut TcpStream,
+    prefix: &str,
+    text: &str,
+    suffix: &str,
+) -> std::io::Result<()> {
+    let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 12);
+    framed.push_str(prefix);
+    if !text.is_empty() {
+        framed.push_str(&format!("{:x}\r\n", text.len()));
+        framed.push_str(text);
+        framed.push_str("\r\n");
     }
-    let framed = format!("{:x}\r\n{text}\r\n", text.len());
+    framed.push_str(suffix);
     match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
         Ok(r) => r,
         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
     }
 }
+
+async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
+    chunk_with(sock, "", text, "").await
+}
+
+const LAST_CHUNK: &str = "0\r\n\r\n";
 
 /// The response head of every stream.
 pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
@@ -320,9 +336,10 @@ pub(crate) async fn pump(
                     Err(_) => Update::superseded(),
                 };
                 done = u.is_terminal();
-                if let Some(f) = update_frame(&u, &ticket) {
-                    chunk(sock, &f).await?;
-                }
+                let end = if done { LAST_CHUNK } else { "" };
+                let f = update_frame(&u, &ticket).unwrap_or_default();
+                chunk_with(sock, "", &f, end).await?;
+
             }
             _ = keepalive.changed() => chunk(sock, KEEPALIVE_FRAME).await?,
             readable = sock.readable() => {
@@ -338,7 +355,6 @@ pub(crate) async fn pump(
             }
         }
     }
-    sock.write_all(b"0\r\n\r\n").await?;
     // A terminal update detached the connection already; dropping `holding` releases nothing.
     drop(holding);
     Ok(())

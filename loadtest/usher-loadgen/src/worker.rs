@@ -74,8 +74,9 @@ pub fn run(plan: Plan, index: u32, epoch_ms: u64) -> anyhow::Result<()> {
         "worker {index}: {assigned} connections do not fit the open-files limit of {soft}; \
          use more --workers"
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread per worker process: several workers share the machine's cores, and a
+    // single-threaded runtime does no cross-thread wake-ups.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;

@@ -1,10 +1,10 @@
 -- Store minted tokens for admissions whose sessions still exist (lease holder only).
--- KEYS: tokens, lease   ARGV: lease value, place, record, place, record, ...
+-- KEYS: tokens, lease, active   ARGV: lease value, place, record, place, record, ...
 -- Returns false when the lease is not ours, else the places whose tokens were stored (a place
 -- that left in the meantime has no session any more and gets no token).
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return false end
 local stored = {}
--- In chunks: one HMGET and one HSET per chunk instead of two commands per place.
+-- In chunks: one ZMSCORE and one HSET per chunk instead of two commands per place.
 local i = 2
 while i <= #ARGV do
   local places, values = {}, {}
@@ -12,7 +12,7 @@ while i <= #ARGV do
     places[#places + 1] = ARGV[i]; values[#values + 1] = ARGV[i + 1]
     i = i + 2
   end
-  local have = redis.call('HMGET', KEYS[1], unpack(places))
+  local have = redis.call('ZMSCORE', KEYS[3], unpack(places))
   local set = {}
   for j = 1, #places do
     if have[j] then

@@ -34,7 +34,7 @@ local function admitted_state(active, tokens, place, now)
   local exp = redis.call('ZSCORE', active, place)
   if exp and tonumber(exp) > now then
     local rec = redis.call('HGET', tokens, place)
-    if rec and string.sub(rec, -1) ~= '|' then return {2, rec} end
+    if rec then return {2, rec} end
     return {3}
   end
   return nil

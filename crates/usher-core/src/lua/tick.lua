@@ -20,7 +20,7 @@
 -- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
 -- (sessions still expire and the outbox is still delivered), else
 -- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
---  dropped, carry, session ttl ms}
+--  dropped, carry, session ttl ms, paused (1/0), this tick's outbox entries}
 --   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
 --   samples = flat {seq, position, ...}: positions beyond the exact window
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
@@ -72,35 +72,44 @@ end
 
 local n = math.floor(budget)
 local admitted = 0
+-- This tick's outbox entries, also returned for immediate delivery.
+local fresh = {}
 if n > 0 then
   local exp = fmt(now + ttl_ms)
-  local pending = ARGV[1] .. '|' .. exp .. '|'
+  local head = ARGV[1] .. '|' .. exp .. '|'
   local any_away = redis.call('ZCARD', KEYS[7]) > 0
+  local gw_of = {}
   local popped_total = 0
   while admitted < n and popped_total < n + 10000 do
     local popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
     if #popped == 0 then break end
     popped_total = popped_total + #popped / 2
-    -- Batched writes: one command per chunk instead of one per place.
-    local zadd, hset, rpush, away = {}, {}, {}, {}
+    -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
+    -- '<admitted at>|<expires>|<place>:<gateway>,...' per chunk.
+    local zadd, items, away = {}, {}, {}
     for i = 1, #popped, 2 do
       local member = popped[i]
       local place = popped[i + 1]
-      local gw = member_gateway(member)
+      local tag = string.sub(member, 5, 6)
+      local gw = gw_of[tag]
+      if not gw then
+        gw = member_gateway(member)
+        gw_of[tag] = gw
+      end
       if dead_since[gw] then
         dropped = dropped + 1
       else
         zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
-        hset[#hset + 1] = place; hset[#hset + 1] = pending
-        rpush[#rpush + 1] = place .. '|' .. gw .. '|' .. ARGV[1] .. '|' .. exp
+        items[#items + 1] = place .. ':' .. gw
         admitted = admitted + 1
       end
-      away[#away + 1] = place
+      if any_away then away[#away + 1] = place end
     end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
-      redis.call('HSET', KEYS[4], unpack(hset))
-      redis.call('RPUSH', KEYS[5], unpack(rpush))
+      local entry = head .. table.concat(items, ',')
+      redis.call('RPUSH', KEYS[5], entry)
+      fresh[#fresh + 1] = entry
     end
     if any_away then redis.call('ZREM', KEYS[7], unpack(away)) end
   end
@@ -169,4 +178,5 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
-return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped, tostring(carry), ttl_ms}
+return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped, tostring(carry), ttl_ms,
+  m[7] == '1' and 1 or 0, fresh}
