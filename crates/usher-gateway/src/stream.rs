@@ -128,9 +128,12 @@ impl Drop for Holding {
     }
 }
 
-/// Sets a stream up: joins the queue, or resumes the place `ticket` names. Runs in a task of
-/// its own, so a browser that hangs up mid-request leaves its place marked away (it may come
-/// back within the grace period), never a ghost place.
+/// Sets a stream up: joins the queue, or resumes the place `ticket` names.
+///
+/// The caller must run this to completion (the gateway's own connection task does: nothing
+/// cancels it when the browser hangs up mid-request). A place taken or resumed is then either
+/// attached, or — when the browser is gone by the time the stream starts — marked away by the
+/// stream's guard, never leaked as a ghost place.
 pub(crate) async fn open(
     gw: &Arc<Gateway>,
     q: QueueId,
@@ -140,13 +143,7 @@ pub(crate) async fn open(
     if gw.shutting_down() || gw.hub.connections() >= gw.config.max_connections {
         return Setup::TryLater;
     }
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let setup_gw = gw.clone();
-    tokio::spawn(async move {
-        let r = setup(&setup_gw, q, place, ticket).await;
-        let _ = tx.send(r);
-    });
-    rx.await.unwrap_or(Setup::TryLater)
+    setup(gw, q, place, ticket).await
 }
 
 async fn setup(

@@ -178,3 +178,39 @@ async fn at_the_connection_cap_browsers_are_told_to_retry_not_turned_away() -> a
     assert_eq!(q["waiting"], 2, "the turned-back browser took no place");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_that_hang_up_mid_request_leave_no_ghost_places() -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack
+        .put_queue(
+            "ghosts",
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1}),
+        )
+        .await?;
+    let addr = stack.gateways[0].addr;
+    for _ in 0..50 {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /api/queues/ghosts/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await?;
+        drop(s); // hang up without reading anything
+    }
+    // Whatever places those requests took are marked away and dropped after the grace period:
+    // none stays in line, none is ever admitted.
+    let mut q = serde_json::Value::Null;
+    for _ in 0..100 {
+        q = stack.queue("ghosts").await?;
+        if q["waiting"] == 0 && q["dropped_total"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(q["waiting"], 0, "{q}");
+    assert_eq!(q["admitted_total"], 0, "{q}");
+    println!(
+        "ghost requests: {} places taken, all dropped after the grace period",
+        q["dropped_total"]
+    );
+    Ok(())
+}
