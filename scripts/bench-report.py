@@ -113,7 +113,9 @@ if hold and hold_server:
     cps = hold_server["redis_calls"] / max(hold_server["seconds"], 1e-9)
     rows.append(("Redis cost of waiting", "≤ 1,000 Redis commands/s with 100,000 connected waiters",
                  f"{cps:,.0f} commands/s (INFO commandstats, calls inside scripts included) over "
-                 f"{hold_server['seconds']:.0f} s with {held:,} waiting", verdict(held >= 100000 and cps <= 1000)))
+                 f"{hold_server['seconds']:.0f} s with {held:,} waiting; by command: "
+                 + ", ".join(f"{k} {v / hold_server['seconds']:,.0f}/s" for k, v in hold_server.get('redis_calls_by_command', [])[:5]),
+                 verdict(held >= 100000 and cps <= 1000)))
 else:
     rows.append(("concurrent SSE connections", "≥ 100,000", "no report", verdict(None)))
 

@@ -117,13 +117,26 @@ sleep 5
 held=$(field hold waiting)
 rss=$(gateway_rss_kb)
 calls0=$(redis_calls); t0=$(date +%s.%N)
+redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-0.txt"
 sleep 20
 calls1=$(redis_calls); t1=$(date +%s.%N)
+redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-1.txt"
 wait "$LOADGEN" || true
-python3 - "$OUT/hold-server.json" <<PY
-import json, sys
+python3 - "$OUT" <<PY
+import json, re, sys
+def stats(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+a, b = stats(sys.argv[1] + "/commandstats-0.txt"), stats(sys.argv[1] + "/commandstats-1.txt")
+by_command = sorted(((k, v - a.get(k, 0)) for k, v in b.items()), key=lambda kv: -kv[1])
 json.dump({"held": $held, "gateway_rss_kb": $rss, "gateway_base_rss_kb": $base_rss,
-           "redis_calls": $calls1 - $calls0, "seconds": $t1 - $t0}, open(sys.argv[1], "w"))
+           "redis_calls": $calls1 - $calls0, "seconds": $t1 - $t0,
+           "redis_calls_by_command": [kv for kv in by_command if kv[1] > 0][:8]},
+          open(sys.argv[1] + "/hold-server.json", "w"))
 PY
 close hold
 sleep 3

@@ -152,17 +152,6 @@ pub enum PlaceState {
     Gone,
 }
 
-/// What happened when a browser's connection dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AwayOutcome {
-    /// The place is kept for the grace period.
-    Kept,
-    /// The queue's grace period is 0: the place was removed.
-    Removed,
-    /// This gateway no longer held the place (admitted, left, or resumed elsewhere).
-    NotHeld,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
     /// A waiting place was removed; `gateway` held it.
@@ -889,31 +878,28 @@ impl Store {
         }
     }
 
-    /// A browser held by gateway `gw` disconnected: its place is kept for the queue's grace
-    /// period (if this gateway still holds it), then dropped unless the browser resumes.
+    /// Browsers held by gateway `gw` disconnected: their places are kept for the queue's grace
+    /// period (those this gateway still holds), then dropped unless the browsers resume.
+    /// Returns how many places were affected.
     pub async fn mark_away(
         &self,
         q: &QueueId,
-        place: PlaceId,
+        places: &[PlaceId],
         gw: u16,
         now_ms: u64,
-    ) -> Result<AwayOutcome> {
+    ) -> Result<u64> {
         let k = QueueKeys::new(q);
-        let n: i64 = SCRIPTS
-            .away
-            .key(&k.meta)
-            .key(&k.waiting)
-            .key(&k.away)
-            .arg(&keys::member(place.0, gw)[..])
-            .arg(place.0)
-            .arg(now_ms)
-            .invoke_async(&mut self.c())
-            .await?;
-        Ok(match n {
-            1 => AwayOutcome::Kept,
-            2 => AwayOutcome::Removed,
-            _ => AwayOutcome::NotHeld,
-        })
+        let mut n = 0;
+        for chunk in places.chunks(1000) {
+            let mut inv = SCRIPTS.away.key(&k.meta);
+            inv.key(&k.waiting).key(&k.away).arg(gw).arg(now_ms);
+            for p in chunk {
+                inv.arg(p.0);
+            }
+            let m: u64 = inv.invoke_async(&mut self.c()).await?;
+            n += m;
+        }
+        Ok(n)
     }
 
     /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns

@@ -82,21 +82,12 @@ impl Gateway {
         self.draining.load(Ordering::Relaxed)
     }
 
-    /// A browser went away: keep its place for the queue's grace period (in the background;
-    /// retried by the heartbeat while Redis is unreachable).
-    pub(crate) fn mark_away(self: &Arc<Self>, q: QueueId, place: PlaceId) {
-        let gw = self.clone();
-        tokio::spawn(async move {
-            match gw.store.mark_away(&q, place, gw.index, now_ms()).await {
-                Ok(o) => tracing::debug!(queue = %q, %place, outcome = ?o, "browser went away"),
-                Err(e) => {
-                    tracing::debug!(queue = %q, %place, error = %e, "could not mark a place away; will retry");
-                    if let Ok(mut p) = gw.pending_away.lock() {
-                        p.push((q, place));
-                    }
-                }
-            }
-        });
+    /// A browser went away: keep its place for the queue's grace period. Recorded in batches
+    /// (see [`flush_away`]), so a mass disconnect costs Redis one call per thousand places.
+    pub(crate) fn mark_away(&self, q: QueueId, place: PlaceId) {
+        if let Ok(mut p) = self.pending_away.lock() {
+            p.push((q, place));
+        }
     }
 
     /// Tells the gateway with index `idx` that it no longer holds `place`.
@@ -220,9 +211,51 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         keepalive: tokio::sync::watch::channel(0).0,
     });
     tokio::spawn(keepalive(gw.clone()));
+    tokio::spawn(flush_away(gw.clone()));
     tokio::spawn(heartbeat(gw.clone()));
     tokio::spawn(consume(gw.clone(), reader));
     Ok(gw)
+}
+
+/// How often disconnects are written to Redis.
+const AWAY_FLUSH: Duration = Duration::from_millis(50);
+
+/// Writes the places of browsers that went away to Redis, batched per queue; keeps them for
+/// the next round while Redis is unreachable.
+async fn flush_away(gw: Arc<Gateway>) {
+    let mut every = tokio::time::interval(AWAY_FLUSH);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            () = gw.shutdown.cancelled() => true,
+            _ = every.tick() => false,
+        };
+        let pending: Vec<_> = gw
+            .pending_away
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let mut by_queue: std::collections::HashMap<QueueId, Vec<PlaceId>> = Default::default();
+        for (q, p) in pending {
+            by_queue.entry(q).or_default().push(p);
+        }
+        for (q, places) in by_queue {
+            match gw.store.mark_away(&q, &places, gw.index, now_ms()).await {
+                Ok(n) => {
+                    tracing::debug!(queue = %q, gone = places.len(), kept = n, "browsers went away")
+                }
+                Err(e) => {
+                    tracing::debug!(queue = %q, n = places.len(), error = %e, "could not mark places away; will retry");
+                    if let Ok(mut p) = gw.pending_away.lock() {
+                        p.extend(places.into_iter().map(|pl| (q.clone(), pl)));
+                    }
+                }
+            }
+        }
+        if stopping {
+            break;
+        }
+    }
 }
 
 /// One timer for every stream's keepalive comment.
@@ -262,14 +295,6 @@ async fn heartbeat(gw: Arc<Gateway>) {
                 if !open {
                     gw.hub.close_queue(q, "queue_closed");
                 }
-            }
-            let pending: Vec<_> = gw
-                .pending_away
-                .lock()
-                .map(|mut p| std::mem::take(&mut *p))
-                .unwrap_or_default();
-            for (q, place) in pending {
-                gw.mark_away(q, place);
             }
             Ok(())
         }

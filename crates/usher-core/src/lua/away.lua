@@ -1,14 +1,22 @@
--- A browser's connection dropped: keep its place for the queue's grace period.
+-- Browsers' connections dropped: keep their places for the queue's grace period.
 -- KEYS: meta, waiting, away
--- ARGV: member (as this gateway holds it), place, now ms
--- Returns 0 when this gateway no longer holds the place (admitted, left, moved), 1 when the
--- place is now away until the grace period ends, 2 when the grace period is 0 and the place
--- was removed at once.
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+-- ARGV: gateway index, now ms, place, place, ...
+-- Only places this gateway still holds are affected (not admitted, left or resumed elsewhere).
+-- With a grace period of 0 the places are removed at once.
+-- Returns how many places are now away (or were removed).
 local grace = tonumber(redis.call('HGET', KEYS[1], 'grace_seconds') or '30') or 30
-if grace <= 0 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  return 2
+local gw = tonumber(ARGV[1])
+local until_ms = tonumber(ARGV[2]) + grace * 1000
+local n = 0
+for i = 3, #ARGV do
+  local member = member_of(tonumber(ARGV[i]), gw)
+  if redis.call('ZSCORE', KEYS[2], member) then
+    if grace <= 0 then
+      redis.call('ZREM', KEYS[2], member)
+    else
+      redis.call('ZADD', KEYS[3], until_ms, ARGV[i])
+    end
+    n = n + 1
+  end
 end
-redis.call('ZADD', KEYS[3], tonumber(ARGV[3]) + grace * 1000, ARGV[2])
-return 1
+return n
