@@ -154,8 +154,8 @@ facts = (f"{os.cpu_count()} cores ({cpu_model()}), {mem_gib()}, {platform.system
 lines = [
     "<!-- bench:begin -->",
     f"Measured by `make bench` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {facts}.",
-    "Everything ran on this one machine at once: Redis (AOF everysec), one dispatcher (tick 1 s), six gateways, and",
-    "the load generator's worker processes, all release builds, loopback only.",
+    "Everything ran on this one machine at once: Redis (AOF everysec, `nice -10`), one dispatcher (tick 1 s, `nice -5`),",
+    "six gateways (one runtime thread each), and the load generator's worker processes, all release builds, loopback only.",
     "",
     "| what | target | measured | |",
     "|---|---|---|---|",
