@@ -6,8 +6,9 @@
 # processes, clients bound to many 127.0.0.x source addresses):
 #   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting
 #   2. joins   — 60,000 browsers joining at 10,000/s: join rate and join latency
-#   3. hold    — 100,000 browsers held across six gateways while the line moves: position
-#                updates, gateway RSS per connection, Redis commands/s
+#   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
+#                every browser gets a position update each tick; gateway RSS per connection,
+#                Redis commands/s
 #   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency
 # Everything is bounded in time (about 5 minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
@@ -110,7 +111,9 @@ sleep 3
 
 log "3/4 hold: $HOLD browsers across six gateways while the line moves"
 base_rss=$(gateway_rss_kb)
-queue hold '{"admit_per_second": 20}'
+# Paused while they join (positions do not move, so no updates compete with the ramp); then
+# the line moves by a few places every tick, so every browser gets a new position each second.
+queue hold '{"admit_per_second": 5, "paused": true}'
 loadgen --queue hold --connections "$HOLD" --join-rate "$JOIN_RATE" --workers 6 \
     --duration $((HOLD / JOIN_RATE + 45)) --report "$OUT/hold.json" --plot "$OUT/hold.svg" &
 LOADGEN=$!
@@ -120,6 +123,7 @@ for _ in $(seq 120); do
     [ "$held" -ge $((HOLD * 99 / 100)) ] && break
     sleep 1
 done
+queue hold '{"paused": false}'
 sleep 5
 held=$(field hold waiting)
 rss=$(gateway_rss_kb)
