@@ -77,14 +77,6 @@ pub struct WaitingEvent {
     pub as_of_ms: u64,
 }
 
-impl WaitingEvent {
-    /// Same position, line length and ETA (the time of the reading aside).
-    pub fn same_reading(&self, other: &Self) -> bool {
-        (self.position, self.waiting, self.eta_seconds)
-            == (other.position, other.waiting, other.eta_seconds)
-    }
-}
-
 /// `event: admitted` payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdmittedEvent {

@@ -624,7 +624,7 @@ impl Store {
         self.touch_stream(id, ttl).await
     }
 
-    pub async fn touch_stream(&self, id: &ServerId, ttl: Duration) -> Result<()> {
+    async fn touch_stream(&self, id: &ServerId, ttl: Duration) -> Result<()> {
         let _: () = redis::cmd("PEXPIRE")
             .arg(keys::gateway_stream(id))
             .arg(ttl.as_millis() as u64)

@@ -72,16 +72,67 @@ const ORPHAN_CAP: usize = 100_000;
 struct Inner {
     queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
     orphans: HashMap<(QueueId, PlaceId), Orphan>,
+    /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
+    held: u64,
 }
 
 impl Inner {
-    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
+    /// Puts `slot` in place of any slot for `place`; returns the one it replaced.
+    fn insert(&mut self, queue: &QueueId, place: PlaceId, slot: Slot) -> Option<Slot> {
+        let old = self
+            .queues
+            .entry(queue.clone())
+            .or_default()
+            .insert(place.0, slot);
+        if old.is_none() {
+            self.held += 1;
+        }
+        old
+    }
+
+    /// Removes the slot for `place` if `take(slot)` says so.
+    fn remove_if(
+        &mut self,
+        queue: &QueueId,
+        place: PlaceId,
+        take: impl FnOnce(&Slot) -> bool,
+    ) -> Option<Slot> {
         let conns = self.queues.get_mut(queue)?;
+        if !take(conns.get(&place.0)?) {
+            return None;
+        }
         let slot = conns.remove(&place.0)?;
         if conns.is_empty() {
             self.queues.remove(queue);
         }
+        self.held -= 1;
         Some(slot)
+    }
+
+    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
+        self.remove_if(queue, place, |_| true)
+    }
+
+    fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
+        self.queues
+            .get(queue)
+            .is_some_and(|c| c.contains_key(&place.0))
+    }
+
+    /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
+    /// is done), or kept as pending while it is only reserved. `false` when no slot holds it.
+    fn deliver(&mut self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
+        let Some(slot) = self.queues.get_mut(queue).and_then(|c| c.get_mut(&place.0)) else {
+            return false;
+        };
+        match &slot.tx {
+            Some(tx) => {
+                let _ = tx.send(u);
+                self.remove(queue, place);
+            }
+            None => slot.pending = Some(u),
+        }
+        true
     }
 }
 
@@ -106,22 +157,6 @@ pub struct Attached {
 pub struct Hub {
     inner: Mutex<Inner>,
     next_id: AtomicU64,
-    connections: AtomicU64,
-}
-
-/// Delivers `u` to a slot: through its channel, or kept as pending while reserved. Returns
-/// whether the slot is done (a terminal update reached an attached connection).
-fn deliver(slot: &mut Slot, u: Update) -> bool {
-    match &slot.tx {
-        Some(tx) => {
-            let _ = tx.send(u);
-            true
-        }
-        None => {
-            slot.pending = Some(u);
-            false
-        }
-    }
 }
 
 impl Hub {
@@ -135,7 +170,7 @@ impl Hub {
 
     /// Places held or reserved.
     pub fn connections(&self) -> u64 {
-        self.connections.load(Ordering::Relaxed)
+        self.lock().held
     }
 
     /// Reserves `place` for a new connection. An older connection holding it here is ended
@@ -150,20 +185,8 @@ impl Hub {
             position: u64::MAX,
             resyncing: false,
         };
-        let old = inner
-            .queues
-            .entry(queue.clone())
-            .or_default()
-            .insert(place.0, slot);
-        match old {
-            Some(old) => {
-                if let Some(tx) = old.tx {
-                    let _ = tx.send(Update::superseded());
-                }
-            }
-            None => {
-                self.connections.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
+            let _ = tx.send(Update::superseded());
         }
         Reservation {
             queue: queue.clone(),
@@ -176,16 +199,9 @@ impl Hub {
     /// owned the place (so the place should be marked away).
     pub fn unreserve(&self, r: &Reservation) -> bool {
         let mut inner = self.lock();
-        let owned = inner
-            .queues
-            .get(&r.queue)
-            .and_then(|c| c.get(&r.place.0))
-            .is_some_and(|s| s.id == r.id && s.tx.is_none());
-        if owned {
-            inner.remove(&r.queue, r.place);
-            self.connections.fetch_sub(1, Ordering::Relaxed);
-        }
-        owned
+        inner
+            .remove_if(&r.queue, r.place, |s| s.id == r.id && s.tx.is_none())
+            .is_some()
     }
 
     /// Turns a reservation into a connection. The receiver starts with `first`, or with a
@@ -214,7 +230,6 @@ impl Hub {
             .or_else(|| orphan.map(|o| Update::Admitted(o.event)));
         if let Some(t) = terminal {
             inner.remove(&r.queue, r.place);
-            self.connections.fetch_sub(1, Ordering::Relaxed);
             let (_tx, rx) = watch::channel(t);
             return Some((a, rx));
         }
@@ -228,33 +243,14 @@ impl Hub {
     /// rather than through a terminal update or a newer connection).
     pub fn detach(&self, a: &Attached) -> bool {
         let mut inner = self.lock();
-        let owned = inner
-            .queues
-            .get(&a.queue)
-            .and_then(|c| c.get(&a.place.0))
-            .is_some_and(|s| s.id == a.id);
-        if owned {
-            inner.remove(&a.queue, a.place);
-            self.connections.fetch_sub(1, Ordering::Relaxed);
-        }
-        owned
+        inner
+            .remove_if(&a.queue, a.place, |s| s.id == a.id)
+            .is_some()
     }
 
     /// Sends a terminal update to the connection holding `place`. Returns whether one did.
     pub fn finish(&self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
-        let mut inner = self.lock();
-        let Some(slot) = inner
-            .queues
-            .get_mut(queue)
-            .and_then(|c| c.get_mut(&place.0))
-        else {
-            return false;
-        };
-        if deliver(slot, u) {
-            inner.remove(queue, place);
-            self.connections.fetch_sub(1, Ordering::Relaxed);
-        }
-        true
+        self.lock().deliver(queue, place, u)
     }
 
     /// Applies a queue snapshot: every browser of the queue whose position went down gets a
@@ -322,29 +318,17 @@ impl Hub {
         let mut inner = self.lock();
         for a in items {
             let ev = AdmittedEvent::new(queue.clone(), a);
-            let slot = inner
-                .queues
-                .get_mut(queue)
-                .and_then(|c| c.get_mut(&a.place.0));
-            match slot {
-                Some(slot) => {
-                    if deliver(slot, Update::Admitted(ev)) {
-                        inner.remove(queue, a.place);
-                        self.connections.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    n += 1;
-                }
-                None => {
-                    if inner.orphans.len() < ORPHAN_CAP {
-                        inner.orphans.insert(
-                            (queue.clone(), a.place),
-                            Orphan {
-                                event: ev,
-                                at: Instant::now(),
-                            },
-                        );
-                    }
-                }
+            if inner.holds(queue, a.place) {
+                inner.deliver(queue, a.place, Update::Admitted(ev));
+                n += 1;
+            } else if inner.orphans.len() < ORPHAN_CAP {
+                inner.orphans.insert(
+                    (queue.clone(), a.place),
+                    Orphan {
+                        event: ev,
+                        at: Instant::now(),
+                    },
+                );
             }
         }
         n
@@ -361,25 +345,19 @@ impl Hub {
     /// Ends every connection of a closed queue with `closed`.
     pub fn close_queue(&self, queue: &QueueId, reason: &str) -> usize {
         let mut inner = self.lock();
-        let Some(conns) = inner.queues.get_mut(queue) else {
-            return 0;
-        };
+        let places: Vec<u64> = inner
+            .queues
+            .get(queue)
+            .map(|c| c.keys().copied().collect())
+            .unwrap_or_default();
         let update = Update::Closed(ClosedEvent {
             queue: queue.clone(),
             reason: reason.to_owned(),
         });
-        let mut done = Vec::new();
-        for (&place, slot) in conns.iter_mut() {
-            if deliver(slot, update.clone()) {
-                done.push(place);
-            }
+        for &p in &places {
+            inner.deliver(queue, PlaceId(p), update.clone());
         }
-        for p in &done {
-            inner.remove(queue, PlaceId(*p));
-        }
-        self.connections
-            .fetch_sub(done.len() as u64, Ordering::Relaxed);
-        done.len()
+        places.len()
     }
 
     /// Ends up to `max` connections without an event (draining), each with its own `retry:`
@@ -398,16 +376,9 @@ impl Hub {
             }
         }
         for (q, place) in &picked {
-            if let Some(slot) = inner.remove(q, PlaceId(*place)) {
-                if let Some(tx) = slot.tx {
-                    let _ = tx.send(Update::Ended {
-                        retry_ms: Some(retry_ms()),
-                    });
-                }
-            }
+            let retry_ms = Some(retry_ms());
+            inner.deliver(q, PlaceId(*place), Update::Ended { retry_ms });
         }
-        self.connections
-            .fetch_sub(picked.len() as u64, Ordering::Relaxed);
         picked.len()
     }
 
