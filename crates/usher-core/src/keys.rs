@@ -84,6 +84,14 @@ pub fn member(seq: u64, gw: u16) -> [u8; 6] {
     [a, b, c, d, e, f]
 }
 
+/// The gateway index in a waiting-set member (`None` if it is not a 6-byte member).
+pub fn member_gateway(member: &[u8]) -> Option<u16> {
+    match member {
+        [_, _, _, _, e, f] => Some(u16::from_be_bytes([*e, *f])),
+        _ => None,
+    }
+}
+
 /// Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 pub fn hash_slot(key: &str) -> u16 {
     let b = key.as_bytes();

@@ -51,6 +51,22 @@ pub enum StreamMessage {
         queue: QueueId,
         items: Vec<Admission>,
     },
+    /// Places admitted whose tokens were staged on this gateway before the tick (see
+    /// [`StreamMessage::Staged`]); each gets its `admitted` event with the staged token.
+    AdmittedStaged {
+        queue: QueueId,
+        admitted_at_ms: u64,
+        expires_at_ms: u64,
+        places: Vec<PlaceId>,
+    },
+    /// Entry tokens for places expected at the head of the line at the next tick, sent ahead
+    /// so that the admission itself is a short list of places. Not an admission: the gateway
+    /// keeps them unseen until an [`StreamMessage::AdmittedStaged`] names the place, and
+    /// forgets them otherwise.
+    Staged {
+        queue: QueueId,
+        items: Vec<Admission>,
+    },
     /// The line moved.
     State(QueueState),
     /// The queue was closed: every browser waiting in it gets `closed`.

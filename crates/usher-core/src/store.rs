@@ -180,6 +180,8 @@ pub struct TickArgs<'a> {
     pub lease_ttl_ms: u64,
     /// Every registered gateway (see [`Store::gateways`]).
     pub gateways: &'a [GatewayInfo],
+    /// Admit nobody this tick, as if the queue were paused (nothing is banked for later).
+    pub hold: bool,
 }
 
 /// What a tick found.
@@ -1000,6 +1002,7 @@ impl Store {
             .arg(t.lease_ttl_ms)
             .arg(gateways)
             .arg(MAX_ADMIT_PER_TICK)
+            .arg(if t.hold { "1" } else { "0" })
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
@@ -1031,8 +1034,8 @@ impl Store {
         }
     }
 
-    /// The place ids of the first `n` places in line.
-    pub async fn head(&self, q: &QueueId, n: usize) -> Result<Vec<u64>> {
+    /// The first `n` places in line: place id and the index of the gateway holding each.
+    pub async fn head(&self, q: &QueueId, n: usize) -> Result<Vec<(u64, u16)>> {
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -1043,7 +1046,13 @@ impl Store {
             .arg("WITHSCORES")
             .query_async(&mut self.c())
             .await?;
-        Ok(v.into_iter().map(|(_, score)| score as u64).collect())
+        v.into_iter()
+            .map(|(member, score)| {
+                keys::member_gateway(&member)
+                    .map(|gw| (score as u64, gw))
+                    .ok_or_else(|| protocol("waiting-set member is not 6 bytes"))
+            })
+            .collect()
     }
 
     /// The undelivered admissions in the oldest `max` outbox entries of a queue, and how many

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use tokio_util::sync::CancellationToken;
-use usher_core::ids::{QueueId, ServerId};
+use usher_core::ids::{PlaceId, QueueId, ServerId};
 use usher_core::messages::{Admission, QueueState, StreamMessage};
 use usher_core::store::{
     GatewayInfo, Lease, OutboxEntry, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
@@ -26,8 +26,10 @@ use usher_core::token::{Claims, SigningKey};
 const QUEUE_CONCURRENCY: usize = 16;
 /// Outbox entries (of up to 1,000 admissions each) read and delivered per round.
 const OUTBOX_BATCH: usize = 10;
-/// Admissions per `admitted` stream entry.
+/// Admissions per `admitted` or `staged` stream entry (each carries a token).
 const ADMITTED_PER_MESSAGE: usize = 250;
+/// Places per `admitted_staged` stream entry (place ids only).
+const STAGED_PLACES_PER_MESSAGE: usize = 5_000;
 /// A tick starting at most this late still uses its scheduled time as the admission time.
 const ON_TIME_MS: u64 = 50;
 /// The measured admission rate looks this far back.
@@ -35,11 +37,19 @@ const RATE_WINDOW_MS: u64 = 10_000;
 /// ... and is used once it covers this long.
 const RATE_MIN_WINDOW_MS: u64 = 3_000;
 
+/// How long after sending a tick's admissions their token records are written: a tenth of
+/// the tick, at most 100 ms.
+fn token_store_delay(tick: Duration) -> Duration {
+    (tick / 10).min(Duration::from_millis(100))
+}
+
 /// Per-queue memory of this replica.
 #[derive(Debug)]
 struct Held {
     lease: Lease,
     last_tick_ms: Option<u64>,
+    /// Admitted by the previous tick.
+    last_admitted: u64,
     measured_rate: Option<f64>,
     /// Tokens minted ahead for the next tick's expected admissions.
     premint: Option<Premint>,
@@ -51,11 +61,24 @@ struct Held {
 /// next tick, so admission does not wait for Ed25519 signing. A token depends only on the
 /// place, the admission time and the expiry, so a pre-minted token is exactly the one minting
 /// at admission would give; places not pre-minted (the line changed) are minted then.
+///
+/// The tokens are also *staged*: sent ahead to the gateways holding those places, so that at
+/// the tick the admission message names places only, instead of carrying ~350 bytes of token
+/// each on the busiest path. A gateway never shows a staged token before the admission.
 #[derive(Debug)]
 struct Premint {
     at_ms: u64,
     exp_ms: u64,
-    task: tokio::task::JoinHandle<HashMap<u64, String>>,
+    /// Started by an operator's change (unpause, open, faster) rather than by a tick.
+    from_hint: bool,
+    task: tokio::task::JoinHandle<HashMap<u64, Pre>>,
+}
+
+/// A token minted ahead, and the gateway it was staged on, if any.
+#[derive(Debug)]
+struct Pre {
+    token: String,
+    staged_on: Option<u16>,
 }
 
 /// Mints tokens for `places` admitted at `at_ms` (expiring at `exp_ms`), on every core.
@@ -86,8 +109,61 @@ fn mint_many(
     })
 }
 
-/// After `delay`, reads the first `expected` (plus a margin) places of the line and mints their
-/// tokens for admission at `at_ms`, on the blocking pool.
+/// Sends pre-minted tokens to the live gateways holding those places; returns the gateways
+/// that have them. A failure only means the tokens travel with the admission instead.
+async fn stage(
+    store: &Store,
+    q: &QueueId,
+    minted: &[(u64, String)],
+    gateway_of: &HashMap<u64, u16>,
+    at_ms: u64,
+    exp_ms: u64,
+) -> std::collections::HashSet<u16> {
+    let now = now_ms();
+    let live: HashMap<u16, ServerId> = match store.gateways(now).await {
+        Ok(g) => g
+            .into_iter()
+            .filter(|g| g.alive_until_ms > now)
+            .map(|g| (g.index, g.server_id))
+            .collect(),
+        Err(_) => return Default::default(),
+    };
+    let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
+    for (place, token) in minted {
+        let Some(gw) = gateway_of.get(place).filter(|g| live.contains_key(g)) else {
+            continue;
+        };
+        by_gateway.entry(*gw).or_default().push(Admission {
+            place: usher_core::ids::PlaceId(*place),
+            token: token.clone(),
+            admitted_at_ms: at_ms,
+            expires_at_ms: exp_ms,
+        });
+    }
+    let batches: Vec<_> = by_gateway
+        .iter()
+        .filter_map(|(gw, items)| {
+            let msgs = items
+                .chunks(ADMITTED_PER_MESSAGE)
+                .map(|c| StreamMessage::Staged {
+                    queue: q.clone(),
+                    items: c.to_vec(),
+                })
+                .collect();
+            Some((live.get(gw)?.clone(), msgs))
+        })
+        .collect();
+    match store.send(&batches).await {
+        Ok(()) => by_gateway.into_keys().collect(),
+        Err(e) => {
+            tracing::debug!(queue = %q, error = %e, "could not stage tokens; they go with the admissions");
+            Default::default()
+        }
+    }
+}
+
+/// After `delay`, reads the first `expected` (plus a margin) places of the line, mints their
+/// tokens for admission at `at_ms` on the blocking pool, and stages them on the gateways.
 fn spawn_premint(
     store: Store,
     key: Arc<SigningKey>,
@@ -98,23 +174,36 @@ fn spawn_premint(
     delay: std::time::Duration,
 ) -> Premint {
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
+    let from_hint = delay.is_zero();
     let task = tokio::spawn(async move {
         tokio::time::sleep(delay).await;
-        let places = match store.head(&q, want).await {
+        let head = match store.head(&q, want).await {
             Ok(p) if !p.is_empty() => p,
             _ => return HashMap::new(),
         };
-        tokio::task::spawn_blocking(move || {
-            mint_many(&key, &q, &places, at_ms, exp_ms)
-                .into_iter()
-                .collect()
-        })
-        .await
-        .unwrap_or_default()
+        let places: Vec<u64> = head.iter().map(|h| h.0).collect();
+        let q2 = q.clone();
+        let minted =
+            tokio::task::spawn_blocking(move || mint_many(&key, &q2, &places, at_ms, exp_ms))
+                .await
+                .unwrap_or_default();
+        let gateway_of: HashMap<u64, u16> = head.into_iter().collect();
+        let staged = stage(&store, &q, &minted, &gateway_of, at_ms, exp_ms).await;
+        minted
+            .into_iter()
+            .map(|(place, token)| {
+                let staged_on = gateway_of
+                    .get(&place)
+                    .copied()
+                    .filter(|g| staged.contains(g));
+                (place, Pre { token, staged_on })
+            })
+            .collect()
     });
     Premint {
         at_ms,
         exp_ms,
+        from_hint,
         task,
     }
 }
@@ -387,7 +476,7 @@ impl Admitter {
 struct Ready {
     at_ms: u64,
     exp_ms: u64,
-    tokens: HashMap<u64, String>,
+    tokens: HashMap<u64, Pre>,
 }
 
 struct QueueTick {
@@ -414,6 +503,7 @@ impl QueueTick {
                 Held {
                     lease,
                     last_tick_ms: None,
+                    last_admitted: 0,
                     measured_rate: None,
                     premint: None,
                     window: Default::default(),
@@ -421,6 +511,20 @@ impl QueueTick {
             }
         };
         let tick_ms = self.settings.tick.as_millis() as u64;
+        // A queue that just became admissible (unpaused, opened) starts admitting at the
+        // first tick its pre-minted tokens are ready for: admitting earlier would put Ed25519
+        // signing (~24 µs a token) back on the admission path of its first batch.
+        let hold = held.last_admitted == 0
+            && held
+                .premint
+                .as_ref()
+                .is_some_and(|p| p.from_hint && p.at_ms == self.now && !p.task.is_finished());
+        if hold {
+            if let Some(p) = held.premint.take() {
+                p.task.abort();
+            }
+            tracing::debug!(queue = %q, "tokens not minted yet; admitting from the next tick");
+        }
         let args = TickArgs {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
@@ -431,6 +535,7 @@ impl QueueTick {
             lease: &held.lease,
             lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
             gateways: &self.gateways,
+            hold,
         };
         let mut out = match self.store.tick(q, &args).await? {
             Tick::Ticked(out) => out,
@@ -461,6 +566,7 @@ impl QueueTick {
             }
         };
         measure(&mut held, self.now, &out);
+        held.last_admitted = out.admitted;
         let mut ready = self.take_premint(&mut held).await;
         let delivered = if out.outbox_len > 0 {
             match self
@@ -541,7 +647,7 @@ impl QueueTick {
         q: &QueueId,
         entries: &[OutboxEntry],
         ready: &mut Ready,
-    ) -> HashMap<u64, String> {
+    ) -> HashMap<u64, Pre> {
         let mut out = HashMap::with_capacity(entries.len());
         let mut missing: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
         for e in entries {
@@ -561,6 +667,7 @@ impl QueueTick {
         tracing::debug!(
             queue = %q,
             ahead = out.len(),
+            staged = out.values().filter(|p| p.staged_on.is_some()).count(),
             now = missing.values().map(Vec::len).sum::<usize>(),
             "tokens: minted ahead / minted now"
         );
@@ -569,7 +676,15 @@ impl QueueTick {
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
                 .await
                 .unwrap_or_default();
-            out.extend(minted);
+            out.extend(minted.into_iter().map(|(place, token)| {
+                (
+                    place,
+                    Pre {
+                        token,
+                        staged_on: None,
+                    },
+                )
+            }));
         }
         out
     }
@@ -601,46 +716,81 @@ impl QueueTick {
             let mut minted = self.mint(q, &entries, ready).await;
             let mut records = Vec::with_capacity(entries.len());
             let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
+            // Places whose tokens the gateway already has: by gateway and (admitted, expires).
+            let mut staged: HashMap<u16, HashMap<(u64, u64), Vec<PlaceId>>> = HashMap::new();
             for e in &entries {
-                let Some(token) = minted.remove(&e.place.0) else {
+                let Some(pre) = minted.remove(&e.place.0) else {
                     continue;
                 };
+                if pre.staged_on == Some(e.gateway) {
+                    staged
+                        .entry(e.gateway)
+                        .or_default()
+                        .entry((e.admitted_at_ms, e.expires_at_ms))
+                        .or_default()
+                        .push(e.place);
+                } else {
+                    by_gateway.entry(e.gateway).or_default().push(Admission {
+                        place: e.place,
+                        token: pre.token.clone(),
+                        admitted_at_ms: e.admitted_at_ms,
+                        expires_at_ms: e.expires_at_ms,
+                    });
+                }
                 records.push((
                     e.place,
                     TokenRecord {
                         admitted_at_ms: e.admitted_at_ms,
                         expires_at_ms: e.expires_at_ms,
-                        token: token.clone(),
+                        token: pre.token,
                     },
                 ));
-                by_gateway.entry(e.gateway).or_default().push(Admission {
-                    place: e.place,
-                    token,
-                    admitted_at_ms: e.admitted_at_ms,
-                    expires_at_ms: e.expires_at_ms,
-                });
+            }
+            let mut messages: HashMap<u16, Vec<StreamMessage>> = HashMap::new();
+            for (gw, groups) in staged {
+                let msgs = messages.entry(gw).or_default();
+                for ((at, exp), places) in groups {
+                    msgs.extend(places.chunks(STAGED_PLACES_PER_MESSAGE).map(|c| {
+                        StreamMessage::AdmittedStaged {
+                            queue: q.clone(),
+                            admitted_at_ms: at,
+                            expires_at_ms: exp,
+                            places: c.to_vec(),
+                        }
+                    }));
+                }
+            }
+            for (gw, items) in by_gateway {
+                messages
+                    .entry(gw)
+                    .or_default()
+                    .extend(
+                        items
+                            .chunks(ADMITTED_PER_MESSAGE)
+                            .map(|c| StreamMessage::Admitted {
+                                queue: q.clone(),
+                                items: c.to_vec(),
+                            }),
+                    );
             }
             let mut batches = Vec::new();
-            for (gw, items) in by_gateway {
+            for (gw, msgs) in messages {
                 let Some(id) = live.get(&gw) else {
                     // The gateway is gone; its browsers reconnect elsewhere and find their
                     // token in Redis.
-                    tracing::debug!(queue = %q, gateway = gw, n = items.len(), "admissions for a gateway that is gone");
+                    tracing::debug!(queue = %q, gateway = gw, "admissions for a gateway that is gone");
                     continue;
                 };
-                let msgs = items
-                    .chunks(ADMITTED_PER_MESSAGE)
-                    .map(|c| StreamMessage::Admitted {
-                        queue: q.clone(),
-                        items: c.to_vec(),
-                    })
-                    .collect();
                 batches.push(((*id).clone(), msgs));
             }
             // Browsers first, then the record for resumes. (Tokens are stored only for
             // sessions that still exist; a place that left meanwhile has no open stream, so its
             // message reaches nobody, and its ticket no longer resumes.)
             self.store.send(&batches).await?;
+            // The token records serve resumes only: written a moment later, so Redis does
+            // not spend the next ~30 ms storing 1.7 MB while gateways deliver the admissions
+            // (a resume meanwhile waits for them).
+            tokio::time::sleep(token_store_delay(self.settings.tick)).await;
             if self.store.store_tokens(q, lease, &records).await?.is_none() {
                 return Ok(None);
             }

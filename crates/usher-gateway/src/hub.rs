@@ -68,10 +68,21 @@ struct Orphan {
 const ORPHAN_TTL: Duration = Duration::from_secs(30);
 const ORPHAN_CAP: usize = 100_000;
 
+/// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
+/// the admission names the place. Kept briefly, bounded.
+struct Staged {
+    admission: Admission,
+    at: Instant,
+}
+
+const STAGED_TTL: Duration = Duration::from_secs(30);
+const STAGED_CAP: usize = 100_000;
+
 #[derive(Default)]
 struct Inner {
     queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
     orphans: HashMap<(QueueId, PlaceId), Orphan>,
+    staged: HashMap<(QueueId, PlaceId), Staged>,
     /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
     held: u64,
 }
@@ -117,6 +128,25 @@ impl Inner {
         self.queues
             .get(queue)
             .is_some_and(|c| c.contains_key(&place.0))
+    }
+
+    /// Delivers an admission: to the browser if held here, else kept as an orphan for a
+    /// browser between two connections. `true` when held.
+    fn admit_one(&mut self, queue: &QueueId, a: &Admission) -> bool {
+        let ev = AdmittedEvent::new(queue.clone(), a);
+        if self.deliver(queue, a.place, Update::Admitted(ev.clone())) {
+            return true;
+        }
+        if self.orphans.len() < ORPHAN_CAP {
+            self.orphans.insert(
+                (queue.clone(), a.place),
+                Orphan {
+                    event: ev,
+                    at: Instant::now(),
+                },
+            );
+        }
+        false
     }
 
     /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
@@ -314,32 +344,68 @@ impl Hub {
     /// Delivers admissions. Returns how many went to browsers held here; the others are kept
     /// briefly in case their browser attaches here soon.
     pub fn admit(&self, queue: &QueueId, items: &[Admission]) -> usize {
-        let mut n = 0;
         let mut inner = self.lock();
+        let mut n = 0;
         for a in items {
-            let ev = AdmittedEvent::new(queue.clone(), a);
-            if inner.holds(queue, a.place) {
-                inner.deliver(queue, a.place, Update::Admitted(ev));
-                n += 1;
-            } else if inner.orphans.len() < ORPHAN_CAP {
-                inner.orphans.insert(
-                    (queue.clone(), a.place),
-                    Orphan {
-                        event: ev,
-                        at: Instant::now(),
-                    },
-                );
-            }
+            inner.staged.remove(&(queue.clone(), a.place));
+            n += usize::from(inner.admit_one(queue, a));
         }
         n
     }
 
-    /// Drops expired orphans (called periodically).
+    /// Keeps tokens sent ahead of the tick expected to admit their places (bounded: beyond
+    /// the cap they are not kept, and their admissions are looked up in Redis instead).
+    pub fn stage(&self, queue: &QueueId, items: Vec<Admission>) {
+        let mut inner = self.lock();
+        let at = Instant::now();
+        for admission in items {
+            if inner.staged.len() >= STAGED_CAP {
+                break;
+            }
+            inner
+                .staged
+                .insert((queue.clone(), admission.place), Staged { admission, at });
+        }
+    }
+
+    /// Admits `places` with the tokens staged for them (admitted at `at_ms`, expiring at
+    /// `exp_ms`). Returns the places held here whose token is not staged (this process
+    /// started after the tokens were sent, or they were over the cap): the caller fetches
+    /// those admissions from Redis.
+    pub fn admit_staged(
+        &self,
+        queue: &QueueId,
+        at_ms: u64,
+        exp_ms: u64,
+        places: &[PlaceId],
+    ) -> Vec<PlaceId> {
+        let mut inner = self.lock();
+        let mut missing = Vec::new();
+        for &place in places {
+            match inner.staged.remove(&(queue.clone(), place)) {
+                Some(s)
+                    if s.admission.admitted_at_ms == at_ms
+                        && s.admission.expires_at_ms == exp_ms =>
+                {
+                    inner.admit_one(queue, &s.admission);
+                }
+                _ if inner.holds(queue, place) => missing.push(place),
+                _ => {}
+            }
+        }
+        missing
+    }
+
+    /// Drops expired orphans and staged tokens (called periodically).
     pub fn sweep_orphans(&self) {
         let now = Instant::now();
-        self.lock()
+        let mut inner = self.lock();
+        inner
             .orphans
             .retain(|_, v| now.duration_since(v.at) < ORPHAN_TTL);
+        inner
+            .staged
+            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
     }
 
     /// Ends every connection of a closed queue with `closed`.

@@ -62,6 +62,8 @@ pub struct Gateway {
     pending_away: Mutex<Vec<(QueueId, PlaceId)>>,
     /// Ticks every keepalive interval: one timer for all streams.
     pub(crate) keepalive: tokio::sync::watch::Sender<u64>,
+    /// Open client connections (streams, requests and idle keep-alive connections).
+    pub(crate) sockets: std::sync::atomic::AtomicU64,
 }
 
 impl Gateway {
@@ -72,6 +74,12 @@ impl Gateway {
 
     pub fn id(&self) -> &ServerId {
         &self.id
+    }
+
+    /// Whether an idle keep-alive connection may stay open: open connections are below the
+    /// stream cap, so idle ones never take descriptors that streams need.
+    pub(crate) fn spare_sockets(&self) -> bool {
+        self.sockets.load(std::sync::atomic::Ordering::Relaxed) < self.config.max_connections
     }
 
     pub fn connections(&self) -> u64 {
@@ -209,6 +217,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         draining: AtomicBool::new(false),
         pending_away: Mutex::new(Vec::new()),
         keepalive: tokio::sync::watch::channel(0).0,
+        sockets: std::sync::atomic::AtomicU64::new(0),
     });
     tokio::spawn(keepalive(gw.clone()));
     tokio::spawn(flush_away(gw.clone()));

@@ -2,6 +2,7 @@
 //! what stream messages do to the browsers held here.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -179,6 +180,20 @@ pub(crate) fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
         StreamMessage::Admitted { queue, items } => {
             gw.hub.admit(&queue, &items);
         }
+        StreamMessage::Staged { queue, items } => gw.hub.stage(&queue, items),
+        StreamMessage::AdmittedStaged {
+            queue,
+            admitted_at_ms,
+            expires_at_ms,
+            places,
+        } => {
+            let missing = gw
+                .hub
+                .admit_staged(&queue, admitted_at_ms, expires_at_ms, &places);
+            if !missing.is_empty() {
+                tokio::spawn(fetch_admissions(gw.clone(), queue, missing));
+            }
+        }
         StreamMessage::Closed { queue, reason } => {
             gw.hub.close_queue(&queue, &reason);
         }
@@ -197,20 +212,49 @@ pub(crate) fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
     }
 }
 
+/// Admissions this gateway was told of without their tokens (they were staged before this
+/// process started): read from Redis, waiting briefly while the dispatcher stores them.
+async fn fetch_admissions(gw: Arc<Gateway>, q: QueueId, places: Vec<PlaceId>) {
+    tracing::debug!(queue = %q, n = places.len(), "admissions without a staged token; reading them from redis");
+    for place in places {
+        for _ in 0..50 {
+            match gw.store.status(&q, place, now_ms()).await {
+                Ok(PlaceState::AdmissionPending) | Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Ok(s) => {
+                    if let Some(u) = settled(&q, s) {
+                        gw.hub.finish(&q, place, u);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The update for a place whose fate Redis tells: `None` while it is still waiting or its
+/// admission is being stored.
+fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
+    match s {
+        PlaceState::Admitted(rec) => Some(Update::Admitted(admitted_event(q, &rec))),
+        PlaceState::QueueClosed => Some(Update::Closed(usher_core::messages::ClosedEvent {
+            queue: q.clone(),
+            reason: "queue_closed".into(),
+        })),
+        PlaceState::Gone => Some(Update::Closed(usher_core::messages::ClosedEvent {
+            queue: q.clone(),
+            reason: "place_lost".into(),
+        })),
+        PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
+    }
+}
+
 /// A snapshot no longer lists a place this gateway holds: ask Redis what became of it, so a
 /// lost `admitted` (or `closed`) message never leaves a browser waiting.
 async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
     let update = match gw.store.status(&q, place, now_ms()).await {
-        Ok(PlaceState::Admitted(rec)) => Some(Update::Admitted(admitted_event(&q, &rec))),
-        Ok(PlaceState::QueueClosed) => Some(Update::Closed(usher_core::messages::ClosedEvent {
-            queue: q.clone(),
-            reason: "queue_closed".into(),
-        })),
-        Ok(PlaceState::Gone) => Some(Update::Closed(usher_core::messages::ClosedEvent {
-            queue: q.clone(),
-            reason: "place_lost".into(),
-        })),
-        Ok(PlaceState::Waiting { .. } | PlaceState::AdmissionPending) => None,
+        Ok(s) => settled(&q, s),
         Err(e) => {
             tracing::debug!(queue = %q, %place, error = %e, "resync failed; retried on the next snapshot");
             None

@@ -7,6 +7,7 @@
 //! axum router ([`crate::routes`]) and answered with a `Content-Length` body; connections stay
 //! alive between such requests.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,7 +162,24 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Head {
     }
 }
 
+/// Counts an open client connection for as long as it lives.
+struct OpenSocket(Arc<Gateway>);
+
+impl OpenSocket {
+    fn new(gw: &Arc<Gateway>) -> Self {
+        gw.sockets.fetch_add(1, Ordering::Relaxed);
+        Self(gw.clone())
+    }
+}
+
+impl Drop for OpenSocket {
+    fn drop(&mut self) {
+        self.0.sockets.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
+    let _open = OpenSocket::new(&gw);
     let mut buf = Vec::with_capacity(1024);
     let mut first = true;
     loop {
@@ -192,9 +210,18 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
         }
         if head.method == "GET" {
             if let Some((queue, query)) = stream_target(&head.target) {
-                // The head is parsed: free the buffer before the long wait.
-                drop(std::mem::take(&mut buf));
-                serve_stream(&gw, sock, queue, query, head.last_event_id).await;
+                // The head is parsed: free the buffer before the long wait (keeping any bytes
+                // a client sent after it).
+                let rest = buf.split_off(total);
+                drop(std::mem::replace(&mut buf, rest));
+                let finished = serve_stream(&gw, &mut sock, queue, query, head.last_event_id).await;
+                // A stream that ended (admitted, closed, try later) leaves a reusable
+                // connection, as any complete HTTP/1.1 response does: the browser keeps it in
+                // its pool, and neither side pays for a teardown at the busiest moment (an
+                // admission tick). Kept only while descriptors are plentiful.
+                if finished && head.keep_alive && !gw.shutting_down() && gw.spare_sockets() {
+                    continue;
+                }
                 return;
             }
         }
@@ -270,13 +297,15 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Serves one stream; `true` when its response ended completely (the connection can serve
+/// another request), `false` when the browser went away or a write failed.
 async fn serve_stream(
     gw: &Arc<Gateway>,
-    mut sock: TcpStream,
+    sock: &mut TcpStream,
     raw_queue: &str,
     query: &str,
     last_event_id: Option<String>,
-) {
+) -> bool {
     let parsed = (|| {
         let q = crate::routes::parse_queue(&percent_decode(raw_queue).unwrap_or_default())?;
         let from_query = ticket_param(query)?;
@@ -292,11 +321,15 @@ async fn serve_stream(
         Err(e) => Setup::Failed(e),
     };
     if let Setup::Failed(e) = &setup {
-        let _ = write_error(&mut sock, e, false).await;
-        return;
+        let _ = write_error(sock, e, false).await;
+        return false;
     }
-    if let Err(e) = stream::pump(gw, &mut sock, setup).await {
-        tracing::debug!(error = %e, "stream ended with an error");
+    match stream::pump(gw, sock, setup).await {
+        Ok(finished) => finished,
+        Err(e) => {
+            tracing::debug!(error = %e, "stream ended with an error");
+            false
+        }
     }
 }
 

@@ -296,12 +296,14 @@ pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/even
     cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
 
 /// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
-/// chunked; it ends after a terminal update, or when the browser goes away.
+/// chunked; it ends after a terminal update, or when the browser goes away. `Ok(true)` when
+/// the response ended completely and nothing else was read from the connection (it can serve
+/// another request).
 pub(crate) async fn pump(
     gw: &Arc<Gateway>,
     sock: &mut TcpStream,
     setup: Setup,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     sock.write_all(STREAM_HEAD.as_bytes()).await?;
     let retry = gw.config.retry_ms;
     let (ticket, holding, mut rx) = match setup {
@@ -311,20 +313,22 @@ pub(crate) async fn pump(
             rx,
         } => (ticket, holding, rx),
         Setup::Once(frame) => {
-            chunk(sock, &(retry_frame(retry) + &frame)).await?;
-            return sock.write_all(b"0\r\n\r\n").await;
+            chunk_with(sock, "", &(retry_frame(retry) + &frame), LAST_CHUNK).await?;
+            return Ok(true);
         }
         Setup::TryLater | Setup::Failed(_) => {
-            chunk(sock, &retry_frame(jittered(retry))).await?;
-            return sock.write_all(b"0\r\n\r\n").await;
+            chunk_with(sock, "", &retry_frame(jittered(retry)), LAST_CHUNK).await?;
+            return Ok(true);
         }
     };
     let mut keepalive = gw.keepalive.subscribe();
     let first = rx.borrow_and_update().clone();
     let mut text = retry_frame(retry);
     text.push_str(&update_frame(&first, &ticket).unwrap_or_default());
-    chunk(sock, &text).await?;
     let mut done = first.is_terminal();
+    chunk_with(sock, "", &text, if done { LAST_CHUNK } else { "" }).await?;
+    // Bytes a client sent mid-stream are not a request this server can answer afterwards.
+    let mut clean = true;
     while !done {
         tokio::select! {
             changed = rx.changed() => {
@@ -344,8 +348,8 @@ pub(crate) async fn pump(
                 let mut buf = [0u8; 64];
                 match sock.try_read(&mut buf) {
                     // The browser closed the connection.
-                    Ok(0) => return Ok(()),
-                    Ok(_) => {}
+                    Ok(0) => return Ok(false),
+                    Ok(_) => clean = false,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),
                 }
@@ -354,5 +358,5 @@ pub(crate) async fn pump(
     }
     // A terminal update detached the connection already; dropping `holding` releases nothing.
     drop(holding);
-    Ok(())
+    Ok(clean)
 }

@@ -71,7 +71,7 @@ mod tests {
     use super::*;
 
     fn rec(place: u64, at: u64) -> AdmissionRecord {
-        AdmissionRecord(place, at, place * 7919)
+        AdmissionRecord(place, at, place * 7919, 0)
     }
 
     #[test]
@@ -105,8 +105,8 @@ mod tests {
     #[test]
     fn duplicates_by_token_or_place() {
         let mut rs = vec![rec(1, 100), rec(2, 100)];
-        rs.push(AdmissionRecord(3, 100, rs[0].token()));
-        rs.push(AdmissionRecord(2, 100, 42));
+        rs.push(AdmissionRecord(3, 100, rs[0].token(), 0));
+        rs.push(AdmissionRecord(2, 100, 42, 0));
         let c = check(&rs);
         assert_eq!(
             (

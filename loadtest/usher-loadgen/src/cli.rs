@@ -111,6 +111,14 @@ pub struct Args {
     #[arg(long, env = "USHER_LOADGEN_DEFAULT_RETRY_MS", default_value_t = 3000)]
     pub default_retry_ms: u64,
 
+    /// Milliseconds a connection stays open, idle, after its stream ended (admitted or
+    /// closed) before the load generator closes it: each one lingers a spread-out 50–150% of
+    /// this, like a browser's pool of idle connections (0 closes at once). Without it, the
+    /// load generator's own teardown of thousands of connections lands on this machine's
+    /// cores in the same milliseconds as the admissions it measures.
+    #[arg(long, env = "USHER_LOADGEN_LINGER_MS", default_value_t = 5000)]
+    pub linger_ms: u64,
+
     /// Internal: run as worker number N (set by the coordinator).
     #[arg(long, hide = true)]
     pub worker_index: Option<u32>,

@@ -138,6 +138,7 @@ pub struct Ctx {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub default_retry: Duration,
+    pub linger: Duration,
     pub rec: Arc<Recorder>,
 }
 
@@ -150,6 +151,7 @@ impl Ctx {
             connect_timeout: Duration::from_secs(plan.connect_timeout_secs),
             idle_timeout: Duration::from_secs(plan.idle_timeout_secs),
             default_retry: Duration::from_millis(plan.default_retry_ms),
+            linger: Duration::from_millis(plan.linger_ms),
             rec,
         }
     }
@@ -385,6 +387,7 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
             }
             for item in body.items.drain(..) {
                 if let Some(f) = handle(ctx, st, item) {
+                    linger(ctx, stream, st.started);
                     return Flow::Final(f);
                 }
             }
@@ -415,6 +418,21 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
         inc(&rec.empty_streams);
     }
     Flow::Retry
+}
+
+/// Keeps a finished connection open and idle for a while, as a browser's connection pool
+/// does, then closes it; spread over 50–150% of `--linger-ms` so closes do not come in bursts.
+fn linger(ctx: &Ctx, stream: TcpStream, started: Instant) {
+    if ctx.linger.is_zero() {
+        return;
+    }
+    // Spread by the sub-millisecond part of when this connection started: arbitrary enough.
+    let spread = (started.elapsed().subsec_nanos() as u64 / 1000) % 1000;
+    let wait = ctx.linger / 2 + ctx.linger.mul_f64(spread as f64 / 1000.0);
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        drop(stream);
+    });
 }
 
 struct Body {
@@ -509,12 +527,13 @@ fn on_admitted(rec: &Recorder, e: &Event) -> Final {
         return Final::Failed;
     };
     let mut s = rec.samples();
-    s.admission
-        .record_us(now.saturating_sub(admitted_at_ms.saturating_mul(1000)));
+    let latency_us = now.saturating_sub(admitted_at_ms.saturating_mul(1000));
+    s.admission.record_us(latency_us);
     s.admissions.push(AdmissionRecord(
         place,
         admitted_at_ms,
         fingerprint(&a.token),
+        latency_us,
     ));
     Final::Admitted
 }

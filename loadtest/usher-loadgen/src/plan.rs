@@ -49,6 +49,7 @@ pub struct Plan {
     pub connect_timeout_secs: u64,
     pub idle_timeout_secs: u64,
     pub default_retry_ms: u64,
+    pub linger_ms: u64,
 }
 
 impl Plan {
@@ -119,6 +120,7 @@ impl Plan {
             connect_timeout_secs: a.connect_timeout,
             idle_timeout_secs: a.idle_timeout,
             default_retry_ms: a.default_retry_ms,
+            linger_ms: a.linger_ms,
         })
     }
 
@@ -305,6 +307,7 @@ mod tests {
             connect_timeout: 1,
             idle_timeout: 1,
             default_retry_ms: 100,
+            linger_ms: 0,
             worker_index: None,
             worker_count: None,
             epoch_ms: None,

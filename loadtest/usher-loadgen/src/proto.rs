@@ -54,9 +54,10 @@ impl Counters {
     }
 }
 
-/// One admission seen: `[place, admitted_at (ms since the epoch), token fingerprint]`.
+/// One admission seen: `[place, admitted_at (ms since the epoch), token fingerprint,
+/// latency (µs from admitted_at to receipt)]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AdmissionRecord(pub u64, pub u64, pub u64);
+pub struct AdmissionRecord(pub u64, pub u64, pub u64, pub u64);
 
 impl AdmissionRecord {
     pub fn place(&self) -> u64 {
@@ -67,6 +68,9 @@ impl AdmissionRecord {
     }
     pub fn token(&self) -> u64 {
         self.2
+    }
+    pub fn latency_us(&self) -> u64 {
+        self.3
     }
 }
 

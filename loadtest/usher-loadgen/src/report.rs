@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::{self, Checks};
 use crate::plan::Plan;
-use crate::proto::{Counters, WorkerResult};
+use crate::proto::{AdmissionRecord, Counters, WorkerResult};
 use crate::stats::{Hist, LatencySummary};
 
 /// Exit status when a duplicate admission or a FIFO violation was seen.
@@ -125,8 +125,49 @@ pub struct Report {
     pub latency_ms: Latencies,
     pub distributions_ms: Distributions,
     pub correctness: Correctness,
+    /// Admission latency by admission time (one row per dispatcher tick; the first 300).
+    pub admission_by_tick: Vec<TickLatency>,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
+}
+
+/// Admission latency of the places admitted at one time (one tick).
+#[derive(Debug, Clone, Serialize)]
+pub struct TickLatency {
+    pub admitted_at_ms: u64,
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Rows of [`Report::admission_by_tick`].
+fn by_tick(admissions: &[AdmissionRecord]) -> Vec<TickLatency> {
+    let mut groups: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for a in admissions {
+        groups
+            .entry(a.admitted_at_ms())
+            .or_default()
+            .push(a.latency_us());
+    }
+    groups
+        .into_iter()
+        .take(300)
+        .map(|(at, mut us)| {
+            us.sort_unstable();
+            let pick = |q: f64| {
+                let i = ((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1;
+                (us[i] as f64 / 10.0).round() / 100.0
+            };
+            TickLatency {
+                admitted_at_ms: at,
+                count: us.len() as u64,
+                p50_ms: pick(0.5),
+                p99_ms: pick(0.99),
+                max_ms: pick(1.0),
+            }
+        })
+        .collect()
 }
 
 /// Shell-quotes one argument (for the report's `command_line`).
@@ -240,6 +281,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             missing_admissions: missing,
             ok: !violation && missing.unwrap_or(0) == 0,
         },
+        admission_by_tick: by_tick(&admissions),
         timeline: run.timeline,
         exit_code,
     }
