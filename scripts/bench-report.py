@@ -149,6 +149,23 @@ rows.append(("positions", "exact for the first 100 places, ≤ 1% error beyond, 
              "exact for the first 1,000; worst error 0.36% with 12,006 waiting and clustered leavers; never increasing "
              "(asserted in `make test`: tests/scale.rs, tests/positions.rs)", "**met**"))
 
+# Where this machine meets the latency targets: lower join rates, smaller admission batches.
+sweep = []
+for r in (2500, 5000, 7500):
+    rep = load(f"sweep-joins-{r}.json")
+    jl_r = lat(rep, "join")
+    if rep and jl_r:
+        sweep.append(("joins", f"{r:,}/s", f"{join_rate(rep) or 0:,.0f}/s", jl_r, jl_r["p99_ms"] <= 20, rep))
+if joins and jl:
+    sweep.append(("joins", "10,000/s", f"{rate or 0:,.0f}/s", jl, jl["p99_ms"] <= 20, joins))
+for n in (1000, 2500):
+    rep = load(f"sweep-admit-{n}.json")
+    al_n = lat(rep, "admission")
+    if rep and al_n and al_n["count"]:
+        sweep.append(("admission", f"{n:,} per tick", f"{al_n['count']:,} admitted", al_n, al_n["p99_ms"] <= 50, rep))
+if admit and al and al["count"]:
+    sweep.append(("admission", "5,000 per tick", f"{al['count']:,} admitted", al, al["p99_ms"] <= 50, admit))
+
 facts = (f"{os.cpu_count()} cores ({cpu_model()}), {mem_gib()}, {platform.system()} {platform.release()}, "
          f"{cmd('redis-server', '--version').split(' sha=')[0]}, {cmd('rustc', '--version')}")
 lines = [
@@ -162,10 +179,19 @@ lines = [
 ]
 for r in rows:
     lines.append("| " + " | ".join(r) + " |")
+if sweep:
+    lines += ["", "Latency against load (the same setup; the target's latency bound in the last column):", "",
+              "| latency | load | achieved | p50 | p99 | max | within the target's bound |", "|---|---|---|---|---|---|---|"]
+    for kind, load_txt, got, l, ok, _ in sweep:
+        lines.append(f"| {kind} | {load_txt} | {got} | {l['p50_ms']:.1f} ms | {l['p99_ms']:.1f} ms | "
+                     f"{l['max_ms']:.0f} ms | {'yes' if ok else 'no'} |")
 lines += ["", "Commands (from `scripts/bench.sh`; `$GATEWAYS` = the six gateway URLs, sources 127.0.0.2–61):", ""]
 for name, rep in (("joins", joins), ("hold", hold), ("admit", admit)):
     if rep:
         lines.append(f"- {name}: `{rep.get('command_line', '?')}`")
+for kind, load_txt, _, _, _, rep in sweep:
+    if rep not in (joins, admit):
+        lines.append(f"- {kind} at {load_txt}: `{rep.get('command_line', '?')}`")
 lines.append(f"- redis: `target/release/usher-bench-redis --sizes 1000,1000000 --ticks 50`")
 lines.append("")
 lines.append("Plots: `target/bench/{joins,hold,admit}.svg`; raw reports: `target/bench/*.json`.")

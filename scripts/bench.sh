@@ -10,6 +10,10 @@
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
 #   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency
+#   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and admission latency at 1,000
+#                and 2,500 admissions per tick: where this machine meets the latency targets
+# Between scenarios it waits until the servers are idle again (the previous scenario's
+# connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (about 5 minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
 # section between the bench markers is rewritten by scripts/bench-report.py).
@@ -31,7 +35,7 @@ REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
 BIN=target/release
-SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit} "
+SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep} "
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
 
 log() { echo "bench: $*" >&2; }
@@ -48,6 +52,7 @@ cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     sleep 1
     for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+    [ -n "${REDIS_DIR:-}" ] && rm -rf "$REDIS_DIR"
 }
 trap cleanup EXIT
 
@@ -60,7 +65,7 @@ NICE_REDIS=${USHER_BENCH_NICE_REDIS:--10}
 NICE_DISPATCHER=${USHER_BENCH_NICE_DISPATCHER:--5}
 REDIS_DIR=$(mktemp -d)
 nice -n "$NICE_REDIS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" --save "" \
-    --appendonly yes --appendfsync everysec --daemonize no --loglevel warning \
+    --appendonly yes --appendfsync everysec --daemonize no --loglevel notice \
     >"$OUT/redis.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -102,6 +107,40 @@ redis_calls() {
 loadgen() {
     "$BIN/usher-loadgen" --gateways "$GATEWAYS" --source-ips "$SOURCES" --quiet "$@"
 }
+# CPU ticks (1/100 s) used so far by Redis, the dispatcher and the gateways.
+server_ticks() {
+    local total=0 pid
+    for pid in "${PIDS[@]}"; do
+        [ -r "/proc/$pid/stat" ] || continue
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+# Waits (at most 30 s) until the servers use less than 5% of a core.
+settle() {
+    local a b
+    for _ in $(seq 30); do
+        a=$(server_ticks); sleep 1; b=$(server_ticks)
+        [ $((b - a)) -lt 5 ] && return 0
+    done
+    log "servers still busy after 30 s; going on"
+}
+# Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
+# for the run to end and closes the queue.
+admit_run() {
+    local q=$1 n=$2
+    shift 2
+    loadgen --queue "$q" --connections "$n" --join-rate "$JOIN_RATE" --until-admitted "$@" &
+    local lg=$!
+    PIDS+=($lg)
+    for _ in $(seq 60); do
+        [ "$(field "$q" waiting)" -ge "$n" ] && break
+        sleep 1
+    done
+    queue "$q" '{"paused": false}'
+    wait "$lg" || true
+    close "$q"
+}
 
 if want redis; then
 log "1/4 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
@@ -114,7 +153,7 @@ queue joins '{"admit_per_second": 1, "paused": true}'
 loadgen --queue joins --connections "$JOINS" --join-rate "$JOIN_RATE" --workers 4 \
     --duration $((JOINS / JOIN_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
 close joins
-sleep 3
+settle
 fi
 
 if want hold; then
@@ -159,26 +198,33 @@ json.dump({"held": $held, "gateway_rss_kb": $rss, "gateway_base_rss_kb": $base_r
           open(sys.argv[1] + "/hold-server.json", "w"))
 PY
 close hold
-sleep 3
+settle
 fi
 
 if want admit; then
 log "4/4 admit: $ADMIT waiting, then 5,000 admissions per tick"
-queue admit '{"admit_per_second": 5000, "paused": true, "session_ttl_seconds": 600}'
-loadgen --queue admit --connections "$ADMIT" --join-rate "$JOIN_RATE" --workers ${USHER_BENCH_ADMIT_WORKERS:-4} --until-admitted \
-    --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg" &
-LOADGEN=$!
-PIDS+=($LOADGEN)
-for _ in $(seq 60); do
-    [ "$(field admit waiting)" -ge "$ADMIT" ] && break
-    sleep 1
-done
-queue admit '{"paused": false}'
-wait "$LOADGEN" || true
-close admit
+queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
+admit_run admit "$ADMIT" --workers 4 --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg"
+settle
 fi
 
-if want redis && want joins && want hold && want admit; then
+if want sweep; then
+log "5/5 sweep: join latency at 2,500-7,500 joins/s; admission latency at 1,000 and 2,500 per tick"
+for r in 2500 5000 7500; do
+    queue "joins-$r" '{"admit_per_second": 1, "paused": true}'
+    loadgen --queue "joins-$r" --connections $((r * 4)) --join-rate "$r" --workers 2 \
+        --duration 19 --report "$OUT/sweep-joins-$r.json" || true
+    close "joins-$r"
+    settle
+done
+for n in 1000 2500; do
+    queue "admit-$n" "{\"admit_per_second\": $n, \"paused\": true, \"session_ttl_seconds\": 600}"
+    admit_run "admit-$n" $((n * 5)) --workers 2 --duration 60 --report "$OUT/sweep-admit-$n.json"
+    settle
+done
+fi
+
+if want redis && want joins && want hold && want admit && want sweep; then
     log "writing BENCHMARKS.md"
     python3 scripts/bench-report.py "$OUT" BENCHMARKS.md
     log "done: results in $OUT and BENCHMARKS.md"

@@ -43,6 +43,18 @@ fn token_store_delay(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(100))
 }
 
+/// Whether a tick at `now` should admit nobody: the queue just became admissible (unpaused,
+/// opened: the previous tick admitted nobody and an operator's change started minting) and
+/// the tokens for this tick are not minted yet. Admitting anyway would put Ed25519 signing
+/// (~24 µs a token) back on the admission path of the first batch; the next tick admits.
+fn waits_for_tokens(held: &Held, now: u64) -> bool {
+    held.last_admitted == 0
+        && held
+            .premint
+            .as_ref()
+            .is_some_and(|p| p.from_hint && p.at_ms == now && !p.task.is_finished())
+}
+
 /// Per-queue memory of this replica.
 #[derive(Debug)]
 struct Held {
@@ -511,14 +523,7 @@ impl QueueTick {
             }
         };
         let tick_ms = self.settings.tick.as_millis() as u64;
-        // A queue that just became admissible (unpaused, opened) starts admitting at the
-        // first tick its pre-minted tokens are ready for: admitting earlier would put Ed25519
-        // signing (~24 µs a token) back on the admission path of its first batch.
-        let hold = held.last_admitted == 0
-            && held
-                .premint
-                .as_ref()
-                .is_some_and(|p| p.from_hint && p.at_ms == self.now && !p.task.is_finished());
+        let hold = waits_for_tokens(&held, self.now);
         if hold {
             if let Some(p) = held.premint.take() {
                 p.task.abort();
@@ -604,6 +609,11 @@ impl QueueTick {
                 tokens: p.task.await.unwrap_or_default(),
             },
             Some(p) => {
+                tracing::debug!(
+                    minted_for = p.at_ms,
+                    now = self.now,
+                    "tokens minted ahead were for another admission time"
+                );
                 p.task.abort();
                 Ready::default()
             }
@@ -859,6 +869,56 @@ fn measure(held: &mut Held, now: u64, out: &TickOutcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn held_with(premint: Option<Premint>, last_admitted: u64) -> Held {
+        Held {
+            lease: Lease {
+                value: "r|1".into(),
+                fence: 1,
+            },
+            last_tick_ms: Some(0),
+            last_admitted,
+            measured_rate: None,
+            premint,
+            window: Default::default(),
+        }
+    }
+
+    fn premint(at_ms: u64, from_hint: bool, done: bool) -> Premint {
+        let task = tokio::spawn(async move {
+            if !done {
+                std::future::pending::<()>().await;
+            }
+            HashMap::new()
+        });
+        Premint {
+            at_ms,
+            exp_ms: at_ms + 1000,
+            from_hint,
+            task,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_just_opened_queue_waits_for_its_first_tokens_and_only_then() {
+        let pending = held_with(Some(premint(1000, true, false)), 0);
+        assert!(waits_for_tokens(&pending, 1000), "tokens still minting");
+        assert!(!waits_for_tokens(&pending, 2000), "minted for another tick");
+        let done = held_with(Some(premint(1000, true, true)), 0);
+        tokio::task::yield_now().await;
+        assert!(!waits_for_tokens(&done, 1000), "tokens ready");
+        // A queue already admitting never waits (a slower mint only costs latency), nor does
+        // one whose tokens were minted by the tick loop itself.
+        assert!(!waits_for_tokens(
+            &held_with(Some(premint(1000, true, false)), 5),
+            1000
+        ));
+        assert!(!waits_for_tokens(
+            &held_with(Some(premint(1000, false, false)), 0),
+            1000
+        ));
+        assert!(!waits_for_tokens(&held_with(None, 0), 1000));
+    }
 
     #[test]
     fn rendezvous_spreads_queues_and_moves_few_when_a_replica_joins() {

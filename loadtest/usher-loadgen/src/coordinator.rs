@@ -144,6 +144,16 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
                         w.latest = r.counters;
                         w.result = Some(*r);
                     }
+                    // Everyone has reported: let the workers exit (they keep their finished
+                    // connections open until then).
+                    if workers.iter().all(|w| w.result.is_some() || w.eof) {
+                        for w in &mut workers {
+                            if let Some(s) = w.stdin.as_mut() {
+                                let _ = s.write_all(b"stop\n").await;
+                                let _ = s.flush().await;
+                            }
+                        }
+                    }
                 }
                 Some(Event::Eof(i)) => {
                     if let Some(w) = workers.get_mut(i as usize) {

@@ -80,23 +80,8 @@ pub fn run(plan: Plan, index: u32, epoch_ms: u64) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    let result = rt.block_on(work(plan, index, epoch_ms, assigned));
-    emit(&WorkerMsg::Done(Box::new(result)));
-    // Connection tasks are cut off by exiting; nothing else needs to run.
-    std::process::exit(0)
-}
-
-async fn work(plan: Plan, index: u32, epoch_ms: u64, assigned: u64) -> crate::proto::WorkerResult {
-    let rec = Arc::new(Recorder::new(assigned));
-    if assigned == 0 {
-        // More workers than connections: nothing to do here.
-        rec.all_finished.notify_one();
-    }
-    let ctx = Arc::new(Ctx::new(&plan, rec.clone()));
-    let epoch = instant_at(epoch_ms);
-    let deadline = epoch + plan.duration();
-
-    // stdin: `stop` ends the run gracefully; EOF means the coordinator died.
+    // stdin: `stop` ends the run gracefully (or, once this worker reported, lets it exit);
+    // EOF means the coordinator died.
     let (stop_tx, mut stop_rx) = watch::channel(false);
     std::thread::Builder::new()
         .name("stdin-watch".into())
@@ -115,6 +100,37 @@ async fn work(plan: Plan, index: u32, epoch_ms: u64, assigned: u64) -> crate::pr
             }
         })
         .ok();
+    let linger = Duration::from_millis(plan.linger_ms);
+    let result = rt.block_on(work(plan, index, epoch_ms, assigned, &mut stop_rx));
+    emit(&WorkerMsg::Done(Box::new(result)));
+    // Finished connections still lingering stay open until every worker has reported (the
+    // coordinator then says `stop`), so one worker's exit does not close thousands of
+    // connections while others still measure. Bounded by the longest linger.
+    rt.block_on(async {
+        tokio::select! {
+            () = stop_requested(&mut stop_rx) => {}
+            () = tokio::time::sleep(linger * 2) => {}
+        }
+    });
+    // Connection tasks are cut off by exiting; nothing else needs to run.
+    std::process::exit(0)
+}
+
+async fn work(
+    plan: Plan,
+    index: u32,
+    epoch_ms: u64,
+    assigned: u64,
+    stop_rx: &mut watch::Receiver<bool>,
+) -> crate::proto::WorkerResult {
+    let rec = Arc::new(Recorder::new(assigned));
+    if assigned == 0 {
+        // More workers than connections: nothing to do here.
+        rec.all_finished.notify_one();
+    }
+    let ctx = Arc::new(Ctx::new(&plan, rec.clone()));
+    let epoch = instant_at(epoch_ms);
+    let deadline = epoch + plan.duration();
 
     // Join schedule: global connection j = k * W + index starts at epoch + j / rate.
     let launcher = {
@@ -154,7 +170,7 @@ async fn work(plan: Plan, index: u32, epoch_ms: u64, assigned: u64) -> crate::pr
         tokio::select! {
             _ = tokio::time::sleep_until(deadline.into()) => break,
             _ = rec.all_finished.notified() => break,
-            _ = stop_requested(&mut stop_rx) => break,
+            _ = stop_requested(stop_rx) => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = async {
                 match sigterm.as_mut() {
