@@ -30,6 +30,8 @@ const MAX_BODY: usize = 64 * 1024;
 const MAX_RESPONSE: usize = 1024 * 1024;
 /// Time allowed for a request head to arrive on a new connection.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read at a time.
+const READ_CHUNK: usize = 1024;
 /// An idle keep-alive connection is closed after this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -105,9 +107,11 @@ async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Ga
                 "request head too large",
             ));
         }
-        let mut chunk = [0u8; 2048];
+        // Straight into `buf`: a buffer on the stack here would be part of every
+        // connection's task, for as long as the connection lives.
+        buf.reserve(READ_CHUNK);
         let n = tokio::select! {
-            r = tokio::time::timeout_at(deadline, sock.read(&mut chunk)) => match r {
+            r = tokio::time::timeout_at(deadline, sock.read_buf(buf)) => match r {
                 Ok(Ok(n)) => n,
                 _ => return Read::Closed,
             },
@@ -117,7 +121,6 @@ async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Ga
         if n == 0 {
             return Read::Closed;
         }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -202,9 +205,9 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
         }
         let total = head.head_len + head.content_length;
         while buf.len() < total {
-            let mut chunk = [0u8; 2048];
-            match tokio::time::timeout(HEAD_TIMEOUT, sock.read(&mut chunk)).await {
-                Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            buf.reserve((total - buf.len()).min(16 * READ_CHUNK));
+            match tokio::time::timeout(HEAD_TIMEOUT, sock.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
                 _ => return,
             }
         }
@@ -235,11 +238,14 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
                 return;
             }
         };
-        let response = match app.clone().oneshot(request).await {
+        // Boxed, like the stream setup below: a connection's task is as large as the largest
+        // future it ever awaits in place, and these short-lived ones would otherwise size
+        // every long-lived stream's task.
+        let response = match Box::pin(app.clone().oneshot(request)).await {
             Ok(r) => r,
             Err(never) => match never {},
         };
-        if write_response(&mut sock, response, keep_alive)
+        if Box::pin(write_response(&mut sock, response, keep_alive))
             .await
             .is_err()
             || !keep_alive
@@ -317,7 +323,7 @@ async fn serve_stream(
         Ok::<_, ApiError>((q, place, ticket))
     })();
     let setup = match parsed {
-        Ok((q, place, ticket)) => stream::open(gw, q, place, ticket).await,
+        Ok((q, place, ticket)) => Box::pin(stream::open(gw, q, place, ticket)).await,
         Err(e) => Setup::Failed(e),
     };
     if let Setup::Failed(e) = &setup {
@@ -382,7 +388,7 @@ async fn write_response(
 
 async fn write_error(sock: &mut TcpStream, e: &ApiError, keep_alive: bool) -> std::io::Result<()> {
     use axum::response::IntoResponse;
-    write_response(sock, e.clone().into_response(), keep_alive).await
+    Box::pin(write_response(sock, e.clone().into_response(), keep_alive)).await
 }
 
 #[cfg(test)]
