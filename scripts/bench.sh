@@ -14,13 +14,13 @@
 #                and 2,500 admissions per tick: where this machine meets the latency targets
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (about 5 minutes) and stops by itself; every process started
+# Everything is bounded in time (about 7 minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
 # section between the bench markers is rewritten by scripts/bench-report.py).
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOIN_RATE (10000), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200),
-# USHER_BENCH_SCENARIOS ("redis joins hold admit"; a subset runs just those and leaves
+# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep"; a subset runs just those and leaves
 # BENCHMARKS.md alone, for profiling one scenario), RUST_LOG (passed to the servers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -143,12 +143,12 @@ admit_run() {
 }
 
 if want redis; then
-log "1/4 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
+log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
 "$BIN/usher-bench-redis" --sizes "${USHER_BENCH_REDIS_SIZES:-1000,1000000}" --ticks 50 >"$OUT/redis.json"
 fi
 
 if want joins; then
-log "2/4 joins: $JOINS browsers at $JOIN_RATE/s"
+log "2/5 joins: $JOINS browsers at $JOIN_RATE/s"
 queue joins '{"admit_per_second": 1, "paused": true}'
 loadgen --queue joins --connections "$JOINS" --join-rate "$JOIN_RATE" --workers 4 \
     --duration $((JOINS / JOIN_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
@@ -157,7 +157,7 @@ settle
 fi
 
 if want hold; then
-log "3/4 hold: $HOLD browsers across six gateways while the line moves"
+log "3/5 hold: $HOLD browsers across six gateways while the line moves"
 base_rss=$(gateway_rss_kb)
 # Paused while they join (positions do not move, so no updates compete with the ramp); then
 # the line moves by a few places every tick, so every browser gets a new position each second.
@@ -202,7 +202,7 @@ settle
 fi
 
 if want admit; then
-log "4/4 admit: $ADMIT waiting, then 5,000 admissions per tick"
+log "4/5 admit: $ADMIT waiting, then 5,000 admissions per tick"
 queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
 admit_run admit "$ADMIT" --workers 4 --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg"
 settle

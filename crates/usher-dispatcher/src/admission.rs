@@ -43,8 +43,8 @@ fn token_store_delay(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(100))
 }
 
-/// Whether a tick at `now` should admit nobody: the queue just became admissible (unpaused,
-/// opened: the previous tick admitted nobody and an operator's change started minting) and
+/// Whether a tick at `now` should admit nobody: the queue just became admissible (the
+/// previous tick admitted nobody and an operator's change, e.g. unpausing, started minting) and
 /// the tokens for this tick are not minted yet. Admitting anyway would put Ed25519 signing
 /// (~24 µs a token) back on the admission path of the first batch; the next tick admits.
 fn waits_for_tokens(held: &Held, now: u64) -> bool {
@@ -83,7 +83,30 @@ struct Premint {
     exp_ms: u64,
     /// Started by an operator's change (unpause, open, faster) rather than by a tick.
     from_hint: bool,
-    task: tokio::task::JoinHandle<HashMap<u64, Pre>>,
+    task: Minting,
+}
+
+/// The background task minting (and staging) tokens; aborted when dropped, so a replaced or
+/// forgotten pre-mint (an operator's second change, a queue handed over) stops instead of
+/// minting and staging on every core for nothing. (A mint already running on the blocking
+/// pool finishes its batch; its result is dropped.)
+#[derive(Debug)]
+struct Minting(tokio::task::JoinHandle<HashMap<u64, Pre>>);
+
+impl Minting {
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+
+    async fn join(mut self) -> HashMap<u64, Pre> {
+        (&mut self.0).await.unwrap_or_default()
+    }
+}
+
+impl Drop for Minting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A token minted ahead, and the gateway it was staged on, if any.
@@ -174,8 +197,9 @@ async fn stage(
     }
 }
 
-/// After `delay`, reads the first `expected` (plus a margin) places of the line, mints their
-/// tokens for admission at `at_ms` on the blocking pool, and stages them on the gateways.
+/// At `read_at_ms` (wall clock; `None`: now, for an operator's change), reads the first
+/// `expected` (plus a margin) places of the line, mints their tokens for admission at `at_ms`
+/// on the blocking pool, and stages them on the gateways.
 fn spawn_premint(
     store: Store,
     key: Arc<SigningKey>,
@@ -183,12 +207,14 @@ fn spawn_premint(
     expected: u64,
     at_ms: u64,
     exp_ms: u64,
-    delay: std::time::Duration,
+    read_at_ms: Option<u64>,
 ) -> Premint {
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
-    let from_hint = delay.is_zero();
+    let from_hint = read_at_ms.is_none();
     let task = tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
+        if let Some(t) = read_at_ms {
+            tokio::time::sleep(Duration::from_millis(t.saturating_sub(now_ms()))).await;
+        }
         let head = match store.head(&q, want).await {
             Ok(p) if !p.is_empty() => p,
             _ => return HashMap::new(),
@@ -216,7 +242,7 @@ fn spawn_premint(
         at_ms,
         exp_ms,
         from_hint,
-        task,
+        task: Minting(task),
     }
 }
 
@@ -383,7 +409,7 @@ impl Admitter {
             expected,
             at_ms,
             at_ms + cfg.session_ttl_seconds * 1000,
-            std::time::Duration::ZERO,
+            None,
         ));
     }
 
@@ -525,9 +551,7 @@ impl QueueTick {
         let tick_ms = self.settings.tick.as_millis() as u64;
         let hold = waits_for_tokens(&held, self.now);
         if hold {
-            if let Some(p) = held.premint.take() {
-                p.task.abort();
-            }
+            held.premint = None;
             tracing::debug!(queue = %q, "tokens not minted yet; admitting from the next tick");
         }
         let args = TickArgs {
@@ -606,7 +630,7 @@ impl QueueTick {
             Some(p) if p.at_ms == self.now => Ready {
                 at_ms: p.at_ms,
                 exp_ms: p.exp_ms,
-                tokens: p.task.await.unwrap_or_default(),
+                tokens: p.task.join().await,
             },
             Some(p) => {
                 tracing::debug!(
@@ -614,7 +638,6 @@ impl QueueTick {
                     now = self.now,
                     "tokens minted ahead were for another admission time"
                 );
-                p.task.abort();
                 Ready::default()
             }
             None => Ready::default(),
@@ -638,7 +661,7 @@ impl QueueTick {
             expected,
             at_ms,
             at_ms + out.session_ttl_ms,
-            std::time::Duration::from_millis(tick_ms / 2),
+            Some(at_ms - tick_ms / 2),
         ));
     }
 
@@ -895,7 +918,7 @@ mod tests {
             at_ms,
             exp_ms: at_ms + 1000,
             from_hint,
-            task,
+            task: Minting(task),
         }
     }
 

@@ -358,6 +358,12 @@ impl Hub {
     pub fn stage(&self, queue: &QueueId, items: Vec<Admission>) {
         let mut inner = self.lock();
         let at = Instant::now();
+        if inner.staged.len() + items.len() > STAGED_CAP {
+            // Make room from expired tokens before refusing fresh ones.
+            inner
+                .staged
+                .retain(|_, v| at.duration_since(v.at) < STAGED_TTL);
+        }
         for admission in items {
             if inner.staged.len() >= STAGED_CAP {
                 break;
@@ -369,9 +375,9 @@ impl Hub {
     }
 
     /// Admits `places` with the tokens staged for them (admitted at `at_ms`, expiring at
-    /// `exp_ms`). Returns the places held here whose token is not staged (this process
-    /// started after the tokens were sent, or they were over the cap): the caller fetches
-    /// those admissions from Redis.
+    /// `exp_ms`). Returns the places held here whose token is not staged (over the cap,
+    /// expired, or the `staged` message was lost from the stream): the caller fetches those
+    /// admissions from Redis.
     pub fn admit_staged(
         &self,
         queue: &QueueId,

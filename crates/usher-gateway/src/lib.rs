@@ -64,6 +64,8 @@ pub struct Gateway {
     pub(crate) keepalive: tokio::sync::watch::Sender<u64>,
     /// Open client connections (streams, requests and idle keep-alive connections).
     pub(crate) sockets: std::sync::atomic::AtomicU64,
+    /// Tells idle keep-alive connections to close (descriptors are needed for streams).
+    pub(crate) shed_idle: tokio::sync::Notify,
 }
 
 impl Gateway {
@@ -77,7 +79,8 @@ impl Gateway {
     }
 
     /// Whether an idle keep-alive connection may stay open: open connections are below the
-    /// stream cap, so idle ones never take descriptors that streams need.
+    /// stream cap. Once they reach it, every new connection tells the idle ones to close
+    /// ([`Gateway::shed_idle`]), so idle connections never keep descriptors from streams.
     pub(crate) fn spare_sockets(&self) -> bool {
         self.sockets.load(std::sync::atomic::Ordering::Relaxed) < self.config.max_connections
     }
@@ -218,6 +221,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         pending_away: Mutex::new(Vec::new()),
         keepalive: tokio::sync::watch::channel(0).0,
         sockets: std::sync::atomic::AtomicU64::new(0),
+        shed_idle: tokio::sync::Notify::new(),
     });
     tokio::spawn(keepalive(gw.clone()));
     tokio::spawn(flush_away(gw.clone()));

@@ -212,26 +212,37 @@ pub(crate) fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
     }
 }
 
-/// Admissions this gateway was told of without their tokens (they were staged before this
-/// process started): read from Redis, waiting briefly while the dispatcher stores them.
+/// Admissions this gateway was told of without their tokens (the staged tokens were over the
+/// cap, expired, or their message was lost): read from Redis, waiting briefly while the
+/// dispatcher stores them.
 async fn fetch_admissions(gw: Arc<Gateway>, q: QueueId, places: Vec<PlaceId>) {
+    use futures::StreamExt;
     tracing::debug!(queue = %q, n = places.len(), "admissions without a staged token; reading them from redis");
-    for place in places {
-        for _ in 0..50 {
-            match gw.store.status(&q, place, now_ms()).await {
-                Ok(PlaceState::AdmissionPending) | Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Ok(s) => {
-                    if let Some(u) = settled(&q, s) {
-                        gw.hub.finish(&q, place, u);
+    futures::stream::iter(places)
+        .for_each_concurrent(FETCH_CONCURRENCY, |place| {
+            let (gw, q) = (&gw, &q);
+            async move {
+                // The dispatcher stores the records a moment after sending the admissions.
+                for _ in 0..50 {
+                    match gw.store.status(q, place, now_ms()).await {
+                        Ok(PlaceState::AdmissionPending) | Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(100)).await
+                        }
+                        Ok(s) => {
+                            if let Some(u) = settled(q, s) {
+                                gw.hub.finish(q, place, u);
+                            }
+                            return;
+                        }
                     }
-                    break;
                 }
             }
-        }
-    }
+        })
+        .await;
 }
+
+/// Redis reads in flight at once for admissions fetched without a staged token.
+const FETCH_CONCURRENCY: usize = 32;
 
 /// The update for a place whose fate Redis tells: `None` while it is still waiting or its
 /// admission is being stored.

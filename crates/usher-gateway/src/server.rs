@@ -51,6 +51,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((sock, _)) => {
                     let _ = sock.set_nodelay(true);
+                    if !gw.spare_sockets() {
+                        gw.shed_idle.notify_waiters();
+                    }
                     tracker.spawn(connection(gw.clone(), app.clone(), sock));
                 }
                 Err(e) => {
@@ -117,6 +120,8 @@ async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Ga
             },
             // Idle connections close when the gateway stops; a request under way finishes.
             () = gw.shutdown.cancelled(), if buf.is_empty() => return Read::Closed,
+            // ... and when their descriptors are needed (only between requests).
+            () = gw.shed_idle.notified(), if !first && buf.is_empty() => return Read::Closed,
         };
         if n == 0 {
             return Read::Closed;

@@ -49,6 +49,14 @@ async fn setup(
     Ok((redis, store, gw, q, id))
 }
 
+/// Takes the queue's lease, as a dispatcher would.
+async fn lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core::store::Lease> {
+    store
+        .acquire_lease(q, "test", Duration::from_secs(60))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("lease"))
+}
+
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
     Admission {
         place: PlaceId(place),
@@ -92,13 +100,28 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
         );
     }
 
-    // Redis admits places 1 and 2; only place 2's record is in Redis (place 1's token is
-    // on the gateway). Then the admission message names both.
-    let lease = store
-        .acquire_lease(&q, "test", Duration::from_secs(60))
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("lease"))?;
+    // Redis admits places 1 and 2, and the admission message names both before any record is
+    // stored (as the dispatcher does): place 1's token is on the gateway, place 2's is not.
+    let lease = lease(&store, &q).await?;
     tick_once(&store, &q, &lease).await?;
+    store
+        .send(&[(
+            id.clone(),
+            vec![StreamMessage::AdmittedStaged {
+                queue: q.clone(),
+                admitted_at_ms: at,
+                expires_at_ms: exp,
+                places: vec![PlaceId(p1), PlaceId(p2)],
+            }],
+        )])
+        .await?;
+    assert!(
+        usher_testkit::sse::eventually(T, || c1.last("admitted").is_some()).await,
+        "place 1 admitted with its staged token at once"
+    );
+    // Place 2's record is stored a moment later; the gateway waits for it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(c2.last("admitted").is_none(), "no token to show yet");
     store
         .store_tokens(
             &q,
@@ -112,17 +135,6 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
                 },
             )],
         )
-        .await?;
-    store
-        .send(&[(
-            id.clone(),
-            vec![StreamMessage::AdmittedStaged {
-                queue: q.clone(),
-                admitted_at_ms: at,
-                expires_at_ms: exp,
-                places: vec![PlaceId(p1), PlaceId(p2)],
-            }],
-        )])
         .await?;
 
     for (w, token) in [(&c1, "staged-token-1"), (&c2, "stored-token-2")] {
@@ -245,10 +257,7 @@ async fn a_held_tick_admits_nobody_and_banks_nothing() -> anyhow::Result<()> {
     for _ in 0..30 {
         store.join(&q, 0, t0).await?;
     }
-    let lease = store
-        .acquire_lease(&q, "test", Duration::from_secs(60))
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("lease"))?;
+    let lease = lease(&store, &q).await?;
     let tick = |now_ms: u64, hold: bool| {
         let (store, q, lease) = (store.clone(), q.clone(), lease.clone());
         async move {
@@ -278,4 +287,100 @@ async fn a_held_tick_admits_nobody_and_banks_nothing() -> anyhow::Result<()> {
     );
     assert_eq!(tick(t0 + 2000, false).await?, 10);
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is_honoured(
+) -> anyhow::Result<()> {
+    let (_redis, store, gw, q, _id) = setup("pipe", 20.0).await?;
+    // An admitted place whose record is in Redis: resuming it is a stream that ends at once.
+    let client = SseClient::new(gw.url());
+    let (ticket, _, conn) = join(&client, "pipe").await?;
+    drop(conn);
+    let lease = lease(&store, &q).await?;
+    tick_once(&store, &q, &lease).await?;
+    let at = now_ms();
+    store
+        .store_tokens(
+            &q,
+            &lease,
+            &[(
+                PlaceId(place_of(&ticket)),
+                TokenRecord {
+                    admitted_at_ms: at,
+                    expires_at_ms: at + 60_000,
+                    token: "pipelined-token".into(),
+                },
+            )],
+        )
+        .await?;
+    let stream = format!(
+        "GET /api/queues/pipe/stream HTTP/1.1\r\nhost: usher\r\nlast-event-id: {ticket}\r\n"
+    );
+
+    // A second request right behind the stream in the same write: both are answered, in
+    // order, on the one connection.
+    let mut sock = TcpStream::connect(gw.addr).await?;
+    sock.write_all(format!("{stream}\r\nGET /healthz HTTP/1.1\r\nhost: usher\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    read_until(&mut sock, &mut buf, b"ok\n").await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let stream_end = text
+        .find("\r\n0\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{text}"))?;
+    assert!(text[..stream_end].contains("pipelined-token"), "{text}");
+    assert!(text[stream_end..].contains("HTTP/1.1 200"), "{text}");
+
+    // With `connection: close`, the connection ends with the stream.
+    let mut sock = TcpStream::connect(gw.addr).await?;
+    sock.write_all(format!("{stream}connection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(T, sock.read_to_end(&mut buf)).await??;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(
+        text.contains("pipelined-token") && text.ends_with("\r\n0\r\n\r\n"),
+        "{text}"
+    );
+    gw.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_give_way_when_the_gateway_reaches_its_connection_cap(
+) -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let mut cfg = usher_gateway::Config::for_tests(&redis.url());
+    cfg.max_connections = 2;
+    let gw = stack::Server::spawn(|l, rx| {
+        usher_gateway::run(cfg, l, async move {
+            let _ = rx.await;
+        })
+    })
+    .await?;
+    // Two connections, idle after one request each: at the cap.
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut sock = TcpStream::connect(gw.addr).await?;
+        sock.write_all(b"GET /healthz HTTP/1.1\r\nhost: usher\r\n\r\n")
+            .await?;
+        let mut buf = Vec::new();
+        read_until(&mut sock, &mut buf, b"ok\n").await?;
+        idle.push(sock);
+    }
+    // A third connection makes them close, and is served.
+    let mut sock = TcpStream::connect(gw.addr).await?;
+    sock.write_all(b"GET /healthz HTTP/1.1\r\nhost: usher\r\n\r\n")
+        .await?;
+    let mut buf = Vec::new();
+    read_until(&mut sock, &mut buf, b"ok\n").await?;
+    for mut s in idle {
+        let mut rest = [0u8; 16];
+        assert_eq!(
+            tokio::time::timeout(T, s.read(&mut rest)).await??,
+            0,
+            "an idle connection was closed"
+        );
+    }
+    gw.stop().await
 }
