@@ -158,6 +158,10 @@ for r in (2500, 5000, 7500):
         sweep.append(("joins", f"{r:,}/s", f"{join_rate(rep) or 0:,.0f}/s", jl_r, jl_r["p99_ms"] <= 20, rep))
 if joins and jl:
     sweep.append(("joins", "10,000/s", f"{rate or 0:,.0f}/s", jl, jl["p99_ms"] <= 20, joins))
+rep = load("sweep-joins-2gw.json")
+if rep and lat(rep, "join"):
+    sweep.append(("joins", "10,000/s through 2 gateways and 2 load-generator processes",
+                  f"{join_rate(rep) or 0:,.0f}/s", lat(rep, "join"), lat(rep, "join")["p99_ms"] <= 20, rep))
 for n in (1000, 2500):
     rep = load(f"sweep-admit-{n}.json")
     al_n = lat(rep, "admission")

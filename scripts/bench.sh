@@ -10,8 +10,9 @@
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
 #   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency
-#   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and admission latency at 1,000
-#                and 2,500 admissions per tick: where this machine meets the latency targets
+#   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and at 10,000/s through two
+#                gateways; admission latency at 1,000 and 2,500 admissions per tick: where this
+#                machine meets the latency targets
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (about 7 minutes) and stops by itself; every process started
@@ -105,7 +106,7 @@ redis_calls() {
         awk -F'calls=' '/calls=/ {split($2, a, ","); s += a[1]} END {print s}'
 }
 loadgen() {
-    "$BIN/usher-loadgen" --gateways "$GATEWAYS" --source-ips "$SOURCES" --quiet "$@"
+    "$BIN/usher-loadgen" --gateways "${LOADGEN_GATEWAYS:-$GATEWAYS}" --source-ips "$SOURCES" --quiet "$@"
 }
 # CPU ticks (1/100 s) used so far by Redis, the dispatcher and the gateways.
 server_ticks() {
@@ -217,6 +218,15 @@ for r in 2500 5000 7500; do
     close "joins-$r"
     settle
 done
+# The same 10,000 joins/s through two gateways (one per core) and two load-generator
+# processes: fewer processes than cores times three (36,000 joins: 18,000 per gateway fit
+# the descriptor cap).
+queue joins-2gw '{"admit_per_second": 1, "paused": true}'
+LOADGEN_GATEWAYS="http://127.0.0.1:$((BASE + 1)),http://127.0.0.1:$((BASE + 2))" \
+    loadgen --queue joins-2gw --connections 36000 --join-rate 10000 --workers 2 \
+    --duration 19 --report "$OUT/sweep-joins-2gw.json" || true
+close joins-2gw
+settle
 for n in 1000 2500; do
     queue "admit-$n" "{\"admit_per_second\": $n, \"paused\": true, \"session_ttl_seconds\": 600}"
     admit_run "admit-$n" $((n * 5)) --workers 2 --duration 60 --report "$OUT/sweep-admit-$n.json"
