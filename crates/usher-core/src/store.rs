@@ -180,8 +180,6 @@ pub struct TickArgs<'a> {
     pub lease_ttl_ms: u64,
     /// Every registered gateway (see [`Store::gateways`]).
     pub gateways: &'a [GatewayInfo],
-    /// Admit nobody this tick, as if the queue were paused (nothing is banked for later).
-    pub hold: bool,
 }
 
 /// What a tick found.
@@ -1002,7 +1000,6 @@ impl Store {
             .arg(t.lease_ttl_ms)
             .arg(gateways)
             .arg(MAX_ADMIT_PER_TICK)
-            .arg(if t.hold { "1" } else { "0" })
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

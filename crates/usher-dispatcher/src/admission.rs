@@ -43,25 +43,11 @@ fn token_store_delay(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(100))
 }
 
-/// Whether a tick at `now` should admit nobody: the queue just became admissible (the
-/// previous tick admitted nobody and an operator's change, e.g. unpausing, started minting) and
-/// the tokens for this tick are not minted yet. Admitting anyway would put Ed25519 signing
-/// (~24 µs a token) back on the admission path of the first batch; the next tick admits.
-fn waits_for_tokens(held: &Held, now: u64) -> bool {
-    held.last_admitted == 0
-        && held
-            .premint
-            .as_ref()
-            .is_some_and(|p| p.from_hint && p.at_ms == now && !p.task.is_finished())
-}
-
 /// Per-queue memory of this replica.
 #[derive(Debug)]
 struct Held {
     lease: Lease,
     last_tick_ms: Option<u64>,
-    /// Admitted by the previous tick.
-    last_admitted: u64,
     measured_rate: Option<f64>,
     /// Tokens minted ahead for the next tick's expected admissions.
     premint: Option<Premint>,
@@ -81,8 +67,6 @@ struct Held {
 struct Premint {
     at_ms: u64,
     exp_ms: u64,
-    /// Started by an operator's change (unpause, open, faster) rather than by a tick.
-    from_hint: bool,
     task: Minting,
 }
 
@@ -94,10 +78,6 @@ struct Premint {
 struct Minting(tokio::task::JoinHandle<HashMap<u64, Pre>>);
 
 impl Minting {
-    fn is_finished(&self) -> bool {
-        self.0.is_finished()
-    }
-
     async fn join(mut self) -> HashMap<u64, Pre> {
         (&mut self.0).await.unwrap_or_default()
     }
@@ -210,7 +190,6 @@ fn spawn_premint(
     read_at_ms: Option<u64>,
 ) -> Premint {
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
-    let from_hint = read_at_ms.is_none();
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
             tokio::time::sleep(Duration::from_millis(t.saturating_sub(now_ms()))).await;
@@ -241,7 +220,6 @@ fn spawn_premint(
     Premint {
         at_ms,
         exp_ms,
-        from_hint,
         task: Minting(task),
     }
 }
@@ -541,7 +519,6 @@ impl QueueTick {
                 Held {
                     lease,
                     last_tick_ms: None,
-                    last_admitted: 0,
                     measured_rate: None,
                     premint: None,
                     window: Default::default(),
@@ -549,11 +526,6 @@ impl QueueTick {
             }
         };
         let tick_ms = self.settings.tick.as_millis() as u64;
-        let hold = waits_for_tokens(&held, self.now);
-        if hold {
-            held.premint = None;
-            tracing::debug!(queue = %q, "tokens not minted yet; admitting from the next tick");
-        }
         let args = TickArgs {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
@@ -564,7 +536,6 @@ impl QueueTick {
             lease: &held.lease,
             lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
             gateways: &self.gateways,
-            hold,
         };
         let mut out = match self.store.tick(q, &args).await? {
             Tick::Ticked(out) => out,
@@ -595,7 +566,6 @@ impl QueueTick {
             }
         };
         measure(&mut held, self.now, &out);
-        held.last_admitted = out.admitted;
         let mut ready = self.take_premint(&mut held).await;
         let delivered = if out.outbox_len > 0 {
             match self
@@ -892,56 +862,6 @@ fn measure(held: &mut Held, now: u64, out: &TickOutcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn held_with(premint: Option<Premint>, last_admitted: u64) -> Held {
-        Held {
-            lease: Lease {
-                value: "r|1".into(),
-                fence: 1,
-            },
-            last_tick_ms: Some(0),
-            last_admitted,
-            measured_rate: None,
-            premint,
-            window: Default::default(),
-        }
-    }
-
-    fn premint(at_ms: u64, from_hint: bool, done: bool) -> Premint {
-        let task = tokio::spawn(async move {
-            if !done {
-                std::future::pending::<()>().await;
-            }
-            HashMap::new()
-        });
-        Premint {
-            at_ms,
-            exp_ms: at_ms + 1000,
-            from_hint,
-            task: Minting(task),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_just_opened_queue_waits_for_its_first_tokens_and_only_then() {
-        let pending = held_with(Some(premint(1000, true, false)), 0);
-        assert!(waits_for_tokens(&pending, 1000), "tokens still minting");
-        assert!(!waits_for_tokens(&pending, 2000), "minted for another tick");
-        let done = held_with(Some(premint(1000, true, true)), 0);
-        tokio::task::yield_now().await;
-        assert!(!waits_for_tokens(&done, 1000), "tokens ready");
-        // A queue already admitting never waits (a slower mint only costs latency), nor does
-        // one whose tokens were minted by the tick loop itself.
-        assert!(!waits_for_tokens(
-            &held_with(Some(premint(1000, true, false)), 5),
-            1000
-        ));
-        assert!(!waits_for_tokens(
-            &held_with(Some(premint(1000, false, false)), 0),
-            1000
-        ));
-        assert!(!waits_for_tokens(&held_with(None, 0), 1000));
-    }
 
     #[test]
     fn rendezvous_spreads_queues_and_moves_few_when_a_replica_joins() {

@@ -31,7 +31,6 @@ pub async fn tick_once(
                 lease,
                 lease_ttl_ms: 600_000,
                 gateways: &[],
-                hold: false,
             },
         )
         .await

@@ -240,56 +240,6 @@ async fn a_connection_serves_another_request_after_its_stream_ends() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_tick_admits_nobody_and_banks_nothing() -> anyhow::Result<()> {
-    let redis = RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = QueueId::new("held")?;
-    store
-        .put_queue(
-            &q,
-            &QueueConfig {
-                admit_per_second: 10.0,
-                ..Default::default()
-            },
-        )
-        .await?;
-    let t0 = now_ms();
-    for _ in 0..30 {
-        store.join(&q, 0, t0).await?;
-    }
-    let lease = lease(&store, &q).await?;
-    let tick = |now_ms: u64, hold: bool| {
-        let (store, q, lease) = (store.clone(), q.clone(), lease.clone());
-        async move {
-            let args = usher_core::store::TickArgs {
-                now_ms,
-                first_elapsed_ms: 1000,
-                max_elapsed_ms: 3000,
-                exact: 1000,
-                max_position_error: 0.01,
-                store_rate: None,
-                lease: &lease,
-                lease_ttl_ms: 60_000,
-                gateways: &[],
-                hold,
-            };
-            match store.tick(&q, &args).await? {
-                usher_core::store::Tick::Ticked(out) => Ok::<_, anyhow::Error>(out.admitted),
-                other => anyhow::bail!("unexpected tick outcome {other:?}"),
-            }
-        }
-    };
-    assert_eq!(tick(t0, true).await?, 0, "a held tick admits nobody");
-    assert_eq!(
-        tick(t0 + 1000, false).await?,
-        10,
-        "the next tick admits one second's worth, nothing banked from the held one"
-    );
-    assert_eq!(tick(t0 + 2000, false).await?, 10);
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is_honoured(
 ) -> anyhow::Result<()> {
     let (_redis, store, gw, q, _id) = setup("pipe", 20.0).await?;

@@ -16,8 +16,7 @@
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
 --       9 lease value ('<owner>|<fence>'), 10 lease ttl ms,
 --       11 gateways 'index=alive_until_ms,...' (every registered gateway, live or dead),
---       12 most places admitted in one tick, 13 '1' = admit nobody this tick (as if paused:
---       nothing is banked for later)
+--       12 most places admitted in one tick
 -- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
 -- (sessions still expire and the outbox is still delivered), else
 -- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
@@ -50,7 +49,7 @@ local elapsed = tonumber(ARGV[2])
 if m[5] then elapsed = math.min(math.max(now - tonumber(m[5]), 0), tonumber(ARGV[3])) end
 local max_per_tick = tonumber(ARGV[12])
 local budget = math.min(carry + aps * elapsed / 1000, max_per_tick)
-if m[7] == '1' or ARGV[13] == '1' then budget = 0 end
+if m[7] == '1' then budget = 0 end
 
 -- Browsers that did not come back within the grace period: removed, never admitted.
 local dropped = 0
