@@ -211,6 +211,13 @@ pub struct GatewayInfo {
     pub server_id: ServerId,
 }
 
+impl GatewayInfo {
+    /// Whether its heartbeat is still valid at `now_ms`.
+    pub fn is_alive(&self, now_ms: u64) -> bool {
+        self.alive_until_ms > now_ms
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TickOutcome {
     pub admitted: u64,
@@ -598,7 +605,7 @@ impl Store {
             .gateways(now_ms)
             .await?
             .into_iter()
-            .filter(|g| g.alive_until_ms > now_ms)
+            .filter(|g| g.is_alive(now_ms))
             .map(|g| (g.index, g.server_id))
             .collect())
     }

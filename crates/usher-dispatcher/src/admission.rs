@@ -124,25 +124,44 @@ fn mint_many(
     })
 }
 
-/// Sends pre-minted tokens to the live gateways holding those places; returns the gateways
-/// that have them. A failure only means the tokens travel with the admission instead.
+/// The gateways of `gateways` alive at `now`, by index.
+fn live_at(gateways: &[GatewayInfo], now: u64) -> HashMap<u16, &ServerId> {
+    gateways
+        .iter()
+        .filter(|g| g.is_alive(now))
+        .map(|g| (g.index, &g.server_id))
+        .collect()
+}
+
+/// Admissions in stream messages of [`ADMITTED_PER_MESSAGE`] each (`wrap` makes one).
+fn in_messages(
+    items: &[Admission],
+    wrap: impl Fn(Vec<Admission>) -> StreamMessage,
+) -> Vec<StreamMessage> {
+    items
+        .chunks(ADMITTED_PER_MESSAGE)
+        .map(|c| wrap(c.to_vec()))
+        .collect()
+}
+
+/// The admissions one tick is expected to make: what the tick script's budget will be.
+fn expected_per_tick(carry: f64, admit_per_second: f64, tick: Duration) -> u64 {
+    (carry + admit_per_second * tick.as_secs_f64()).floor() as u64
+}
+
+/// Sends pre-minted tokens to the live gateways (of the last tick's registry) holding those
+/// places; returns the gateways that have them. A failure only means the tokens travel with
+/// the admission instead.
 async fn stage(
     store: &Store,
+    gateways: &[GatewayInfo],
     q: &QueueId,
     minted: &[(u64, String)],
     gateway_of: &HashMap<u64, u16>,
     at_ms: u64,
     exp_ms: u64,
 ) -> std::collections::HashSet<u16> {
-    let now = now_ms();
-    let live: HashMap<u16, ServerId> = match store.gateways(now).await {
-        Ok(g) => g
-            .into_iter()
-            .filter(|g| g.alive_until_ms > now)
-            .map(|g| (g.index, g.server_id))
-            .collect(),
-        Err(_) => return Default::default(),
-    };
+    let live = live_at(gateways, now_ms());
     let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
     for (place, token) in minted {
         let Some(gw) = gateway_of.get(place).filter(|g| live.contains_key(g)) else {
@@ -158,14 +177,11 @@ async fn stage(
     let batches: Vec<_> = by_gateway
         .iter()
         .filter_map(|(gw, items)| {
-            let msgs = items
-                .chunks(ADMITTED_PER_MESSAGE)
-                .map(|c| StreamMessage::Staged {
-                    queue: q.clone(),
-                    items: c.to_vec(),
-                })
-                .collect();
-            Some((live.get(gw)?.clone(), msgs))
+            let msgs = in_messages(items, |items| StreamMessage::Staged {
+                queue: q.clone(),
+                items,
+            });
+            Some(((*live.get(gw)?).clone(), msgs))
         })
         .collect();
     match store.send(&batches).await {
@@ -177,19 +193,35 @@ async fn stage(
     }
 }
 
+/// What to mint ahead for one queue.
+struct PremintPlan<'a> {
+    q: &'a QueueId,
+    /// Admissions expected at `at_ms` (a margin is added).
+    expected: u64,
+    at_ms: u64,
+    exp_ms: u64,
+    /// When to read the head of the line (wall clock); `None`: now.
+    read_at_ms: Option<u64>,
+}
+
 /// At `read_at_ms` (wall clock; `None`: now, for an operator's change), reads the first
 /// `expected` (plus a margin) places of the line, mints their tokens for admission at `at_ms`
 /// on the blocking pool, and stages them on the gateways.
 fn spawn_premint(
-    store: Store,
-    key: Arc<SigningKey>,
-    q: QueueId,
-    expected: u64,
-    at_ms: u64,
-    exp_ms: u64,
-    read_at_ms: Option<u64>,
+    store: &Store,
+    key: &Arc<SigningKey>,
+    gateways: &Arc<Vec<GatewayInfo>>,
+    plan: PremintPlan<'_>,
 ) -> Premint {
+    let PremintPlan {
+        q,
+        expected,
+        at_ms,
+        exp_ms,
+        read_at_ms,
+    } = plan;
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
+    let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
             tokio::time::sleep(Duration::from_millis(t.saturating_sub(now_ms()))).await;
@@ -205,7 +237,7 @@ fn spawn_premint(
                 .await
                 .unwrap_or_default();
         let gateway_of: HashMap<u64, u16> = head.into_iter().collect();
-        let staged = stage(&store, &q, &minted, &gateway_of, at_ms, exp_ms).await;
+        let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
         minted
             .into_iter()
             .map(|(place, token)| {
@@ -254,6 +286,8 @@ pub struct Admitter {
     key: Arc<SigningKey>,
     settings: Settings,
     held: HashMap<QueueId, Held>,
+    /// The gateway registry as the last tick read it.
+    gateways: Arc<Vec<GatewayInfo>>,
 }
 
 /// What one tick did, for logs and tests.
@@ -305,6 +339,7 @@ impl Admitter {
             key,
             settings,
             held: HashMap::new(),
+            gateways: Default::default(),
         }
     }
 
@@ -378,16 +413,17 @@ impl Admitter {
             Ok(Some(c)) if c.open && !c.paused => c,
             _ => return,
         };
-        let tick_ms = self.settings.tick.as_millis() as u64;
-        let expected = (cfg.admit_per_second * tick_ms as f64 / 1000.0).ceil() as u64;
         held.premint = Some(spawn_premint(
-            self.store.clone(),
-            self.key.clone(),
-            q.clone(),
-            expected,
-            at_ms,
-            at_ms + cfg.session_ttl_seconds * 1000,
-            None,
+            &self.store,
+            &self.key,
+            &self.gateways,
+            PremintPlan {
+                q,
+                expected: expected_per_tick(0.0, cfg.admit_per_second, self.settings.tick),
+                at_ms,
+                exp_ms: at_ms + cfg.session_ttl_seconds * 1000,
+                read_at_ms: None,
+            },
         ));
     }
 
@@ -426,6 +462,7 @@ impl Admitter {
             .await?;
         let queues = self.store.queue_ids().await?;
         let gateways = Arc::new(self.store.gateways(now).await?);
+        self.gateways = gateways.clone();
         let mut jobs = Vec::new();
         for q in queues {
             let mine = preferred(&q, &replicas) == Some(me.as_str());
@@ -621,26 +658,24 @@ impl QueueTick {
             return;
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
-        let expected = (out.carry + out.admit_per_second * tick_ms as f64 / 1000.0).floor() as u64;
         let at_ms = self.now + tick_ms;
         // Halfway to the next tick, so the head read then includes who joined meanwhile.
         held.premint = Some(spawn_premint(
-            self.store.clone(),
-            self.key.clone(),
-            q.clone(),
-            expected,
-            at_ms,
-            at_ms + out.session_ttl_ms,
-            Some(at_ms - tick_ms / 2),
+            &self.store,
+            &self.key,
+            &self.gateways,
+            PremintPlan {
+                q,
+                expected: expected_per_tick(out.carry, out.admit_per_second, self.settings.tick),
+                at_ms,
+                exp_ms: at_ms + out.session_ttl_ms,
+                read_at_ms: Some(at_ms - tick_ms / 2),
+            },
         ));
     }
 
     fn live(&self) -> HashMap<u16, &ServerId> {
-        self.gateways
-            .iter()
-            .filter(|g| g.alive_until_ms > self.now)
-            .map(|g| (g.index, &g.server_id))
-            .collect()
+        live_at(&self.gateways, self.now)
     }
 
     /// The tokens of `entries`: pre-minted ones where they match, the rest minted now (on
@@ -767,14 +802,10 @@ impl QueueTick {
                 messages
                     .entry(gw)
                     .or_default()
-                    .extend(
-                        items
-                            .chunks(ADMITTED_PER_MESSAGE)
-                            .map(|c| StreamMessage::Admitted {
-                                queue: q.clone(),
-                                items: c.to_vec(),
-                            }),
-                    );
+                    .extend(in_messages(&items, |items| StreamMessage::Admitted {
+                        queue: q.clone(),
+                        items,
+                    }));
             }
             let mut batches = Vec::new();
             for (gw, msgs) in messages {

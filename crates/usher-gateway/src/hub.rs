@@ -130,6 +130,11 @@ impl Inner {
             .is_some_and(|c| c.contains_key(&place.0))
     }
 
+    fn expire_staged(&mut self, now: Instant) {
+        self.staged
+            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
+    }
+
     /// Delivers an admission: to the browser if held here, else kept as an orphan for a
     /// browser between two connections. `true` when held.
     fn admit_one(&mut self, queue: &QueueId, a: &Admission) -> bool {
@@ -360,9 +365,7 @@ impl Hub {
         let at = Instant::now();
         if inner.staged.len() + items.len() > STAGED_CAP {
             // Make room from expired tokens before refusing fresh ones.
-            inner
-                .staged
-                .retain(|_, v| at.duration_since(v.at) < STAGED_TTL);
+            inner.expire_staged(at);
         }
         for admission in items {
             if inner.staged.len() >= STAGED_CAP {
@@ -409,9 +412,7 @@ impl Hub {
         inner
             .orphans
             .retain(|_, v| now.duration_since(v.at) < ORPHAN_TTL);
-        inner
-            .staged
-            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
+        inner.expire_staged(now);
     }
 
     /// Ends every connection of a closed queue with `closed`.

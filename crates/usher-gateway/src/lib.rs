@@ -78,9 +78,9 @@ impl Gateway {
         &self.id
     }
 
-    /// Whether an idle keep-alive connection may stay open: open connections are below the
-    /// stream cap. Once they reach it, every new connection tells the idle ones to close
-    /// ([`Gateway::shed_idle`]), so idle connections never keep descriptors from streams.
+    /// Whether open connections are below the stream cap. At the cap, every new connection
+    /// tells the idle ones to close ([`Gateway::shed_idle`]), so idle keep-alive connections
+    /// never keep descriptors from streams.
     pub(crate) fn spare_sockets(&self) -> bool {
         self.sockets.load(std::sync::atomic::Ordering::Relaxed) < self.config.max_connections
     }

@@ -216,6 +216,10 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
                 _ => return,
             }
         }
+        // The connection serves another request after this one, unless the client or a
+        // stopping gateway says otherwise. (Idle connections give way when descriptors run
+        // short: see `Gateway::shed_idle`.)
+        let keep_alive = head.keep_alive && !gw.shutting_down();
         if head.method == "GET" {
             if let Some((queue, query)) = stream_target(&head.target) {
                 // The head is parsed: free the buffer before the long wait (keeping any bytes
@@ -226,8 +230,8 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
                 // A stream that ended (admitted, closed, try later) leaves a reusable
                 // connection, as any complete HTTP/1.1 response does: the browser keeps it in
                 // its pool, and neither side pays for a teardown at the busiest moment (an
-                // admission tick). Kept only while descriptors are plentiful.
-                if finished && head.keep_alive && !gw.shutting_down() && gw.spare_sockets() {
+                // admission tick).
+                if finished && keep_alive && !gw.shutting_down() {
                     continue;
                 }
                 return;
@@ -235,7 +239,6 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
         }
         let body = buf[head.head_len..total].to_vec();
         buf.drain(..total);
-        let keep_alive = head.keep_alive && !gw.shutting_down();
         let request = match build_request(&head, body) {
             Ok(r) => r,
             Err(e) => {

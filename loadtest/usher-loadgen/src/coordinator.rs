@@ -41,6 +41,16 @@ struct Worker {
     eof: bool,
 }
 
+/// Says `stop` to every worker: end the run now, or (once it has reported) exit.
+async fn stop_all(workers: &mut [Worker]) {
+    for w in workers {
+        if let Some(s) = w.stdin.as_mut() {
+            let _ = s.write_all(b"stop\n").await;
+            let _ = s.flush().await;
+        }
+    }
+}
+
 /// Runs the whole load test; returns the process exit code.
 pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<i32> {
     let soft = limits::raise_nofile();
@@ -147,12 +157,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
                     // Everyone has reported: let the workers exit (they keep their finished
                     // connections open until then).
                     if workers.iter().all(|w| w.result.is_some() || w.eof) {
-                        for w in &mut workers {
-                            if let Some(s) = w.stdin.as_mut() {
-                                let _ = s.write_all(b"stop\n").await;
-                                let _ = s.flush().await;
-                            }
-                        }
+                        stop_all(&mut workers).await;
                     }
                 }
                 Some(Event::Eof(i)) => {
@@ -183,12 +188,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
                 interrupted += 1;
                 if interrupted == 1 {
                     eprintln!("usher-loadgen: interrupted; stopping the workers (interrupt again to abort)");
-                    for w in &mut workers {
-                        if let Some(s) = w.stdin.as_mut() {
-                            let _ = s.write_all(b"stop\n").await;
-                            let _ = s.flush().await;
-                        }
-                    }
+                    stop_all(&mut workers).await;
                 } else {
                     for w in &mut workers {
                         let _ = w.child.start_kill();

@@ -135,37 +135,25 @@ pub struct Report {
 #[derive(Debug, Clone, Serialize)]
 pub struct TickLatency {
     pub admitted_at_ms: u64,
-    pub count: u64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
 }
 
 /// Rows of [`Report::admission_by_tick`].
 fn by_tick(admissions: &[AdmissionRecord]) -> Vec<TickLatency> {
-    let mut groups: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut groups: BTreeMap<u64, Hist> = BTreeMap::new();
     for a in admissions {
         groups
             .entry(a.admitted_at_ms())
             .or_default()
-            .push(a.latency_us());
+            .record_us(a.latency_us());
     }
     groups
         .into_iter()
         .take(300)
-        .map(|(at, mut us)| {
-            us.sort_unstable();
-            let pick = |q: f64| {
-                let i = ((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1;
-                (us[i] as f64 / 10.0).round() / 100.0
-            };
-            TickLatency {
-                admitted_at_ms: at,
-                count: us.len() as u64,
-                p50_ms: pick(0.5),
-                p99_ms: pick(0.99),
-                max_ms: pick(1.0),
-            }
+        .map(|(admitted_at_ms, h)| TickLatency {
+            admitted_at_ms,
+            latency: h.summary(),
         })
         .collect()
 }
