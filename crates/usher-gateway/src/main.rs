@@ -10,6 +10,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     let cfg = Config::parse();
     usher_http::init_tracing(cfg.log_format);
+    usher_http::disable_transparent_huge_pages();
     let rt = usher_http::runtime(cfg.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {
         let listener = usher_http::listen(cfg.listen)

@@ -50,6 +50,9 @@ pub async fn serve(
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok((sock, _)) => {
+                    // On Linux the socket inherits TCP_NODELAY from the listener
+                    // (usher_http::listen).
+                    #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
                     if !gw.spare_sockets() {
                         gw.shed_idle.notify_waiters();

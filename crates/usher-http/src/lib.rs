@@ -97,6 +97,10 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    // Events are written whole and must leave at once: TCP_NODELAY. Accepted sockets inherit
+    // it from the listener on Linux, one `setsockopt` less per connection (on other systems
+    // the gateway sets it on each connection).
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(16_384)
 }
@@ -114,6 +118,21 @@ pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         b.worker_threads(threads);
     }
     b.enable_all().build()
+}
+
+/// Turns transparent huge pages off for this process (Linux; elsewhere a no-op).
+///
+/// mimalloc asks the kernel for huge pages, and the kernel zeroes a whole 2 MiB page on the
+/// first touch of any byte in it, and again when a range mimalloc gave back is touched anew.
+/// A gateway's memory churns with its connections: at 10,000 joins/s, zeroing huge pages
+/// (`clear_page_erms`) took a quarter of the gateways' CPU time (BENCHMARKS.md). Call it
+/// first thing in `main`; children inherit it. A failure (an old kernel) is logged and
+/// otherwise ignored: huge pages cost time, not correctness.
+pub fn disable_transparent_huge_pages() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::info!(error = %e, "cannot turn transparent huge pages off for this process");
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -169,4 +188,22 @@ pub fn init_tracing(format: LogFormat) {
         LogFormat::Text => b.try_init(),
         LogFormat::Json => b.json().try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay() -> std::io::Result<()> {
+        let listener = listen("127.0.0.1:0".parse().map_err(std::io::Error::other)?)?;
+        let addr = listener.local_addr()?;
+        let client = tokio::net::TcpStream::connect(addr).await?;
+        let (accepted, _) = listener.accept().await?;
+        assert!(!client.nodelay()?, "the client socket is untouched");
+        if cfg!(target_os = "linux") {
+            assert!(accepted.nodelay()?, "accepted sockets inherit TCP_NODELAY");
+        }
+        Ok(())
+    }
 }

@@ -1,0 +1,33 @@
+//! Process-level settings of the real binaries.
+
+use usher_testkit::procs::Proc;
+use usher_testkit::RedisServer;
+
+/// `THP_enabled` from `/proc/<pid>/status`: whether transparent huge pages may back this
+/// process' memory.
+fn thp_enabled(pid: u32) -> anyhow::Result<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .ok_or_else(|| anyhow::anyhow!("no THP_enabled in /proc/{pid}/status (kernel < 5.0?)"))?;
+    Ok(line.trim() != "0")
+}
+
+/// Huge pages made the kernel zero 2 MiB at a time as connections came and went (a quarter of
+/// the gateways' CPU time at 10,000 joins/s, BENCHMARKS.md): both servers turn them off.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_run_without_transparent_huge_pages() -> anyhow::Result<()> {
+    assert!(
+        thp_enabled(std::process::id())?,
+        "a process that does not turn them off may use them (the check itself works)"
+    );
+    let redis = RedisServer::start()?;
+    let env = [("USHER_REDIS_URL", redis.url())];
+    let dispatcher = Proc::start("usher-dispatcher", &env).await?;
+    let gateway = Proc::start("usher-gateway", &env).await?;
+    assert!(!thp_enabled(dispatcher.pid())?, "dispatcher");
+    assert!(!thp_enabled(gateway.pid())?, "gateway");
+    Ok(())
+}
