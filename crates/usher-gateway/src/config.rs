@@ -40,7 +40,9 @@ pub struct Config {
     #[arg(long, env = "USHER_TICKET_KEY", hide_env_values = true)]
     pub ticket_key: Option<String>,
 
-    /// Seconds between `: keepalive` comments on idle streams (keeps proxies from closing them).
+    /// Keepalive period in seconds: a stream silent for half of it gets a `: keepalive` comment
+    /// once per period (keeps proxies from closing idle streams; none stays silent longer than
+    /// 1.5 periods). Comments are spread over the period, not sent to every stream at once.
     #[arg(long, env = "USHER_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub keepalive_secs: u64,
 

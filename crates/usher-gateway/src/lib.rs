@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod hub;
+mod keepalive;
 pub mod routes;
 pub mod server;
 pub mod stream;
@@ -60,8 +61,8 @@ pub struct Gateway {
     draining: AtomicBool,
     /// Disconnects that could not be recorded in Redis yet (retried by the heartbeat).
     pending_away: Mutex<Vec<(QueueId, PlaceId)>>,
-    /// Ticks every keepalive interval: one timer for all streams.
-    pub(crate) keepalive: tokio::sync::watch::Sender<u64>,
+    /// One timer for every stream's keepalive comments, spread over the period.
+    pub(crate) keepalive: keepalive::Keepalive,
     /// Open client connections (streams, requests and idle keep-alive connections).
     pub(crate) sockets: std::sync::atomic::AtomicU64,
     /// Tells idle keep-alive connections to close (descriptors are needed for streams).
@@ -209,6 +210,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
     store.ensure_stream(&id, cfg.stream_ttl()).await?;
+    let keepalive = keepalive::Keepalive::new(cfg.keepalive());
     let gw = Arc::new(Gateway {
         store,
         hub: hub::Hub::new(),
@@ -219,11 +221,14 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         shutdown: CancellationToken::new(),
         draining: AtomicBool::new(false),
         pending_away: Mutex::new(Vec::new()),
-        keepalive: tokio::sync::watch::channel(0).0,
+        keepalive,
         sockets: std::sync::atomic::AtomicU64::new(0),
         shed_idle: tokio::sync::Notify::new(),
     });
-    tokio::spawn(keepalive(gw.clone()));
+    tokio::spawn({
+        let gw = gw.clone();
+        async move { gw.keepalive.run(gw.shutdown.clone()).await }
+    });
     tokio::spawn(flush_away(gw.clone()));
     tokio::spawn(heartbeat(gw.clone()));
     tokio::spawn(consume(gw.clone(), reader));
@@ -267,18 +272,6 @@ async fn flush_away(gw: Arc<Gateway>) {
         }
         if stopping {
             break;
-        }
-    }
-}
-
-/// One timer for every stream's keepalive comment.
-async fn keepalive(gw: Arc<Gateway>) {
-    let mut every = tokio::time::interval(gw.config.keepalive());
-    every.tick().await;
-    loop {
-        tokio::select! {
-            () = gw.shutdown.cancelled() => break,
-            _ = every.tick() => gw.keepalive.send_modify(|n| *n = n.wrapping_add(1)),
         }
     }
 }

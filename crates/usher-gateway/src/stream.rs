@@ -2,8 +2,8 @@
 //!
 //! A held connection costs one small task: the socket, a `watch` receiver (one pending update
 //! at most, so a slow browser cannot grow memory), and a receiver of the gateway-wide keepalive
-//! tick (one timer for all connections, not one per connection). Buffers exist only while an
-//! event is being written.
+//! timer (one timer for all connections, not one per connection: [`crate::keepalive`]).
+//! Buffers exist only while an event is being written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -304,7 +304,7 @@ pub(crate) async fn pump(
     sock: &mut TcpStream,
     setup: Setup,
 ) -> std::io::Result<bool> {
-    sock.write_all(STREAM_HEAD.as_bytes()).await?;
+    // The head goes out with the first chunk: one write (one TCP segment) per join.
     let retry = gw.config.retry_ms;
     let (ticket, holding, mut rx) = match setup {
         Setup::Live {
@@ -313,20 +313,28 @@ pub(crate) async fn pump(
             rx,
         } => (ticket, holding, rx),
         Setup::Once(frame) => {
-            chunk_with(sock, "", &(retry_frame(retry) + &frame), LAST_CHUNK).await?;
+            chunk_with(
+                sock,
+                STREAM_HEAD,
+                &(retry_frame(retry) + &frame),
+                LAST_CHUNK,
+            )
+            .await?;
             return Ok(true);
         }
         Setup::TryLater | Setup::Failed(_) => {
-            chunk_with(sock, "", &retry_frame(jittered(retry)), LAST_CHUNK).await?;
+            let frame = retry_frame(jittered(retry));
+            chunk_with(sock, STREAM_HEAD, &frame, LAST_CHUNK).await?;
             return Ok(true);
         }
     };
-    let mut keepalive = gw.keepalive.subscribe();
+    let mut keepalive = gw.keepalive.subscribe(holding.attached.place.0);
     let first = rx.borrow_and_update().clone();
     let mut text = retry_frame(retry);
     text.push_str(&update_frame(&first, &ticket).unwrap_or_default());
     let mut done = first.is_terminal();
-    chunk_with(sock, "", &text, if done { LAST_CHUNK } else { "" }).await?;
+    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
+    let mut last_write = tokio::time::Instant::now();
     // Bytes a client sent mid-stream are not a request this server can answer afterwards.
     let mut clean = true;
     while !done {
@@ -340,9 +348,14 @@ pub(crate) async fn pump(
                 let end = if done { LAST_CHUNK } else { "" };
                 let f = update_frame(&u, &ticket).unwrap_or_default();
                 chunk_with(sock, "", &f, end).await?;
-
+                last_write = tokio::time::Instant::now();
             }
-            _ = keepalive.changed() => chunk(sock, KEEPALIVE_FRAME).await?,
+            _ = keepalive.changed() => {
+                if gw.keepalive.due(last_write) {
+                    chunk(sock, KEEPALIVE_FRAME).await?;
+                    last_write = tokio::time::Instant::now();
+                }
+            }
             readable = sock.readable() => {
                 readable?;
                 let mut buf = [0u8; 64];

@@ -91,7 +91,11 @@ pub struct Stack {
 
 /// Starts a gateway against `redis_url`.
 pub async fn gateway(redis_url: &str) -> anyhow::Result<Server> {
-    let cfg = usher_gateway::Config::for_tests(redis_url);
+    gateway_with(usher_gateway::Config::for_tests(redis_url)).await
+}
+
+/// Starts a gateway with `cfg` (e.g. [`usher_gateway::Config::for_tests`], then changed).
+pub async fn gateway_with(cfg: usher_gateway::Config) -> anyhow::Result<Server> {
     Server::spawn(|l, rx| usher_gateway::run(cfg, l, shutdown(rx))).await
 }
 

@@ -1,0 +1,86 @@
+//! Keepalive comments on real streams: a silent stream gets them, a stream whose line moves
+//! does not need them (its events keep the connection busy).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+use usher_core::sse::Item;
+use usher_testkit::sse::SseConn;
+use usher_testkit::stack::{self, Stack, StackOptions};
+use usher_testkit::SseClient;
+
+/// Reads `conn` for `window`; returns (keepalive comments, events) with their arrival times.
+async fn read_for(conn: &mut SseConn, window: Duration) -> (Vec<Instant>, Vec<Instant>) {
+    let (mut comments, mut events) = (Vec::new(), Vec::new());
+    let end = Instant::now() + window;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        match conn.next_item(left).await {
+            Ok(Some(Item::Comment(c))) if c == "keepalive" => comments.push(Instant::now()),
+            Ok(Some(Item::Event(_))) => events.push(Instant::now()),
+            Ok(Some(_)) => {}
+            // The window ended (nothing more arrived in it) or the stream ended.
+            Ok(None) | Err(_) => break,
+        }
+    }
+    (comments, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_streams_get_keepalives_and_moving_ones_need_none() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        gateways: 0,
+        ..Default::default()
+    })
+    .await?;
+    let mut cfg = usher_gateway::Config::for_tests(&stack.redis.url());
+    cfg.keepalive_secs = 1;
+    let gw = stack::gateway_with(cfg).await?;
+    let client = SseClient::new(gw.url());
+
+    // A paused line: nothing moves, so only keepalives keep the connection busy.
+    stack
+        .put_queue("still", json!({"admit_per_second": 1, "paused": true}))
+        .await?;
+    let (_, _, mut idle) = join(&client, "still").await?;
+    let (comments, events) = read_for(&mut idle, Duration::from_millis(3_500)).await;
+    assert!(events.is_empty(), "nothing moved: {} events", events.len());
+    // One comment per period (1 s); a stream is never silent longer than 1.5 periods.
+    assert!(
+        (2..=4).contains(&comments.len()),
+        "{} keepalive comments in 3.5 s with a 1 s period",
+        comments.len()
+    );
+
+    // A moving line: one admission per 100 ms tick, so the last of 40 browsers gets a new
+    // position every tick for about four seconds.
+    stack
+        .put_queue("moving", json!({"admit_per_second": 10, "paused": true}))
+        .await?;
+    let mut conns = Vec::new();
+    for _ in 0..40 {
+        conns.push(join(&client, "moving").await?);
+    }
+    let (_, last_pos, mut last) = conns.pop().ok_or_else(|| anyhow::anyhow!("joined"))?;
+    assert_eq!(last_pos, 40);
+    stack
+        .put_queue("moving", json!({"admit_per_second": 10, "paused": false}))
+        .await?;
+    let (comments, events) = read_for(&mut last, Duration::from_millis(2_500)).await;
+    assert!(
+        events.len() >= 10,
+        "the line moved: only {} events in 2.5 s",
+        events.len()
+    );
+    assert!(
+        comments.is_empty(),
+        "{} keepalive comments on a stream that got {} events",
+        comments.len(),
+        events.len()
+    );
+    drop(conns);
+    gw.stop().await?;
+    Ok(())
+}
