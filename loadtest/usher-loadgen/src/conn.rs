@@ -47,6 +47,7 @@ pub struct Recorder {
     reconnects: AtomicU64,
     empty_streams: AtomicU64,
     waiting_events: AtomicU64,
+    slow_joins: AtomicU64,
     /// Connections in a final state; `all_finished` fires when it reaches `assigned`.
     finished: AtomicU64,
     assigned: u64,
@@ -94,6 +95,7 @@ impl Recorder {
             reconnects: g(&self.reconnects),
             empty_streams: g(&self.empty_streams),
             waiting_events: g(&self.waiting_events),
+            slow_joins: g(&self.slow_joins),
         }
     }
 
@@ -502,6 +504,9 @@ fn on_waiting(rec: &Recorder, st: &mut State, e: &Event) {
         inc(&rec.waiting);
         inc(&rec.joined);
         let us = st.started.elapsed().as_micros() as u64;
+        if us > crate::proto::SLOW_JOIN_MS * 1000 {
+            inc(&rec.slow_joins);
+        }
         rec.samples().join.record_us(us);
     } else {
         let us = now.saturating_sub(w.as_of_ms.saturating_mul(1000));

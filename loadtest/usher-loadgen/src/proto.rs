@@ -31,7 +31,12 @@ pub struct Counters {
     pub empty_streams: u64,
     /// `waiting` events received (first ones included).
     pub waiting_events: u64,
+    /// Joins slower than [`SLOW_JOIN_MS`]: the timeline shows when they happened.
+    pub slow_joins: u64,
 }
+
+/// The join latency target (BENCHMARKS.md): joins slower than this are counted per second.
+pub const SLOW_JOIN_MS: u64 = 20;
 
 impl Counters {
     pub fn add(&mut self, o: &Counters) {
@@ -46,6 +51,7 @@ impl Counters {
         self.reconnects += o.reconnects;
         self.empty_streams += o.empty_streams;
         self.waiting_events += o.waiting_events;
+        self.slow_joins += o.slow_joins;
     }
 
     /// Connections in a final state.

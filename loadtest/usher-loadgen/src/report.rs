@@ -29,6 +29,8 @@ pub struct TimelinePoint {
     pub admitted: u64,
     pub errors: u64,
     pub reconnects: u64,
+    /// Joins slower than the target so far (`proto::SLOW_JOIN_MS`).
+    pub slow_joins: u64,
 }
 
 impl TimelinePoint {
@@ -42,6 +44,7 @@ impl TimelinePoint {
             admitted: c.admitted,
             errors: c.errors,
             reconnects: c.reconnects,
+            slow_joins: c.slow_joins,
         }
     }
 }
@@ -72,6 +75,8 @@ pub struct Totals {
     pub reconnects: u64,
     pub empty_streams: u64,
     pub waiting_events: u64,
+    /// Joins slower than the target (`proto::SLOW_JOIN_MS`).
+    pub slow_joins: u64,
     pub errors: u64,
 }
 
@@ -250,6 +255,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             reconnects: c.reconnects,
             empty_streams: c.empty_streams,
             waiting_events: c.waiting_events,
+            slow_joins: c.slow_joins,
             errors: c.errors,
         },
         errors,
@@ -332,8 +338,12 @@ pub fn summary(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "streams      reconnects {}  empty streams {}  waiting events {}",
-        t.reconnects, t.empty_streams, t.waiting_events
+        "streams      reconnects {}  empty streams {}  waiting events {}  joins over {} ms {}",
+        t.reconnects,
+        t.empty_streams,
+        t.waiting_events,
+        crate::proto::SLOW_JOIN_MS,
+        t.slow_joins
     );
     let errors = if r.errors.is_empty() {
         "none".to_owned()

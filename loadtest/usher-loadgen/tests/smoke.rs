@@ -112,6 +112,14 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert_eq!(r["latency_ms"]["admission"]["count"], CONNECTIONS);
     assert!(r["latency_ms"]["position_update"]["count"].as_u64() > Some(0));
     assert!(r["timeline"].as_array().is_some_and(|t| !t.is_empty()));
+    // Joins over the target: counted in the totals and, cumulatively, in the timeline.
+    let slow = t["slow_joins"].as_u64().expect("slow_joins in the totals");
+    assert!(slow <= CONNECTIONS, "{slow} slow joins of {CONNECTIONS}");
+    let last = r["timeline"].as_array().and_then(|t| t.last()).cloned();
+    assert_eq!(
+        last.map(|p| p["slow_joins"].clone()),
+        Some(t["slow_joins"].clone())
+    );
     assert!(r["command_line"]
         .as_str()
         .is_some_and(|c| c.contains("--until-admitted")));
