@@ -5,7 +5,7 @@
 # (tick 1 s), six gateways; then runs these scenarios with usher-loadgen (several worker
 # processes, clients bound to many 127.0.0.x source addresses):
 #   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting
-#   2. joins   — 60,000 browsers joining at 10,000/s: join rate and join latency
+#   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
@@ -20,7 +20,8 @@
 # section between the bench markers is rewritten by scripts/bench-report.py).
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
-# (60000), USHER_BENCH_JOIN_RATE (10000), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200),
+# (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
+# ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200),
 # USHER_BENCH_SCENARIOS ("redis joins hold admit sweep"; a subset runs just those and leaves
 # BENCHMARKS.md alone, for profiling one scenario), RUST_LOG (passed to the servers).
 set -euo pipefail
@@ -30,6 +31,10 @@ OUT=${USHER_BENCH_OUT:-target/bench}
 HOLD=${USHER_BENCH_HOLD:-101000}
 JOINS=${USHER_BENCH_JOINS:-60000}
 JOIN_RATE=${USHER_BENCH_JOIN_RATE:-10000}
+# The joins scenario is offered 2% above the 10,000/s target, so that the measured rate (first
+# to last join) shows whether at least 10,000/s were sustained: offered exactly 10,000/s, timing
+# jitter alone puts the measurement a few joins per second either side of it.
+JOINS_RATE=${USHER_BENCH_JOINS_RATE:-10200}
 ADMIT=${USHER_BENCH_ADMIT:-30000}
 BASE=${USHER_BENCH_BASE_PORT:-8200}
 REDIS_PORT=$((BASE + 99))
@@ -149,10 +154,10 @@ log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
 fi
 
 if want joins; then
-log "2/5 joins: $JOINS browsers at $JOIN_RATE/s"
+log "2/5 joins: $JOINS browsers at $JOINS_RATE/s"
 queue joins '{"admit_per_second": 1, "paused": true}'
-loadgen --queue joins --connections "$JOINS" --join-rate "$JOIN_RATE" --workers 4 \
-    --duration $((JOINS / JOIN_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
+loadgen --queue joins --connections "$JOINS" --join-rate "$JOINS_RATE" --workers 4 \
+    --duration $((JOINS / JOINS_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
 close joins
 settle
 fi

@@ -63,6 +63,8 @@ struct Samples {
     errors: BTreeMap<String, u64>,
     closed_reasons: BTreeMap<String, u64>,
     admissions: Vec<AdmissionRecord>,
+    /// First and last join completion, µs since the epoch.
+    join_span_us: Option<(u64, u64)>,
 }
 
 fn inc(a: &AtomicU64) {
@@ -128,6 +130,7 @@ impl Recorder {
             position_update: s.position_update.to_buckets(),
             admission: s.admission.to_buckets(),
             admissions: s.admissions.clone(),
+            join_span_us: s.join_span_us,
         }
     }
 }
@@ -507,7 +510,10 @@ fn on_waiting(rec: &Recorder, st: &mut State, e: &Event) {
         if us > crate::proto::SLOW_JOIN_MS * 1000 {
             inc(&rec.slow_joins);
         }
-        rec.samples().join.record_us(us);
+        let mut s = rec.samples();
+        s.join.record_us(us);
+        let at = now_us();
+        s.join_span_us = Some(s.join_span_us.map_or((at, at), |(a, b)| (a.min(at), b.max(at))));
     } else {
         let us = now.saturating_sub(w.as_of_ms.saturating_mul(1000));
         rec.samples().position_update.record_us(us);

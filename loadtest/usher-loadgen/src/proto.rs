@@ -98,6 +98,10 @@ pub struct WorkerResult {
     pub position_update: Vec<(u64, u64)>,
     pub admission: Vec<(u64, u64)>,
     pub admissions: Vec<AdmissionRecord>,
+    /// When this worker's first and last joins completed (first `waiting` received), µs since
+    /// the epoch; `None` without joins.
+    #[serde(default)]
+    pub join_span_us: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -77,6 +77,9 @@ pub struct Totals {
     pub waiting_events: u64,
     /// Joins slower than the target (`proto::SLOW_JOIN_MS`).
     pub slow_joins: u64,
+    /// Joins completed per second between the first and the last join's completion:
+    /// `(joined - 1) / (last - first)`; `None` with fewer than two joins.
+    pub join_rate_per_s: Option<f64>,
     pub errors: u64,
 }
 
@@ -189,8 +192,12 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     let mut closed_reasons = BTreeMap::new();
     let (mut join, mut pos, mut adm) = (Hist::new(), Hist::new(), Hist::new());
     let mut admissions = Vec::new();
+    let mut join_span: Option<(u64, u64)> = None;
     for r in results {
         c.add(&r.counters);
+        if let Some((a, b)) = r.join_span_us {
+            join_span = Some(join_span.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+        }
         for (k, v) in &r.errors {
             *errors.entry(k.clone()).or_insert(0) += v;
         }
@@ -256,6 +263,10 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             empty_streams: c.empty_streams,
             waiting_events: c.waiting_events,
             slow_joins: c.slow_joins,
+            join_rate_per_s: join_span.and_then(|(a, b)| {
+                (c.joined >= 2 && b > a)
+                    .then(|| ((c.joined - 1) as f64 * 1e6 / (b - a) as f64 * 10.0).round() / 10.0)
+            }),
             errors: c.errors,
         },
         errors,
@@ -336,6 +347,9 @@ pub fn summary(r: &Report) -> String {
         "\nconnections  started {}  joined {}  admitted {}  closed {}  failed {}  still waiting {}  never started {}",
         t.started, t.joined, t.admitted, t.closed, t.failed, t.still_waiting, t.never_started
     );
+    if let Some(rate) = t.join_rate_per_s {
+        let _ = writeln!(s, "join rate    {rate:.0}/s (first to last join)");
+    }
     let _ = writeln!(
         s,
         "streams      reconnects {}  empty streams {}  waiting events {}  joins over {} ms {}",
