@@ -114,8 +114,13 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert!(r["timeline"].as_array().is_some_and(|t| !t.is_empty()));
     // 300 joins offered at 600/s: the measured rate is that pace (generous bounds: a loaded
     // CI machine may start some late).
-    let rate = t["join_rate_per_s"].as_f64().expect("join_rate_per_s in the totals");
-    assert!((200.0..=700.0).contains(&rate), "join rate {rate}/s at 600/s offered");
+    let rate = t["join_rate_per_s"]
+        .as_f64()
+        .expect("join_rate_per_s in the totals");
+    assert!(
+        (200.0..=700.0).contains(&rate),
+        "join rate {rate}/s at 600/s offered"
+    );
     // Joins over the target: counted in the totals and, cumulatively, in the timeline.
     let slow = t["slow_joins"].as_u64().expect("slow_joins in the totals");
     assert!(slow <= CONNECTIONS, "{slow} slow joins of {CONNECTIONS}");
