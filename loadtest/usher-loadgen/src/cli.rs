@@ -102,8 +102,9 @@ pub struct Args {
     #[arg(long, env = "USHER_LOADGEN_CONNECT_TIMEOUT", default_value_t = 10)]
     pub connect_timeout: u64,
 
-    /// Seconds without a single byte on an open stream (gateways send a keepalive comment
-    /// every 15 s) before counting an `idle_timeout` error and reconnecting.
+    /// Seconds without a single byte on an open stream (with the default keepalive period of
+    /// 15 s a gateway leaves no stream silent longer than 22.5 s) before counting an
+    /// `idle_timeout` error and reconnecting.
     #[arg(long, env = "USHER_LOADGEN_IDLE_TIMEOUT", default_value_t = 60)]
     pub idle_timeout: u64,
 
