@@ -74,6 +74,8 @@ pub fn run(plan: Plan, index: u32, epoch_ms: u64) -> anyhow::Result<()> {
         "worker {index}: {assigned} connections do not fit the open-files limit of {soft}; \
          use more --workers"
     );
+    // Before any other thread exists (see `reserve_descriptors`).
+    limits::reserve_descriptors(assigned + limits::HEADROOM);
     // One thread per worker process: several workers share the machine's cores, and a
     // single-threaded runtime does no cross-thread wake-ups.
     let rt = tokio::runtime::Builder::new_current_thread()
