@@ -24,7 +24,7 @@ pub fn raise_nofile() -> u64 {
 /// period (`synchronize_rcu` in `expand_fdtable`) while the thread opening the socket sleeps
 /// and reads nothing. Workers were sampled asleep there while opening their first thousands
 /// of connections, and the first second of a 10,000 joins/s run had 11–257 joins over 20 ms;
-/// with the table grown up front, 0–47. One early growth costs 8 bytes per descriptor.
+/// with the table grown up front, 0–81. One early growth costs 8 bytes per descriptor.
 pub fn reserve_descriptors(n: u64) {
     let top = n.saturating_sub(1).min(1 << 20) as i32;
     // The lowest free descriptor at or above `top`: the table grows to hold it, and stays.
