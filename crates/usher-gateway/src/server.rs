@@ -220,9 +220,8 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
             }
         }
         // The connection serves another request after this one, unless the client or a
-        // stopping gateway says otherwise. (Idle connections give way when descriptors run
-        // short: see `Gateway::shed_idle`.)
-        let keep_alive = head.keep_alive && !gw.shutting_down();
+        // stopping gateway says otherwise, when the response ends. (Idle connections give way
+        // when descriptors run short: see `Gateway::shed_idle`.)
         if head.method == "GET" {
             if let Some((queue, query)) = stream_target(&head.target) {
                 // The head is parsed: free the buffer before the long wait (keeping any bytes
@@ -234,12 +233,13 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
                 // connection, as any complete HTTP/1.1 response does: the browser keeps it in
                 // its pool, and neither side pays for a teardown at the busiest moment (an
                 // admission tick).
-                if finished && keep_alive && !gw.shutting_down() {
+                if finished && head.keep_alive && !gw.shutting_down() {
                     continue;
                 }
                 return;
             }
         }
+        let keep_alive = head.keep_alive && !gw.shutting_down();
         let body = buf[head.head_len..total].to_vec();
         buf.drain(..total);
         let request = match build_request(&head, body) {

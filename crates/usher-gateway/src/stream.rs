@@ -312,20 +312,18 @@ pub(crate) async fn pump(
             holding,
             rx,
         } => (ticket, holding, rx),
+        // A whole response in one write: head, its only chunk, the last chunk.
         Setup::Once(frame) => {
-            chunk_with(
-                sock,
-                STREAM_HEAD,
-                &(retry_frame(retry) + &frame),
-                LAST_CHUNK,
-            )
-            .await?;
-            return Ok(true);
+            let text = retry_frame(retry) + &frame;
+            return chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
+                .await
+                .map(|()| true);
         }
         Setup::TryLater | Setup::Failed(_) => {
-            let frame = retry_frame(jittered(retry));
-            chunk_with(sock, STREAM_HEAD, &frame, LAST_CHUNK).await?;
-            return Ok(true);
+            let text = retry_frame(jittered(retry));
+            return chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
+                .await
+                .map(|()| true);
         }
     };
     let mut keepalive = gw.keepalive.subscribe(holding.attached.place.0);

@@ -125,9 +125,10 @@ pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 /// mimalloc asks the kernel for huge pages, and the kernel zeroes a whole 2 MiB page on the
 /// first touch of any byte in it, and again when a range mimalloc gave back is touched anew.
 /// A gateway's memory churns with its connections: at 10,000 joins/s, zeroing huge pages
-/// (`clear_page_erms`) took a quarter of the gateways' CPU time (BENCHMARKS.md). Call it
-/// first thing in `main`; children inherit it. A failure (an old kernel) is logged and
-/// otherwise ignored: huge pages cost time, not correctness.
+/// (`clear_page_erms`) took a quarter of the gateways' CPU time (BENCHMARKS.md). Call it in
+/// `main` once logging is set up, before the runtime allocates; children inherit it. A
+/// failure (an old kernel) is logged and otherwise ignored: huge pages cost time, not
+/// correctness.
 pub fn disable_transparent_huge_pages() {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {

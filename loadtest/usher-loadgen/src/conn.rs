@@ -512,11 +512,7 @@ fn on_waiting(rec: &Recorder, st: &mut State, e: &Event) {
         }
         let mut s = rec.samples();
         s.join.record_us(us);
-        let at = now_us();
-        s.join_span_us = Some(
-            s.join_span_us
-                .map_or((at, at), |(a, b)| (a.min(at), b.max(at))),
-        );
+        s.join_span_us = crate::proto::widen(s.join_span_us, now, now);
     } else {
         let us = now.saturating_sub(w.as_of_ms.saturating_mul(1000));
         rec.samples().position_update.record_us(us);

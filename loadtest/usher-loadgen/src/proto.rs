@@ -38,6 +38,11 @@ pub struct Counters {
 /// The join latency target (BENCHMARKS.md): joins slower than this are counted per second.
 pub const SLOW_JOIN_MS: u64 = 20;
 
+/// `span` widened to include `[first, last]` (times in µs; `None` is empty).
+pub fn widen(span: Option<(u64, u64)>, first: u64, last: u64) -> Option<(u64, u64)> {
+    Some(span.map_or((first, last), |(a, b)| (a.min(first), b.max(last))))
+}
+
 impl Counters {
     pub fn add(&mut self, o: &Counters) {
         self.started += o.started;

@@ -196,7 +196,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     for r in results {
         c.add(&r.counters);
         if let Some((a, b)) = r.join_span_us {
-            join_span = Some(join_span.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+            join_span = crate::proto::widen(join_span, a, b);
         }
         for (k, v) in &r.errors {
             *errors.entry(k.clone()).or_insert(0) += v;
