@@ -456,12 +456,15 @@ impl Admitter {
     /// One tick with admission time `now`.
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
-        let replicas = self
-            .store
-            .heartbeat_dispatcher(&me, now, self.settings.lease_ttl)
-            .await?;
-        let queues = self.store.queue_ids().await?;
-        let gateways = Arc::new(self.store.gateways(now).await?);
+        // Three independent reads, pipelined on the one connection: the admission time is
+        // taken before them, so every round trip here is latency every admitted browser sees.
+        let (replicas, queues, gateways) = tokio::try_join!(
+            self.store
+                .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),
+            self.store.queue_ids(),
+            self.store.gateways(now),
+        )?;
+        let gateways = Arc::new(gateways);
         self.gateways = gateways.clone();
         let mut jobs = Vec::new();
         for q in queues {
