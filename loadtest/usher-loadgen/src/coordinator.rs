@@ -15,6 +15,7 @@ use crate::plan::Plan;
 use crate::plot;
 use crate::proto::{Counters, WorkerMsg, WorkerResult};
 use crate::report::{self, RunInfo, TimelinePoint, WorkerInfo};
+use crate::stalls;
 use crate::worker::{instant_at, now_ms};
 
 /// Time given to workers after the run's duration to send their results.
@@ -77,6 +78,8 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     }
 
     let epoch_ms = now_ms() + STARTUP.as_millis() as u64;
+    // Started before the workers, so they do not inherit its threads' pinning.
+    let probe = stalls::Probe::start();
     let exe = std::env::current_exe().context("cannot find this program's own executable")?;
     let (tx, mut rx) = mpsc::channel::<Event>(1024);
     let mut workers = Vec::new();
@@ -208,6 +211,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
         }
     }
     let elapsed_s = now_ms().saturating_sub(epoch_ms) as f64 / 1000.0;
+    let (stalls, cpus_watched) = probe.finish();
     let total = sum(&workers);
     timeline.push(TimelinePoint::new(
         (elapsed_s * 1000.0).round() / 1000.0,
@@ -247,6 +251,8 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
             elapsed_s,
             workers: infos,
             timeline,
+            stalls,
+            cpus_watched,
         },
         &results,
     );

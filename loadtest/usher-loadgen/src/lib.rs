@@ -15,5 +15,6 @@ pub mod plan;
 pub mod plot;
 pub mod proto;
 pub mod report;
+pub mod stalls;
 pub mod stats;
 pub mod worker;

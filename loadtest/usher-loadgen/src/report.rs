@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::checks::{self, Checks};
 use crate::plan::Plan;
 use crate::proto::{AdmissionRecord, Counters, WorkerResult};
+use crate::stalls::Stall;
 use crate::stats::{Hist, LatencySummary};
 
 /// Exit status when a duplicate admission or a FIFO violation was seen.
@@ -135,6 +136,9 @@ pub struct Report {
     pub correctness: Correctness,
     /// Admission latency by admission time (one row per dispatcher tick; the first 300).
     pub admission_by_tick: Vec<TickLatency>,
+    /// Windows in which a CPU of this machine ran nothing (see `stalls`): on a virtual machine,
+    /// the host stopping a vCPU. Slow joins or admissions during one are not the servers' doing.
+    pub cpu_stalls: CpuStalls,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -145,6 +149,49 @@ pub struct TickLatency {
     pub admitted_at_ms: u64,
     #[serde(flatten)]
     pub latency: LatencySummary,
+}
+
+/// [`Report::cpu_stalls`].
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuStalls {
+    /// A probe wake-up this late is a stall.
+    pub threshold_ms: f64,
+    /// CPUs watched (one pinned probe thread each).
+    pub cpus_watched: usize,
+    pub count: usize,
+    pub total_ms: f64,
+    pub longest_ms: Option<f64>,
+    /// Every stall (the first 1,000): seconds since the start of the run, CPU, length.
+    pub stalls: Vec<StallRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StallRow {
+    pub t_s: f64,
+    pub cpu: usize,
+    pub ms: f64,
+}
+
+impl CpuStalls {
+    pub fn new(stalls: &[Stall], cpus_watched: usize, started_at_ms: u64) -> Self {
+        let total: f64 = stalls.iter().map(|s| s.ms).sum();
+        CpuStalls {
+            threshold_ms: crate::stalls::THRESHOLD.as_secs_f64() * 1000.0,
+            cpus_watched,
+            count: stalls.len(),
+            total_ms: (total * 10.0).round() / 10.0,
+            longest_ms: stalls.iter().map(|s| s.ms).reduce(f64::max),
+            stalls: stalls
+                .iter()
+                .take(1000)
+                .map(|s| StallRow {
+                    t_s: (s.at_ms as f64 - started_at_ms as f64) / 1000.0,
+                    cpu: s.cpu,
+                    ms: s.ms,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Rows of [`Report::admission_by_tick`].
@@ -184,6 +231,8 @@ pub struct RunInfo {
     pub elapsed_s: f64,
     pub workers: Vec<WorkerInfo>,
     pub timeline: Vec<TimelinePoint>,
+    pub stalls: Vec<Stall>,
+    pub cpus_watched: usize,
 }
 
 pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
@@ -287,6 +336,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             ok: !violation && missing.unwrap_or(0) == 0,
         },
         admission_by_tick: by_tick(&admissions),
+        cpu_stalls: CpuStalls::new(&run.stalls, run.cpus_watched, run.started_at_ms),
         timeline: run.timeline,
         exit_code,
     }
@@ -359,6 +409,15 @@ pub fn summary(r: &Report) -> String {
         crate::proto::SLOW_JOIN_MS,
         t.slow_joins
     );
+    let cs = &r.cpu_stalls;
+    let stalls = match cs.longest_ms {
+        None => format!("none over {:.0} ms on {} CPUs", cs.threshold_ms, cs.cpus_watched),
+        Some(longest) => format!(
+            "{} over {:.0} ms on {} CPUs (longest {:.0} ms, {:.0} ms in all): results in them are not the servers' doing",
+            cs.count, cs.threshold_ms, cs.cpus_watched, longest, cs.total_ms
+        ),
+    };
+    let _ = writeln!(s, "cpu stalls   {stalls}");
     let errors = if r.errors.is_empty() {
         "none".to_owned()
     } else {
