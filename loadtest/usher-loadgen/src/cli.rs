@@ -26,7 +26,10 @@ delay (receipt of each later `waiting` event - its `as_of_ms`), admission latenc
 (receipt of `admitted` - its `admitted_at`), FIFO violations (a place admitted
 strictly later than a higher place), duplicate admissions (a token or a place
 admitted twice), missing admissions (with --until-admitted), errors by kind and
-reconnects.
+reconnects. Also CPU stalls: one probe thread per CPU, pinned to it, records
+every window of 20 ms or more in which that CPU ran nothing at all (on a virtual
+machine, the host stopping a vCPU); latency measured during one is the
+machine's, not the servers'.
 
 Only loopback gateways (127.0.0.0/8, ::1, localhost) are accepted.
 
