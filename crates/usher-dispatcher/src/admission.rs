@@ -456,8 +456,9 @@ impl Admitter {
     /// One tick with admission time `now`.
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
-        // Three independent reads, pipelined on the one connection: the admission time is
-        // taken before them, so every round trip here is latency every admitted browser sees.
+        // Three independent round trips (separate keys), pipelined on the one connection: the
+        // admission time is taken before them, so each one here is latency every admitted
+        // browser sees.
         let (replicas, queues, gateways) = tokio::try_join!(
             self.store
                 .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),

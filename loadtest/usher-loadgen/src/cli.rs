@@ -27,7 +27,7 @@ delay (receipt of each later `waiting` event - its `as_of_ms`), admission latenc
 strictly later than a higher place), duplicate admissions (a token or a place
 admitted twice), missing admissions (with --until-admitted), errors by kind and
 reconnects. Also CPU stalls: one probe thread per CPU, pinned to it, records
-every window of 20 ms or more in which that CPU ran nothing at all (on a virtual
+the windows of 20 ms or more in which that CPU ran nothing at all (on a virtual
 machine, the host stopping a vCPU); latency measured during one is the
 machine's, not the servers'.
 

@@ -78,7 +78,8 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     }
 
     let epoch_ms = now_ms() + STARTUP.as_millis() as u64;
-    // Started before the workers, so they do not inherit its threads' pinning.
+    // Before the workers, so that their start-up is watched too. (Only the probe threads
+    // pin themselves; the workers are started from this unpinned thread.)
     let probe = stalls::Probe::start();
     let exe = std::env::current_exe().context("cannot find this program's own executable")?;
     let (tx, mut rx) = mpsc::channel::<Event>(1024);
@@ -211,7 +212,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
         }
     }
     let elapsed_s = now_ms().saturating_sub(epoch_ms) as f64 / 1000.0;
-    let (stalls, cpus_watched) = probe.finish();
+    let (stalls, stall_cpus) = probe.finish();
     let total = sum(&workers);
     timeline.push(TimelinePoint::new(
         (elapsed_s * 1000.0).round() / 1000.0,
@@ -252,7 +253,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
             workers: infos,
             timeline,
             stalls,
-            cpus_watched,
+            stall_cpus,
         },
         &results,
     );

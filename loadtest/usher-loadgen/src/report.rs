@@ -156,12 +156,15 @@ pub struct TickLatency {
 pub struct CpuStalls {
     /// A probe wake-up this late is a stall.
     pub threshold_ms: f64,
-    /// CPUs watched (one pinned probe thread each).
+    /// CPUs watched (one pinned probe thread each); 0 where CPUs cannot be pinned.
     pub cpus_watched: usize,
+    /// Their numbers.
+    pub cpus: Vec<usize>,
     pub count: usize,
     pub total_ms: f64,
     pub longest_ms: Option<f64>,
-    /// Every stall (the first 1,000): seconds since the start of the run, CPU, length.
+    /// The stalls (the first 1,000; at most 10,000 per CPU are counted): seconds since the
+    /// start of the run (negative: while the workers were starting), CPU, length.
     pub stalls: Vec<StallRow>,
 }
 
@@ -173,11 +176,12 @@ pub struct StallRow {
 }
 
 impl CpuStalls {
-    pub fn new(stalls: &[Stall], cpus_watched: usize, started_at_ms: u64) -> Self {
+    pub fn new(stalls: &[Stall], cpus: Vec<usize>, started_at_ms: u64) -> Self {
         let total: f64 = stalls.iter().map(|s| s.ms).sum();
         CpuStalls {
             threshold_ms: crate::stalls::THRESHOLD.as_secs_f64() * 1000.0,
-            cpus_watched,
+            cpus_watched: cpus.len(),
+            cpus,
             count: stalls.len(),
             total_ms: (total * 10.0).round() / 10.0,
             longest_ms: stalls.iter().map(|s| s.ms).reduce(f64::max),
@@ -232,7 +236,8 @@ pub struct RunInfo {
     pub workers: Vec<WorkerInfo>,
     pub timeline: Vec<TimelinePoint>,
     pub stalls: Vec<Stall>,
-    pub cpus_watched: usize,
+    /// The CPUs the stall probe watched.
+    pub stall_cpus: Vec<usize>,
 }
 
 pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
@@ -336,7 +341,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             ok: !violation && missing.unwrap_or(0) == 0,
         },
         admission_by_tick: by_tick(&admissions),
-        cpu_stalls: CpuStalls::new(&run.stalls, run.cpus_watched, run.started_at_ms),
+        cpu_stalls: CpuStalls::new(&run.stalls, run.stall_cpus, run.started_at_ms),
         timeline: run.timeline,
         exit_code,
     }
@@ -411,6 +416,7 @@ pub fn summary(r: &Report) -> String {
     );
     let cs = &r.cpu_stalls;
     let stalls = match cs.longest_ms {
+        None if cs.cpus_watched == 0 => "not probed (no CPU could be pinned)".to_owned(),
         None => format!("none over {:.0} ms on {} CPUs", cs.threshold_ms, cs.cpus_watched),
         Some(longest) => format!(
             "{} over {:.0} ms on {} CPUs (longest {:.0} ms, {:.0} ms in all): results in them are not the servers' doing",

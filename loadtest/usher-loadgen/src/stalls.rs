@@ -39,8 +39,15 @@ pub struct Stall {
 /// The running probe threads.
 pub struct Probe {
     stop: Arc<AtomicBool>,
-    /// One per CPU; `None` from a thread that could not pin itself.
-    threads: Vec<JoinHandle<Option<Vec<Stall>>>>,
+    /// One per CPU: the CPU and its thread (which returns `None` if it could not pin itself).
+    threads: Vec<(usize, JoinHandle<Option<Vec<Stall>>>)>,
+}
+
+impl Drop for Probe {
+    /// A probe dropped without [`Probe::finish`] (an early error) still stops its threads.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Probe {
@@ -55,21 +62,23 @@ impl Probe {
                     .name(format!("stall-probe-{cpu}"))
                     .spawn(move || watch(cpu, &stop))
                     .ok()
+                    .map(|t| (cpu, t))
             })
             .collect();
         Probe { stop, threads }
     }
 
-    /// Stops the probes. Every stall seen, oldest first, and how many CPUs were watched.
-    pub fn finish(self) -> (Vec<Stall>, usize) {
+    /// Stops the probes. Every stall seen, oldest first, and the CPUs that were watched.
+    pub fn finish(mut self) -> (Vec<Stall>, Vec<usize>) {
         self.stop.store(true, Ordering::Relaxed);
-        let per_cpu: Vec<Vec<Stall>> = self
-            .threads
-            .into_iter()
-            .filter_map(|t| t.join().ok().flatten())
-            .collect();
-        let watched = per_cpu.len();
-        let mut all: Vec<Stall> = per_cpu.into_iter().flatten().collect();
+        let mut watched = Vec::new();
+        let mut all = Vec::new();
+        for (cpu, t) in std::mem::take(&mut self.threads) {
+            if let Ok(Some(stalls)) = t.join() {
+                watched.push(cpu);
+                all.extend(stalls);
+            }
+        }
         all.sort_by_key(|s| s.at_ms);
         (all, watched)
     }
