@@ -175,6 +175,34 @@ fn timeline(s: &mut String, r: &Report, f: Frame) {
         grid_y(s, f, py(v), &fmt_num(v));
         v += ys;
     }
+    // CPU stalls as red bands: slow joins or admissions in one are the machine's doing.
+    let cs = &r.cpu_stalls;
+    for st in cs
+        .stalls
+        .iter()
+        .filter(|st| (0.0..=t_top).contains(&st.t_s))
+    {
+        let x0 = px(st.t_s);
+        let w = (px(st.t_s + st.ms / 1000.0) - x0).max(2.0);
+        let _ = writeln!(
+            s,
+            r##"<rect x="{x0:.1}" y="{}" width="{w:.1}" height="{}" fill="#d62728" fill-opacity="0.35"><title>CPU {} ran nothing for {:.0} ms</title></rect>"##,
+            f.y, f.h, st.cpu, st.ms
+        );
+    }
+    if cs.count > 0 {
+        let longest = cs.longest_ms.unwrap_or(0.0);
+        legend(
+            s,
+            f,
+            4,
+            "#d62728",
+            &[
+                &format!("CPU stalls ≥ {:.0} ms: {}", cs.threshold_ms, cs.count),
+                &format!("(longest {longest:.0} ms)"),
+            ],
+        );
+    }
     type Get = fn(&TimelinePoint) -> u64;
     let series: [(&str, &str, Get); 4] = [
         ("connected (open streams)", "#1f77b4", |p| p.connected),
