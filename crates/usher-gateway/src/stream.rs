@@ -306,25 +306,23 @@ pub(crate) async fn pump(
 ) -> std::io::Result<bool> {
     // The head goes out with the first chunk: one write (one TCP segment) per join.
     let retry = gw.config.retry_ms;
-    let (ticket, holding, mut rx) = match setup {
+    let whole = match setup {
         Setup::Live {
             ticket,
             holding,
             rx,
-        } => (ticket, holding, rx),
+        } => Err((ticket, holding, rx)),
+        Setup::Once(frame) => Ok(retry_frame(retry) + &frame),
+        Setup::TryLater | Setup::Failed(_) => Ok(retry_frame(jittered(retry))),
+    };
+    let (ticket, holding, mut rx) = match whole {
         // A whole response in one write: head, its only chunk, the last chunk.
-        Setup::Once(frame) => {
-            let text = retry_frame(retry) + &frame;
+        Ok(text) => {
             return chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
                 .await
-                .map(|()| true);
+                .map(|()| true)
         }
-        Setup::TryLater | Setup::Failed(_) => {
-            let text = retry_frame(jittered(retry));
-            return chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
-                .await
-                .map(|()| true);
-        }
+        Err(live) => live,
     };
     let mut keepalive = gw.keepalive.subscribe(holding.attached.place.0);
     let first = rx.borrow_and_update().clone();

@@ -215,7 +215,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     let (stalls, stall_cpus) = probe.finish();
     let total = sum(&workers);
     timeline.push(TimelinePoint::new(
-        (elapsed_s * 1000.0).round() / 1000.0,
+        crate::stats::round_to(elapsed_s, 3),
         &total,
     ));
 

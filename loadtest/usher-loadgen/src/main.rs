@@ -13,10 +13,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let args = Args::parse();
-    // Huge pages made the kernel zero 2 MiB at a time as connections came and went (see
-    // usher_http::disable_transparent_huge_pages); the workers inherit this across exec.
-    #[cfg(target_os = "linux")]
-    let _ = rustix::thread::disable_transparent_huge_pages(true);
+    // Huge pages made the kernel zero 2 MiB at a time as connections came and went; the
+    // workers inherit this across exec.
+    usher_http::disable_transparent_huge_pages();
     let code = match run(args) {
         Ok(code) => code,
         Err(e) => {

@@ -9,7 +9,7 @@ use crate::checks::{self, Checks};
 use crate::plan::Plan;
 use crate::proto::{AdmissionRecord, Counters, WorkerResult};
 use crate::stalls::Stall;
-use crate::stats::{Hist, LatencySummary};
+use crate::stats::{round_to, Hist, LatencySummary};
 
 /// Exit status when a duplicate admission or a FIFO violation was seen.
 pub const EXIT_VIOLATION: i32 = 3;
@@ -183,7 +183,7 @@ impl CpuStalls {
             cpus_watched: cpus.len(),
             cpus,
             count: stalls.len(),
-            total_ms: (total * 10.0).round() / 10.0,
+            total_ms: round_to(total, 1),
             longest_ms: stalls.iter().map(|s| s.ms).reduce(f64::max),
             stalls: stalls
                 .iter()
@@ -300,7 +300,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             .collect(),
         started_at,
         started_at_ms: run.started_at_ms,
-        elapsed_s: (run.elapsed_s * 1000.0).round() / 1000.0,
+        elapsed_s: round_to(run.elapsed_s, 3),
         config: plan.clone(),
         workers: run.workers,
         totals: Totals {
@@ -319,7 +319,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             slow_joins: c.slow_joins,
             join_rate_per_s: join_span.and_then(|(a, b)| {
                 (c.joined >= 2 && b > a)
-                    .then(|| ((c.joined - 1) as f64 * 1e6 / (b - a) as f64 * 10.0).round() / 10.0)
+                    .then(|| round_to((c.joined - 1) as f64 * 1e6 / (b - a) as f64, 1))
             }),
             errors: c.errors,
         },

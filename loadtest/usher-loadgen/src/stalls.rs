@@ -124,7 +124,7 @@ fn watch(cpu: usize, stop: &AtomicBool) -> Option<Vec<Stall>> {
             out.push(Stall {
                 cpu,
                 at_ms: due_ms,
-                ms: (late.as_secs_f64() * 1e4).round() / 10.0,
+                ms: crate::stats::round_to(late.as_secs_f64() * 1000.0, 1),
             });
         }
     }

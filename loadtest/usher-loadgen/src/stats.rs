@@ -101,7 +101,13 @@ impl Hist {
 }
 
 fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    round_to(x, 3)
+}
+
+/// `x` rounded to `places` decimal places (for the report's figures).
+pub fn round_to(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
