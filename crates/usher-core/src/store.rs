@@ -241,6 +241,9 @@ pub struct TickOutcome {
     /// delivery without reading the outbox back.
     pub fresh: Vec<OutboxEntry>,
     pub fresh_entries: u64,
+    /// This call admitted [`ADMIT_PER_CALL`] places and the tick's budget is not spent: call
+    /// [`Store::tick`] again with the same arguments (the same admission time) to admit more.
+    pub more: bool,
 }
 
 /// One admission waiting in a queue's outbox to be delivered.
@@ -976,7 +979,8 @@ impl Store {
         Ok(())
     }
 
-    /// One tick for one queue (see `lua/tick.lua`).
+    /// One tick for one queue (see `lua/tick.lua`), or the next part of one whose last call
+    /// returned [`TickOutcome::more`]: each call admits [`ADMIT_PER_CALL`] places at most.
     pub async fn tick(&self, q: &QueueId, t: &TickArgs<'_>) -> Result<Tick> {
         let k = QueueKeys::new(q);
         let gateways = t
@@ -1007,6 +1011,7 @@ impl Store {
             .arg(t.lease_ttl_ms)
             .arg(gateways)
             .arg(MAX_ADMIT_PER_TICK)
+            .arg(ADMIT_PER_CALL)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
@@ -1015,7 +1020,7 @@ impl Store {
             Some(0) => Ok(Tick::Closed {
                 outbox_len: a.get(1).map(u).transpose()?.unwrap_or(0),
             }),
-            Some(1) if a.len() >= 14 => Ok(Tick::Ticked(TickOutcome {
+            Some(1) if a.len() >= 15 => Ok(Tick::Ticked(TickOutcome {
                 admitted: u(&a[1])?,
                 waiting: u(&a[2])?,
                 active: u(&a[3])?,
@@ -1033,6 +1038,7 @@ impl Store {
                 paused: int(&a[12]) == Some(1),
                 fresh: OutboxEntry::parse_all(&strings(&a[13]))?,
                 fresh_entries: strings(&a[13]).len() as u64,
+                more: int(&a[14]) == Some(1),
             })),
             _ => Err(protocol(format!("tick reply {a:?}"))),
         }
@@ -1192,8 +1198,12 @@ const GATEWAY_MEMORY_MS: u64 = 86_400_000;
 pub const STREAM_MAXLEN: u64 = 100_000;
 /// Spacing of the first, coarse position samples (25% apart); refined where needed.
 const COARSE_SAMPLE_STEP: f64 = 0.25;
-/// Most places admitted per queue and tick (bounds how long one tick script blocks Redis).
+/// Most places admitted per queue and tick (bounds the burst after a stall).
 pub const MAX_ADMIT_PER_TICK: u64 = 10_000;
+/// Most places admitted by one tick script: a bigger tick is several calls (see
+/// [`TickOutcome::more`]), so one call blocks Redis for a few milliseconds at most, and the
+/// first places can be on their way to the gateways while the next ones are admitted.
+pub const ADMIT_PER_CALL: u64 = 1_000;
 /// Expired sessions removed per tick and queue at most (twice the most admitted per tick).
 const PRUNE_LIMIT: u64 = 2 * MAX_ADMIT_PER_TICK;
 

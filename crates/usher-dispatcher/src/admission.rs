@@ -37,6 +37,13 @@ const RATE_WINDOW_MS: u64 = 10_000;
 /// ... and is used once it covers this long.
 const RATE_MIN_WINDOW_MS: u64 = 3_000;
 
+/// How long before a tick's admission time its reads (registries, queue list) start, so that
+/// at the admission time itself only the tick script stands between a browser and its
+/// admission: a tenth of the tick, at most 20 ms.
+fn read_lead(tick: Duration) -> Duration {
+    (tick / 10).min(Duration::from_millis(20))
+}
+
 /// How long after sending a tick's admissions their token records are written: a tenth of
 /// the tick, at most 100 ms.
 fn token_store_delay(tick: Duration) -> Duration {
@@ -352,6 +359,8 @@ impl Admitter {
         let mut failing = false;
         let base = (tokio::time::Instant::now(), now_ms());
         let tick_ms = self.settings.tick.as_millis() as u64;
+        // The interval fires `lead` before each admission time.
+        let lead = read_lead(self.settings.tick).as_millis() as u64;
         let mut last_planned = None;
         loop {
             let scheduled = tokio::select! {
@@ -368,7 +377,7 @@ impl Admitter {
             };
             // Admission time = the tick's scheduled time (when on time), so tokens minted ahead
             // for it match exactly.
-            let planned = base.1 + scheduled.duration_since(base.0).as_millis() as u64;
+            let planned = base.1 + scheduled.duration_since(base.0).as_millis() as u64 + lead;
             last_planned = Some(planned);
             let actual = now_ms();
             let now = if actual.saturating_sub(planned) <= ON_TIME_MS {
@@ -453,18 +462,21 @@ impl Admitter {
         self.tick_at(now_ms()).await
     }
 
-    /// One tick with admission time `now`.
+    /// One tick with admission time `now`. When `now` is still ahead, the registries are read
+    /// first and the queues are ticked at `now`.
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
-        // Three independent round trips (separate keys), pipelined on the one connection: the
-        // admission time is taken before them, so each one here is latency every admitted
-        // browser sees.
+        // Three independent round trips (separate keys), pipelined on the one connection.
         let (replicas, queues, gateways) = tokio::try_join!(
             self.store
                 .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),
             self.store.queue_ids(),
             self.store.gateways(now),
         )?;
+        let early = now.saturating_sub(now_ms());
+        if early > 0 {
+            tokio::time::sleep(Duration::from_millis(early)).await;
+        }
         let gateways = Arc::new(gateways);
         self.gateways = gateways.clone();
         let mut jobs = Vec::new();
@@ -567,6 +579,7 @@ impl QueueTick {
             }
         };
         let tick_ms = self.settings.tick.as_millis() as u64;
+        let lease = held.lease.clone();
         let args = TickArgs {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
@@ -574,7 +587,7 @@ impl QueueTick {
             exact: self.settings.exact_positions,
             max_position_error: 0.01,
             store_rate: held.measured_rate,
-            lease: &held.lease,
+            lease: &lease,
             lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
             gateways: &self.gateways,
         };
@@ -606,9 +619,20 @@ impl QueueTick {
                 return Ok(Outcome::NotHeld);
             }
         };
-        measure(&mut held, self.now, &out);
         let mut ready = self.take_premint(&mut held).await;
-        let delivered = if out.outbox_len > 0 {
+        let delivered = if out.outbox_len == 0 {
+            0
+        } else if out.outbox_len == out.fresh_entries {
+            match self
+                .admit_and_deliver(q, &args, &mut ready, &mut out)
+                .await?
+            {
+                Some(n) => n,
+                None => return Ok(Outcome::NotHeld),
+            }
+        } else {
+            // Older entries first (a crash or a failed delivery left them). A budget beyond
+            // this call's share is carried: the next tick admits it.
             match self
                 .deliver(
                     q,
@@ -622,9 +646,8 @@ impl QueueTick {
                 Some(n) => n,
                 None => return Ok(Outcome::NotHeld),
             }
-        } else {
-            0
         };
+        measure(&mut held, self.now, &out);
         self.publish_state(q, &held, &out).await?;
         self.premint_next(q, &mut held, &out);
         Ok(Outcome::Ticked {
@@ -743,7 +766,6 @@ impl QueueTick {
         mut outbox_len: u64,
         mut fresh: Option<(u64, Vec<OutboxEntry>)>,
     ) -> Result<Option<u64>, StoreError> {
-        let live = self.live();
         let mut delivered = 0;
         loop {
             // This tick's admissions come with the tick's reply; anything older (left by a
@@ -755,84 +777,8 @@ impl QueueTick {
             if n_entries == 0 {
                 break;
             }
-            let mut minted = self.mint(q, &entries, ready).await;
-            let mut records = Vec::with_capacity(entries.len());
-            let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
-            // Places whose tokens the gateway already has: by gateway and (admitted, expires).
-            let mut staged: HashMap<u16, HashMap<(u64, u64), Vec<PlaceId>>> = HashMap::new();
-            for e in &entries {
-                let Some(pre) = minted.remove(&e.place.0) else {
-                    continue;
-                };
-                if pre.staged_on == Some(e.gateway) {
-                    staged
-                        .entry(e.gateway)
-                        .or_default()
-                        .entry((e.admitted_at_ms, e.expires_at_ms))
-                        .or_default()
-                        .push(e.place);
-                } else {
-                    by_gateway.entry(e.gateway).or_default().push(Admission {
-                        place: e.place,
-                        token: pre.token.clone(),
-                        admitted_at_ms: e.admitted_at_ms,
-                        expires_at_ms: e.expires_at_ms,
-                    });
-                }
-                records.push((
-                    e.place,
-                    TokenRecord {
-                        admitted_at_ms: e.admitted_at_ms,
-                        expires_at_ms: e.expires_at_ms,
-                        token: pre.token,
-                    },
-                ));
-            }
-            let mut messages: HashMap<u16, Vec<StreamMessage>> = HashMap::new();
-            for (gw, groups) in staged {
-                let msgs = messages.entry(gw).or_default();
-                for ((at, exp), places) in groups {
-                    msgs.extend(places.chunks(STAGED_PLACES_PER_MESSAGE).map(|c| {
-                        StreamMessage::AdmittedStaged {
-                            queue: q.clone(),
-                            admitted_at_ms: at,
-                            expires_at_ms: exp,
-                            places: c.to_vec(),
-                        }
-                    }));
-                }
-            }
-            for (gw, items) in by_gateway {
-                messages
-                    .entry(gw)
-                    .or_default()
-                    .extend(in_messages(&items, |items| StreamMessage::Admitted {
-                        queue: q.clone(),
-                        items,
-                    }));
-            }
-            let mut batches = Vec::new();
-            for (gw, msgs) in messages {
-                let Some(id) = live.get(&gw) else {
-                    // The gateway is gone; its browsers reconnect elsewhere and find their
-                    // token in Redis.
-                    tracing::debug!(queue = %q, gateway = gw, "admissions for a gateway that is gone");
-                    continue;
-                };
-                batches.push(((*id).clone(), msgs));
-            }
-            // Browsers first, then the record for resumes. (Tokens are stored only for
-            // sessions that still exist; a place that left meanwhile has no open stream, so its
-            // message reaches nobody, and its ticket no longer resumes.)
-            self.store.send(&batches).await?;
-            // The token records serve resumes only: written a moment later, so Redis does
-            // not spend the next ~30 ms storing 1.7 MB while gateways deliver the admissions
-            // (a resume meanwhile waits for them).
-            tokio::time::sleep(token_store_delay(self.settings.tick)).await;
-            if self.store.store_tokens(q, lease, &records).await?.is_none() {
-                return Ok(None);
-            }
-            if !self.store.trim_outbox(q, lease, n_entries).await? {
+            let records = self.send(q, &entries, ready).await?;
+            if !self.record(q, lease, &records, n_entries).await? {
                 return Ok(None);
             }
             delivered += entries.len() as u64;
@@ -842,6 +788,149 @@ impl QueueTick {
             }
         }
         Ok(Some(delivered))
+    }
+
+    /// A tick whose admissions are all in `out` (nothing older in the outbox): sends them, and
+    /// while the tick's budget is not spent admits the next
+    /// [`usher_core::store::ADMIT_PER_CALL`] places and sends
+    /// those, so the first browsers hear of their admission while Redis admits the next ones.
+    /// Then records the tokens and empties the outbox. On return `out` is the last call's
+    /// outcome with the whole tick's admitted and dropped counts. `None` when the lease was
+    /// lost (what was sent stays in the outbox, for the next holder to deliver again).
+    async fn admit_and_deliver(
+        &self,
+        q: &QueueId,
+        args: &TickArgs<'_>,
+        ready: &mut Ready,
+        out: &mut TickOutcome,
+    ) -> Result<Option<u64>, StoreError> {
+        let (mut admitted, mut dropped) = (out.admitted, out.dropped);
+        let mut records = Vec::new();
+        let mut entries = 0;
+        loop {
+            let fresh = std::mem::take(&mut out.fresh);
+            entries += out.fresh_entries;
+            records.extend(self.send(q, &fresh, ready).await?);
+            if !out.more {
+                break;
+            }
+            match self.store.tick(q, args).await? {
+                Tick::Ticked(next) => {
+                    admitted += next.admitted;
+                    dropped += next.dropped;
+                    *out = next;
+                }
+                // Closed meanwhile: what was admitted is still recorded below.
+                Tick::Closed { .. } => break,
+                Tick::LeaseLost => return Ok(None),
+            }
+        }
+        out.admitted = admitted;
+        out.dropped = dropped;
+        if !self.record(q, args.lease, &records, entries).await? {
+            return Ok(None);
+        }
+        Ok(Some(records.len() as u64))
+    }
+
+    /// Sends `entries` to the gateways holding their browsers (a place whose token is staged
+    /// there by name only); returns the token records to store.
+    async fn send(
+        &self,
+        q: &QueueId,
+        entries: &[OutboxEntry],
+        ready: &mut Ready,
+    ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
+        let live = self.live();
+        let mut minted = self.mint(q, entries, ready).await;
+        let mut records = Vec::with_capacity(entries.len());
+        let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
+        // Places whose tokens the gateway already has: by gateway and (admitted, expires).
+        let mut staged: HashMap<u16, HashMap<(u64, u64), Vec<PlaceId>>> = HashMap::new();
+        for e in entries {
+            let Some(pre) = minted.remove(&e.place.0) else {
+                continue;
+            };
+            if pre.staged_on == Some(e.gateway) {
+                staged
+                    .entry(e.gateway)
+                    .or_default()
+                    .entry((e.admitted_at_ms, e.expires_at_ms))
+                    .or_default()
+                    .push(e.place);
+            } else {
+                by_gateway.entry(e.gateway).or_default().push(Admission {
+                    place: e.place,
+                    token: pre.token.clone(),
+                    admitted_at_ms: e.admitted_at_ms,
+                    expires_at_ms: e.expires_at_ms,
+                });
+            }
+            records.push((
+                e.place,
+                TokenRecord {
+                    admitted_at_ms: e.admitted_at_ms,
+                    expires_at_ms: e.expires_at_ms,
+                    token: pre.token,
+                },
+            ));
+        }
+        let mut messages: HashMap<u16, Vec<StreamMessage>> = HashMap::new();
+        for (gw, groups) in staged {
+            let msgs = messages.entry(gw).or_default();
+            for ((at, exp), places) in groups {
+                msgs.extend(places.chunks(STAGED_PLACES_PER_MESSAGE).map(|c| {
+                    StreamMessage::AdmittedStaged {
+                        queue: q.clone(),
+                        admitted_at_ms: at,
+                        expires_at_ms: exp,
+                        places: c.to_vec(),
+                    }
+                }));
+            }
+        }
+        for (gw, items) in by_gateway {
+            messages
+                .entry(gw)
+                .or_default()
+                .extend(in_messages(&items, |items| StreamMessage::Admitted {
+                    queue: q.clone(),
+                    items,
+                }));
+        }
+        let mut batches = Vec::new();
+        for (gw, msgs) in messages {
+            let Some(id) = live.get(&gw) else {
+                // The gateway is gone; its browsers reconnect elsewhere and find their
+                // token in Redis.
+                tracing::debug!(queue = %q, gateway = gw, "admissions for a gateway that is gone");
+                continue;
+            };
+            batches.push(((*id).clone(), msgs));
+        }
+        self.store.send(&batches).await?;
+        Ok(records)
+    }
+
+    /// After the browsers were sent their admissions: stores the token records (for resumes)
+    /// and removes the first `entries` outbox entries. `false` when the lease was lost.
+    async fn record(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        records: &[(PlaceId, TokenRecord)],
+        entries: u64,
+    ) -> Result<bool, StoreError> {
+        // Tokens are stored only for sessions that still exist; a place that left meanwhile
+        // has no open stream, so its message reaches nobody, and its ticket no longer resumes.
+        // The records serve resumes only: written a moment later, so Redis does not spend the
+        // next ~30 ms storing 1.7 MB while gateways deliver the admissions (a resume
+        // meanwhile waits for them).
+        tokio::time::sleep(token_store_delay(self.settings.tick)).await;
+        if self.store.store_tokens(q, lease, records).await?.is_none() {
+            return Ok(false);
+        }
+        self.store.trim_outbox(q, lease, entries).await
     }
 
     async fn publish_state(

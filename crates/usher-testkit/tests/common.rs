@@ -63,3 +63,45 @@ pub fn place_of(ticket: &str) -> u64 {
         .and_then(|p| p.parse().ok())
         .expect("ticket names a place")
 }
+
+/// The dispatcher's published keys, fetched as a booking service fetches them.
+pub async fn jwks(
+    stack: &usher_testkit::stack::Stack,
+) -> anyhow::Result<jsonwebtoken::jwk::JwkSet> {
+    Ok(stack
+        .http
+        .get(format!("{}/.well-known/jwks.json", stack.dispatcher.url()))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// Verifies an entry token the way a booking service does (the key named by `kid` in the
+/// JWKS, EdDSA only, audience = the queue, expiry checked); returns its claims.
+pub fn verify_token(
+    jwks: &jsonwebtoken::jwk::JwkSet,
+    token: &str,
+    queue: &str,
+) -> anyhow::Result<Value> {
+    let header = jsonwebtoken::decode_header(token)?;
+    anyhow::ensure!(
+        header.alg == jsonwebtoken::Algorithm::EdDSA,
+        "alg {:?}",
+        header.alg
+    );
+    let kid = header
+        .kid
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("no kid"))?;
+    let jwk = jwks
+        .find(kid)
+        .ok_or_else(|| anyhow::anyhow!("kid {kid} not in the JWKS"))?;
+    let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
+    v.set_audience(&[queue]);
+    Ok(
+        jsonwebtoken::decode::<Value>(token, &jsonwebtoken::DecodingKey::from_jwk(jwk)?, &v)?
+            .claims,
+    )
+}

@@ -1,18 +1,13 @@
 //! The whole path on real processes' code over real sockets: join, position, admission, token
 //! verified by a booking service.
 
-use std::time::Duration;
+mod common;
 
+use common::{data, jwks, verify_token, T};
 use serde_json::{json, Value};
 use usher_testkit::sse::SseItem;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
-
-const T: Duration = Duration::from_secs(10);
-
-fn data(e: &usher_core::sse::Event) -> Value {
-    serde_json::from_str(&e.data).expect("event data is JSON")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_wait_admit_and_book() -> anyhow::Result<()> {
@@ -54,23 +49,7 @@ async fn join_wait_admit_and_book() -> anyhow::Result<()> {
     );
 
     // Verify the way a booking service does: JWKS + stock JWT library, aud = queue.
-    let jwks: jsonwebtoken::jwk::JwkSet = stack
-        .http
-        .get(format!("{}/.well-known/jwks.json", stack.dispatcher.url()))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let header = jsonwebtoken::decode_header(&token)?;
-    assert_eq!(header.alg, jsonwebtoken::Algorithm::EdDSA);
-    let jwk = jwks
-        .find(header.kid.as_deref().expect("kid"))
-        .expect("kid in JWKS");
-    let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
-    v.set_audience(&["show"]);
-    let claims =
-        jsonwebtoken::decode::<Value>(&token, &jsonwebtoken::DecodingKey::from_jwk(jwk)?, &v)?
-            .claims;
+    let claims = verify_token(&jwks(&stack).await?, &token, "show")?;
     let place = ticket.split('.').nth(1).expect("place in ticket");
     assert_eq!(claims["sub"], place);
     assert_eq!(claims["aud"], "show");

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use usher_core::ids::QueueId;
 use usher_core::store::Store;
 use usher_core::time::now_ms;
@@ -67,6 +67,125 @@ async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow
         "drain rate {rate:.1}/s is not within 5% of {RATE}/s"
     );
     assert_eq!(stack.queue("drain").await?["admitted_total"], N as u64);
+    Ok(())
+}
+
+/// A tick admitting more than one script call's worth: every browser is admitted in that one
+/// tick, at one admission time, in line order, with a token a booking service accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> anyhow::Result<()> {
+    const N: usize = 2500;
+    // Ticks of 250 ms (leases of 750 ms: an unoptimised test build needs the time).
+    let stack = Stack::start(StackOptions {
+        gateways: 2,
+        tick_ms: 250,
+        ..Default::default()
+    })
+    .await?;
+    assert!(N as u64 > 2 * usher_core::store::ADMIT_PER_CALL);
+    stack.create_queue("big", PAUSED).await?;
+    let clients = [
+        SseClient::new(stack.gateway_url(0)),
+        SseClient::new(stack.gateway_url(1)),
+    ];
+    let mut watchers = Vec::with_capacity(N);
+    for i in 0..N {
+        let (ticket, _, w) = join_watch(&clients[i % 2], "big").await?;
+        watchers.push((place_of(&ticket), w));
+    }
+    // 250 ms ticks at 10,000/s: the whole line in the first tick after this.
+    stack
+        .put_queue("big", json!({"admit_per_second": 10_000.0}))
+        .await?;
+    let done = eventually(Duration::from_secs(30), || {
+        watchers.iter().all(|(_, w)| w.last("admitted").is_some())
+    })
+    .await;
+    assert!(done, "every waiter is admitted");
+    let admitted: Vec<(u64, Value)> = watchers
+        .iter()
+        .map(|(p, w)| (*p, data(&w.last("admitted").expect("admitted"))))
+        .collect();
+    let mut times: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (_, a) in &admitted {
+        *times
+            .entry(a["admitted_at"].as_str().unwrap_or_default())
+            .or_default() += 1;
+    }
+    assert_eq!(times.len(), 1, "one admission time: {times:?}");
+    let jwks = jwks(&stack).await?;
+    for (place, a) in &admitted {
+        let claims = verify_token(&jwks, a["token"].as_str().unwrap_or_default(), "big")?;
+        assert_eq!(claims["sub"], place.to_string());
+    }
+    let q = stack.queue("big").await?;
+    assert_eq!(q["admitted_total"], N as u64, "{q}");
+    assert_eq!(q["waiting"], 0, "{q}");
+    Ok(())
+}
+
+/// The calls of one big tick at the Redis level: each admits [`ADMIT_PER_CALL`] places at
+/// most and says whether the tick's budget has more; together they admit exactly the budget,
+/// in line order, and a further call at the same time admits nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyhow::Result<()> {
+    use usher_core::store::{Tick, TickArgs, ADMIT_PER_CALL};
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("calls")?;
+    store
+        .put_queue(
+            &q,
+            &usher_core::store::QueueConfig {
+                admit_per_second: 25_000.0,
+                ..Default::default()
+            },
+        )
+        .await?;
+    for _ in 0..3000 {
+        store.join(&q, 7, now_ms()).await?;
+    }
+    let lease = store
+        .acquire_lease(&q, "test", Duration::from_secs(10))
+        .await?
+        .expect("free lease");
+    let now = now_ms();
+    // The queue's first tick is budgeted for 100 ms: 2,500 places.
+    let args = TickArgs {
+        now_ms: now,
+        first_elapsed_ms: 100,
+        max_elapsed_ms: 1000,
+        exact: 100,
+        max_position_error: 0.01,
+        store_rate: None,
+        lease: &lease,
+        lease_ttl_ms: 10_000,
+        gateways: &[],
+    };
+    let mut calls = Vec::new();
+    let mut places = Vec::new();
+    loop {
+        let Tick::Ticked(out) = store.tick(&q, &args).await? else {
+            panic!("open queue ticks")
+        };
+        assert!(out.admitted <= ADMIT_PER_CALL, "{}", out.admitted);
+        assert!(out.fresh.iter().all(|e| e.admitted_at_ms == now));
+        places.extend(out.fresh.iter().map(|e| e.place.0));
+        calls.push((out.admitted, out.more, out.waiting));
+        if !out.more {
+            break;
+        }
+        assert!(calls.len() < 10, "{calls:?}");
+    }
+    assert_eq!(
+        calls,
+        vec![(1000, true, 2000), (1000, true, 1000), (500, false, 500)]
+    );
+    assert!(places.windows(2).all(|w| w[0] < w[1]), "line order");
+    let Tick::Ticked(again) = store.tick(&q, &args).await? else {
+        panic!("open queue ticks")
+    };
+    assert_eq!((again.admitted, again.more), (0, false), "no budget left");
     Ok(())
 }
 

@@ -16,11 +16,15 @@
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
 --       9 lease value ('<owner>|<fence>'), 10 lease ttl ms,
 --       11 gateways 'index=alive_until_ms,...' (every registered gateway, live or dead),
---       12 most places admitted in one tick
+--       12 most places admitted in one tick, 13 most places admitted by this call
+-- A tick whose budget exceeds ARGV[13] admits in several calls with the same `now`: the first
+-- stores the unused budget as carry, and the next ones (no time elapsed since `last_tick_ms`)
+-- spend it, so no single call blocks Redis for long.
 -- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
 -- (sessions still expire and the outbox is still delivered), else
 -- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
---  dropped, carry, session ttl ms, paused (1/0), this tick's outbox entries}
+--  dropped, carry, session ttl ms, paused (1/0), this call's outbox entries, more (1/0)}
+--   more    = 1 when this call stopped at ARGV[13] with budget and places left: call again
 --   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
 --   samples = flat {seq, position, ...}: positions beyond the exact window
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
@@ -70,7 +74,7 @@ for idx, t in string.gmatch(ARGV[11], '([^=,]+)=(%d+)') do
   if tonumber(t) + grace_ms < now then dead_since[idx] = true end
 end
 
-local n = math.floor(budget)
+local n = math.min(math.floor(budget), tonumber(ARGV[13]))
 local admitted = 0
 -- This tick's outbox entries, also returned for immediate delivery.
 local fresh = {}
@@ -119,6 +123,7 @@ if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
 if w == 0 then carry = 0 else carry = budget - admitted end
+local more = (admitted >= n and n == tonumber(ARGV[13]) and carry >= 1 and w > 0) and 1 or 0
 redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
@@ -179,4 +184,4 @@ redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
 return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped, tostring(carry), ttl_ms,
-  m[7] == '1' and 1 or 0, fresh}
+  m[7] == '1' and 1 or 0, fresh, more}
