@@ -129,7 +129,23 @@ if hold and hold_server:
 else:
     rows.append(("concurrent SSE connections", "≥ 100,000", "no report", verdict(None)))
 
-# Admission latency.
+# Admission latency, and the machine's floor for it (usher-floor: bare loopback writes).
+floors = {k: load(f"floor-{k}.json") for k in ("2x2", "1x1")}
+
+
+def floor_text():
+    parts = []
+    for f in floors.values():
+        if f:
+            bursts = ", ".join(f"{b['p99_ms']:.0f}" for b in f["per_burst"])
+            parts.append(f"p99 {f['overall']['p99_ms']:.1f} ms with {f['senders']} sending and {f['receivers']} "
+                         f"receiving thread{'s' if f['receivers'] > 1 else ''} (bursts' p99 {bursts} ms)")
+    if not parts:
+        return ""
+    return ("; this machine's floor for the same burst without usher (`usher-floor`: 5,000 bare loopback "
+            "writes of an `admitted`-sized event, one per connection): " + "; ".join(parts))
+
+
 al = lat(admit, "admission")
 if admit and al and al["count"]:
     ok = al["p99_ms"] <= 50
@@ -138,7 +154,8 @@ if admit and al and al["count"]:
                  f"p50 {al['p50_ms']:.1f} ms, p99 {al['p99_ms']:.1f} ms, max {al['max_ms']:.0f} ms over "
                  f"{al['count']:,} admissions; FIFO violations {c.get('fifo_violations', '?')}, "
                  f"duplicates {c.get('duplicate_admissions', '?')}, missing {c.get('missing_admissions')}; "
-                 f"CPU stalls ≥ {stall_threshold(admit):.0f} ms during the run: {stalls(admit)}",
+                 f"CPU stalls ≥ {stall_threshold(admit):.0f} ms during the run: {stalls(admit)}"
+                 + floor_text(),
                  verdict(ok)))
 else:
     rows.append(("admission latency", "p99 ≤ 50 ms", "no report", verdict(None)))
@@ -215,6 +232,9 @@ for kind, load_txt, _, _, _, rep in sweep:
     if rep not in (joins, admit):
         lines.append(f"- {kind} at {load_txt}: `{rep.get('command_line', '?')}`")
 lines.append(f"- redis: `target/release/usher-bench-redis --sizes 1000,1000000 --ticks 50`")
+for k, f in floors.items():
+    if f:
+        lines.append(f"- floor: `target/release/usher-floor --connections 5000 --senders {f['senders']} --receivers {f['receivers']}`")
 lines.append("")
 lines.append("Plots: `target/bench/{joins,hold,admit}.svg`; raw reports: `target/bench/*.json`.")
 lines.append("<!-- bench:end -->")

@@ -9,7 +9,9 @@
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
-#   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency
+#   4. admit   — 30,000 waiting, then 5,000 admissions per tick: admission latency; and
+#                usher-floor: the same burst of 5,000 events as bare loopback writes (no usher
+#                code), this machine's floor for that latency
 #   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and at 10,000/s through two
 #                gateways; admission latency at 1,000 and 2,500 admissions per tick: where this
 #                machine meets the latency targets
@@ -212,6 +214,11 @@ log "4/5 admit: $ADMIT waiting, then 5,000 admissions per tick"
 queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
 admit_run admit "$ADMIT" --workers 4 --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg"
 settle
+# The machine's floor for the same burst without usher: 5,000 bare loopback writes of an
+# admitted-sized event, one per connection, read by plain tasks (the servers are idle now).
+log "4/5 admit: this machine's floor for a burst of 5,000 events (usher-floor)"
+"$BIN/usher-floor" --connections 5000 --senders 2 --receivers 2 >"$OUT/floor-2x2.json"
+"$BIN/usher-floor" --connections 5000 --senders 1 --receivers 1 >"$OUT/floor-1x1.json"
 fi
 
 if want sweep; then
