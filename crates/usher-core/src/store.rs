@@ -1204,8 +1204,11 @@ pub const MAX_ADMIT_PER_TICK: u64 = 10_000;
 /// [`TickOutcome::more`]), so one call blocks Redis for a few milliseconds at most, and the
 /// first places can be on their way to the gateways while the next ones are admitted.
 pub const ADMIT_PER_CALL: u64 = 1_000;
-/// Expired sessions removed per tick and queue at most (twice the most admitted per tick).
-const PRUNE_LIMIT: u64 = 2 * MAX_ADMIT_PER_TICK;
+/// Expired sessions removed per tick script call at most. A tick makes one call per
+/// [`ADMIT_PER_CALL`] admissions (at least one), so removal keeps up with sessions expiring at
+/// the rate they were admitted; a backlog (after admission stops) is removed over a few ticks,
+/// and until then costs memory only (an expired session is never counted or honoured).
+const PRUNE_LIMIT: u64 = 2 * ADMIT_PER_CALL;
 
 #[cfg(test)]
 mod tests {

@@ -375,8 +375,8 @@ impl Admitter {
                     continue;
                 }
             };
-            // Admission time = the tick's scheduled time (when on time), so tokens minted ahead
-            // for it match exactly.
+            // Admission time = the tick's scheduled time plus the read lead (when on time), so
+            // tokens minted ahead for it match exactly.
             let planned = base.1 + scheduled.duration_since(base.0).as_millis() as u64 + lead;
             last_planned = Some(planned);
             let actual = now_ms();
@@ -473,7 +473,10 @@ impl Admitter {
             self.store.queue_ids(),
             self.store.gateways(now),
         )?;
-        let early = now.saturating_sub(now_ms());
+        // (Capped: a wall clock stepped back must not stall every tick.)
+        let early = now
+            .saturating_sub(now_ms())
+            .min(read_lead(self.settings.tick).as_millis() as u64);
         if early > 0 {
             tokio::time::sleep(Duration::from_millis(early)).await;
         }
@@ -538,6 +541,16 @@ impl Admitter {
             _ => Ok(report),
         }
     }
+}
+
+/// How a tick's delivery ended.
+enum Delivery {
+    /// This many admissions were sent and recorded.
+    Done(u64),
+    /// As `Done`, but the queue was closed between two calls of the tick.
+    Closed(u64),
+    /// The lease was lost: stop driving the queue.
+    LeaseLost,
 }
 
 /// Pre-minted tokens ready for this tick.
@@ -620,32 +633,25 @@ impl QueueTick {
             }
         };
         let mut ready = self.take_premint(&mut held).await;
-        let delivered = if out.outbox_len == 0 {
-            0
-        } else if out.outbox_len == out.fresh_entries {
+        let delivered = if out.outbox_len > 0 || out.more {
             match self
                 .admit_and_deliver(q, &args, &mut ready, &mut out)
                 .await?
             {
-                Some(n) => n,
-                None => return Ok(Outcome::NotHeld),
+                Delivery::Done(n) => n,
+                Delivery::Closed(n) => {
+                    // Closed between two calls: no snapshot of a line that no longer exists.
+                    return Ok(Outcome::Ticked {
+                        held,
+                        admitted: out.admitted,
+                        delivered: n,
+                        dropped: out.dropped,
+                    });
+                }
+                Delivery::LeaseLost => return Ok(Outcome::NotHeld),
             }
         } else {
-            // Older entries first (a crash or a failed delivery left them). A budget beyond
-            // this call's share is carried: the next tick admits it.
-            match self
-                .deliver(
-                    q,
-                    &held.lease,
-                    &mut ready,
-                    out.outbox_len,
-                    Some((out.fresh_entries, std::mem::take(&mut out.fresh))),
-                )
-                .await?
-            {
-                Some(n) => n,
-                None => return Ok(Outcome::NotHeld),
-            }
+            0
         };
         measure(&mut held, self.now, &out);
         self.publish_state(q, &held, &out).await?;
@@ -790,47 +796,67 @@ impl QueueTick {
         Ok(Some(delivered))
     }
 
-    /// A tick whose admissions are all in `out` (nothing older in the outbox): sends them, and
-    /// while the tick's budget is not spent admits the next
-    /// [`usher_core::store::ADMIT_PER_CALL`] places and sends
-    /// those, so the first browsers hear of their admission while Redis admits the next ones.
-    /// Then records the tokens and empties the outbox. On return `out` is the last call's
-    /// outcome with the whole tick's admitted and dropped counts. `None` when the lease was
-    /// lost (what was sent stays in the outbox, for the next holder to deliver again).
+    /// Delivers a tick's admissions, starting from its first call's outcome `out`: sends them
+    /// at once, and while the tick's budget has more, admits the next
+    /// [`usher_core::store::ADMIT_PER_CALL`] places (the same admission time) and sends those,
+    /// so the first browsers hear of their admission while Redis admits the next ones. Then
+    /// stores the token records and empties the outbox. Entries older than the tick (left by a
+    /// crash or a failed delivery) go first, read back from the outbox. On return `out` is the
+    /// last call's outcome with the whole tick's admitted and dropped counts. After a lost lease
+    /// what was sent stays in the outbox, for the next holder to deliver again.
     async fn admit_and_deliver(
         &self,
         q: &QueueId,
         args: &TickArgs<'_>,
         ready: &mut Ready,
         out: &mut TickOutcome,
-    ) -> Result<Option<u64>, StoreError> {
-        let (mut admitted, mut dropped) = (out.admitted, out.dropped);
+    ) -> Result<Delivery, StoreError> {
+        let (mut admitted, mut dropped, mut delivered) = (0, 0, 0);
         let mut records = Vec::new();
+        // Outbox entries sent and not yet trimmed.
         let mut entries = 0;
+        let mut closed = false;
         loop {
+            admitted += out.admitted;
+            dropped += out.dropped;
             let fresh = std::mem::take(&mut out.fresh);
-            entries += out.fresh_entries;
-            records.extend(self.send(q, &fresh, ready).await?);
+            if entries == 0 && out.outbox_len > out.fresh_entries {
+                let n = out.outbox_len;
+                match self
+                    .deliver(q, args.lease, ready, n, Some((out.fresh_entries, fresh)))
+                    .await?
+                {
+                    Some(n) => delivered += n,
+                    None => return Ok(Delivery::LeaseLost),
+                }
+            } else if !fresh.is_empty() {
+                entries += out.fresh_entries;
+                records.extend(self.send(q, &fresh, ready).await?);
+            }
             if !out.more {
                 break;
             }
             match self.store.tick(q, args).await? {
-                Tick::Ticked(next) => {
-                    admitted += next.admitted;
-                    dropped += next.dropped;
-                    *out = next;
+                Tick::Ticked(next) => *out = next,
+                Tick::Closed { .. } => {
+                    // What was admitted is still recorded below.
+                    closed = true;
+                    break;
                 }
-                // Closed meanwhile: what was admitted is still recorded below.
-                Tick::Closed { .. } => break,
-                Tick::LeaseLost => return Ok(None),
+                Tick::LeaseLost => return Ok(Delivery::LeaseLost),
             }
         }
         out.admitted = admitted;
         out.dropped = dropped;
-        if !self.record(q, args.lease, &records, entries).await? {
-            return Ok(None);
+        if entries > 0 && !self.record(q, args.lease, &records, entries).await? {
+            return Ok(Delivery::LeaseLost);
         }
-        Ok(Some(records.len() as u64))
+        delivered += records.len() as u64;
+        Ok(if closed {
+            Delivery::Closed(delivered)
+        } else {
+            Delivery::Done(delivered)
+        })
     }
 
     /// Sends `entries` to the gateways holding their browsers (a place whose token is staged

@@ -189,6 +189,180 @@ async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyh
     Ok(())
 }
 
+/// Places of a gateway dead longer than the grace period are dropped, not admitted, when they
+/// reach the head; one call pops at most [`ADMIT_PER_CALL`] of them beyond its admissions and
+/// then says `more`, so a long run of them costs several short calls, and the tick still
+/// admits its whole budget from the live places behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyhow::Result<()> {
+    use usher_core::ids::ServerId;
+    use usher_core::store::{GatewayInfo, Tick, TickArgs, ADMIT_PER_CALL};
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("dead")?;
+    store
+        .put_queue(
+            &q,
+            &usher_core::store::QueueConfig {
+                admit_per_second: 1000.0,
+                ..Default::default()
+            },
+        )
+        .await?;
+    const DEAD: u64 = 1500;
+    for _ in 0..DEAD {
+        store.join(&q, 9, now_ms()).await?;
+    }
+    for _ in 0..200 {
+        store.join(&q, 7, now_ms()).await?;
+    }
+    let lease = store
+        .acquire_lease(&q, "test", Duration::from_secs(10))
+        .await?
+        .expect("free lease");
+    let now = now_ms();
+    let gateways = [
+        GatewayInfo {
+            index: 9,
+            alive_until_ms: now - 600_000,
+            server_id: ServerId::new("gone")?,
+        },
+        GatewayInfo {
+            index: 7,
+            alive_until_ms: now + 600_000,
+            server_id: ServerId::new("live")?,
+        },
+    ];
+    // The first tick is budgeted for 100 ms: 100 places.
+    let args = TickArgs {
+        now_ms: now,
+        first_elapsed_ms: 100,
+        max_elapsed_ms: 1000,
+        exact: 100,
+        max_position_error: 0.01,
+        store_rate: None,
+        lease: &lease,
+        lease_ttl_ms: 10_000,
+        gateways: &gateways,
+    };
+    let mut calls = Vec::new();
+    loop {
+        let Tick::Ticked(out) = store.tick(&q, &args).await? else {
+            panic!("open queue ticks")
+        };
+        assert!(
+            out.admitted + out.dropped <= 100 + ADMIT_PER_CALL,
+            "{out:?}"
+        );
+        assert!(out.fresh.iter().all(|e| e.gateway == 7));
+        calls.push((out.admitted, out.dropped, out.more));
+        if !out.more {
+            break;
+        }
+        assert!(calls.len() < 10, "{calls:?}");
+    }
+    assert_eq!(calls, vec![(0, 1100, true), (100, 400, false)]);
+    let stats = store.queue_stats(&q, now_ms()).await?;
+    assert_eq!(
+        (stats.waiting, stats.dropped_total),
+        (100, DEAD),
+        "{stats:?}"
+    );
+    Ok(())
+}
+
+/// A replica that crashed after a tick script call but before delivering leaves outbox
+/// entries behind. The next tick delivers them first, with this tick's first call, and still
+/// admits the rest of its budget in further calls: everyone ends up admitted with a stored
+/// token, nothing is left in the outbox, and nobody is admitted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budget(
+) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use usher_core::store::{PlaceState, Tick, TickArgs};
+    use usher_dispatcher::admission::{Admitter, Settings};
+    const N: u64 = 3000;
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("crash")?;
+    store
+        .put_queue(
+            &q,
+            &usher_core::store::QueueConfig {
+                admit_per_second: 25_000.0,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let mut places = Vec::new();
+    for _ in 0..N {
+        match store.join(&q, 7, now_ms()).await? {
+            usher_core::store::PlaceState::Waiting { place, .. } => places.push(place),
+            other => panic!("join: {other:?}"),
+        }
+    }
+    let settings = Settings {
+        replica: "replica-a".into(),
+        tick: Duration::from_millis(100),
+        lease_ttl: Duration::from_secs(10),
+        exact_positions: 100,
+    };
+    // The crashed holder: one call (1,000 of its 2,500), never delivered.
+    let lease = store
+        .acquire_lease(&q, &settings.replica, settings.lease_ttl)
+        .await?
+        .expect("free lease");
+    let crashed_at = now_ms() - 100;
+    let Tick::Ticked(first) = store
+        .tick(
+            &q,
+            &TickArgs {
+                now_ms: crashed_at,
+                first_elapsed_ms: 100,
+                max_elapsed_ms: 1000,
+                exact: 100,
+                max_position_error: 0.01,
+                store_rate: None,
+                lease: &lease,
+                lease_ttl_ms: 10_000,
+                gateways: &[],
+            },
+        )
+        .await?
+    else {
+        panic!("open queue ticks")
+    };
+    assert_eq!(
+        (first.admitted, first.more, first.outbox_len),
+        (1000, true, 1)
+    );
+
+    // The same replica restarted: its next tick (100 ms later: 2,500 more budget).
+    let key = Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
+        &usher_core::token::SigningKey::generate_pem()?,
+    )?);
+    let mut admitter = Admitter::new(store.clone(), key, settings);
+    let report = admitter.tick().await?;
+    assert_eq!(report.admitted, N - 1000, "{report:?}");
+    assert_eq!(report.delivered, N, "{report:?}");
+    let (left, _) = store.outbox(&q, 100).await?;
+    assert_eq!(left, 0, "outbox emptied");
+    let stats = store.queue_stats(&q, now_ms()).await?;
+    assert_eq!((stats.waiting, stats.admitted_total), (0, N), "{stats:?}");
+    // The first 1,000 in line keep the crashed tick's admission time (their tokens were
+    // minted for it); the rest were admitted by the new tick.
+    for (i, p) in places.into_iter().enumerate() {
+        match store.status(&q, p, now_ms()).await? {
+            PlaceState::Admitted(rec) if i < 1000 => {
+                assert_eq!(rec.admitted_at_ms, crashed_at, "place {p:?}")
+            }
+            PlaceState::Admitted(rec) => assert!(rec.admitted_at_ms > crashed_at, "place {p:?}"),
+            other => panic!("place {p:?}: {other:?}"),
+        }
+    }
+    Ok(())
+}
+
 /// The dispatcher's Redis work per tick does not depend on how many wait: count commands
 /// (INFO commandstats) over a fixed number of ticks with a short and a long line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,5 @@
--- One dispatcher tick for one queue, by the replica holding the queue's lease.
+-- One dispatcher tick for one queue (or one call of a tick, see ARGV[13]), by the replica
+-- holding the queue's lease.
 --
 -- In one atomic step: check the lease (fencing: a stale leader's tick is rejected) and renew
 -- it, expire finished sessions, drop places whose browsers stayed away past the grace period
@@ -24,7 +25,8 @@
 -- (sessions still expire and the outbox is still delivered), else
 -- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
 --  dropped, carry, session ttl ms, paused (1/0), this call's outbox entries, more (1/0)}
---   more    = 1 when this call stopped at ARGV[13] with budget and places left: call again
+--   more    = 1 when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places of
+--             dead gateways popped) with budget and places left: call again
 --   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
 --   samples = flat {seq, position, ...}: positions beyond the exact window
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
@@ -74,9 +76,11 @@ for idx, t in string.gmatch(ARGV[11], '([^=,]+)=(%d+)') do
   if tonumber(t) + grace_ms < now then dead_since[idx] = true end
 end
 
-local n = math.min(math.floor(budget), tonumber(ARGV[13]))
+local per_call = tonumber(ARGV[13])
+local n = math.min(math.floor(budget), per_call)
+local capped = false
 local admitted = 0
--- This tick's outbox entries, also returned for immediate delivery.
+-- This call's outbox entries, also returned for immediate delivery.
 local fresh = {}
 if n > 0 then
   local exp = fmt(now + ttl_ms)
@@ -84,7 +88,9 @@ if n > 0 then
   local any_away = redis.call('ZCARD', KEYS[7]) > 0
   local gw_of = {}
   local popped_total = 0
-  while admitted < n and popped_total < n + 10000 do
+  -- Places of dead gateways are popped without admission: at most ARGV[13] of them per call.
+  local pop_cap = n + per_call
+  while admitted < n and popped_total < pop_cap do
     local popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
     if #popped == 0 then break end
     popped_total = popped_total + #popped / 2
@@ -117,13 +123,14 @@ if n > 0 then
     end
     if any_away then redis.call('ZREM', KEYS[7], unpack(away)) end
   end
+  capped = popped_total >= pop_cap
   if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
 end
 if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
 if w == 0 then carry = 0 else carry = budget - admitted end
-local more = (admitted >= n and n == tonumber(ARGV[13]) and carry >= 1 and w > 0) and 1 or 0
+local more = (carry >= 1 and w > 0 and (admitted >= per_call or capped)) and 1 or 0
 redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
