@@ -223,6 +223,8 @@ pub struct TickOutcome {
     pub admitted: u64,
     pub waiting: u64,
     pub active: u64,
+    /// The snapshot of the line (see `lua/tick.lua`); empty when [`TickOutcome::more`] is set:
+    /// the tick's last call takes it.
     pub runs: Vec<(u64, u64)>,
     pub samples: Vec<(u64, u64)>,
     /// Indexes of gateways holding browsers of this queue.

@@ -170,6 +170,11 @@ async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyh
         };
         assert!(out.admitted <= ADMIT_PER_CALL, "{}", out.admitted);
         assert!(out.fresh.iter().all(|e| e.admitted_at_ms == now));
+        assert_eq!(
+            out.runs.is_empty(),
+            out.more,
+            "the last call takes the snapshot"
+        );
         places.extend(out.fresh.iter().map(|e| e.place.0));
         calls.push((out.admitted, out.more, out.waiting));
         if !out.more {

@@ -29,6 +29,7 @@
 --             dead gateways popped) with budget and places left: call again
 --   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
 --   samples = flat {seq, position, ...}: positions beyond the exact window
+--   (runs and samples are empty when more = 1: the tick's last call takes the snapshot)
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
 local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'session_ttl_seconds',
@@ -135,55 +136,57 @@ redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
 
-local runs = {}
-local exact = tonumber(ARGV[4])
-local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
-local start, count, last = nil, 0, nil
-for i = 2, #head, 2 do
-  local s = tonumber(head[i])
-  if last ~= nil and s == last + 1 then
-    count = count + 1
-  else
-    if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
-    start, count = s, 1
+-- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one).
+local runs, samples = {}, {}
+if more == 0 then
+  local exact = tonumber(ARGV[4])
+  local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
+  local start, count, last = nil, 0, nil
+  for i = 2, #head, 2 do
+    local s = tonumber(head[i])
+    if last ~= nil and s == last + 1 then
+      count = count + 1
+    else
+      if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
+      start, count = s, 1
+    end
+    last = s
   end
-  last = s
-end
-if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
+  if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
 
--- Samples beyond the exact window. Between two samples (r1, s1) and (r2, s2), interpolation is
--- off by at most the number of holes (places that left) in between, (s2 - s1) - (r2 - r1). Start
--- from coarse geometric samples and bisect only intervals with more holes than `step` x r1 allows,
--- so a line with few leavers costs a few dozen lookups, and the worst case about log(w/exact)/step.
-local samples = {}
-if w > exact then
-  local step = tonumber(ARGV[5])
-  local coarse = tonumber(ARGV[8])
-  local function seq_at(r)
-    local at = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
-    return tonumber(at[2])
-  end
-  local function emit(s, r)
-    samples[#samples + 1] = s; samples[#samples + 1] = r
-  end
-  local function refine(r1, s1, r2, s2)
-    if r2 - r1 <= 1 then return end
-    if (s2 - s1) - (r2 - r1) <= math.floor(r1 * step) then return end
-    local rm = math.floor((r1 + r2) / 2)
-    local sm = seq_at(rm)
-    refine(r1, s1, rm, sm)
-    emit(sm, rm)
-    refine(rm, sm, r2, s2)
-  end
-  local r = exact
-  local sr = seq_at(r)
-  emit(sr, r)
-  while r < w do
-    local r2 = math.min(w, r + math.max(1, math.floor(r * coarse)))
-    local s2 = seq_at(r2)
-    refine(r, sr, r2, s2)
-    emit(s2, r2)
-    r, sr = r2, s2
+  -- Samples beyond the exact window. Between two samples (r1, s1) and (r2, s2), interpolation is
+  -- off by at most the number of holes (places that left) in between, (s2 - s1) - (r2 - r1). Start
+  -- from coarse geometric samples and bisect only intervals with more holes than `step` x r1 allows,
+  -- so a line with few leavers costs a few dozen lookups, and the worst case about log(w/exact)/step.
+  if w > exact then
+    local step = tonumber(ARGV[5])
+    local coarse = tonumber(ARGV[8])
+    local function seq_at(r)
+      local at = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
+      return tonumber(at[2])
+    end
+    local function emit(s, r)
+      samples[#samples + 1] = s; samples[#samples + 1] = r
+    end
+    local function refine(r1, s1, r2, s2)
+      if r2 - r1 <= 1 then return end
+      if (s2 - s1) - (r2 - r1) <= math.floor(r1 * step) then return end
+      local rm = math.floor((r1 + r2) / 2)
+      local sm = seq_at(rm)
+      refine(r1, s1, rm, sm)
+      emit(sm, rm)
+      refine(rm, sm, r2, s2)
+    end
+    local r = exact
+    local sr = seq_at(r)
+    emit(sr, r)
+    while r < w do
+      local r2 = math.min(w, r + math.max(1, math.floor(r * coarse)))
+      local s2 = seq_at(r2)
+      refine(r, sr, r2, s2)
+      emit(s2, r2)
+      r, sr = r2, s2
+    end
   end
 end
 
