@@ -70,25 +70,30 @@ struct Held {
 /// The tokens are also *staged*: sent ahead to the gateways holding those places, so that at
 /// the tick the admission message names places only, instead of carrying ~350 bytes of token
 /// each on the busiest path. A gateway never shows a staged token before the admission.
+///
+/// Tokens come in batches of [`PREMINT_BATCH`] places, head of the line first, so a tick that
+/// comes before all are ready (a queue unpaused just before it) waits only for the batch its
+/// first script call admits, not for all of them.
 #[derive(Debug)]
 struct Premint {
     at_ms: u64,
     exp_ms: u64,
+    batches: Batches,
     task: Minting,
 }
+
+/// Pre-minted tokens as they are minted: (place, token) in line order.
+type Batches = tokio::sync::mpsc::Receiver<Vec<(u64, Pre)>>;
+
+/// Places minted (and staged) per pre-mint batch.
+const PREMINT_BATCH: usize = 1_000;
 
 /// The background task minting (and staging) tokens; aborted when dropped, so a replaced or
 /// forgotten pre-mint (an operator's second change, a queue handed over) stops instead of
 /// minting and staging on every core for nothing. (A mint already running on the blocking
 /// pool finishes its batch; its result is dropped.)
 #[derive(Debug)]
-struct Minting(tokio::task::JoinHandle<HashMap<u64, Pre>>);
-
-impl Minting {
-    async fn join(mut self) -> HashMap<u64, Pre> {
-        (&mut self.0).await.unwrap_or_default()
-    }
-}
+struct Minting(tokio::task::JoinHandle<()>);
 
 impl Drop for Minting {
     fn drop(&mut self) {
@@ -229,36 +234,43 @@ fn spawn_premint(
     } = plan;
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
     let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
+    let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
             tokio::time::sleep(Duration::from_millis(t.saturating_sub(now_ms()))).await;
         }
         let head = match store.head(&q, want).await {
-            Ok(p) if !p.is_empty() => p,
-            _ => return HashMap::new(),
+            Ok(p) => p,
+            Err(_) => return,
         };
-        let places: Vec<u64> = head.iter().map(|h| h.0).collect();
-        let q2 = q.clone();
-        let minted =
-            tokio::task::spawn_blocking(move || mint_many(&key, &q2, &places, at_ms, exp_ms))
-                .await
-                .unwrap_or_default();
-        let gateway_of: HashMap<u64, u16> = head.into_iter().collect();
-        let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
-        minted
-            .into_iter()
-            .map(|(place, token)| {
-                let staged_on = gateway_of
-                    .get(&place)
-                    .copied()
-                    .filter(|g| staged.contains(g));
-                (place, Pre { token, staged_on })
-            })
-            .collect()
+        for part in head.chunks(PREMINT_BATCH) {
+            let places: Vec<u64> = part.iter().map(|h| h.0).collect();
+            let (key2, q2) = (key.clone(), q.clone());
+            let minted =
+                tokio::task::spawn_blocking(move || mint_many(&key2, &q2, &places, at_ms, exp_ms))
+                    .await
+                    .unwrap_or_default();
+            let gateway_of: HashMap<u64, u16> = part.iter().copied().collect();
+            let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
+            let batch = minted
+                .into_iter()
+                .map(|(place, token)| {
+                    let staged_on = gateway_of
+                        .get(&place)
+                        .copied()
+                        .filter(|g| staged.contains(g));
+                    (place, Pre { token, staged_on })
+                })
+                .collect();
+            if tx.send(batch).await.is_err() {
+                return;
+            }
+        }
     });
     Premint {
         at_ms,
         exp_ms,
+        batches,
         task: Minting(task),
     }
 }
@@ -553,12 +565,43 @@ enum Delivery {
     LeaseLost,
 }
 
-/// Pre-minted tokens ready for this tick.
+/// Pre-minted tokens for this tick: those received so far, and the rest still coming.
 #[derive(Debug, Default)]
 struct Ready {
     at_ms: u64,
     exp_ms: u64,
     tokens: HashMap<u64, Pre>,
+    /// Batches not received yet (`None`: all received, or nothing was pre-minted).
+    pending: Option<(Batches, Minting)>,
+    /// The highest place received so far: batches come in line order, so a place below it
+    /// that has no token will not get one from this pre-mint.
+    received_to: u64,
+}
+
+impl Ready {
+    /// Receives batches until every place of `wanted` admitted at this pre-mint's time has its
+    /// token or cannot get one from it.
+    async fn cover(&mut self, wanted: &[OutboxEntry]) {
+        loop {
+            let waiting_for = wanted.iter().any(|e| {
+                e.admitted_at_ms == self.at_ms
+                    && e.expires_at_ms == self.exp_ms
+                    && e.place.0 > self.received_to
+                    && !self.tokens.contains_key(&e.place.0)
+            });
+            let Some((rx, _)) = self.pending.as_mut().filter(|_| waiting_for) else {
+                return;
+            };
+            match rx.recv().await {
+                Some(batch) => {
+                    let top = batch.iter().map(|(p, _)| *p).max().unwrap_or(0);
+                    self.received_to = self.received_to.max(top);
+                    self.tokens.extend(batch);
+                }
+                None => self.pending = None,
+            }
+        }
+    }
 }
 
 struct QueueTick {
@@ -632,7 +675,7 @@ impl QueueTick {
                 return Ok(Outcome::NotHeld);
             }
         };
-        let mut ready = self.take_premint(&mut held).await;
+        let mut ready = self.take_premint(&mut held);
         let delivered = if out.outbox_len > 0 || out.more {
             match self
                 .admit_and_deliver(q, &args, &mut ready, &mut out)
@@ -664,13 +707,16 @@ impl QueueTick {
         })
     }
 
-    /// The tokens pre-minted for this tick, if they were minted for this very admission time.
-    async fn take_premint(&self, held: &mut Held) -> Ready {
+    /// The tokens pre-minted for this tick, if they were minted for this very admission time
+    /// (those still being minted arrive as they are needed: [`Ready::cover`]).
+    fn take_premint(&self, held: &mut Held) -> Ready {
         match held.premint.take() {
             Some(p) if p.at_ms == self.now => Ready {
                 at_ms: p.at_ms,
                 exp_ms: p.exp_ms,
-                tokens: p.task.join().await,
+                tokens: HashMap::new(),
+                pending: Some((p.batches, p.task)),
+                received_to: 0,
             },
             Some(p) => {
                 tracing::debug!(
@@ -719,6 +765,7 @@ impl QueueTick {
         entries: &[OutboxEntry],
         ready: &mut Ready,
     ) -> HashMap<u64, Pre> {
+        ready.cover(entries).await;
         let mut out = HashMap::with_capacity(entries.len());
         let mut missing: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
         for e in entries {
@@ -1012,6 +1059,69 @@ fn measure(held: &mut Held, now: u64, out: &TickOutcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(place: u64, at: u64) -> OutboxEntry {
+        OutboxEntry {
+            place: PlaceId(place),
+            gateway: 1,
+            admitted_at_ms: at,
+            expires_at_ms: at + 1000,
+        }
+    }
+
+    fn batch(places: std::ops::RangeInclusive<u64>) -> Vec<(u64, Pre)> {
+        places
+            .map(|p| {
+                (
+                    p,
+                    Pre {
+                        token: format!("t{p}"),
+                        staged_on: None,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// A tick uses pre-minted tokens batch by batch: a call whose places are in the first
+    /// batch does not wait for the rest; one that needs a later batch waits for it; a place
+    /// the pre-mint skipped (below what was received) is not waited for.
+    #[tokio::test]
+    async fn a_tick_waits_only_for_the_pre_minted_batches_it_needs() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut ready = Ready {
+            at_ms: 5000,
+            exp_ms: 6000,
+            tokens: HashMap::new(),
+            pending: Some((rx, Minting(tokio::spawn(async {})))),
+            received_to: 0,
+        };
+        tx.send(batch(1..=10)).await.expect("open");
+        let first: Vec<_> = (1..=10).map(|p| entry(p, 5000)).collect();
+        // The second batch is never sent here: covering the first must not wait for it.
+        let waited = tokio::time::timeout(Duration::from_secs(5), ready.cover(&first)).await;
+        assert!(waited.is_ok(), "waited for a batch it did not need");
+        assert_eq!(ready.tokens.len(), 10);
+        assert_eq!(ready.received_to, 10);
+
+        // Place 3 skipped by the pre-mint (taken out), place 15 in the next batch.
+        ready.tokens.remove(&3);
+        let later = vec![entry(3, 5000), entry(15, 5000)];
+        let send = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send(batch(11..=20)).await.expect("open");
+        };
+        let ((), ()) = tokio::join!(ready.cover(&later), send);
+        assert!(ready.tokens.contains_key(&15));
+        assert!(!ready.tokens.contains_key(&3));
+
+        // Entries of another admission time never wait; a closed channel ends the wait.
+        let other = vec![entry(99, 7000)];
+        ready.cover(&other).await;
+        drop(tx);
+        ready.cover(&[entry(99, 5000)]).await;
+        assert!(ready.pending.is_none());
+    }
 
     #[test]
     fn rendezvous_spreads_queues_and_moves_few_when_a_replica_joins() {
