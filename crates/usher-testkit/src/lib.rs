@@ -11,27 +11,30 @@ pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;
 
-/// Runs one dispatcher tick script on `q` directly (100 ms budget, 1,000 exact places), as a
-/// dispatcher holding `lease` would: for tests and benchmarks of the Redis side alone.
+/// The tick arguments a dispatcher holding `lease` would pass at admission time `now_ms`
+/// (100 ms budget on a queue's first tick, 1,000 exact places): for tests and benchmarks of the
+/// Redis side alone.
+pub fn tick_args(lease: &usher_core::store::Lease, now_ms: u64) -> usher_core::store::TickArgs<'_> {
+    usher_core::store::TickArgs {
+        now_ms,
+        first_elapsed_ms: 100,
+        max_elapsed_ms: 1000,
+        exact: 1000,
+        max_position_error: 0.01,
+        store_rate: None,
+        lease,
+        lease_ttl_ms: 600_000,
+        gateways: &[],
+    }
+}
+
+/// Runs one dispatcher tick script call on `q` directly, now (see [`tick_args`]).
 pub async fn tick_once(
     store: &usher_core::store::Store,
     q: &usher_core::ids::QueueId,
     lease: &usher_core::store::Lease,
 ) -> Result<usher_core::store::Tick, usher_core::store::StoreError> {
     store
-        .tick(
-            q,
-            &usher_core::store::TickArgs {
-                now_ms: usher_core::time::now_ms(),
-                first_elapsed_ms: 100,
-                max_elapsed_ms: 1000,
-                exact: 1000,
-                max_position_error: 0.01,
-                store_rate: None,
-                lease,
-                lease_ttl_ms: 600_000,
-                gateways: &[],
-            },
-        )
+        .tick(q, &tick_args(lease, usher_core::time::now_ms()))
         .await
 }
