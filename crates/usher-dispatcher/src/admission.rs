@@ -237,7 +237,10 @@ fn spawn_premint(
     let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
-            tokio::time::sleep(Duration::from_millis(t.saturating_sub(now_ms()))).await;
+            // Never longer than from the read time to the admission time: a wall clock stepped
+            // back must not hold the tick that waits for these tokens.
+            let wait = t.saturating_sub(now_ms()).min(at_ms.saturating_sub(t));
+            tokio::time::sleep(Duration::from_millis(wait)).await;
         }
         let head = match store.head(&q, want).await {
             Ok(p) => p,
@@ -696,6 +699,8 @@ impl QueueTick {
         } else {
             0
         };
+        // Pre-minted batches this tick did not need are not minted during the deliveries.
+        drop(ready);
         measure(&mut held, self.now, &out);
         self.publish_state(q, &held, &out).await?;
         self.premint_next(q, &mut held, &out);

@@ -101,6 +101,7 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
     let mut admitted = 0;
     let mut samples = 0;
     let mut calls = 0;
+    let mut tick_at: Option<u64> = None;
     for _ in 0..args.ticks {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Keep the line at `n`: replace what the previous tick admitted (not timed).
@@ -109,7 +110,11 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
             store.join(&q, (i % 6 + 1) as u16, now_ms()).await?;
         }
         // A whole tick: one script call per 1,000 admissions (`more`), at one admission time.
-        let args = usher_testkit::tick_args(&lease, now_ms());
+        // Admission times 100 ms apart, so each tick's budget is exactly `admit_per_tick`
+        // however long the refill took.
+        let at = *tick_at.get_or_insert_with(now_ms) + 100;
+        tick_at = Some(at);
+        let args = usher_testkit::tick_args(&lease, at);
         let t = Instant::now();
         loop {
             calls += 1;
