@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 use usher_core::ids::QueueId;
-use usher_core::store::Store;
+use usher_core::store::{Lease, Store};
 use usher_core::time::now_ms;
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
@@ -124,44 +124,45 @@ async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> any
     Ok(())
 }
 
+/// A fresh Redis with one open queue admitting `admit_per_second`, and the queue's lease (as
+/// the dispatcher replica `replica` would hold it), for tests of the tick at the Redis level.
+async fn queue_on_redis(
+    name: &str,
+    admit_per_second: f64,
+    replica: &str,
+) -> anyhow::Result<(usher_testkit::RedisServer, Store, QueueId, Lease)> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new(name)?;
+    store
+        .put_queue(
+            &q,
+            &usher_core::store::QueueConfig {
+                admit_per_second,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let lease = store
+        .acquire_lease(&q, replica, Duration::from_secs(10))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the lease of a new queue is free"))?;
+    Ok((redis, store, q, lease))
+}
+
 /// The calls of one big tick at the Redis level: each admits [`ADMIT_PER_CALL`] places at
 /// most and says whether the tick's budget has more; together they admit exactly the budget,
 /// in line order, and a further call at the same time admits nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyhow::Result<()> {
-    use usher_core::store::{Tick, TickArgs, ADMIT_PER_CALL};
-    let redis = usher_testkit::RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = QueueId::new("calls")?;
-    store
-        .put_queue(
-            &q,
-            &usher_core::store::QueueConfig {
-                admit_per_second: 25_000.0,
-                ..Default::default()
-            },
-        )
-        .await?;
+    use usher_core::store::{Tick, ADMIT_PER_CALL};
+    let (_redis, store, q, lease) = queue_on_redis("calls", 25_000.0, "test").await?;
     for _ in 0..3000 {
         store.join(&q, 7, now_ms()).await?;
     }
-    let lease = store
-        .acquire_lease(&q, "test", Duration::from_secs(10))
-        .await?
-        .expect("free lease");
     let now = now_ms();
     // The queue's first tick is budgeted for 100 ms: 2,500 places.
-    let args = TickArgs {
-        now_ms: now,
-        first_elapsed_ms: 100,
-        max_elapsed_ms: 1000,
-        exact: 100,
-        max_position_error: 0.01,
-        store_rate: None,
-        lease: &lease,
-        lease_ttl_ms: 10_000,
-        gateways: &[],
-    };
+    let args = usher_testkit::tick_args(&lease, now);
     let mut calls = Vec::new();
     let mut places = Vec::new();
     loop {
@@ -202,18 +203,7 @@ async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyh
 async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyhow::Result<()> {
     use usher_core::ids::ServerId;
     use usher_core::store::{GatewayInfo, Tick, TickArgs, ADMIT_PER_CALL};
-    let redis = usher_testkit::RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = QueueId::new("dead")?;
-    store
-        .put_queue(
-            &q,
-            &usher_core::store::QueueConfig {
-                admit_per_second: 1000.0,
-                ..Default::default()
-            },
-        )
-        .await?;
+    let (_redis, store, q, lease) = queue_on_redis("dead", 1000.0, "test").await?;
     const DEAD: u64 = 1500;
     for _ in 0..DEAD {
         store.join(&q, 9, now_ms()).await?;
@@ -221,10 +211,6 @@ async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyho
     for _ in 0..200 {
         store.join(&q, 7, now_ms()).await?;
     }
-    let lease = store
-        .acquire_lease(&q, "test", Duration::from_secs(10))
-        .await?
-        .expect("free lease");
     let now = now_ms();
     let gateways = [
         GatewayInfo {
@@ -240,15 +226,8 @@ async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyho
     ];
     // The first tick is budgeted for 100 ms: 100 places.
     let args = TickArgs {
-        now_ms: now,
-        first_elapsed_ms: 100,
-        max_elapsed_ms: 1000,
-        exact: 100,
-        max_position_error: 0.01,
-        store_rate: None,
-        lease: &lease,
-        lease_ttl_ms: 10_000,
         gateways: &gateways,
+        ..usher_testkit::tick_args(&lease, now)
     };
     let mut calls = Vec::new();
     loop {
@@ -284,21 +263,10 @@ async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyho
 async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budget(
 ) -> anyhow::Result<()> {
     use std::sync::Arc;
-    use usher_core::store::{PlaceState, Tick, TickArgs};
+    use usher_core::store::{PlaceState, Tick};
     use usher_dispatcher::admission::{Admitter, Settings};
     const N: u64 = 3000;
-    let redis = usher_testkit::RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = QueueId::new("crash")?;
-    store
-        .put_queue(
-            &q,
-            &usher_core::store::QueueConfig {
-                admit_per_second: 25_000.0,
-                ..Default::default()
-            },
-        )
-        .await?;
+    let (_redis, store, q, lease) = queue_on_redis("crash", 25_000.0, "replica-a").await?;
     let mut places = Vec::new();
     for _ in 0..N {
         match store.join(&q, 7, now_ms()).await? {
@@ -313,26 +281,9 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
         exact_positions: 100,
     };
     // The crashed holder: one call (1,000 of its 2,500), never delivered.
-    let lease = store
-        .acquire_lease(&q, &settings.replica, settings.lease_ttl)
-        .await?
-        .expect("free lease");
     let crashed_at = now_ms() - 100;
     let Tick::Ticked(first) = store
-        .tick(
-            &q,
-            &TickArgs {
-                now_ms: crashed_at,
-                first_elapsed_ms: 100,
-                max_elapsed_ms: 1000,
-                exact: 100,
-                max_position_error: 0.01,
-                store_rate: None,
-                lease: &lease,
-                lease_ttl_ms: 10_000,
-                gateways: &[],
-            },
-        )
+        .tick(&q, &usher_testkit::tick_args(&lease, crashed_at))
         .await?
     else {
         panic!("open queue ticks")
