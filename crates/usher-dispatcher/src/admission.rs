@@ -699,7 +699,6 @@ impl QueueTick {
         } else {
             0
         };
-        // Pre-minted batches this tick did not need are not minted during the deliveries.
         drop(ready);
         measure(&mut held, self.now, &out);
         self.publish_state(q, &held, &out).await?;
@@ -900,6 +899,9 @@ impl QueueTick {
         }
         out.admitted = admitted;
         out.dropped = dropped;
+        // Everything is sent: pre-minted batches this tick did not need are not minted (on
+        // every core) while gateways deliver.
+        ready.pending = None;
         if entries > 0 && !self.record(q, args.lease, &records, entries).await? {
             return Ok(Delivery::LeaseLost);
         }
