@@ -582,13 +582,17 @@ struct Ready {
 }
 
 impl Ready {
+    /// Whether this pre-mint was for `e`'s admission (its tokens are exactly `e`'s).
+    fn minted_for(&self, e: &OutboxEntry) -> bool {
+        e.admitted_at_ms == self.at_ms && e.expires_at_ms == self.exp_ms
+    }
+
     /// Receives batches until every place of `wanted` admitted at this pre-mint's time has its
     /// token or cannot get one from it.
     async fn cover(&mut self, wanted: &[OutboxEntry]) {
         loop {
             let waiting_for = wanted.iter().any(|e| {
-                e.admitted_at_ms == self.at_ms
-                    && e.expires_at_ms == self.exp_ms
+                self.minted_for(e)
                     && e.place.0 > self.received_to
                     && !self.tokens.contains_key(&e.place.0)
             });
@@ -773,7 +777,8 @@ impl QueueTick {
         let mut out = HashMap::with_capacity(entries.len());
         let mut missing: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
         for e in entries {
-            let pre = (e.admitted_at_ms == ready.at_ms && e.expires_at_ms == ready.exp_ms)
+            let pre = ready
+                .minted_for(e)
                 .then(|| ready.tokens.remove(&e.place.0))
                 .flatten();
             match pre {

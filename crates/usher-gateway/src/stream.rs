@@ -304,26 +304,32 @@ pub(crate) async fn pump(
     sock: &mut TcpStream,
     setup: Setup,
 ) -> std::io::Result<bool> {
-    // The head goes out with the first chunk: one write (one TCP segment) per join.
     let retry = gw.config.retry_ms;
-    let whole = match setup {
+    let text = match setup {
         Setup::Live {
             ticket,
             holding,
             rx,
-        } => Err((ticket, holding, rx)),
-        Setup::Once(frame) => Ok(retry_frame(retry) + &frame),
-        Setup::TryLater | Setup::Failed(_) => Ok(retry_frame(jittered(retry))),
+        } => return pump_live(gw, sock, ticket, holding, rx).await,
+        Setup::Once(frame) => retry_frame(retry) + &frame,
+        Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
     };
-    let (ticket, holding, mut rx) = match whole {
-        // A whole response in one write: head, its only chunk, the last chunk.
-        Ok(text) => {
-            return chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
-                .await
-                .map(|()| true)
-        }
-        Err(live) => live,
-    };
+    // A whole response in one write: head, its only chunk, the last chunk.
+    chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
+        .await
+        .map(|()| true)
+}
+
+/// [`pump`] for a held browser: events as the line moves, until a terminal one.
+async fn pump_live(
+    gw: &Arc<Gateway>,
+    sock: &mut TcpStream,
+    ticket: String,
+    holding: Holding,
+    mut rx: watch::Receiver<Update>,
+) -> std::io::Result<bool> {
+    let retry = gw.config.retry_ms;
+    // The head goes out with the first chunk: one write (one TCP segment) per join.
     let mut keepalive = gw.keepalive.subscribe(holding.attached.place.0);
     let first = rx.borrow_and_update().clone();
     let mut text = retry_frame(retry);

@@ -38,3 +38,22 @@ pub async fn tick_once(
         .tick(q, &tick_args(lease, usher_core::time::now_ms()))
         .await
 }
+
+/// Runs a whole tick on `q` directly: script calls with `args` until one has no `more` (or
+/// does not tick), at most 100 of them; their outcomes, in order.
+pub async fn tick_calls(
+    store: &usher_core::store::Store,
+    q: &usher_core::ids::QueueId,
+    args: &usher_core::store::TickArgs<'_>,
+) -> Result<Vec<usher_core::store::Tick>, usher_core::store::StoreError> {
+    let mut calls = Vec::new();
+    while calls.len() < 100 {
+        let t = store.tick(q, args).await?;
+        let more = matches!(&t, usher_core::store::Tick::Ticked(o) if o.more);
+        calls.push(t);
+        if !more {
+            break;
+        }
+    }
+    Ok(calls)
+}

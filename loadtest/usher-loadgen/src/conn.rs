@@ -259,7 +259,9 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
     rec.finish();
 }
 
-enum OpenError {
+/// The step at which opening a stream failed (counted as an error of that kind).
+#[derive(Debug)]
+pub enum OpenError {
     Socket,
     Bind,
     Connect,
@@ -269,7 +271,7 @@ enum OpenError {
 }
 
 impl OpenError {
-    fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             OpenError::Socket => "socket",
             OpenError::Bind => "bind",
@@ -281,7 +283,9 @@ impl OpenError {
     }
 }
 
-async fn connect(target: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, OpenError> {
+/// A TCP connection to `target` with `TCP_NODELAY`, from `source` when given (bound first, so
+/// every source address brings its own ephemeral ports).
+pub async fn connect(target: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, OpenError> {
     let sock = if target.is_ipv4() {
         TcpSocket::new_v4()
     } else {

@@ -69,7 +69,7 @@ impl Hist {
             if empty {
                 0.0
             } else {
-                round3(us as f64 / 1000.0)
+                round_to(us as f64 / 1000.0, 3)
             }
         };
         LatencySummary {
@@ -78,7 +78,7 @@ impl Hist {
             mean_ms: if empty {
                 0.0
             } else {
-                round3(self.0.mean() / 1000.0)
+                round_to(self.0.mean() / 1000.0, 3)
             },
             p50_ms: ms(self.0.value_at_quantile(0.5)),
             p90_ms: ms(self.0.value_at_quantile(0.9)),
@@ -95,13 +95,9 @@ impl Hist {
         }
         DISTRIBUTION_QUANTILES
             .iter()
-            .map(|&q| (q, round3(self.ms_at(q))))
+            .map(|&q| (q, round_to(self.ms_at(q), 3)))
             .collect()
     }
-}
-
-fn round3(x: f64) -> f64 {
-    round_to(x, 3)
 }
 
 /// `x` rounded to `places` decimal places (for the report's figures).

@@ -101,8 +101,8 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
     let mut admitted = 0;
     let mut samples = 0;
     let mut calls = 0;
-    let mut tick_at: Option<u64> = None;
-    for _ in 0..args.ticks {
+    let start = now_ms();
+    for k in 1..=u64::from(args.ticks) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Keep the line at `n`: replace what the previous tick admitted (not timed).
         let refill = n.saturating_sub(store.queue_stats(&q, now_ms()).await?.waiting);
@@ -112,22 +112,20 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
         // A whole tick: one script call per 1,000 admissions (`more`), at one admission time.
         // Admission times 100 ms apart, so each tick's budget is exactly `admit_per_tick`
         // however long the refill took.
-        let at = *tick_at.get_or_insert_with(now_ms) + 100;
-        tick_at = Some(at);
-        let args = usher_testkit::tick_args(&lease, at);
+        let tick_args = usher_testkit::tick_args(&lease, start + 100 * k);
         let t = Instant::now();
-        loop {
-            calls += 1;
-            let Tick::Ticked(o) = store.tick(&q, &args).await? else {
+        let ticks = usher_testkit::tick_calls(store, &q, &tick_args).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        calls += ticks.len();
+        for tick in ticks {
+            let Tick::Ticked(o) = tick else {
                 anyhow::bail!("the queue did not tick (closed, or its lease lost)");
             };
             admitted += o.admitted;
             if !o.more {
                 samples = o.samples.len() + o.runs.len();
-                break;
             }
         }
-        times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     times.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];

@@ -13,10 +13,12 @@ use anyhow::{bail, ensure, Context};
 use clap::Parser;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 use tokio::task::JoinSet;
-use usher_loadgen::conn::now_us;
+use usher_core::sse::Item;
+use usher_loadgen::conn::{connect, now_us};
+use usher_loadgen::http::{BodyDecoder, Framing};
 use usher_loadgen::limits;
 use usher_loadgen::plan::parse_source_ips;
 use usher_loadgen::stats::{round_to, Hist};
@@ -38,9 +40,9 @@ It opens --connections TCP connection pairs over loopback (clients bound to
 one every --interval-ms. In each burst every sending thread takes a timestamp t0
 and writes one event to each of its connections in a loop: an SSE `admitted`
 frame of --event-bytes bytes in HTTP chunked framing, like the gateway's, one
-write per connection, t0 carried inside the frame. Each receiving connection is
-a task that reads into a buffer until the whole frame is there (like the load
-generator's) and records now - t0. A burst ends when every connection has its
+write per connection, t0 carried in the event id. Each receiving connection is
+a task that reads and decodes the chunks and the SSE event with the load
+generator's own decoder and parser, and records now - t0. A burst ends when every connection has its
 event; the next one starts at its scheduled time.
 
 Threads: --senders threads write and --receivers threads read, each with its own
@@ -119,6 +121,8 @@ const MAX_THREADS: usize = 64;
 const MAX_BURSTS: u32 = 1000;
 const MAX_INTERVAL_MS: u64 = 60_000;
 const MAX_EVENT_BYTES: usize = 65_536;
+/// Bytes read at a time by a receiving connection.
+const READ_BUF: usize = 2048;
 /// `/proc/stat` counts in USER_HZ ticks, 100 per second on Linux.
 const USER_HZ: u64 = 100;
 
@@ -253,27 +257,16 @@ async fn connect_all(
 }
 
 async fn connect_one(target: SocketAddr, ip: IpAddr) -> anyhow::Result<std::net::TcpStream> {
-    let sock = if target.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }?;
-    sock.bind(SocketAddr::new(ip, 0))
-        .with_context(|| format!("cannot bind a client socket to {ip}"))?;
-    let s = sock
-        .connect(target)
-        .await
-        .with_context(|| format!("cannot connect from {ip} to {target}"))?;
-    s.set_nodelay(true)?;
+    let s = connect(target, Some(ip)).await.map_err(|e| {
+        anyhow::anyhow!("cannot connect from {ip} to {target}: {} failed", e.kind())
+    })?;
     Ok(s.into_std()?)
 }
 
-/// The SSE frame of burst `burst` started at `t0_us`, padded to `size` bytes (not padded
-/// when it is already that long).
+/// The SSE frame of burst `burst` started at `t0_us` (both in its id, `<burst>.<t0_us>`),
+/// padded to `size` bytes (not padded when it is already that long).
 fn frame(burst: u32, t0_us: u64, size: usize) -> Vec<u8> {
-    let head = format!(
-        "event: admitted\nid: {burst}\ndata: {{\"burst\":{burst},\"t0_us\":{t0_us},\"pad\":\""
-    );
+    let head = format!("event: admitted\nid: {burst}.{t0_us}\ndata: {{\"pad\":\"");
     let tail = "\"}\n\n";
     let pad = size.saturating_sub(head.len() + tail.len());
     let mut out = Vec::with_capacity(head.len() + pad + tail.len());
@@ -292,47 +285,10 @@ fn chunk(burst: u32, t0_us: u64, size: usize) -> Vec<u8> {
     out
 }
 
-/// One whole chunk at the start of `buf`: `(bytes it takes, burst, t0_us)`, `None` when it
-/// has not all arrived yet.
-fn parse_chunk(buf: &[u8]) -> Result<Option<(usize, u32, u64)>, String> {
-    let Some(eol) = find(buf, b"\r\n") else {
-        return if buf.len() > 16 {
-            Err("no chunk size line".into())
-        } else {
-            Ok(None)
-        };
-    };
-    let len = std::str::from_utf8(&buf[..eol])
-        .ok()
-        .and_then(|s| usize::from_str_radix(s, 16).ok())
-        .ok_or("bad chunk size line")?;
-    let total = eol + 2 + len + 2;
-    if buf.len() < total {
-        return Ok(None);
-    }
-    if &buf[total - 2..total] != b"\r\n" {
-        return Err("chunk not followed by CRLF".into());
-    }
-    let body = &buf[eol + 2..eol + 2 + len];
-    let burst = number_after(body, b"\"burst\":").ok_or("no burst in the frame")?;
-    let t0 = number_after(body, b"\"t0_us\":").ok_or("no t0_us in the frame")?;
-    let burst = u32::try_from(burst).map_err(|_| "burst out of range")?;
-    Ok(Some((total, burst, t0)))
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The decimal number right after the first `key` in `hay`.
-fn number_after(hay: &[u8], key: &[u8]) -> Option<u64> {
-    let start = find(hay, key)? + key.len();
-    let digits = hay.get(start..)?;
-    let end = digits
-        .iter()
-        .position(|b| !b.is_ascii_digit())
-        .unwrap_or(digits.len());
-    std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
+/// `(burst, t0_us)` from an event id `<burst>.<t0_us>`.
+fn stamp(id: &str) -> Option<(u32, u64)> {
+    let (burst, t0) = id.split_once('.')?;
+    Some((burst.parse().ok()?, t0.parse().ok()?))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,7 +383,6 @@ impl Crew {
             self.cmds.push(cmd_tx);
             self.sending.push(h);
         }
-        let wire = chunk(a.bursts - 1, u64::MAX, a.event_bytes).len();
         for (i, socks) in split(clients, a.receivers).into_iter().enumerate() {
             let (stop_tx, stop_rx) = oneshot::channel();
             let out = tx.clone();
@@ -444,7 +399,6 @@ impl Crew {
                         arrived,
                         out: out.clone(),
                         failed: false,
-                        buf_size: wire.next_power_of_two().max(2048),
                     };
                     match receiver(i, socks, stop_rx, st) {
                         Ok(h) => h,
@@ -596,7 +550,6 @@ struct RecvState {
     arrived: Arc<Vec<AtomicU64>>,
     out: mpsc::Sender<Msg>,
     failed: bool,
-    buf_size: usize,
 }
 
 impl RecvState {
@@ -660,37 +613,33 @@ fn receiver(
     Ok(hists)
 }
 
-/// One connection's receiving end: reads until whole frames are there, records each one.
+/// One connection's receiving end: reads, decodes the chunked body and the SSE events with the
+/// load generator's decoder and parser, records each event.
 async fn receive(mut s: TcpStream, st: Rc<RefCell<RecvState>>) {
-    let mut buf = vec![0u8; st.borrow().buf_size];
-    let mut filled = 0;
+    let mut buf = vec![0u8; READ_BUF];
+    let mut body = BodyDecoder::new(&Framing::Chunked);
+    let mut sse = usher_core::sse::Parser::new();
     loop {
-        let n = match s.read(&mut buf[filled..]).await {
+        let n = match s.read(&mut buf).await {
             Ok(0) => return st.borrow_mut().fail("a connection closed early"),
             Ok(n) => n,
             Err(e) => return st.borrow_mut().fail(&format!("read: {e}")),
         };
         let now = now_us();
-        filled += n;
-        let mut start = 0;
-        loop {
-            match parse_chunk(&buf[start..filled]) {
-                Ok(Some((used, burst, t0))) => {
-                    if let Err(m) = st.borrow_mut().record(burst, now.saturating_sub(t0)) {
-                        return st.borrow_mut().fail(&m);
-                    }
-                    start += used;
-                }
-                Ok(None) => break,
-                Err(m) => return st.borrow_mut().fail(&m),
+        let mut items = Vec::new();
+        if let Err(e) = body.decode(&buf[..n], &mut |payload| items.extend(sse.push(payload))) {
+            return st.borrow_mut().fail(&format!("chunked body: {e}"));
+        }
+        for item in items {
+            let Item::Event(e) = item else { continue };
+            let Some((burst, t0)) = stamp(&e.id) else {
+                return st
+                    .borrow_mut()
+                    .fail(&format!("an event id that is not <burst>.<t0>: {}", e.id));
+            };
+            if let Err(m) = st.borrow_mut().record(burst, now.saturating_sub(t0)) {
+                return st.borrow_mut().fail(&m);
             }
-        }
-        if start > 0 {
-            buf.copy_within(start..filled, 0);
-            filled -= start;
-        }
-        if filled == buf.len() {
-            return st.borrow_mut().fail("a frame larger than the read buffer");
         }
     }
 }
@@ -938,13 +887,24 @@ mod tests {
         let c = chunk(3, 1_700_000_000_123_456, 600);
         assert_eq!(frame(3, 1, 600).len(), 600);
         assert_eq!(c.len(), 3 + 2 + 600 + 2);
-        assert_eq!(
-            parse_chunk(&c),
-            Ok(Some((c.len(), 3, 1_700_000_000_123_456)))
+        let (mut body, mut sse) = (
+            BodyDecoder::new(&Framing::Chunked),
+            usher_core::sse::Parser::new(),
         );
-        assert_eq!(parse_chunk(&c[..c.len() - 1]), Ok(None));
-        assert_eq!(parse_chunk(b"25"), Ok(None));
-        assert!(parse_chunk(b"zz\r\n").is_err());
+        let mut items = Vec::new();
+        // In two pieces, as a read may return them.
+        for piece in [&c[..100], &c[100..]] {
+            body.decode(piece, &mut |p| items.extend(sse.push(p)))
+                .expect("a valid chunk");
+        }
+        let [Item::Event(e)] = items.as_slice() else {
+            panic!("one event: {items:?}")
+        };
+        assert_eq!(stamp(&e.id), Some((3, 1_700_000_000_123_456)));
+        assert_eq!(stamp("25"), None);
+        assert!(BodyDecoder::new(&Framing::Chunked)
+            .decode(b"zz\r\n", &mut |_| {})
+            .is_err());
     }
 
     #[test]
