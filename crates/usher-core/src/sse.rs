@@ -40,6 +40,13 @@ impl Parser {
 
     pub fn push(&mut self, bytes: &[u8]) -> Vec<Item> {
         let mut out = Vec::new();
+        self.push_into(bytes, &mut out);
+        out
+    }
+
+    /// [`Parser::push`] into a caller's vector. Complete lines are parsed straight from
+    /// `bytes`; only a line still incomplete at the end is copied, to wait for the rest.
+    pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<Item>) {
         let mut bytes = bytes;
         if self.pending_cr {
             self.pending_cr = false;
@@ -47,29 +54,27 @@ impl Parser {
                 bytes = &bytes[1..];
             }
         }
-        self.buf.extend_from_slice(bytes);
-        let mut start = 0;
-        let mut i = 0;
-        while i < self.buf.len() {
-            let b = self.buf[i];
-            if b == b'\n' || b == b'\r' {
-                let line = String::from_utf8_lossy(&self.buf[start..i]).into_owned();
-                if b == b'\r' {
-                    if i + 1 < self.buf.len() {
-                        if self.buf[i + 1] == b'\n' {
-                            i += 1;
-                        }
-                    } else {
-                        self.pending_cr = true;
-                    }
+        while let Some(i) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (text, mut rest) = (&bytes[..i], &bytes[i + 1..]);
+            if bytes[i] == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.pending_cr = true,
                 }
-                self.line(&line, &mut out);
-                start = i + 1;
             }
-            i += 1;
+            if self.buf.is_empty() {
+                self.line(&String::from_utf8_lossy(text), out);
+            } else {
+                let mut buf = std::mem::take(&mut self.buf);
+                buf.extend_from_slice(text);
+                self.line(&String::from_utf8_lossy(&buf), out);
+                buf.clear();
+                self.buf = buf;
+            }
+            bytes = rest;
         }
-        self.buf.drain(..start);
-        out
+        self.buf.extend_from_slice(bytes);
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<Item>) {
@@ -103,13 +108,19 @@ impl Parser {
             None => (line, ""),
         };
         match field {
-            "event" => self.event = value.to_owned(),
+            "event" => {
+                self.event.clear();
+                self.event.push_str(value);
+            }
             "data" => {
                 self.data.push_str(value);
                 self.data.push('\n');
                 self.has_data = true;
             }
-            "id" if !value.contains('\0') => self.last_id = value.to_owned(),
+            "id" if !value.contains('\0') => {
+                self.last_id.clear();
+                self.last_id.push_str(value);
+            }
             "retry" => {
                 if let Ok(ms) = value.parse() {
                     out.push(Item::Retry(ms));
@@ -150,5 +161,33 @@ mod tests {
                 "split at {split}"
             );
         }
+    }
+
+    #[test]
+    fn bare_cr_line_ends_and_byte_at_a_time() {
+        let text = b"event: a\rdata: 1\r\rdata: 2\n\r\n: c\r\n\n";
+        let whole = Parser::new().push(text);
+        assert_eq!(
+            whole,
+            vec![
+                Item::Event(Event {
+                    event: "a".into(),
+                    data: "1".into(),
+                    id: String::new()
+                }),
+                Item::Event(Event {
+                    event: "message".into(),
+                    data: "2".into(),
+                    id: String::new()
+                }),
+                Item::Comment("c".into()),
+            ]
+        );
+        let mut p = Parser::new();
+        let mut items = Vec::new();
+        for b in text.iter() {
+            p.push_into(std::slice::from_ref(b), &mut items);
+        }
+        assert_eq!(items, whole);
     }
 }

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -26,7 +26,7 @@ use usher_core::position::Standing;
 pub enum Update {
     Waiting(WaitingEvent),
     /// Terminal.
-    Admitted(AdmittedEvent),
+    Admitted(Arc<Admitted>),
     /// Terminal.
     Closed(ClosedEvent),
     /// Terminal, without an event: a newer connection took the place over, or the gateway is
@@ -47,6 +47,35 @@ impl Update {
     }
 }
 
+/// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
+/// half a tick before the admission, so an admission burst formats no JSON and copies no
+/// token. Shared: handing it to a connection is a reference count.
+#[derive(Debug, PartialEq)]
+pub struct Admitted {
+    pub event: AdmittedEvent,
+    /// `event` as JSON (the `data:` of the SSE event).
+    pub json: String,
+}
+
+impl Admitted {
+    pub fn new(event: AdmittedEvent) -> Arc<Self> {
+        let json = serde_json::to_string(&event).unwrap_or_else(|_| "null".into());
+        Arc::new(Self { event, json })
+    }
+
+    fn of(queue: &QueueId, a: &Admission) -> Arc<Self> {
+        Self::new(AdmittedEvent::new(queue.clone(), a))
+    }
+}
+
+impl std::ops::Deref for Admitted {
+    type Target = AdmittedEvent;
+
+    fn deref(&self) -> &AdmittedEvent {
+        &self.event
+    }
+}
+
 struct Slot {
     id: u64,
     /// `None` while reserved (the stream does not exist yet).
@@ -61,7 +90,7 @@ struct Slot {
 /// Admissions that arrived for places not held here (a browser between two connections).
 /// Kept briefly, bounded.
 struct Orphan {
-    event: AdmittedEvent,
+    event: Arc<Admitted>,
     at: Instant,
 }
 
@@ -71,7 +100,9 @@ const ORPHAN_CAP: usize = 100_000;
 /// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
 /// the admission names the place. Kept briefly, bounded.
 struct Staged {
-    admission: Admission,
+    admitted: Arc<Admitted>,
+    admitted_at_ms: u64,
+    expires_at_ms: u64,
     at: Instant,
 }
 
@@ -137,14 +168,13 @@ impl Inner {
 
     /// Delivers an admission: to the browser if held here, else kept as an orphan for a
     /// browser between two connections. `true` when held.
-    fn admit_one(&mut self, queue: &QueueId, a: &Admission) -> bool {
-        let ev = AdmittedEvent::new(queue.clone(), a);
-        if self.deliver(queue, a.place, Update::Admitted(ev.clone())) {
+    fn admit_one(&mut self, queue: &QueueId, place: PlaceId, ev: Arc<Admitted>) -> bool {
+        if self.deliver(queue, place, Update::Admitted(ev.clone())) {
             return true;
         }
         if self.orphans.len() < ORPHAN_CAP {
             self.orphans.insert(
-                (queue.clone(), a.place),
+                (queue.clone(), place),
                 Orphan {
                     event: ev,
                     at: Instant::now(),
@@ -349,31 +379,43 @@ impl Hub {
     /// Delivers admissions. Returns how many went to browsers held here; the others are kept
     /// briefly in case their browser attaches here soon.
     pub fn admit(&self, queue: &QueueId, items: &[Admission]) -> usize {
+        let rendered: Vec<_> = items.iter().map(|a| Admitted::of(queue, a)).collect();
         let mut inner = self.lock();
         let mut n = 0;
-        for a in items {
+        for (a, ev) in items.iter().zip(rendered) {
             inner.staged.remove(&(queue.clone(), a.place));
-            n += usize::from(inner.admit_one(queue, a));
+            n += usize::from(inner.admit_one(queue, a.place, ev));
         }
         n
     }
 
     /// Keeps tokens sent ahead of the tick expected to admit their places (bounded: beyond
-    /// the cap they are not kept, and their admissions are looked up in Redis instead).
+    /// the cap they are not kept, and their admissions are looked up in Redis instead). Their
+    /// events are rendered here, outside the lock and before the tick.
     pub fn stage(&self, queue: &QueueId, items: Vec<Admission>) {
-        let mut inner = self.lock();
         let at = Instant::now();
-        if inner.staged.len() + items.len() > STAGED_CAP {
+        let rendered: Vec<_> = items
+            .into_iter()
+            .map(|a| {
+                let staged = Staged {
+                    admitted: Admitted::of(queue, &a),
+                    admitted_at_ms: a.admitted_at_ms,
+                    expires_at_ms: a.expires_at_ms,
+                    at,
+                };
+                (a.place, staged)
+            })
+            .collect();
+        let mut inner = self.lock();
+        if inner.staged.len() + rendered.len() > STAGED_CAP {
             // Make room from expired tokens before refusing fresh ones.
             inner.expire_staged(at);
         }
-        for admission in items {
+        for (place, staged) in rendered {
             if inner.staged.len() >= STAGED_CAP {
                 break;
             }
-            inner
-                .staged
-                .insert((queue.clone(), admission.place), Staged { admission, at });
+            inner.staged.insert((queue.clone(), place), staged);
         }
     }
 
@@ -392,11 +434,8 @@ impl Hub {
         let mut missing = Vec::new();
         for &place in places {
             match inner.staged.remove(&(queue.clone(), place)) {
-                Some(s)
-                    if s.admission.admitted_at_ms == at_ms
-                        && s.admission.expires_at_ms == exp_ms =>
-                {
-                    inner.admit_one(queue, &s.admission);
+                Some(s) if s.admitted_at_ms == at_ms && s.expires_at_ms == exp_ms => {
+                    inner.admit_one(queue, place, s.admitted);
                 }
                 _ if inner.holds(queue, place) => missing.push(place),
                 _ => {}
@@ -565,6 +604,40 @@ mod tests {
         let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
         assert!(matches!(&*rx.borrow(), Update::Admitted(_)));
         assert_eq!(hub.connections(), 0);
+    }
+
+    #[test]
+    fn staged_tokens_are_shown_only_when_admitted_and_render_like_any_event() {
+        let hub = Hub::new();
+        let (_a, rx) = connect(&hub, place(7), 1);
+        let (_b, rx_other) = connect(&hub, place(8), 2);
+        let adm = |p: PlaceId, at: u64| Admission {
+            place: p,
+            token: "tok\"en".into(),
+            admitted_at_ms: at,
+            expires_at_ms: at + 1000,
+        };
+        hub.stage(&q(), vec![adm(place(7), 5), adm(place(8), 5)]);
+        assert!(!rx.has_changed().unwrap_or(true), "staged is not admitted");
+        // A tick that admits place 7 at another time than staged: its token is not used.
+        assert_eq!(hub.admit_staged(&q(), 6, 1006, &[place(7)]), vec![place(7)]);
+        assert!(matches!(&*rx.borrow(), Update::Waiting(_)));
+        // Place 8 with the staged time gets the staged token, its JSON rendered once.
+        assert!(hub.admit_staged(&q(), 5, 1005, &[place(8)]).is_empty());
+        let Update::Admitted(a) = &*rx_other.borrow() else {
+            panic!("admitted expected");
+        };
+        let expected = AdmittedEvent::new(q(), &adm(place(8), 5));
+        assert_eq!(a.event, expected);
+        assert_eq!(a.json, serde_json::to_string(&expected).expect("json"));
+        assert_eq!(
+            crate::stream::update_frame(&Update::Admitted(a.clone()), "tk"),
+            Some(crate::stream::event_frame(
+                "admitted",
+                Some("tk"),
+                &expected
+            ))
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::hub::Update;
+use crate::hub::{Admitted, Update};
 use crate::Gateway;
 
 /// Every route but `GET /api/queues/{queue}/stream`, which [`crate::server`] serves itself.
@@ -248,7 +248,7 @@ const FETCH_CONCURRENCY: usize = 32;
 /// admission is being stored.
 fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
     match s {
-        PlaceState::Admitted(rec) => Some(Update::Admitted(admitted_event(q, &rec))),
+        PlaceState::Admitted(rec) => Some(Update::Admitted(Admitted::new(admitted_event(q, &rec)))),
         PlaceState::QueueClosed => Some(Update::Closed(usher_core::messages::ClosedEvent {
             queue: q.clone(),
             reason: "queue_closed".into(),

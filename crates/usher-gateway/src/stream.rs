@@ -55,6 +55,11 @@ pub(crate) fn retry_frame(ms: u64) -> String {
 
 pub(crate) fn event_frame(name: &str, id: Option<&str>, data: &impl serde::Serialize) -> String {
     let json = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+    json_frame(name, id, &json)
+}
+
+/// An SSE event whose data is `json`, already rendered.
+fn json_frame(name: &str, id: Option<&str>, json: &str) -> String {
     match id {
         Some(id) => format!("event: {name}\nid: {id}\ndata: {json}\n\n"),
         None => format!("event: {name}\ndata: {json}\n\n"),
@@ -67,7 +72,7 @@ pub(crate) const KEEPALIVE_FRAME: &str = ": keepalive\n\n";
 pub(crate) fn update_frame(u: &Update, ticket: &str) -> Option<String> {
     match u {
         Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
-        Update::Admitted(a) => Some(event_frame("admitted", Some(ticket), a)),
+        Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
         Update::Closed(c) => Some(event_frame("closed", None, c)),
         Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
         Update::Ended { retry_ms: None } => None,
@@ -271,10 +276,12 @@ async fn chunk_with(
     text: &str,
     suffix: &str,
 ) -> std::io::Result<()> {
-    let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 12);
+    use std::fmt::Write as _;
+    let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 20);
     framed.push_str(prefix);
     if !text.is_empty() {
-        framed.push_str(&format!("{:x}\r\n", text.len()));
+        // Writing to a String cannot fail.
+        let _ = write!(framed, "{:x}\r\n", text.len());
         framed.push_str(text);
         framed.push_str("\r\n");
     }

@@ -455,9 +455,9 @@ impl Body {
     fn feed(&mut self, bytes: &[u8]) -> Result<(), http::HttpError> {
         let (parser, items, any) = (&mut self.parser, &mut self.items, &mut self.any_event);
         self.decoder.decode(bytes, &mut |payload| {
-            let new = parser.push(payload);
-            *any |= new.iter().any(|i| matches!(i, Item::Event(_)));
-            items.extend(new);
+            let from = items.len();
+            parser.push_into(payload, items);
+            *any |= items[from..].iter().any(|i| matches!(i, Item::Event(_)));
         })
     }
 }

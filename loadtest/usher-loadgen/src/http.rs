@@ -174,20 +174,21 @@ impl BodyDecoder {
                         self.push_line(input)?;
                         return Ok(());
                     };
-                    self.push_line(&input[..nl])?;
-                    input = &input[nl + 1..];
-                    let line = std::mem::take(&mut self.line);
-                    let line = line.strip_suffix(b"\r").unwrap_or(&line);
-                    self.state = match self.state {
-                        State::Size => match chunk_size(line)? {
-                            0 => State::Trailer,
-                            n => State::Data(n),
-                        },
-                        State::DataEnd if line.is_empty() => State::Size,
-                        State::DataEnd => return Err(HttpError::Chunked("no CRLF after data")),
-                        _ if line.is_empty() => State::Done,
-                        _ => State::Trailer,
+                    // A line whole in `input` is read from there; only a line split across
+                    // reads is gathered in `self.line`.
+                    let next = if self.line.is_empty() {
+                        if nl > MAX_LINE {
+                            return Err(HttpError::Chunked("line too long"));
+                        }
+                        after_line(self.state, &input[..nl])?
+                    } else {
+                        self.push_line(&input[..nl])?;
+                        let next = after_line(self.state, &self.line);
+                        self.line.clear();
+                        next?
                     };
+                    self.state = next;
+                    input = &input[nl + 1..];
                 }
             }
         }
@@ -201,6 +202,21 @@ impl BodyDecoder {
         self.line.extend_from_slice(bytes);
         Ok(())
     }
+}
+
+/// The state after a complete chunk-size, data-end or trailer line (without its `\n`).
+fn after_line(state: State, line: &[u8]) -> Result<State, HttpError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    Ok(match state {
+        State::Size => match chunk_size(line)? {
+            0 => State::Trailer,
+            n => State::Data(n),
+        },
+        State::DataEnd if line.is_empty() => State::Size,
+        State::DataEnd => return Err(HttpError::Chunked("no CRLF after data")),
+        _ if line.is_empty() => State::Done,
+        _ => State::Trailer,
+    })
 }
 
 fn chunk_size(line: &[u8]) -> Result<u64, HttpError> {
@@ -259,6 +275,17 @@ mod tests {
         assert!(d.decode(b"2\r\nabX\r\n", &mut |_| {}).is_err());
         let mut d = BodyDecoder::new(&Framing::Chunked);
         assert!(d.decode(&[b'1'; 2000], &mut |_| {}).is_err());
+        // The same long line whole in one read, and split over two.
+        let mut long = vec![b'1'; 2000];
+        long.extend_from_slice(b"\r\n");
+        let mut d = BodyDecoder::new(&Framing::Chunked);
+        assert_eq!(
+            d.decode(&long, &mut |_| {}),
+            Err(HttpError::Chunked("line too long"))
+        );
+        let mut d = BodyDecoder::new(&Framing::Chunked);
+        assert!(d.decode(&long[..600], &mut |_| {}).is_ok());
+        assert!(d.decode(&long[600..], &mut |_| {}).is_err());
     }
 
     #[test]

@@ -627,7 +627,7 @@ async fn receive(mut s: TcpStream, st: Rc<RefCell<RecvState>>) {
         };
         let now = now_us();
         let mut items = Vec::new();
-        if let Err(e) = body.decode(&buf[..n], &mut |payload| items.extend(sse.push(payload))) {
+        if let Err(e) = body.decode(&buf[..n], &mut |payload| sse.push_into(payload, &mut items)) {
             return st.borrow_mut().fail(&format!("chunked body: {e}"));
         }
         for item in items {
@@ -894,7 +894,7 @@ mod tests {
         let mut items = Vec::new();
         // In two pieces, as a read may return them.
         for piece in [&c[..100], &c[100..]] {
-            body.decode(piece, &mut |p| items.extend(sse.push(p)))
+            body.decode(piece, &mut |p| sse.push_into(p, &mut items))
                 .expect("a valid chunk");
         }
         let [Item::Event(e)] = items.as_slice() else {
