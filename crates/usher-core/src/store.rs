@@ -152,6 +152,45 @@ pub enum PlaceState {
     Gone,
 }
 
+/// What one join call took: see [`Store::join_many`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Joined {
+    /// The queue is closed or unknown: no place was taken.
+    QueueClosed,
+    /// Places `last - count + 1 ..= last`, one per browser in the order of the batch; the
+    /// last is at position `waiting`.
+    Places {
+        last: u64,
+        count: u64,
+        waiting: u64,
+        rate: f64,
+    },
+}
+
+impl Joined {
+    /// The state of the `i`-th browser of the batch (0-based).
+    pub fn state(&self, i: usize) -> PlaceState {
+        match *self {
+            Joined::QueueClosed => PlaceState::QueueClosed,
+            Joined::Places {
+                last,
+                count,
+                waiting,
+                rate,
+            } => {
+                let behind = count.saturating_sub(1).saturating_sub(i as u64);
+                PlaceState::Waiting {
+                    place: PlaceId(last - behind),
+                    position: waiting - behind,
+                    waiting,
+                    rate,
+                    previous_gateway: None,
+                }
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
     /// A waiting place was removed; `gateway` held it.
@@ -760,6 +799,17 @@ impl Store {
 
     /// Takes a new place at the tail of `q` for a browser held by gateway `gw`.
     pub async fn join(&self, q: &QueueId, gw: u16, now_ms: u64) -> Result<PlaceState> {
+        Ok(self.join_many(q, gw, now_ms, 1).await?.state(0))
+    }
+
+    /// Takes `n` new places (1..=[`JOIN_BATCH_MAX`]) at the tail of `q` in one atomic call, for
+    /// `n` browsers held by gateway `gw`, in the order given: see [`Joined::state`].
+    pub async fn join_many(&self, q: &QueueId, gw: u16, now_ms: u64, n: usize) -> Result<Joined> {
+        if n == 0 || n > JOIN_BATCH_MAX {
+            return Err(protocol(format!(
+                "a join batch takes 1 to {JOIN_BATCH_MAX} places, not {n}"
+            )));
+        }
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .join
@@ -770,20 +820,24 @@ impl Store {
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
+            .arg(n)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
         match a.first().and_then(int) {
-            Some(0) => Ok(PlaceState::QueueClosed),
+            Some(0) => Ok(Joined::QueueClosed),
             Some(1) if a.len() >= 5 => {
-                let place = PlaceId(u(&a[1])?);
+                let last = u(&a[1])?;
                 let waiting = u(&a[2])?;
-                Ok(PlaceState::Waiting {
-                    place,
-                    position: waiting,
+                let n = n as u64;
+                if last < n || waiting < n {
+                    return Err(protocol(format!("join reply {a:?} for {n} places")));
+                }
+                Ok(Joined::Places {
+                    last,
+                    count: n,
                     waiting,
                     rate: rate_of(&a[3], &a[4]),
-                    previous_gateway: None,
                 })
             }
             _ => Err(protocol(format!("join reply {a:?}"))),
@@ -1194,6 +1248,8 @@ pub enum DevSecret {
 
 /// Gateway interest in a queue lapses after this long without a join or refresh.
 pub const GWS_TTL_MS: u64 = 30_000;
+/// Most places one join call takes (a gateway's batch of joins for one queue).
+pub const JOIN_BATCH_MAX: usize = 500;
 /// Dead gateways are remembered this long (so their orphaned places can be recognised).
 const GATEWAY_MEMORY_MS: u64 = 86_400_000;
 /// Each gateway stream is capped (approximately) at this many entries.

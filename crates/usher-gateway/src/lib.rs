@@ -2,6 +2,7 @@
 //!
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * [`hub`] — the browsers held here and what each should see next.
+//! * `joins` — joins batched per queue (one Redis call for the joins that arrive together).
 //! * [`server`] — the HTTP/1.1 accept loop; [`stream`] — SSE streams; [`routes`] — the rest of
 //!   the browser contract, and what stream messages do.
 //! * this module — startup, the heartbeat, the stream consumer and draining.
@@ -10,6 +11,7 @@
 
 pub mod config;
 pub mod hub;
+mod joins;
 mod keepalive;
 pub mod routes;
 pub mod server;
@@ -53,6 +55,8 @@ const DRAIN_HARD_MARGIN: Duration = Duration::from_secs(5);
 pub struct Gateway {
     pub(crate) store: Store,
     pub(crate) hub: hub::Hub,
+    /// Joins waiting for the Redis call under way for their queue.
+    pub(crate) joins: joins::Joiner,
     pub(crate) ticket_key: TicketKey,
     pub(crate) config: Config,
     pub(crate) id: ServerId,
@@ -214,6 +218,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let gw = Arc::new(Gateway {
         store,
         hub: hub::Hub::new(),
+        joins: joins::Joiner::default(),
         ticket_key,
         config: cfg,
         id,

@@ -168,7 +168,7 @@ async fn setup(
                 Err(_) => return Setup::TryLater,
             }
         }
-        None => match gw.store.join(&q, idx, now_ms()).await.map_err(logged) {
+        None => match crate::joins::join(gw, &q).await {
             Ok(s) => {
                 let reserved = match &s {
                     PlaceState::Waiting { place, .. } => Some(Reserved::new(gw, &q, *place)),

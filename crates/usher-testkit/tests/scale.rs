@@ -459,3 +459,91 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
     assert!(worst <= 0.01, "worst relative error {worst}");
     Ok(())
 }
+
+/// How many times Redis ran `cmd` so far, calls inside scripts included (INFO commandstats).
+async fn calls_of(store: &Store, cmd: &str) -> anyhow::Result<u64> {
+    let info = store.info("commandstats").await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|r| r.split(',').next()?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// One join call takes a batch of places: consecutive, in the batch's order, the last at the
+/// tail; batches of no places or too many are refused, and a closed queue takes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_call_takes_a_batch_of_consecutive_places_at_the_tail() -> anyhow::Result<()> {
+    use usher_core::store::{Joined, PlaceState, JOIN_BATCH_MAX};
+    let (_redis, store, q, _lease) = queue_on_redis("batch", PAUSED, "test").await?;
+    let PlaceState::Waiting { place: first, .. } = store.join(&q, 3, now_ms()).await? else {
+        panic!("an open queue takes a place")
+    };
+    let joined = store.join_many(&q, 3, now_ms(), 5).await?;
+    let states: Vec<(u64, u64)> = (0..5)
+        .map(|i| match joined.state(i) {
+            PlaceState::Waiting {
+                place,
+                position,
+                waiting,
+                ..
+            } => {
+                assert_eq!(waiting, 6);
+                (place.0, position)
+            }
+            other => panic!("waiting expected, got {other:?}"),
+        })
+        .collect();
+    let expected: Vec<(u64, u64)> = (1..=5).map(|i| (first.0 + i, i + 1)).collect();
+    assert_eq!(states, expected);
+    // Redis agrees: six places, in that order, held by gateway 3.
+    let head = store.head(&q, 10).await?;
+    let places: Vec<u64> = head.iter().map(|h| h.0).collect();
+    assert_eq!(places, (first.0..=first.0 + 5).collect::<Vec<_>>());
+    assert!(head.iter().all(|h| h.1 == 3), "{head:?}");
+    assert!(store.join_many(&q, 3, now_ms(), 0).await.is_err());
+    assert!(store
+        .join_many(&q, 3, now_ms(), JOIN_BATCH_MAX + 1)
+        .await
+        .is_err());
+    let big = store.join_many(&q, 4, now_ms(), JOIN_BATCH_MAX).await?;
+    assert!(
+        matches!(big.state(JOIN_BATCH_MAX - 1), PlaceState::Waiting { position, .. } if position == 6 + JOIN_BATCH_MAX as u64)
+    );
+    store.close_queue(&q).await?;
+    assert_eq!(
+        store.join_many(&q, 3, now_ms(), 2).await?,
+        Joined::QueueClosed
+    );
+    Ok(())
+}
+
+/// Browsers joining one gateway at the same moment: their joins go to Redis in batches (fewer
+/// calls than browsers), and every browser still gets its own place and its own position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_arriving_together_share_redis_calls_and_each_gets_its_own_place(
+) -> anyhow::Result<()> {
+    const N: usize = 300;
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("together", PAUSED).await?;
+    let store = Store::connect(&stack.redis.url()).await?;
+    let before = calls_of(&store, "incrby").await?;
+    let client = SseClient::new(stack.gateway_url(0));
+    let joins = (0..N).map(|_| join(&client, "together"));
+    let joined = futures::future::try_join_all(joins).await?;
+    let calls = calls_of(&store, "incrby").await? - before;
+    let mut places: Vec<u64> = joined.iter().map(|(t, _, _)| place_of(t)).collect();
+    let mut positions: Vec<u64> = joined.iter().map(|(_, p, _)| *p).collect();
+    places.sort_unstable();
+    places.dedup();
+    positions.sort_unstable();
+    println!("{N} joins in {calls} join calls");
+    assert_eq!(places.len(), N, "every browser has its own place");
+    assert_eq!(positions, (1..=N as u64).collect::<Vec<_>>());
+    assert_eq!(stack.queue("together").await?["waiting"], N as u64);
+    assert!(
+        (calls as usize) < N,
+        "{N} joins arriving together took {calls} join calls"
+    );
+    Ok(())
+}

@@ -1,12 +1,21 @@
--- Take a new place at the tail of a queue.
+-- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
+-- the joins that arrived while its previous call for the queue was under way as one call).
 -- KEYS: meta, seq, waiting, gws   (one hash tag: {q:<id>})
--- ARGV: gateway index, now ms, gws ttl ms
+-- ARGV: gateway index, now ms, gws ttl ms, n (places to take, 1..JOIN_BATCH_MAX)
 -- Returns {0} when the queue is closed or unknown, else
--- {1, place, waiting, rate or false, admit_per_second}.
+-- {1, last place, waiting, rate or false, admit_per_second}: the places taken are
+-- last - n + 1 .. last, in the order of the batch, and the last of them is at position `waiting`.
 if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {0} end
-local seq = redis.call('INCR', KEYS[2])
-redis.call('ZADD', KEYS[3], seq, member_of(seq, tonumber(ARGV[1])))
+local n = tonumber(ARGV[4])
+local gw = tonumber(ARGV[1])
+local last = redis.call('INCRBY', KEYS[2], n)
+local args = {}
+for seq = last - n + 1, last do
+  args[#args + 1] = seq
+  args[#args + 1] = member_of(seq, gw)
+end
+redis.call('ZADD', KEYS[3], unpack(args))
 redis.call('ZADD', KEYS[4], tonumber(ARGV[2]) + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', KEYS[3])
 local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {1, seq, w, m[1], m[2]}
+return {1, last, w, m[1], m[2]}

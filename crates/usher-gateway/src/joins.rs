@@ -1,0 +1,143 @@
+//! Joins, batched per queue.
+//!
+//! While a join call for a queue is under way, the joins that arrive for that queue wait, and
+//! then go to Redis together as one call that takes all their places, in arrival order
+//! ([`usher_core::store::Store::join_many`]). Nothing waits for a timer: at low load every
+//! join is its own call, and under a burst (or behind a slow Redis, or after the machine
+//! stalled) the batches grow by themselves, so the cost per join, in Redis and here, falls
+//! exactly when the gateway is busiest. A hot queue's joins all land in one Redis slot, so this
+//! is also what lifts one queue's ceiling, which a cluster cannot.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+use usher_core::ids::QueueId;
+use usher_core::store::{PlaceState, JOIN_BATCH_MAX};
+use usher_core::time::now_ms;
+
+use crate::routes::logged;
+use crate::Gateway;
+
+/// A join's answer; `Err` when Redis could not be asked (the browser is told to try later).
+type Reply = Result<PlaceState, ()>;
+
+/// The queues with a join call under way, and the joins waiting for the next one.
+#[derive(Default)]
+pub(crate) struct Joiner {
+    queues: Mutex<HashMap<QueueId, Vec<oneshot::Sender<Reply>>>>,
+}
+
+impl Joiner {
+    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Vec<oneshot::Sender<Reply>>>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Takes a new place in `q` for a browser held here.
+pub(crate) async fn join(gw: &Arc<Gateway>, q: &QueueId) -> Reply {
+    let waiting = {
+        let mut queues = gw.joins.lock();
+        match queues.get_mut(q) {
+            Some(waiters) => {
+                let (tx, rx) = oneshot::channel();
+                waiters.push(tx);
+                Some(rx)
+            }
+            None => {
+                queues.insert(q.clone(), Vec::new());
+                None
+            }
+        }
+    };
+    if let Some(rx) = waiting {
+        return rx.await.unwrap_or(Err(()));
+    }
+    // No call was under way: this join makes its own, and the joins that arrive meanwhile go
+    // in the next one (also if this future is dropped half way).
+    let _next = HandOff {
+        gw: gw.clone(),
+        q: q.clone(),
+    };
+    let joined = gw.store.join_many(q, gw.index(), now_ms(), 1).await;
+    joined.map(|j| j.state(0)).map_err(|e| {
+        logged(e);
+    })
+}
+
+/// Starts the next call for the joins that waited, or notes that none is under way.
+struct HandOff {
+    gw: Arc<Gateway>,
+    q: QueueId,
+}
+
+impl Drop for HandOff {
+    fn drop(&mut self) {
+        let mut queues = self.gw.joins.lock();
+        if queues.get(&self.q).is_some_and(|w| !w.is_empty()) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(drive(self.gw.clone(), self.q.clone()));
+                return;
+            }
+            // No runtime (the process is stopping): the waiters' requests end with it.
+        }
+        queues.remove(&self.q);
+    }
+}
+
+/// Sends the waiting joins of `q`, up to [`JOIN_BATCH_MAX`] per call, until none wait.
+async fn drive(gw: Arc<Gateway>, q: QueueId) {
+    // Should this task end any other way (the runtime stopping), the joins still waiting are
+    // answered "try later" instead of waiting for a call that will not come.
+    let mut clear = Clear {
+        gw: gw.clone(),
+        q: q.clone(),
+        armed: true,
+    };
+    loop {
+        let batch: Vec<_> = {
+            let mut queues = gw.joins.lock();
+            let Some(waiters) = queues.get_mut(&q) else {
+                clear.armed = false;
+                return;
+            };
+            if waiters.is_empty() {
+                queues.remove(&q);
+                clear.armed = false;
+                return;
+            }
+            let n = waiters.len().min(JOIN_BATCH_MAX);
+            waiters.drain(..n).collect()
+        };
+        let joined = gw
+            .store
+            .join_many(&q, gw.index(), now_ms(), batch.len())
+            .await
+            .map_err(logged);
+        for (i, tx) in batch.into_iter().enumerate() {
+            let reply = joined.as_ref().map(|j| j.state(i)).map_err(|_| ());
+            if let Err(Ok(PlaceState::Waiting { place, .. })) = tx.send(reply) {
+                // The request went away before its place came back: let the place lapse after
+                // the grace period instead of waiting in line for nobody.
+                gw.mark_away(q.clone(), place);
+            }
+        }
+    }
+}
+
+/// Forgets `q`'s waiting joins (their requests end with "try later") when the task driving
+/// them ends before sending them; disarmed by a normal end, after which the queue's entry may
+/// already belong to the next join's call.
+struct Clear {
+    gw: Arc<Gateway>,
+    q: QueueId,
+    armed: bool,
+}
+
+impl Drop for Clear {
+    fn drop(&mut self) {
+        if self.armed {
+            self.gw.joins.lock().remove(&self.q);
+        }
+    }
+}
