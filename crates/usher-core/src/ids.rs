@@ -70,7 +70,7 @@ impl fmt::Display for QueueId {
     }
 }
 
-/// A place in one queue: its per-queue arrival sequence number (from `INCR`), which is also its
+/// A place in one queue: its per-queue arrival sequence number (from `INCRBY`), which is also its
 /// score in the waiting set. Places of a queue are never reused, even after the queue is closed
 /// and reopened, so an old ticket can never name somebody else's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
