@@ -44,8 +44,8 @@ fn read_lead(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(20))
 }
 
-/// How long after sending a tick's admissions their token records are written and the line's
-/// new state is published: three tenths of the tick, at most 300 ms. Until then the machines
+/// How long after a tick's admission time its token records are written and the line's new
+/// state is published: three tenths of the tick, at most 300 ms. Until then the machines
 /// deliver the admissions alone: at 5,000 per tick the burst takes 80–120 ms on two shared
 /// cores, and the state that follows moves every other browser (up to one write each), so
 /// sent sooner it slows the burst's tail. Positions refresh once a tick either way.
@@ -1013,8 +1013,13 @@ impl QueueTick {
         // has no open stream, so its message reaches nobody, and its ticket no longer resumes.
         // The records serve resumes only: written a moment later, so Redis does not spend the
         // next ~30 ms storing 1.7 MB while gateways deliver the admissions (a resume
-        // meanwhile waits for them).
-        tokio::time::sleep(token_store_delay(self.settings.tick)).await;
+        // meanwhile waits for them). The moment is fixed from the tick's admission time, not
+        // from this call: the queues of a tick handled after others (and the later rounds of
+        // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
+        // than the delay itself: a wall clock stepped back must not hold the tick.
+        let delay = token_store_delay(self.settings.tick).as_millis() as u64;
+        let wait = (self.now + delay).saturating_sub(now_ms()).min(delay);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
         if self.store.store_tokens(q, lease, records).await?.is_none() {
             return Ok(false);
         }

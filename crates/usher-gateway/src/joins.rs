@@ -59,10 +59,29 @@ pub(crate) async fn join(gw: &Arc<Gateway>, q: &QueueId) -> Reply {
         gw: gw.clone(),
         q: q.clone(),
     };
-    let joined = gw.store.join_many(q, gw.index(), now_ms(), 1).await;
-    joined.map(|j| j.state(0)).map_err(|e| {
-        logged(e);
-    })
+    match gw.store.join_many(q, gw.index(), now_ms(), 1).await {
+        Ok(j) => Ok(j.state(0)),
+        Err(e) => {
+            logged(e);
+            fail_waiting(gw, q);
+            Err(())
+        }
+    }
+}
+
+/// Redis just failed a join call for `q`: every join waiting for it is answered "try later"
+/// now, instead of one batch after another each waiting for its own failure (up to the
+/// response timeout each, behind a Redis that hangs).
+fn fail_waiting(gw: &Gateway, q: &QueueId) {
+    let waiters = gw
+        .joins
+        .lock()
+        .get_mut(q)
+        .map(std::mem::take)
+        .unwrap_or_default();
+    for tx in waiters {
+        let _ = tx.send(Err(()));
+    }
 }
 
 /// Starts the next call for the joins that waited, or notes that none is under way.
@@ -114,6 +133,9 @@ async fn drive(gw: Arc<Gateway>, q: QueueId) {
             .join_many(&q, gw.index(), now_ms(), batch.len())
             .await
             .map_err(logged);
+        if joined.is_err() {
+            fail_waiting(&gw, &q);
+        }
         for (i, tx) in batch.into_iter().enumerate() {
             let reply = joined.as_ref().map(|j| j.state(i)).map_err(|_| ());
             if let Err(Ok(PlaceState::Waiting { place, .. })) = tx.send(reply) {

@@ -52,12 +52,21 @@ async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_r
         503,
         "dispatcher /readyz reflects redis"
     );
-    // A new browser gets 200 + retry: and the end of the stream, never an error status that
-    // would make EventSource give up.
-    let mut c = client.open("/api/queues/out/stream", None).await?;
-    assert_eq!(c.status, 200);
-    assert!(matches!(c.next_item(T).await?, Some(SseItem::Retry(_))));
-    assert_eq!(c.next_item(T).await?, None);
+    // New browsers get 200 + retry: and the end of the stream, never an error status that
+    // would make EventSource give up: one alone, and forty arriving together (their joins
+    // wait for one call and fail with it).
+    let try_later = |client: &SseClient| {
+        let client = client.clone();
+        async move {
+            let mut c = client.open("/api/queues/out/stream", None).await?;
+            anyhow::ensure!(c.status == 200, "status {}", c.status);
+            anyhow::ensure!(matches!(c.next_item(T).await?, Some(SseItem::Retry(_))));
+            anyhow::ensure!(c.next_item(T).await?.is_none(), "the stream ends");
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+    try_later(&client).await?;
+    futures::future::try_join_all((0..40).map(|_| try_later(&client))).await?;
     // The waiting browser stays connected.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -91,6 +100,9 @@ async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_r
     assert!(admitted, "the waiter is admitted after redis returns");
     let a = w.last("admitted").expect("admitted");
     assert_eq!(a.id, ticket);
+    // Joins work again: the failed calls left nothing behind that would hold them.
+    let (_, position, _) = join(&client, "out").await?;
+    assert_eq!(position, 1);
     Ok(())
 }
 

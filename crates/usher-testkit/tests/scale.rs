@@ -532,13 +532,14 @@ async fn joins_arriving_together_share_redis_calls_and_each_gets_its_own_place(
     let joins = (0..N).map(|_| join(&client, "together"));
     let joined = futures::future::try_join_all(joins).await?;
     let calls = calls_of(&store, "incrby").await? - before;
-    let mut places: Vec<u64> = joined.iter().map(|(t, _, _)| place_of(t)).collect();
-    let mut positions: Vec<u64> = joined.iter().map(|(_, p, _)| *p).collect();
-    places.sort_unstable();
-    places.dedup();
-    positions.sort_unstable();
+    // In place order, the positions each browser was told are exactly 1..=N: every browser
+    // has its own place, and its position is that place's in the line.
+    let mut told: Vec<(u64, u64)> = joined.iter().map(|(t, p, _)| (place_of(t), *p)).collect();
+    told.sort_unstable();
     println!("{N} joins in {calls} join calls");
+    let places: std::collections::BTreeSet<u64> = told.iter().map(|t| t.0).collect();
     assert_eq!(places.len(), N, "every browser has its own place");
+    let positions: Vec<u64> = told.iter().map(|t| t.1).collect();
     assert_eq!(positions, (1..=N as u64).collect::<Vec<_>>());
     assert_eq!(stack.queue("together").await?["waiting"], N as u64);
     assert!(
