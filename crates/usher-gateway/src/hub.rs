@@ -59,7 +59,7 @@ pub struct Admitted {
 
 impl Admitted {
     pub fn new(event: AdmittedEvent) -> Arc<Self> {
-        let json = serde_json::to_string(&event).unwrap_or_else(|_| "null".into());
+        let json = crate::stream::event_json(&event);
         Arc::new(Self { event, json })
     }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 use usher_core::ids::QueueId;
-use usher_core::store::{PlaceState, JOIN_BATCH_MAX};
+use usher_core::store::{Joined, PlaceState, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 
 use crate::routes::logged;
@@ -59,28 +59,28 @@ pub(crate) async fn join(gw: &Arc<Gateway>, q: &QueueId) -> Reply {
         gw: gw.clone(),
         q: q.clone(),
     };
-    match gw.store.join_many(q, gw.index(), now_ms(), 1).await {
-        Ok(j) => Ok(j.state(0)),
-        Err(e) => {
-            logged(e);
-            fail_waiting(gw, q);
-            Err(())
-        }
-    }
+    call(gw, q, 1).await.map(|j| j.state(0))
 }
 
-/// Redis just failed a join call for `q`: every join waiting for it is answered "try later"
-/// now, instead of one batch after another each waiting for its own failure (up to the
-/// response timeout each, behind a Redis that hangs).
-fn fail_waiting(gw: &Gateway, q: &QueueId) {
-    let waiters = gw
-        .joins
-        .lock()
-        .get_mut(q)
-        .map(std::mem::take)
-        .unwrap_or_default();
-    for tx in waiters {
-        let _ = tx.send(Err(()));
+/// One join call taking `n` places in `q`. When Redis fails it, every join waiting for `q` is
+/// answered "try later" now, instead of one batch after another each waiting for its own
+/// failure (up to the response timeout each, behind a Redis that hangs).
+async fn call(gw: &Gateway, q: &QueueId, n: usize) -> Result<Joined, ()> {
+    match gw.store.join_many(q, gw.index(), now_ms(), n).await {
+        Ok(j) => Ok(j),
+        Err(e) => {
+            logged(e);
+            let waiters = gw
+                .joins
+                .lock()
+                .get_mut(q)
+                .map(std::mem::take)
+                .unwrap_or_default();
+            for tx in waiters {
+                let _ = tx.send(Err(()));
+            }
+            Err(())
+        }
     }
 }
 
@@ -128,16 +128,9 @@ async fn drive(gw: Arc<Gateway>, q: QueueId) {
             let n = waiters.len().min(JOIN_BATCH_MAX);
             waiters.drain(..n).collect()
         };
-        let joined = gw
-            .store
-            .join_many(&q, gw.index(), now_ms(), batch.len())
-            .await
-            .map_err(logged);
-        if joined.is_err() {
-            fail_waiting(&gw, &q);
-        }
+        let joined = call(&gw, &q, batch.len()).await;
         for (i, tx) in batch.into_iter().enumerate() {
-            let reply = joined.as_ref().map(|j| j.state(i)).map_err(|_| ());
+            let reply = joined.map(|j| j.state(i));
             if let Err(Ok(PlaceState::Waiting { place, .. })) = tx.send(reply) {
                 // The request went away before its place came back: let the place lapse after
                 // the grace period instead of waiting in line for nobody.

@@ -54,8 +54,12 @@ pub(crate) fn retry_frame(ms: u64) -> String {
 }
 
 pub(crate) fn event_frame(name: &str, id: Option<&str>, data: &impl serde::Serialize) -> String {
-    let json = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
-    json_frame(name, id, &json)
+    json_frame(name, id, &event_json(data))
+}
+
+/// The `data:` of an event: its payload as JSON.
+pub(crate) fn event_json(data: &impl serde::Serialize) -> String {
+    serde_json::to_string(data).unwrap_or_else(|_| "null".into())
 }
 
 /// An SSE event whose data is `json`, already rendered.

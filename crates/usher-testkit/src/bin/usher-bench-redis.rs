@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use futures::stream::{self, StreamExt};
 use usher_core::ids::QueueId;
-use usher_core::store::{QueueConfig, Store, Tick};
+use usher_core::store::{QueueConfig, Store, Tick, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 use usher_testkit::RedisServer;
 
@@ -76,15 +76,23 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
     };
     store.put_queue(&q, &cfg).await?;
     let fill = Instant::now();
-    let joined = stream::iter(0..n)
-        .map(|i| {
+    // In join calls of JOIN_BATCH_MAX places, as gateways send a burst of joins, each call
+    // for one of six gateways in turn.
+    let joined: u64 = stream::iter(batches(n))
+        .map(|(k, len)| {
             let (store, q) = (store.clone(), q.clone());
-            async move { store.join(&q, (i % 6 + 1) as u16, now_ms()).await }
+            async move {
+                let r = store.join_many(&q, (k % 6 + 1) as u16, now_ms(), len).await;
+                if r.is_ok() {
+                    len as u64
+                } else {
+                    0
+                }
+            }
         })
-        .buffer_unordered(256)
-        .filter(|r| std::future::ready(r.is_ok()))
-        .count()
-        .await as u64;
+        .buffer_unordered(16)
+        .fold(0, |sum, len| std::future::ready(sum + len))
+        .await;
     anyhow::ensure!(joined == n, "only {joined} of {n} joins succeeded");
     let fill_secs = fill.elapsed().as_secs_f64();
     let bytes = store.waiting_memory(&q).await?;
@@ -106,8 +114,10 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Keep the line at `n`: replace what the previous tick admitted (not timed).
         let refill = n.saturating_sub(store.queue_stats(&q, now_ms()).await?.waiting);
-        for i in 0..refill {
-            store.join(&q, (i % 6 + 1) as u16, now_ms()).await?;
+        for (k, len) in batches(refill) {
+            store
+                .join_many(&q, (k % 6 + 1) as u16, now_ms(), len)
+                .await?;
         }
         // A whole tick: one script call per 1,000 admissions (`more`), at one admission time.
         // Admission times 100 ms apart, so each tick's budget is exactly `admit_per_tick`
@@ -142,4 +152,10 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
         "script_calls": calls,
         "snapshot_entries": samples,
     }))
+}
+
+/// `n` places as join calls: (call number, places in it), JOIN_BATCH_MAX places each.
+fn batches(n: u64) -> impl Iterator<Item = (u64, usize)> {
+    let max = JOIN_BATCH_MAX as u64;
+    (0..n.div_ceil(max)).map(move |k| (k, (n - k * max).min(max) as usize))
 }
