@@ -17,7 +17,7 @@
 #                machine meets the latency targets
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (about 7 minutes) and stops by itself; every process started
+# Everything is bounded in time (four to seven minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
 # section between the bench markers is rewritten by scripts/bench-report.py).
 #
