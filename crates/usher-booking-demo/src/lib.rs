@@ -22,7 +22,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::RwLock;
-use usher_http::{ApiError, LogFormat};
+use usher_http::ApiError;
+use usher_runtime::LogFormat;
 
 /// usher demo booking service — accepts bookings only with a valid entry token.
 ///

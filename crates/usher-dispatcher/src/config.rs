@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use usher_http::LogFormat;
+use usher_runtime::LogFormat;
 
 /// usher dispatcher — admits waiting browsers at a controlled rate.
 ///

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use usher_core::ids::ServerId;
-use usher_http::LogFormat;
+use usher_runtime::LogFormat;
 
 /// usher SSE gateway — holds browsers in line and tells them when it is their turn.
 ///

@@ -9,13 +9,13 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let cfg = Config::parse();
-    usher_http::init_tracing(cfg.log_format);
-    usher_http::disable_transparent_huge_pages();
-    let rt = usher_http::runtime(cfg.worker_threads).context("cannot start the runtime")?;
+    usher_runtime::init_tracing(cfg.log_format);
+    usher_runtime::disable_transparent_huge_pages();
+    let rt = usher_runtime::runtime(cfg.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {
         let listener = usher_http::listen(cfg.listen)
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-        usher_gateway::run(cfg, listener, usher_http::shutdown_signal()).await?;
+        usher_gateway::run(cfg, listener, usher_runtime::shutdown_signal()).await?;
         Ok(())
     })
 }

@@ -15,7 +15,7 @@ fn main() {
     let args = Args::parse();
     // Huge pages made the kernel zero 2 MiB at a time as connections came and went; the
     // workers inherit this across exec.
-    usher_http::disable_transparent_huge_pages();
+    usher_runtime::disable_transparent_huge_pages();
     let code = match run(args) {
         Ok(code) => code,
         Err(e) => {

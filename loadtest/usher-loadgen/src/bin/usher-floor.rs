@@ -133,7 +133,7 @@ struct Missing(String);
 
 fn main() {
     let args = Args::parse();
-    usher_http::disable_transparent_huge_pages();
+    usher_runtime::disable_transparent_huge_pages();
     let code = match run(&args) {
         Ok(()) => 0,
         Err(e) => {
