@@ -305,7 +305,7 @@ async fn a_killed_gateways_browsers_resume_their_places_on_another() -> anyhow::
         let mut ok = false;
         for _ in 0..100 {
             let n: i64 = redis::cmd("EXISTS")
-                .arg("usher:{gw:g0}:stream")
+                .arg(usher_core::keys::gateway_stream(&"g0".parse()?))
                 .query_async(&mut redis)
                 .await?;
             if n == 0 {
@@ -419,10 +419,11 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
     let mut conn = redis::Client::open(redis.url())?
         .get_multiplexed_async_connection()
         .await?;
+    let lease_key = usher_core::keys::QueueKeys::new(&"handover".parse()?).lease;
     let mut owner = String::new();
     for _ in 0..100 {
         let lease: Option<String> = redis::cmd("GET")
-            .arg("usher:{q:handover}:lease")
+            .arg(&lease_key)
             .query_async(&mut conn)
             .await?;
         if let Some(l) = lease {
@@ -442,7 +443,7 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
     let mut took_over = None;
     for _ in 0..200 {
         let lease: Option<String> = redis::cmd("GET")
-            .arg("usher:{q:handover}:lease")
+            .arg(&lease_key)
             .query_async(&mut conn)
             .await?;
         if lease.is_some_and(|l| l.starts_with(if leader == 0 { "d1|" } else { "d0|" })) {

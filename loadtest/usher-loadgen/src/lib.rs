@@ -18,3 +18,39 @@ pub mod report;
 pub mod stalls;
 pub mod stats;
 pub mod worker;
+
+use cli::Args;
+use coordinator::Outputs;
+use plan::Plan;
+
+/// The whole program for parsed `args`: a worker when `--worker-index` is given (the
+/// coordinator starts those), the coordinator otherwise. Returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let plan = Plan::from_args(&args)?;
+    if let Some(index) = args.worker_index {
+        if let Some(count) = args.worker_count {
+            anyhow::ensure!(
+                count == plan.workers,
+                "--worker-count {count} does not match --workers {}",
+                plan.workers
+            );
+        }
+        let epoch = args.epoch_ms.unwrap_or_else(worker::now_ms);
+        worker::run(plan, index, epoch)?;
+        return Ok(0);
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.block_on(coordinator::run(
+        plan,
+        argv,
+        Outputs {
+            report: args.report.clone(),
+            plot: args.plot.clone(),
+            quiet: args.quiet,
+        },
+    ))
+}
