@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+use usher_core::ids::{QueueId, ServerId};
+use usher_core::store::{QueueConfig, Store};
+use usher_core::time::now_ms;
+use usher_testkit::{stack, RedisServer};
+
 use serde_json::Value;
 use usher_core::sse::Event;
 use usher_testkit::sse::{SseConn, Watcher};
@@ -104,4 +109,45 @@ pub fn verify_token(
         jsonwebtoken::decode::<Value>(token, &jsonwebtoken::DecodingKey::from_jwk(jwk)?, &v)?
             .claims,
     )
+}
+
+/// A Redis, a queue admitting `admit_per_second`, and one in-process gateway that has
+/// registered itself: (redis, store, gateway, queue, the gateway's server id).
+pub async fn one_gateway(
+    queue: &str,
+    admit_per_second: f64,
+) -> anyhow::Result<(RedisServer, Store, stack::Server, QueueId, ServerId)> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new(queue)?;
+    store
+        .put_queue(
+            &q,
+            &QueueConfig {
+                admit_per_second,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let gw = stack::gateway(&redis.url()).await?;
+    // The gateway registers itself as it starts.
+    let mut gws = Vec::new();
+    for _ in 0..100 {
+        gws = store.gateways(now_ms()).await?;
+        if !gws.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(gws.len() == 1, "one gateway registered: {gws:?}");
+    let id = gws[0].server_id.clone();
+    Ok((redis, store, gw, q, id))
+}
+
+/// Takes the queue's lease, as a dispatcher would.
+pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core::store::Lease> {
+    store
+        .acquire_lease(q, "test", Duration::from_secs(60))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("lease"))
 }

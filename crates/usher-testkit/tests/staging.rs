@@ -12,50 +12,11 @@ use std::time::Duration;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use usher_core::ids::{PlaceId, QueueId, ServerId};
+use usher_core::ids::PlaceId;
 use usher_core::messages::{Admission, StreamMessage};
-use usher_core::store::{QueueConfig, Store, TokenRecord};
+use usher_core::store::TokenRecord;
 use usher_core::time::now_ms;
 use usher_testkit::{stack, tick_once, RedisServer, SseClient};
-
-async fn setup(
-    queue: &str,
-    admit_per_second: f64,
-) -> anyhow::Result<(RedisServer, Store, stack::Server, QueueId, ServerId)> {
-    let redis = RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = QueueId::new(queue)?;
-    store
-        .put_queue(
-            &q,
-            &QueueConfig {
-                admit_per_second,
-                ..Default::default()
-            },
-        )
-        .await?;
-    let gw = stack::gateway(&redis.url()).await?;
-    // The gateway registers itself as it starts.
-    let mut gws = Vec::new();
-    for _ in 0..100 {
-        gws = store.gateways(now_ms()).await?;
-        if !gws.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    anyhow::ensure!(gws.len() == 1, "one gateway registered: {gws:?}");
-    let id = gws[0].server_id.clone();
-    Ok((redis, store, gw, q, id))
-}
-
-/// Takes the queue's lease, as a dispatcher would.
-async fn lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core::store::Lease> {
-    store
-        .acquire_lease(q, "test", Duration::from_secs(60))
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("lease"))
-}
 
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
     Admission {
@@ -70,7 +31,7 @@ fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
 async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
 ) -> anyhow::Result<()> {
     // 20/s and a first tick budgeted for 100 ms: the tick below admits the first two places.
-    let (_redis, store, gw, q, id) = setup("stage", 20.0).await?;
+    let (_redis, store, gw, q, id) = one_gateway("stage", 20.0).await?;
     let client = SseClient::new(gw.url());
     let (t1, _, c1) = join_watch(&client, "stage").await?;
     let (t2, _, c2) = join_watch(&client, "stage").await?;
@@ -102,7 +63,7 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
 
     // Redis admits places 1 and 2, and the admission message names both before any record is
     // stored (as the dispatcher does): place 1's token is on the gateway, place 2's is not.
-    let lease = lease(&store, &q).await?;
+    let lease = take_lease(&store, &q).await?;
     tick_once(&store, &q, &lease).await?;
     store
         .send(&[(
@@ -198,7 +159,7 @@ async fn read_until(sock: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_serves_another_request_after_its_stream_ends() -> anyhow::Result<()> {
-    let (_redis, store, gw, q, id) = setup("reuse", 20.0).await?;
+    let (_redis, store, gw, q, id) = one_gateway("reuse", 20.0).await?;
     let mut sock = TcpStream::connect(gw.addr).await?;
     sock.write_all(b"GET /api/queues/reuse/stream HTTP/1.1\r\nhost: usher\r\naccept: text/event-stream\r\n\r\n")
         .await?;
@@ -242,12 +203,12 @@ async fn a_connection_serves_another_request_after_its_stream_ends() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is_honoured(
 ) -> anyhow::Result<()> {
-    let (_redis, store, gw, q, _id) = setup("pipe", 20.0).await?;
+    let (_redis, store, gw, q, _id) = one_gateway("pipe", 20.0).await?;
     // An admitted place whose record is in Redis: resuming it is a stream that ends at once.
     let client = SseClient::new(gw.url());
     let (ticket, _, conn) = join(&client, "pipe").await?;
     drop(conn);
-    let lease = lease(&store, &q).await?;
+    let lease = take_lease(&store, &q).await?;
     tick_once(&store, &q, &lease).await?;
     let at = now_ms();
     store
