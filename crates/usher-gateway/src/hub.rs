@@ -16,65 +16,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{
-    eta_seconds, Admission, AdmittedEvent, ClosedEvent, QueueState, WaitingEvent,
-};
+use usher_core::messages::{eta_seconds, Admission, CloseReason, QueueState, WaitingEvent};
 use usher_core::position::Standing;
 
-/// What a connection should send next.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Update {
-    Waiting(WaitingEvent),
-    /// Terminal.
-    Admitted(Arc<Admitted>),
-    /// Terminal.
-    Closed(ClosedEvent),
-    /// Terminal, without an event: a newer connection took the place over, or the gateway is
-    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
-    /// after that delay and resumes its place.
-    Ended {
-        retry_ms: Option<u64>,
-    },
-}
-
-impl Update {
-    pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_))
-    }
-
-    pub fn superseded() -> Self {
-        Update::Ended { retry_ms: None }
-    }
-}
-
-/// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
-/// half a tick before the admission, so an admission burst formats no JSON and copies no
-/// token. Shared: handing it to a connection is a reference count.
-#[derive(Debug, PartialEq)]
-pub struct Admitted {
-    pub event: AdmittedEvent,
-    /// `event` as JSON (the `data:` of the SSE event).
-    pub json: String,
-}
-
-impl Admitted {
-    pub fn new(event: AdmittedEvent) -> Arc<Self> {
-        let json = crate::stream::event_json(&event);
-        Arc::new(Self { event, json })
-    }
-
-    fn of(queue: &QueueId, a: &Admission) -> Arc<Self> {
-        Self::new(AdmittedEvent::new(queue.clone(), a))
-    }
-}
-
-impl std::ops::Deref for Admitted {
-    type Target = AdmittedEvent;
-
-    fn deref(&self) -> &AdmittedEvent {
-        &self.event
-    }
-}
+use crate::update::{Admitted, Update};
 
 struct Slot {
     id: u64,
@@ -455,17 +400,14 @@ impl Hub {
     }
 
     /// Ends every connection of a closed queue with `closed`.
-    pub fn close_queue(&self, queue: &QueueId, reason: &str) -> usize {
+    pub fn close_queue(&self, queue: &QueueId, reason: CloseReason) -> usize {
         let mut inner = self.lock();
         let places: Vec<u64> = inner
             .queues
             .get(queue)
             .map(|c| c.keys().copied().collect())
             .unwrap_or_default();
-        let update = Update::Closed(ClosedEvent {
-            queue: queue.clone(),
-            reason: reason.to_owned(),
-        });
+        let update = Update::closed(queue, reason);
         for &p in &places {
             inner.deliver(queue, PlaceId(p), update.clone());
         }
@@ -503,6 +445,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use usher_core::messages::AdmittedEvent;
 
     fn q() -> QueueId {
         QueueId::new("q").expect("valid")
@@ -561,11 +504,10 @@ mod tests {
         let hub = Hub::new();
         let (_a, rx) = connect(&hub, place(10), 3);
         let mut s = QueueState {
-            queue: q(),
             waiting: 9,
             rate: 1.0,
             runs: vec![(1, 9), (10, 1)],
-            ..Default::default()
+            ..QueueState::empty(q())
         };
         assert!(hub.apply_state(&s).is_empty());
         assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
@@ -631,8 +573,8 @@ mod tests {
         assert_eq!(a.event, expected);
         assert_eq!(a.json, serde_json::to_string(&expected).expect("json"));
         assert_eq!(
-            crate::stream::update_frame(&Update::Admitted(a.clone()), "tk"),
-            Some(crate::stream::event_frame(
+            Update::Admitted(a.clone()).frame("tk"),
+            Some(crate::frames::event_frame(
                 "admitted",
                 Some("tk"),
                 &expected
@@ -647,11 +589,10 @@ mod tests {
         // Nobody reads `rx` while the line moves 4,000 times.
         for left in (1000..5000u64).rev() {
             hub.apply_state(&QueueState {
-                queue: q(),
                 waiting: left,
                 rate: 1.0,
                 runs: vec![(5000 - left + 1, left)],
-                ..Default::default()
+                ..QueueState::empty(q())
             });
         }
         assert!(rx.has_changed().unwrap_or(false));
