@@ -46,12 +46,14 @@ use usher_core::secret::{SecretError, TicketKey};
 use usher_core::store::{DevSecret, Store, StoreError};
 use usher_core::time::now_ms;
 
-pub use config::Config;
+pub use config::{Config, ConfigError};
 
 use gateway::Gateway;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// Its message says "redis: …" already.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -73,6 +75,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    cfg.validate()?;
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
     tracing::info!(listen = %addr, server_id = %gw.id(), index = %gw.index(), "gateway running");
@@ -115,8 +118,8 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let reader =
         Store::connect_with_timeout(&cfg.redis_url, inbox::READ_BLOCK + Duration::from_secs(5))
             .await?;
-    let ticket_key = match &cfg.ticket_key {
-        Some(k) => TicketKey::new(k.as_bytes())?,
+    let ticket_key = match cfg.ticket_key()? {
+        Some(k) => k,
         None => {
             let k = store
                 .shared_dev_secret(DevSecret::TicketKey, TicketKey::generate_hex())
