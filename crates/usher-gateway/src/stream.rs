@@ -325,7 +325,8 @@ async fn pump_live(
                 last_write = tokio::time::Instant::now();
             }
             _ = keepalive.changed() => {
-                if gw.keepalive().due(last_write) {
+                let tick = *keepalive.borrow_and_update();
+                if gw.keepalive().due(last_write, tick) {
                     chunk(sock, KEEPALIVE_FRAME).await?;
                     last_write = tokio::time::Instant::now();
                 }
