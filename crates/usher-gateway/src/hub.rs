@@ -21,129 +21,11 @@ use usher_core::position::Standing;
 
 use crate::update::{Admitted, Update};
 
-struct Slot {
-    id: u64,
-    /// `None` while reserved (the stream does not exist yet).
-    tx: Option<watch::Sender<Update>>,
-    /// A terminal update that arrived while reserved.
-    pending: Option<Update>,
-    position: u64,
-    /// A re-check against Redis is under way (see [`Hub::apply_state`]).
-    resyncing: bool,
-}
-
-/// Admissions that arrived for places not held here (a browser between two connections).
-/// Kept briefly, bounded.
-struct Orphan {
-    event: Arc<Admitted>,
-    at: Instant,
-}
-
-const ORPHAN_TTL: Duration = Duration::from_secs(30);
-const ORPHAN_CAP: usize = 100_000;
-
-/// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
-/// the admission names the place. Kept briefly, bounded.
-struct Staged {
-    admitted: Arc<Admitted>,
-    admitted_at_ms: u64,
-    expires_at_ms: u64,
-    at: Instant,
-}
-
-const STAGED_TTL: Duration = Duration::from_secs(30);
-const STAGED_CAP: usize = 100_000;
-
+/// The connection registry: every place held here, and the admissions waiting for one.
 #[derive(Default)]
-struct Inner {
-    queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
-    orphans: HashMap<(QueueId, PlaceId), Orphan>,
-    staged: HashMap<(QueueId, PlaceId), Staged>,
-    /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
-    held: u64,
-}
-
-impl Inner {
-    /// Puts `slot` in place of any slot for `place`; returns the one it replaced.
-    fn insert(&mut self, queue: &QueueId, place: PlaceId, slot: Slot) -> Option<Slot> {
-        let old = self
-            .queues
-            .entry(queue.clone())
-            .or_default()
-            .insert(place.0, slot);
-        if old.is_none() {
-            self.held += 1;
-        }
-        old
-    }
-
-    /// Removes the slot for `place` if `take(slot)` says so.
-    fn remove_if(
-        &mut self,
-        queue: &QueueId,
-        place: PlaceId,
-        take: impl FnOnce(&Slot) -> bool,
-    ) -> Option<Slot> {
-        let conns = self.queues.get_mut(queue)?;
-        if !take(conns.get(&place.0)?) {
-            return None;
-        }
-        let slot = conns.remove(&place.0)?;
-        if conns.is_empty() {
-            self.queues.remove(queue);
-        }
-        self.held -= 1;
-        Some(slot)
-    }
-
-    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
-        self.remove_if(queue, place, |_| true)
-    }
-
-    fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
-        self.queues
-            .get(queue)
-            .is_some_and(|c| c.contains_key(&place.0))
-    }
-
-    fn expire_staged(&mut self, now: Instant) {
-        self.staged
-            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
-    }
-
-    /// Delivers an admission: to the browser if held here, else kept as an orphan for a
-    /// browser between two connections. `true` when held.
-    fn admit_one(&mut self, queue: &QueueId, place: PlaceId, ev: Arc<Admitted>) -> bool {
-        if self.deliver(queue, place, Update::Admitted(ev.clone())) {
-            return true;
-        }
-        if self.orphans.len() < ORPHAN_CAP {
-            self.orphans.insert(
-                (queue.clone(), place),
-                Orphan {
-                    event: ev,
-                    at: Instant::now(),
-                },
-            );
-        }
-        false
-    }
-
-    /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
-    /// is done), or kept as pending while it is only reserved. `false` when no slot holds it.
-    fn deliver(&mut self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
-        let Some(slot) = self.queues.get_mut(queue).and_then(|c| c.get_mut(&place.0)) else {
-            return false;
-        };
-        match &slot.tx {
-            Some(tx) => {
-                let _ = tx.send(u);
-                self.remove(queue, place);
-            }
-            None => slot.pending = Some(u),
-        }
-        true
-    }
+pub struct Hub {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
 }
 
 /// A place reserved for a connection being set up; pass it to [`Hub::attach`], or to
@@ -161,12 +43,6 @@ pub struct Attached {
     pub queue: QueueId,
     pub place: PlaceId,
     id: u64,
-}
-
-#[derive(Default)]
-pub struct Hub {
-    inner: Mutex<Inner>,
-    next_id: AtomicU64,
 }
 
 impl Hub {
@@ -439,6 +315,131 @@ impl Hub {
     /// Queues this gateway holds browsers of.
     pub fn queues(&self) -> Vec<QueueId> {
         self.lock().queues.keys().cloned().collect()
+    }
+}
+
+struct Slot {
+    id: u64,
+    /// `None` while reserved (the stream does not exist yet).
+    tx: Option<watch::Sender<Update>>,
+    /// A terminal update that arrived while reserved.
+    pending: Option<Update>,
+    position: u64,
+    /// A re-check against Redis is under way (see [`Hub::apply_state`]).
+    resyncing: bool,
+}
+
+/// Admissions that arrived for places not held here (a browser between two connections).
+/// Kept briefly, bounded.
+struct Orphan {
+    event: Arc<Admitted>,
+    at: Instant,
+}
+
+const ORPHAN_TTL: Duration = Duration::from_secs(30);
+const ORPHAN_CAP: usize = 100_000;
+
+/// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
+/// the admission names the place. Kept briefly, bounded.
+struct Staged {
+    admitted: Arc<Admitted>,
+    admitted_at_ms: u64,
+    expires_at_ms: u64,
+    at: Instant,
+}
+
+const STAGED_TTL: Duration = Duration::from_secs(30);
+const STAGED_CAP: usize = 100_000;
+
+#[derive(Default)]
+struct Inner {
+    queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
+    orphans: HashMap<(QueueId, PlaceId), Orphan>,
+    staged: HashMap<(QueueId, PlaceId), Staged>,
+    /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
+    held: u64,
+}
+
+impl Inner {
+    /// Puts `slot` in place of any slot for `place`; returns the one it replaced.
+    fn insert(&mut self, queue: &QueueId, place: PlaceId, slot: Slot) -> Option<Slot> {
+        let old = self
+            .queues
+            .entry(queue.clone())
+            .or_default()
+            .insert(place.0, slot);
+        if old.is_none() {
+            self.held += 1;
+        }
+        old
+    }
+
+    /// Removes the slot for `place` if `take(slot)` says so.
+    fn remove_if(
+        &mut self,
+        queue: &QueueId,
+        place: PlaceId,
+        take: impl FnOnce(&Slot) -> bool,
+    ) -> Option<Slot> {
+        let conns = self.queues.get_mut(queue)?;
+        if !take(conns.get(&place.0)?) {
+            return None;
+        }
+        let slot = conns.remove(&place.0)?;
+        if conns.is_empty() {
+            self.queues.remove(queue);
+        }
+        self.held -= 1;
+        Some(slot)
+    }
+
+    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
+        self.remove_if(queue, place, |_| true)
+    }
+
+    fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
+        self.queues
+            .get(queue)
+            .is_some_and(|c| c.contains_key(&place.0))
+    }
+
+    fn expire_staged(&mut self, now: Instant) {
+        self.staged
+            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
+    }
+
+    /// Delivers an admission: to the browser if held here, else kept as an orphan for a
+    /// browser between two connections. `true` when held.
+    fn admit_one(&mut self, queue: &QueueId, place: PlaceId, ev: Arc<Admitted>) -> bool {
+        if self.deliver(queue, place, Update::Admitted(ev.clone())) {
+            return true;
+        }
+        if self.orphans.len() < ORPHAN_CAP {
+            self.orphans.insert(
+                (queue.clone(), place),
+                Orphan {
+                    event: ev,
+                    at: Instant::now(),
+                },
+            );
+        }
+        false
+    }
+
+    /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
+    /// is done), or kept as pending while it is only reserved. `false` when no slot holds it.
+    fn deliver(&mut self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
+        let Some(slot) = self.queues.get_mut(queue).and_then(|c| c.get_mut(&place.0)) else {
+            return false;
+        };
+        match &slot.tx {
+            Some(tx) => {
+                let _ = tx.send(u);
+                self.remove(queue, place);
+            }
+            None => slot.pending = Some(u),
+        }
+        true
     }
 }
 
