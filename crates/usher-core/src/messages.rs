@@ -21,7 +21,7 @@ pub struct Admission {
 /// A snapshot of one queue's line, published once per tick to every gateway holding browsers
 /// of that queue. Gateways derive each browser's position from it (see [`crate::position`]),
 /// so the cost of keeping positions fresh does not grow with the number of waiters.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueState {
     pub queue: QueueId,
     /// Snapshot time (ms since the epoch).
@@ -37,9 +37,54 @@ pub struct QueueState {
     pub samples: Vec<(u64, u64)>,
 }
 
-impl Default for QueueId {
-    fn default() -> Self {
-        QueueId::new("_").unwrap_or_else(|_| unreachable!("'_' is a valid queue id"))
+impl QueueState {
+    /// An empty line of `queue` at time 0: no places, no rate. A starting point for a
+    /// snapshot built field by field (`QueueState { waiting, runs, ..QueueState::empty(q) }`);
+    /// a snapshot always names its queue, so there is no `Default`.
+    pub fn empty(queue: QueueId) -> Self {
+        Self {
+            queue,
+            at_ms: 0,
+            waiting: 0,
+            rate: 0.0,
+            runs: Vec::new(),
+            samples: Vec::new(),
+        }
+    }
+}
+
+/// Why a stream ended with `closed`, or why a gateway stopped holding a place. A closed set:
+/// the dispatcher and the gateways agree on it by type, and its wire form is the snake_case
+/// name (`"queue_closed"`, …), byte for byte what browsers have always received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The ticket left the line (`DELETE /api/queues/{queue}/tickets/{ticket}`).
+    Left,
+    /// An admin closed the queue.
+    QueueClosed,
+    /// The place vanished (e.g. Redis lost it in a crash).
+    PlaceLost,
+    /// A newer connection for the place was opened on another gateway. Never shown to a
+    /// browser: the old connection just ends.
+    ResumedElsewhere,
+}
+
+impl CloseReason {
+    /// The wire name, as serde writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Left => "left",
+            CloseReason::QueueClosed => "queue_closed",
+            CloseReason::PlaceLost => "place_lost",
+            CloseReason::ResumedElsewhere => "resumed_elsewhere",
+        }
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -70,13 +115,13 @@ pub enum StreamMessage {
     /// The line moved.
     State(QueueState),
     /// The queue was closed: every browser waiting in it gets `closed`.
-    Closed { queue: QueueId, reason: String },
+    Closed { queue: QueueId, reason: CloseReason },
     /// One place is no longer held here (it left, or a newer connection took it over on
     /// another gateway): end that connection without releasing the place.
     Ended {
         queue: QueueId,
         place: PlaceId,
-        reason: String,
+        reason: CloseReason,
     },
 }
 
@@ -108,7 +153,7 @@ pub struct AdmittedEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClosedEvent {
     pub queue: QueueId,
-    pub reason: String,
+    pub reason: CloseReason,
 }
 
 /// Seconds until admission at `rate` per second for `position`.
@@ -121,11 +166,17 @@ pub fn eta_seconds(position: u64, rate: f64) -> u64 {
 
 impl AdmittedEvent {
     pub fn new(queue: QueueId, a: &Admission) -> Self {
+        Self::of_token(queue, &a.token, a.admitted_at_ms, a.expires_at_ms)
+    }
+
+    /// The event for an entry token admitted at `admitted_at_ms` and expiring at
+    /// `expires_at_ms` (ms since the epoch), e.g. one read back from Redis.
+    pub fn of_token(queue: QueueId, token: &str, admitted_at_ms: u64, expires_at_ms: u64) -> Self {
         Self {
             queue,
-            token: a.token.clone(),
-            expires_at: crate::time::rfc3339_ms(a.expires_at_ms),
-            admitted_at: crate::time::rfc3339_ms(a.admitted_at_ms),
+            token: token.to_owned(),
+            expires_at: crate::time::rfc3339_ms(expires_at_ms),
+            admitted_at: crate::time::rfc3339_ms(admitted_at_ms),
         }
     }
 }
@@ -138,11 +189,33 @@ mod tests {
     fn stream_messages_are_tagged_json() {
         let m = StreamMessage::Closed {
             queue: QueueId::new("q").expect("valid"),
-            reason: "closed".into(),
+            reason: CloseReason::QueueClosed,
         };
         let s = serde_json::to_string(&m).expect("serialise");
-        assert_eq!(s, r#"{"type":"closed","queue":"q","reason":"closed"}"#);
+        assert_eq!(
+            s,
+            r#"{"type":"closed","queue":"q","reason":"queue_closed"}"#
+        );
         assert_eq!(serde_json::from_str::<StreamMessage>(&s).expect("parse"), m);
+    }
+
+    #[test]
+    fn close_reasons_keep_their_wire_names() {
+        for (reason, wire) in [
+            (CloseReason::Left, "left"),
+            (CloseReason::QueueClosed, "queue_closed"),
+            (CloseReason::PlaceLost, "place_lost"),
+            (CloseReason::ResumedElsewhere, "resumed_elsewhere"),
+        ] {
+            let json = format!("\"{wire}\"");
+            assert_eq!(serde_json::to_string(&reason).expect("serialise"), json);
+            assert_eq!(
+                serde_json::from_str::<CloseReason>(&json).expect("parse"),
+                reason
+            );
+            assert_eq!(reason.to_string(), wire);
+        }
+        assert!(serde_json::from_str::<CloseReason>("\"closed\"").is_err());
     }
 
     #[test]

@@ -89,7 +89,7 @@ mod tests {
             waiting: w,
             runs,
             samples,
-            ..Default::default()
+            ..QueueState::empty(crate::ids::QueueId::new("q").expect("valid"))
         }
     }
 

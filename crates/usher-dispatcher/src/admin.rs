@@ -262,7 +262,7 @@ async fn close(st: &AppState, q: &QueueId) -> Result<bool, ApiError> {
     let live = st.store.live_gateways(now_ms()).await.map_err(redis_down)?;
     let msg = StreamMessage::Closed {
         queue: q.clone(),
-        reason: "queue_closed".into(),
+        reason: usher_core::messages::CloseReason::QueueClosed,
     };
     let batches: Vec<_> = live
         .into_values()

@@ -1,10 +1,12 @@
 //! Gateway configuration: every flag is also a `USHER_*` environment variable.
 
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Parser;
 use usher_core::ids::ServerId;
+use usher_core::secret::{SecretError, TicketKey};
 use usher_runtime::LogFormat;
 
 /// usher SSE gateway — holds browsers in line and tells them when it is their turn.
@@ -40,19 +42,19 @@ pub struct Config {
     #[arg(long, env = "USHER_TICKET_KEY", hide_env_values = true)]
     pub ticket_key: Option<String>,
 
-    /// Keepalive period in seconds: a stream silent for half of it gets a `: keepalive` comment
-    /// once per period (keeps proxies from closing idle streams; none stays silent longer than
-    /// 1.5 periods). Comments are spread over the period, not sent to every stream at once.
-    #[arg(long, env = "USHER_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    /// Keepalive period in seconds: no stream stays silent longer than this; a silent one gets a
+    /// `: keepalive` comment once per period (keeps proxies from closing idle streams).
+    /// Comments are spread over the period, not sent to every stream at once.
+    #[arg(long, env = "USHER_KEEPALIVE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(KEEPALIVE_SECS))]
     pub keepalive_secs: u64,
 
     /// Reconnection delay (ms) sent to browsers in the `retry:` field.
-    #[arg(long, env = "USHER_RETRY_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    #[arg(long, env = "USHER_RETRY_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(RETRY_MS))]
     pub retry_ms: u64,
 
     /// Milliseconds between heartbeats to the gateway registry. The registry entry lapses
     /// after five missed heartbeats; the stream after thirty.
-    #[arg(long, env = "USHER_HEARTBEAT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    #[arg(long, env = "USHER_HEARTBEAT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(HEARTBEAT_MS))]
     pub heartbeat_ms: u64,
 
     /// Most browsers held at once. Past it, new streams answer `200` with a jittered `retry:`
@@ -63,13 +65,13 @@ pub struct Config {
 
     /// On SIGTERM: milliseconds between failing `/readyz` (so the load balancer stops sending
     /// new browsers) and starting to end open streams.
-    #[arg(long, env = "USHER_DRAIN_DELAY_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=120_000))]
+    #[arg(long, env = "USHER_DRAIN_DELAY_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(DRAIN_DELAY_MS))]
     pub drain_delay_ms: u64,
 
     /// On SIGTERM: open streams are ended spread over this many seconds, each with a jittered
     /// `retry:`, so browsers reconnect to the other gateways gradually and resume their places.
     /// The process exits at the latest 5 s after the window.
-    #[arg(long, env = "USHER_DRAIN_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    #[arg(long, env = "USHER_DRAIN_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(DRAIN_SECS))]
     pub drain_secs: u64,
 
     /// Runtime worker threads; 0 = one per core. Use 1 when several usher processes share a
@@ -82,7 +84,63 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+// The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and
+// [`Config::validate`] (which also checks a `Config` built in code, as tests and embedders do:
+// a zero period would panic a timer instead of failing with a message).
+const KEEPALIVE_SECS: RangeInclusive<u64> = 1..=300;
+const RETRY_MS: RangeInclusive<u64> = 100..=600_000;
+const HEARTBEAT_MS: RangeInclusive<u64> = 100..=60_000;
+const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
+const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
+
+/// A configuration that cannot work. Each error names the variable and its bad value (a
+/// secret's length only).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var} = {value} is out of range: it must be {min} to {max}")]
+    OutOfRange {
+        var: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+    #[error("USHER_TICKET_KEY: {0}")]
+    TicketKey(#[from] SecretError),
+}
+
 impl Config {
+    /// Checks what clap checks on the command line, for a `Config` built in code too, and the
+    /// ticket key, before anything connects.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (var, value, range) in [
+            ("USHER_KEEPALIVE_SECS", self.keepalive_secs, KEEPALIVE_SECS),
+            ("USHER_RETRY_MS", self.retry_ms, RETRY_MS),
+            ("USHER_HEARTBEAT_MS", self.heartbeat_ms, HEARTBEAT_MS),
+            ("USHER_DRAIN_DELAY_MS", self.drain_delay_ms, DRAIN_DELAY_MS),
+            ("USHER_DRAIN_SECS", self.drain_secs, DRAIN_SECS),
+        ] {
+            if !range.contains(&value) {
+                return Err(ConfigError::OutOfRange {
+                    var,
+                    value,
+                    min: *range.start(),
+                    max: *range.end(),
+                });
+            }
+        }
+        self.ticket_key()?;
+        Ok(())
+    }
+
+    /// The configured ticket key; `None` when unset (a development key is used).
+    pub fn ticket_key(&self) -> Result<Option<TicketKey>, ConfigError> {
+        let key = self
+            .ticket_key
+            .as_ref()
+            .map(|k| TicketKey::new(k.as_bytes()));
+        Ok(key.transpose()?)
+    }
+
     pub fn keepalive(&self) -> Duration {
         Duration::from_secs(self.keepalive_secs)
     }
@@ -112,5 +170,48 @@ impl Config {
             worker_threads: 0,
             log_format: LogFormat::Text,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_and_the_test_configuration_are_valid() {
+        let cli = Config::try_parse_from(["usher-gateway"]).expect("defaults parse");
+        assert!(cli.validate().is_ok());
+        assert!(Config::for_tests("redis://127.0.0.1:1").validate().is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_variable_and_the_bad_value() {
+        let mut cfg = Config::for_tests("redis://127.0.0.1:1");
+        cfg.keepalive_secs = 0;
+        let e = cfg.validate().expect_err("a zero period");
+        assert_eq!(
+            e.to_string(),
+            "USHER_KEEPALIVE_SECS = 0 is out of range: it must be 1 to 300"
+        );
+        let mut cfg = Config::for_tests("redis://127.0.0.1:1");
+        cfg.heartbeat_ms = 60_001;
+        let e = cfg.validate().expect_err("too slow a heartbeat");
+        assert!(
+            e.to_string().starts_with("USHER_HEARTBEAT_MS = 60001 "),
+            "{e}"
+        );
+        let mut cfg = Config::for_tests("redis://127.0.0.1:1");
+        cfg.ticket_key = Some("short".into());
+        let e = cfg.validate().expect_err("a short key");
+        assert!(e.to_string().starts_with("USHER_TICKET_KEY: "), "{e}");
+        assert!(e.to_string().contains("got 5"), "{e}");
+    }
+
+    #[test]
+    fn the_command_line_uses_the_same_ranges() {
+        let bad = Config::try_parse_from(["usher-gateway", "--keepalive-secs", "0"]);
+        assert!(bad.is_err());
+        let ok = Config::try_parse_from(["usher-gateway", "--keepalive-secs", "300"]);
+        assert!(ok.is_ok_and(|c| c.validate().is_ok()));
     }
 }

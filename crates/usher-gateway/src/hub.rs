@@ -16,189 +16,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{
-    eta_seconds, Admission, AdmittedEvent, ClosedEvent, QueueState, WaitingEvent,
-};
+use usher_core::messages::{eta_seconds, Admission, CloseReason, QueueState, WaitingEvent};
 use usher_core::position::Standing;
 
-/// What a connection should send next.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Update {
-    Waiting(WaitingEvent),
-    /// Terminal.
-    Admitted(Arc<Admitted>),
-    /// Terminal.
-    Closed(ClosedEvent),
-    /// Terminal, without an event: a newer connection took the place over, or the gateway is
-    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
-    /// after that delay and resumes its place.
-    Ended {
-        retry_ms: Option<u64>,
-    },
-}
+use crate::update::{Admitted, Update};
 
-impl Update {
-    pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_))
-    }
-
-    pub fn superseded() -> Self {
-        Update::Ended { retry_ms: None }
-    }
-}
-
-/// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
-/// half a tick before the admission, so an admission burst formats no JSON and copies no
-/// token. Shared: handing it to a connection is a reference count.
-#[derive(Debug, PartialEq)]
-pub struct Admitted {
-    pub event: AdmittedEvent,
-    /// `event` as JSON (the `data:` of the SSE event).
-    pub json: String,
-}
-
-impl Admitted {
-    pub fn new(event: AdmittedEvent) -> Arc<Self> {
-        let json = crate::stream::event_json(&event);
-        Arc::new(Self { event, json })
-    }
-
-    fn of(queue: &QueueId, a: &Admission) -> Arc<Self> {
-        Self::new(AdmittedEvent::new(queue.clone(), a))
-    }
-}
-
-impl std::ops::Deref for Admitted {
-    type Target = AdmittedEvent;
-
-    fn deref(&self) -> &AdmittedEvent {
-        &self.event
-    }
-}
-
-struct Slot {
-    id: u64,
-    /// `None` while reserved (the stream does not exist yet).
-    tx: Option<watch::Sender<Update>>,
-    /// A terminal update that arrived while reserved.
-    pending: Option<Update>,
-    position: u64,
-    /// A re-check against Redis is under way (see [`Hub::apply_state`]).
-    resyncing: bool,
-}
-
-/// Admissions that arrived for places not held here (a browser between two connections).
-/// Kept briefly, bounded.
-struct Orphan {
-    event: Arc<Admitted>,
-    at: Instant,
-}
-
-const ORPHAN_TTL: Duration = Duration::from_secs(30);
-const ORPHAN_CAP: usize = 100_000;
-
-/// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
-/// the admission names the place. Kept briefly, bounded.
-struct Staged {
-    admitted: Arc<Admitted>,
-    admitted_at_ms: u64,
-    expires_at_ms: u64,
-    at: Instant,
-}
-
-const STAGED_TTL: Duration = Duration::from_secs(30);
-const STAGED_CAP: usize = 100_000;
-
+/// The connection registry: every place held here, and the admissions waiting for one.
 #[derive(Default)]
-struct Inner {
-    queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
-    orphans: HashMap<(QueueId, PlaceId), Orphan>,
-    staged: HashMap<(QueueId, PlaceId), Staged>,
-    /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
-    held: u64,
-}
-
-impl Inner {
-    /// Puts `slot` in place of any slot for `place`; returns the one it replaced.
-    fn insert(&mut self, queue: &QueueId, place: PlaceId, slot: Slot) -> Option<Slot> {
-        let old = self
-            .queues
-            .entry(queue.clone())
-            .or_default()
-            .insert(place.0, slot);
-        if old.is_none() {
-            self.held += 1;
-        }
-        old
-    }
-
-    /// Removes the slot for `place` if `take(slot)` says so.
-    fn remove_if(
-        &mut self,
-        queue: &QueueId,
-        place: PlaceId,
-        take: impl FnOnce(&Slot) -> bool,
-    ) -> Option<Slot> {
-        let conns = self.queues.get_mut(queue)?;
-        if !take(conns.get(&place.0)?) {
-            return None;
-        }
-        let slot = conns.remove(&place.0)?;
-        if conns.is_empty() {
-            self.queues.remove(queue);
-        }
-        self.held -= 1;
-        Some(slot)
-    }
-
-    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
-        self.remove_if(queue, place, |_| true)
-    }
-
-    fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
-        self.queues
-            .get(queue)
-            .is_some_and(|c| c.contains_key(&place.0))
-    }
-
-    fn expire_staged(&mut self, now: Instant) {
-        self.staged
-            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
-    }
-
-    /// Delivers an admission: to the browser if held here, else kept as an orphan for a
-    /// browser between two connections. `true` when held.
-    fn admit_one(&mut self, queue: &QueueId, place: PlaceId, ev: Arc<Admitted>) -> bool {
-        if self.deliver(queue, place, Update::Admitted(ev.clone())) {
-            return true;
-        }
-        if self.orphans.len() < ORPHAN_CAP {
-            self.orphans.insert(
-                (queue.clone(), place),
-                Orphan {
-                    event: ev,
-                    at: Instant::now(),
-                },
-            );
-        }
-        false
-    }
-
-    /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
-    /// is done), or kept as pending while it is only reserved. `false` when no slot holds it.
-    fn deliver(&mut self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
-        let Some(slot) = self.queues.get_mut(queue).and_then(|c| c.get_mut(&place.0)) else {
-            return false;
-        };
-        match &slot.tx {
-            Some(tx) => {
-                let _ = tx.send(u);
-                self.remove(queue, place);
-            }
-            None => slot.pending = Some(u),
-        }
-        true
-    }
+pub struct Hub {
+    inner: Mutex<Inner>,
+    next_id: AtomicU64,
 }
 
 /// A place reserved for a connection being set up; pass it to [`Hub::attach`], or to
@@ -216,12 +43,6 @@ pub struct Attached {
     pub queue: QueueId,
     pub place: PlaceId,
     id: u64,
-}
-
-#[derive(Default)]
-pub struct Hub {
-    inner: Mutex<Inner>,
-    next_id: AtomicU64,
 }
 
 impl Hub {
@@ -455,17 +276,14 @@ impl Hub {
     }
 
     /// Ends every connection of a closed queue with `closed`.
-    pub fn close_queue(&self, queue: &QueueId, reason: &str) -> usize {
+    pub fn close_queue(&self, queue: &QueueId, reason: CloseReason) -> usize {
         let mut inner = self.lock();
         let places: Vec<u64> = inner
             .queues
             .get(queue)
             .map(|c| c.keys().copied().collect())
             .unwrap_or_default();
-        let update = Update::Closed(ClosedEvent {
-            queue: queue.clone(),
-            reason: reason.to_owned(),
-        });
+        let update = Update::closed(queue, reason);
         for &p in &places {
             inner.deliver(queue, PlaceId(p), update.clone());
         }
@@ -500,9 +318,135 @@ impl Hub {
     }
 }
 
+struct Slot {
+    id: u64,
+    /// `None` while reserved (the stream does not exist yet).
+    tx: Option<watch::Sender<Update>>,
+    /// A terminal update that arrived while reserved.
+    pending: Option<Update>,
+    position: u64,
+    /// A re-check against Redis is under way (see [`Hub::apply_state`]).
+    resyncing: bool,
+}
+
+/// Admissions that arrived for places not held here (a browser between two connections).
+/// Kept briefly, bounded.
+struct Orphan {
+    event: Arc<Admitted>,
+    at: Instant,
+}
+
+const ORPHAN_TTL: Duration = Duration::from_secs(30);
+const ORPHAN_CAP: usize = 100_000;
+
+/// A token sent ahead of the tick that is expected to admit its place; shown to nobody until
+/// the admission names the place. Kept briefly, bounded.
+struct Staged {
+    admitted: Arc<Admitted>,
+    admitted_at_ms: u64,
+    expires_at_ms: u64,
+    at: Instant,
+}
+
+const STAGED_TTL: Duration = Duration::from_secs(30);
+const STAGED_CAP: usize = 100_000;
+
+#[derive(Default)]
+struct Inner {
+    queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
+    orphans: HashMap<(QueueId, PlaceId), Orphan>,
+    staged: HashMap<(QueueId, PlaceId), Staged>,
+    /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
+    held: u64,
+}
+
+impl Inner {
+    /// Puts `slot` in place of any slot for `place`; returns the one it replaced.
+    fn insert(&mut self, queue: &QueueId, place: PlaceId, slot: Slot) -> Option<Slot> {
+        let old = self
+            .queues
+            .entry(queue.clone())
+            .or_default()
+            .insert(place.0, slot);
+        if old.is_none() {
+            self.held += 1;
+        }
+        old
+    }
+
+    /// Removes the slot for `place` if `take(slot)` says so.
+    fn remove_if(
+        &mut self,
+        queue: &QueueId,
+        place: PlaceId,
+        take: impl FnOnce(&Slot) -> bool,
+    ) -> Option<Slot> {
+        let conns = self.queues.get_mut(queue)?;
+        if !take(conns.get(&place.0)?) {
+            return None;
+        }
+        let slot = conns.remove(&place.0)?;
+        if conns.is_empty() {
+            self.queues.remove(queue);
+        }
+        self.held -= 1;
+        Some(slot)
+    }
+
+    fn remove(&mut self, queue: &QueueId, place: PlaceId) -> Option<Slot> {
+        self.remove_if(queue, place, |_| true)
+    }
+
+    fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
+        self.queues
+            .get(queue)
+            .is_some_and(|c| c.contains_key(&place.0))
+    }
+
+    fn expire_staged(&mut self, now: Instant) {
+        self.staged
+            .retain(|_, v| now.duration_since(v.at) < STAGED_TTL);
+    }
+
+    /// Delivers an admission: to the browser if held here, else kept as an orphan for a
+    /// browser between two connections. `true` when held.
+    fn admit_one(&mut self, queue: &QueueId, place: PlaceId, ev: Arc<Admitted>) -> bool {
+        if self.deliver(queue, place, Update::Admitted(ev.clone())) {
+            return true;
+        }
+        if self.orphans.len() < ORPHAN_CAP {
+            self.orphans.insert(
+                (queue.clone(), place),
+                Orphan {
+                    event: ev,
+                    at: Instant::now(),
+                },
+            );
+        }
+        false
+    }
+
+    /// Delivers terminal update `u` to the slot for `place`: through its channel (and the slot
+    /// is done), or kept as pending while it is only reserved. `false` when no slot holds it.
+    fn deliver(&mut self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
+        let Some(slot) = self.queues.get_mut(queue).and_then(|c| c.get_mut(&place.0)) else {
+            return false;
+        };
+        match &slot.tx {
+            Some(tx) => {
+                let _ = tx.send(u);
+                self.remove(queue, place);
+            }
+            None => slot.pending = Some(u),
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use usher_core::messages::AdmittedEvent;
 
     fn q() -> QueueId {
         QueueId::new("q").expect("valid")
@@ -561,11 +505,10 @@ mod tests {
         let hub = Hub::new();
         let (_a, rx) = connect(&hub, place(10), 3);
         let mut s = QueueState {
-            queue: q(),
             waiting: 9,
             rate: 1.0,
             runs: vec![(1, 9), (10, 1)],
-            ..Default::default()
+            ..QueueState::empty(q())
         };
         assert!(hub.apply_state(&s).is_empty());
         assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
@@ -631,8 +574,8 @@ mod tests {
         assert_eq!(a.event, expected);
         assert_eq!(a.json, serde_json::to_string(&expected).expect("json"));
         assert_eq!(
-            crate::stream::update_frame(&Update::Admitted(a.clone()), "tk"),
-            Some(crate::stream::event_frame(
+            Update::Admitted(a.clone()).frame("tk"),
+            Some(crate::frames::event_frame(
                 "admitted",
                 Some("tk"),
                 &expected
@@ -647,11 +590,10 @@ mod tests {
         // Nobody reads `rx` while the line moves 4,000 times.
         for left in (1000..5000u64).rev() {
             hub.apply_state(&QueueState {
-                queue: q(),
                 waiting: left,
                 rate: 1.0,
                 runs: vec![(5000 - left + 1, left)],
-                ..Default::default()
+                ..QueueState::empty(q())
             });
         }
         assert!(rx.has_changed().unwrap_or(false));

@@ -13,89 +13,122 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 use usher_core::ids::QueueId;
-use usher_core::store::{Joined, PlaceState, JOIN_BATCH_MAX};
+use usher_core::store::{Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 
-use crate::routes::logged;
-use crate::Gateway;
+use crate::away::Away;
+use crate::errors::logged;
 
-/// A join's answer; `Err` when Redis could not be asked (the browser is told to try later).
-type Reply = Result<PlaceState, ()>;
-
-/// The queues with a join call under way, and the joins waiting for the next one.
-#[derive(Default)]
+/// Joins this gateway takes places for, batched per queue. Cheap to clone (one shared state).
+#[derive(Clone)]
 pub(crate) struct Joiner {
+    shared: Arc<Shared>,
+}
+
+/// Why a join got no answer from Redis; the browser is told to try later.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum JoinError {
+    /// Redis failed the join call. Every join waiting for the queue gets this same error.
+    #[error(transparent)]
+    Store(Arc<StoreError>),
+    /// The call this join waited for will not come (the process is stopping).
+    #[error("the join call was abandoned")]
+    Abandoned,
+}
+
+/// A join's answer.
+type Reply = Result<PlaceState, JoinError>;
+
+struct Shared {
+    store: Store,
+    /// This gateway's index: the places taken are held here.
+    index: u16,
+    /// Where a place goes whose request vanished before it came back.
+    away: Arc<Away>,
+    /// The queues with a join call under way, and the joins waiting for the next one.
     queues: Mutex<HashMap<QueueId, Vec<oneshot::Sender<Reply>>>>,
 }
 
 impl Joiner {
+    pub(crate) fn new(store: Store, index: u16, away: Arc<Away>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                index,
+                away,
+                queues: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Takes a new place in `q` for a browser held here.
+    pub(crate) async fn join(&self, q: &QueueId) -> Reply {
+        let waiting = {
+            let mut queues = self.shared.lock();
+            match queues.get_mut(q) {
+                Some(waiters) => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    queues.insert(q.clone(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(rx) = waiting {
+            return rx.await.unwrap_or(Err(JoinError::Abandoned));
+        }
+        // No call was under way: this join makes its own, and the joins that arrive meanwhile
+        // go in the next one (also if this future is dropped half way).
+        let _next = HandOff {
+            shared: self.shared.clone(),
+            q: q.clone(),
+        };
+        self.shared.call(q, 1).await.map(|j| j.state(0))
+    }
+}
+
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Vec<oneshot::Sender<Reply>>>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-/// Takes a new place in `q` for a browser held here.
-pub(crate) async fn join(gw: &Arc<Gateway>, q: &QueueId) -> Reply {
-    let waiting = {
-        let mut queues = gw.joins.lock();
-        match queues.get_mut(q) {
-            Some(waiters) => {
-                let (tx, rx) = oneshot::channel();
-                waiters.push(tx);
-                Some(rx)
+    /// One join call taking `n` places in `q`. When Redis fails it, every join waiting for `q`
+    /// is answered "try later" now, instead of one batch after another each waiting for its
+    /// own failure (up to the response timeout each, behind a Redis that hangs).
+    async fn call(&self, q: &QueueId, n: usize) -> Result<Joined, JoinError> {
+        match self.store.join_many(q, self.index, now_ms(), n).await {
+            Ok(j) => Ok(j),
+            Err(e) => {
+                let e = JoinError::Store(Arc::new(logged(e)));
+                let waiters = self
+                    .lock()
+                    .get_mut(q)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                for tx in waiters {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                Err(e)
             }
-            None => {
-                queues.insert(q.clone(), Vec::new());
-                None
-            }
-        }
-    };
-    if let Some(rx) = waiting {
-        return rx.await.unwrap_or(Err(()));
-    }
-    // No call was under way: this join makes its own, and the joins that arrive meanwhile go
-    // in the next one (also if this future is dropped half way).
-    let _next = HandOff {
-        gw: gw.clone(),
-        q: q.clone(),
-    };
-    call(gw, q, 1).await.map(|j| j.state(0))
-}
-
-/// One join call taking `n` places in `q`. When Redis fails it, every join waiting for `q` is
-/// answered "try later" now, instead of one batch after another each waiting for its own
-/// failure (up to the response timeout each, behind a Redis that hangs).
-async fn call(gw: &Gateway, q: &QueueId, n: usize) -> Result<Joined, ()> {
-    match gw.store.join_many(q, gw.index(), now_ms(), n).await {
-        Ok(j) => Ok(j),
-        Err(e) => {
-            logged(e);
-            let waiters = gw
-                .joins
-                .lock()
-                .get_mut(q)
-                .map(std::mem::take)
-                .unwrap_or_default();
-            for tx in waiters {
-                let _ = tx.send(Err(()));
-            }
-            Err(())
         }
     }
 }
 
 /// Starts the next call for the joins that waited, or notes that none is under way.
 struct HandOff {
-    gw: Arc<Gateway>,
+    shared: Arc<Shared>,
     q: QueueId,
 }
 
 impl Drop for HandOff {
     fn drop(&mut self) {
-        let mut queues = self.gw.joins.lock();
+        let mut queues = self.shared.lock();
         if queues.get(&self.q).is_some_and(|w| !w.is_empty()) {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(drive(self.gw.clone(), self.q.clone()));
+                rt.spawn(drive(self.shared.clone(), self.q.clone()));
                 return;
             }
             // No runtime (the process is stopping): the waiters' requests end with it.
@@ -105,17 +138,17 @@ impl Drop for HandOff {
 }
 
 /// Sends the waiting joins of `q`, up to [`JOIN_BATCH_MAX`] per call, until none wait.
-async fn drive(gw: Arc<Gateway>, q: QueueId) {
+async fn drive(shared: Arc<Shared>, q: QueueId) {
     // Should this task end any other way (the runtime stopping), the joins still waiting are
     // answered "try later" instead of waiting for a call that will not come.
     let mut clear = Clear {
-        gw: gw.clone(),
+        shared: shared.clone(),
         q: q.clone(),
         armed: true,
     };
     loop {
         let batch: Vec<_> = {
-            let mut queues = gw.joins.lock();
+            let mut queues = shared.lock();
             let Some(waiters) = queues.get_mut(&q) else {
                 clear.armed = false;
                 return;
@@ -128,13 +161,13 @@ async fn drive(gw: Arc<Gateway>, q: QueueId) {
             let n = waiters.len().min(JOIN_BATCH_MAX);
             waiters.drain(..n).collect()
         };
-        let joined = call(&gw, &q, batch.len()).await;
+        let joined = shared.call(&q, batch.len()).await;
         for (i, tx) in batch.into_iter().enumerate() {
-            let reply = joined.map(|j| j.state(i));
+            let reply = joined.as_ref().map(|j| j.state(i)).map_err(Clone::clone);
             if let Err(Ok(PlaceState::Waiting { place, .. })) = tx.send(reply) {
                 // The request went away before its place came back: let the place lapse after
                 // the grace period instead of waiting in line for nobody.
-                gw.mark_away(q.clone(), place);
+                shared.away.mark(q.clone(), place);
             }
         }
     }
@@ -144,7 +177,7 @@ async fn drive(gw: Arc<Gateway>, q: QueueId) {
 /// them ends before sending them; disarmed by a normal end, after which the queue's entry may
 /// already belong to the next join's call.
 struct Clear {
-    gw: Arc<Gateway>,
+    shared: Arc<Shared>,
     q: QueueId,
     armed: bool,
 }
@@ -152,7 +185,7 @@ struct Clear {
 impl Drop for Clear {
     fn drop(&mut self) {
         if self.armed {
-            self.gw.joins.lock().remove(&self.q);
+            self.shared.lock().remove(&self.q);
         }
     }
 }

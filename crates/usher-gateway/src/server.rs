@@ -7,7 +7,7 @@
 //! axum router ([`crate::routes`]) and answered with a `Content-Length` body; connections stay
 //! alive between such requests.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +15,14 @@ use axum::body::Body;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use usher_http::ApiError;
 
+use crate::errors::{check_ticket, parse_queue};
+use crate::gateway::Gateway;
 use crate::stream::{self, Setup};
-use crate::Gateway;
 
 /// Longest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -37,12 +39,13 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Accepts connections until `stop` resolves, then stops accepting and waits for open
 /// connections to finish (streams are ended by the drain; idle connections close at once).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     gw: Arc<Gateway>,
     app: Router,
     stop: impl std::future::Future<Output = ()>,
 ) {
+    let sockets = Arc::new(Sockets::new(gw.config().max_connections));
     let tracker = TaskTracker::new();
     tokio::pin!(stop);
     loop {
@@ -54,10 +57,10 @@ pub async fn serve(
                     // (usher_http::listen).
                     #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
-                    if !gw.spare_sockets() {
-                        gw.shed_idle.notify_waiters();
+                    if !sockets.spare() {
+                        sockets.shed_idle.notify_waiters();
                     }
-                    tracker.spawn(connection(gw.clone(), app.clone(), sock));
+                    tracker.spawn(connection(gw.clone(), sockets.clone(), app.clone(), sock));
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.
@@ -70,6 +73,47 @@ pub async fn serve(
     drop(listener);
     tracker.close();
     tracker.wait().await;
+}
+
+/// The client connections open, against the cap on streams.
+struct Sockets {
+    open: AtomicU64,
+    max: u64,
+    /// Tells idle keep-alive connections to close (descriptors are needed for streams).
+    shed_idle: Notify,
+}
+
+impl Sockets {
+    fn new(max: u64) -> Self {
+        Self {
+            open: AtomicU64::new(0),
+            max,
+            shed_idle: Notify::new(),
+        }
+    }
+
+    /// Whether open connections are below the stream cap. At the cap, every new connection
+    /// tells the idle ones to close ([`Sockets::shed_idle`]), so idle keep-alive connections
+    /// never keep descriptors from streams.
+    fn spare(&self) -> bool {
+        self.open.load(Ordering::Relaxed) < self.max
+    }
+}
+
+/// Counts an open client connection for as long as it lives.
+struct OpenSocket(Arc<Sockets>);
+
+impl OpenSocket {
+    fn new(sockets: &Arc<Sockets>) -> Self {
+        sockets.open.fetch_add(1, Ordering::Relaxed);
+        Self(sockets.clone())
+    }
+}
+
+impl Drop for OpenSocket {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 struct Head {
@@ -90,7 +134,13 @@ enum Read {
     Bad(ApiError),
 }
 
-async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Gateway) -> Read {
+async fn read_head(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    first: bool,
+    gw: &Gateway,
+    sockets: &Sockets,
+) -> Read {
     let timeout = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
@@ -122,9 +172,9 @@ async fn read_head(sock: &mut TcpStream, buf: &mut Vec<u8>, first: bool, gw: &Ga
                 _ => return Read::Closed,
             },
             // Idle connections close when the gateway stops; a request under way finishes.
-            () = gw.shutdown.cancelled(), if buf.is_empty() => return Read::Closed,
+            () = gw.stopped().cancelled(), if buf.is_empty() => return Read::Closed,
             // ... and when their descriptors are needed (only between requests).
-            () = gw.shed_idle.notified(), if !first && buf.is_empty() => return Read::Closed,
+            () = sockets.shed_idle.notified(), if !first && buf.is_empty() => return Read::Closed,
         };
         if n == 0 {
             return Read::Closed;
@@ -173,28 +223,12 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Head {
     }
 }
 
-/// Counts an open client connection for as long as it lives.
-struct OpenSocket(Arc<Gateway>);
-
-impl OpenSocket {
-    fn new(gw: &Arc<Gateway>) -> Self {
-        gw.sockets.fetch_add(1, Ordering::Relaxed);
-        Self(gw.clone())
-    }
-}
-
-impl Drop for OpenSocket {
-    fn drop(&mut self) {
-        self.0.sockets.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
-    let _open = OpenSocket::new(&gw);
+async fn connection(gw: Arc<Gateway>, sockets: Arc<Sockets>, app: Router, mut sock: TcpStream) {
+    let _open = OpenSocket::new(&sockets);
     let mut buf = Vec::with_capacity(1024);
     let mut first = true;
     loop {
-        let head = match read_head(&mut sock, &mut buf, first, &gw).await {
+        let head = match read_head(&mut sock, &mut buf, first, &gw, &sockets).await {
             Read::Head(h) => h,
             Read::Closed => return,
             Read::Bad(e) => {
@@ -221,7 +255,7 @@ async fn connection(gw: Arc<Gateway>, app: Router, mut sock: TcpStream) {
         }
         // The connection serves another request after this one, unless the client or a
         // stopping gateway says otherwise, when the response ends. (Idle connections give way
-        // when descriptors run short: see `Gateway::shed_idle`.)
+        // when descriptors run short: see `Sockets::shed_idle`.)
         if head.method == "GET" {
             if let Some((queue, query)) = stream_target(&head.target) {
                 // The head is parsed: free the buffer before the long wait (keeping any bytes
@@ -324,12 +358,12 @@ async fn serve_stream(
     last_event_id: Option<String>,
 ) -> bool {
     let parsed = (|| {
-        let q = crate::routes::parse_queue(&percent_decode(raw_queue).unwrap_or_default())?;
+        let q = parse_queue(&percent_decode(raw_queue).unwrap_or_default())?;
         let from_query = ticket_param(query)?;
         let ticket = last_event_id.filter(|t| !t.is_empty()).or(from_query);
         let place = ticket
             .as_deref()
-            .map(|t| crate::routes::check_ticket(gw, &q, t))
+            .map(|t| check_ticket(gw.ticket_key(), &q, t))
             .transpose()?;
         Ok::<_, ApiError>((q, place, ticket))
     })();

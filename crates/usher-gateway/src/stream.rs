@@ -8,20 +8,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{eta_seconds, WaitingEvent};
+use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::hub::{Attached, Reservation, Update};
-use crate::routes::{admitted_event, logged, place_gone, unknown_queue};
-use crate::Gateway;
+use crate::errors::{logged, place_gone, unknown_queue};
+use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
+use crate::gateway::Gateway;
+use crate::hub::{Attached, Reservation};
+use crate::update::{admitted_event, Update};
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept
 /// for the grace period).
@@ -43,46 +44,6 @@ pub(crate) enum Setup {
     Failed(ApiError),
 }
 
-/// `retry:` delay with ±50% jitter, so reconnecting browsers spread out.
-pub(crate) fn jittered(ms: u64) -> u64 {
-    let f: f64 = rand::thread_rng().gen_range(0.5..1.5);
-    (ms as f64 * f) as u64
-}
-
-pub(crate) fn retry_frame(ms: u64) -> String {
-    format!("retry: {ms}\n\n")
-}
-
-pub(crate) fn event_frame(name: &str, id: Option<&str>, data: &impl serde::Serialize) -> String {
-    json_frame(name, id, &event_json(data))
-}
-
-/// The `data:` of an event: its payload as JSON.
-pub(crate) fn event_json(data: &impl serde::Serialize) -> String {
-    serde_json::to_string(data).unwrap_or_else(|_| "null".into())
-}
-
-/// An SSE event whose data is `json`, already rendered.
-fn json_frame(name: &str, id: Option<&str>, json: &str) -> String {
-    match id {
-        Some(id) => format!("event: {name}\nid: {id}\ndata: {json}\n\n"),
-        None => format!("event: {name}\ndata: {json}\n\n"),
-    }
-}
-
-pub(crate) const KEEPALIVE_FRAME: &str = ": keepalive\n\n";
-
-/// The SSE text for an update; `None` for an `Ended` without a retry.
-pub(crate) fn update_frame(u: &Update, ticket: &str) -> Option<String> {
-    match u {
-        Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
-        Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
-        Update::Closed(c) => Some(event_frame("closed", None, c)),
-        Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
-        Update::Ended { retry_ms: None } => None,
-    }
-}
-
 /// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
 /// request was cancelled, or failed on Redis), it marks the place away, so the browser can
 /// come back within the grace period and a vanished one costs no admission.
@@ -95,27 +56,27 @@ impl Reserved {
     fn new(gw: &Arc<Gateway>, q: &QueueId, place: PlaceId) -> Self {
         Self {
             gw: gw.clone(),
-            r: Some(gw.hub.reserve(q, place)),
+            r: Some(gw.hub().reserve(q, place)),
         }
     }
 
     /// Gives the reservation up without touching Redis (the place is admitted or gone).
     fn disarm(mut self) {
         if let Some(r) = self.r.take() {
-            self.gw.hub.unreserve(&r);
+            self.gw.hub().unreserve(&r);
         }
     }
 
     fn attach(mut self, first: WaitingEvent) -> Option<(Attached, watch::Receiver<Update>)> {
         let r = self.r.take()?;
-        self.gw.hub.attach(r, first)
+        self.gw.hub().attach(r, first)
     }
 }
 
 impl Drop for Reserved {
     fn drop(&mut self) {
         if let Some(r) = self.r.take() {
-            if self.gw.hub.unreserve(&r) {
+            if self.gw.hub().unreserve(&r) {
                 self.gw.mark_away(r.queue, r.place);
             }
         }
@@ -130,7 +91,7 @@ pub(crate) struct Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if self.gw.hub.detach(&self.attached) {
+        if self.gw.hub().detach(&self.attached) {
             self.gw
                 .mark_away(self.attached.queue.clone(), self.attached.place);
         }
@@ -149,7 +110,7 @@ pub(crate) async fn open(
     place: Option<PlaceId>,
     ticket: Option<String>,
 ) -> Setup {
-    if gw.shutting_down() || gw.hub.connections() >= gw.config.max_connections {
+    if gw.shutting_down() || gw.hub().connections() >= gw.config().max_connections {
         return Setup::TryLater;
     }
     setup(gw, q, place, ticket).await
@@ -172,7 +133,7 @@ async fn setup(
                 Err(_) => return Setup::TryLater,
             }
         }
-        None => match crate::joins::join(gw, &q).await {
+        None => match gw.join(&q).await {
             Ok(s) => {
                 let reserved = match &s {
                     PlaceState::Waiting { place, .. } => Some(Reserved::new(gw, &q, *place)),
@@ -199,7 +160,7 @@ async fn setup(
             let Some(reserved) = reserved else {
                 return Setup::TryLater;
             };
-            let ticket = Ticket::issue(&gw.ticket_key, &q, place);
+            let ticket = Ticket::issue(gw.ticket_key(), &q, place);
             let first = WaitingEvent {
                 queue: q.clone(),
                 position,
@@ -214,7 +175,7 @@ async fn setup(
             if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
                 let (gw, q) = (gw.clone(), q.clone());
                 tokio::spawn(async move {
-                    gw.tell_gateway(holder, &q, place, "resumed_elsewhere")
+                    gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
                         .await;
                 });
             }
@@ -260,7 +221,7 @@ async fn resume(
 ) -> Result<PlaceState, StoreError> {
     for _ in 0..20 {
         let s = gw
-            .store
+            .store()
             .resume(q, place, idx, now_ms())
             .await
             .map_err(logged)?;
@@ -315,7 +276,7 @@ pub(crate) async fn pump(
     sock: &mut TcpStream,
     setup: Setup,
 ) -> std::io::Result<bool> {
-    let retry = gw.config.retry_ms;
+    let retry = gw.config().retry_ms;
     let text = match setup {
         Setup::Live {
             ticket,
@@ -339,12 +300,12 @@ async fn pump_live(
     holding: Holding,
     mut rx: watch::Receiver<Update>,
 ) -> std::io::Result<bool> {
-    let retry = gw.config.retry_ms;
+    let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
-    let mut keepalive = gw.keepalive.subscribe(holding.attached.place.0);
+    let mut keepalive = gw.keepalive().subscribe(holding.attached.place.0);
     let first = rx.borrow_and_update().clone();
     let mut text = retry_frame(retry);
-    text.push_str(&update_frame(&first, &ticket).unwrap_or_default());
+    text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
     chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
     let mut last_write = tokio::time::Instant::now();
@@ -359,12 +320,13 @@ async fn pump_live(
                 };
                 done = u.is_terminal();
                 let end = if done { LAST_CHUNK } else { "" };
-                let f = update_frame(&u, &ticket).unwrap_or_default();
+                let f = u.frame(&ticket).unwrap_or_default();
                 chunk_with(sock, "", &f, end).await?;
                 last_write = tokio::time::Instant::now();
             }
             _ = keepalive.changed() => {
-                if gw.keepalive.due(last_write) {
+                let tick = *keepalive.borrow_and_update();
+                if gw.keepalive().due(last_write, tick) {
                     chunk(sock, KEEPALIVE_FRAME).await?;
                     last_write = tokio::time::Instant::now();
                 }

@@ -438,11 +438,10 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
         out.samples.len()
     );
     let state = QueueState {
-        queue: q.clone(),
         waiting: out.waiting,
         runs: out.runs,
         samples: out.samples,
-        ..Default::default()
+        ..QueueState::empty(q.clone())
     };
     let mut worst = 0.0f64;
     for (i, &p) in line.iter().enumerate() {

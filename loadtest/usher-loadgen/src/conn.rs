@@ -483,7 +483,7 @@ fn handle(ctx: &Ctx, st: &mut State, item: Item) -> Option<Final> {
                 "admitted" => Some(on_admitted(rec, &e)),
                 "closed" => {
                     let reason = serde_json::from_str::<ClosedEvent>(&e.data)
-                        .map(|c| c.reason)
+                        .map(|c| c.reason.to_string())
                         .unwrap_or_else(|_| "unparsable".to_owned());
                     *rec.samples().closed_reasons.entry(reason).or_default() += 1;
                     Some(Final::Closed)

@@ -1,0 +1,50 @@
+//! The API errors of the browser contract, and the checks on a request's queue and ticket
+//! that produce them. Shared by the stream ([`crate::server`]) and the other routes
+//! ([`crate::routes`]), so the same request gets the same answer on either.
+
+use axum::http::StatusCode;
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::secret::TicketKey;
+use usher_core::store::StoreError;
+use usher_core::ticket::Ticket;
+use usher_http::ApiError;
+
+/// The queue named in a path; a malformed name is a 400.
+pub(crate) fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
+    QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// The place a ticket names in `q`.
+pub(crate) fn check_ticket(
+    key: &TicketKey,
+    q: &QueueId,
+    ticket: &str,
+) -> Result<PlaceId, ApiError> {
+    // Malformed, forged, or another queue's: all 400.
+    Ticket::verify(key, q, ticket).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// 404: the queue does not exist (or no longer does).
+pub(crate) fn unknown_queue(q: &QueueId) -> ApiError {
+    ApiError::not_found(format!("queue {q} does not exist or is closed"))
+}
+
+/// 410: the ticket was valid, but its place is gone.
+pub(crate) fn place_gone() -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        "this place no longer exists; join again without a ticket",
+    )
+}
+
+/// 503 for a request Redis could not answer (logged: the browser only learns to retry).
+pub(crate) fn redis_unavailable(e: StoreError) -> ApiError {
+    logged(e);
+    ApiError::unavailable("redis is unavailable; try again shortly")
+}
+
+/// Logs a failed Redis request and passes the error on.
+pub(crate) fn logged(e: StoreError) -> StoreError {
+    tracing::warn!(error = %e, "redis request failed");
+    e
+}

@@ -1,0 +1,162 @@
+//! One gateway's shared state: what every connection and background task reaches through an
+//! `Arc<Gateway>`. Each concern owns its own state ([`Hub`], [`Joiner`], [`Away`],
+//! [`Keepalive`]); the gateway holds them together with the identity and the Redis connection
+//! they share, and is itself only read after startup, apart from its draining flag.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use usher_core::ids::{PlaceId, QueueId, ServerId};
+use usher_core::messages::{CloseReason, StreamMessage};
+use usher_core::secret::TicketKey;
+use usher_core::store::{PlaceState, Store};
+use usher_core::time::now_ms;
+
+use crate::away::Away;
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::joins::{JoinError, Joiner};
+use crate::keepalive::Keepalive;
+
+/// One gateway's shared state.
+pub(crate) struct Gateway {
+    id: ServerId,
+    /// This process's index in the gateway registry (base 36); it appears in waiting-set
+    /// members.
+    index: u16,
+    config: Config,
+    store: Store,
+    ticket_key: TicketKey,
+    /// The browsers held here.
+    hub: Hub,
+    /// Joins waiting for the Redis call under way for their queue.
+    joins: Joiner,
+    /// Disconnects that are not recorded in Redis yet.
+    away: Arc<Away>,
+    /// One timer for every stream's keepalive comments, spread over the period.
+    keepalive: Keepalive,
+    /// Cancelled when the gateway stops: ends the background tasks and idle connections.
+    stopped: CancellationToken,
+    /// Set when draining starts: `/readyz` fails and new streams are sent elsewhere.
+    draining: AtomicBool,
+}
+
+impl Gateway {
+    /// A gateway registered as `id` with registry index `index`.
+    pub(crate) fn new(
+        id: ServerId,
+        index: u16,
+        config: Config,
+        store: Store,
+        ticket_key: TicketKey,
+    ) -> Self {
+        let away = Arc::new(Away::default());
+        Self {
+            joins: Joiner::new(store.clone(), index, away.clone()),
+            keepalive: Keepalive::new(config.keepalive()),
+            hub: Hub::new(),
+            away,
+            id,
+            index,
+            config,
+            store,
+            ticket_key,
+            stopped: CancellationToken::new(),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn id(&self) -> &ServerId {
+        &self.id
+    }
+
+    pub(crate) fn index(&self) -> u16 {
+        self.index
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn ticket_key(&self) -> &TicketKey {
+        &self.ticket_key
+    }
+
+    pub(crate) fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    pub(crate) fn keepalive(&self) -> &Keepalive {
+        &self.keepalive
+    }
+
+    pub(crate) fn away(&self) -> &Away {
+        &self.away
+    }
+
+    /// Browsers held (or being set up) here.
+    pub(crate) fn connections(&self) -> u64 {
+        self.hub.connections()
+    }
+
+    /// Takes a new place in `q` for a browser held here (batched with the other joins of `q`).
+    pub(crate) async fn join(&self, q: &QueueId) -> Result<PlaceState, JoinError> {
+        self.joins.join(q).await
+    }
+
+    /// A browser went away: keep its place for the queue's grace period. Recorded in batches
+    /// (see [`crate::away`]), so a mass disconnect costs Redis one call per queue.
+    pub(crate) fn mark_away(&self, q: QueueId, place: PlaceId) {
+        self.away.mark(q, place);
+    }
+
+    /// Cancelled when the gateway stops.
+    pub(crate) fn stopped(&self) -> &CancellationToken {
+        &self.stopped
+    }
+
+    /// Whether draining started (see [`crate::run`]).
+    pub(crate) fn shutting_down(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// A `retry:` delay for a browser sent away, jittered so they do not all come back at once.
+    pub(crate) fn jittered_retry_ms(&self) -> u64 {
+        crate::frames::jittered(self.config.retry_ms)
+    }
+
+    /// Tells the gateway with index `idx` that it no longer holds `place`, because of `reason`.
+    pub(crate) async fn tell_gateway(
+        &self,
+        idx: u16,
+        q: &QueueId,
+        place: PlaceId,
+        reason: CloseReason,
+    ) {
+        let msg = StreamMessage::Ended {
+            queue: q.clone(),
+            place,
+            reason,
+        };
+        let r = async {
+            let live = self.store.live_gateways(now_ms()).await?;
+            match live.get(&idx) {
+                Some(id) => self.store.send(&[(id.clone(), vec![msg])]).await,
+                None => Ok(()),
+            }
+        }
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, gateway = idx, "could not notify the gateway that held a place");
+        }
+    }
+}

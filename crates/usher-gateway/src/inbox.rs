@@ -1,0 +1,175 @@
+//! The stream inbox: this gateway's Redis Stream, read and applied to the browsers held here.
+//!
+//! The dispatcher writes to the stream of each gateway holding browsers of a queue: line
+//! snapshots, admissions (with their tokens, or staged ahead), closed queues and places taken
+//! over elsewhere. A message lost on the way (a Redis failover) must never strand a browser,
+//! so anything a snapshot no longer explains is read back from Redis ([`resync`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::messages::{CloseReason, StreamMessage};
+use usher_core::store::{PlaceState, Store};
+use usher_core::time::now_ms;
+
+use crate::gateway::Gateway;
+use crate::update::{Admitted, Update};
+
+/// Entries read from the stream per call.
+const READ_COUNT: usize = 500;
+/// How long one `XREADGROUP` blocks.
+pub(crate) const READ_BLOCK: Duration = Duration::from_secs(5);
+/// Redis reads in flight at once for admissions fetched without a staged token.
+const FETCH_CONCURRENCY: usize = 32;
+
+/// Reads this gateway's stream with `reader` (a connection of its own: its reads block) and
+/// applies each message, until the gateway stops.
+pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let read = tokio::select! {
+            () = gw.stopped().cancelled() => break,
+            r = reader.read_stream(gw.id(), READ_COUNT, READ_BLOCK) => r,
+        };
+        match read {
+            Ok(Some(entries)) => {
+                backoff = Duration::from_millis(100);
+                if entries.is_empty() {
+                    continue;
+                }
+                let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
+                for e in entries {
+                    match e.message {
+                        Some(m) => apply(&gw, m),
+                        None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
+                    }
+                }
+                // Acknowledge in the background: the next read must not wait for Redis to answer
+                // (it may be busy with a large admission). Unacknowledged entries are only
+                // memory: nothing re-reads them.
+                let acker = gw.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = acker.store().ack(acker.id(), &ids).await {
+                        tracing::warn!(error = %e, "could not acknowledge stream entries");
+                    }
+                });
+            }
+            Ok(None) => {
+                tracing::warn!("stream or consumer group missing; recreating");
+                let ttl = gw.config().stream_ttl();
+                if let Err(e) = gw.store().ensure_stream(gw.id(), ttl).await {
+                    tracing::warn!(error = %e, "could not recreate the stream");
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the stream failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// What a message from this gateway's stream does to the browsers held here.
+fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
+    let hub = gw.hub();
+    match m {
+        StreamMessage::State(s) => {
+            for place in hub.apply_state(&s) {
+                tokio::spawn(resync(gw.clone(), s.queue.clone(), place));
+            }
+        }
+        StreamMessage::Admitted { queue, items } => {
+            hub.admit(&queue, &items);
+        }
+        StreamMessage::Staged { queue, items } => hub.stage(&queue, items),
+        StreamMessage::AdmittedStaged {
+            queue,
+            admitted_at_ms,
+            expires_at_ms,
+            places,
+        } => {
+            let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places);
+            if !missing.is_empty() {
+                tokio::spawn(fetch_admissions(gw.clone(), queue, missing));
+            }
+        }
+        StreamMessage::Closed { queue, reason } => {
+            hub.close_queue(&queue, reason);
+        }
+        StreamMessage::Ended {
+            queue,
+            place,
+            reason,
+        } => {
+            // A browser that left hears why; one that went to another gateway is gone from
+            // here already, and its old connection just ends.
+            let update = match reason {
+                CloseReason::Left => Update::closed(&queue, CloseReason::Left),
+                _ => Update::superseded(),
+            };
+            hub.finish(&queue, place, update);
+        }
+    }
+}
+
+/// Admissions this gateway was told of without their tokens (the staged tokens were over the
+/// cap, expired, or their message was lost): read from Redis, waiting briefly while the
+/// dispatcher stores them.
+async fn fetch_admissions(gw: Arc<Gateway>, q: QueueId, places: Vec<PlaceId>) {
+    use futures::StreamExt;
+    tracing::debug!(queue = %q, n = places.len(), "admissions without a staged token; reading them from redis");
+    futures::stream::iter(places)
+        .for_each_concurrent(FETCH_CONCURRENCY, |place| {
+            let (gw, q) = (&gw, &q);
+            async move {
+                // The dispatcher stores the records a moment after sending the admissions.
+                for _ in 0..50 {
+                    match gw.store().status(q, place, now_ms()).await {
+                        Ok(PlaceState::AdmissionPending) | Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(100)).await
+                        }
+                        Ok(s) => {
+                            if let Some(u) = settled(q, s) {
+                                gw.hub().finish(q, place, u);
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+}
+
+/// The update for a place whose fate Redis tells: `None` while it is still waiting or its
+/// admission is being stored.
+fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
+    match s {
+        PlaceState::Admitted(rec) => Some(Update::Admitted(Admitted::of_record(q, &rec))),
+        PlaceState::QueueClosed => Some(Update::closed(q, CloseReason::QueueClosed)),
+        PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
+        PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
+    }
+}
+
+/// A snapshot no longer lists a place this gateway holds: ask Redis what became of it, so a
+/// lost `admitted` (or `closed`) message never leaves a browser waiting.
+async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
+    let update = match gw.store().status(&q, place, now_ms()).await {
+        Ok(s) => settled(&q, s),
+        Err(e) => {
+            tracing::debug!(queue = %q, %place, error = %e, "resync failed; retried on the next snapshot");
+            None
+        }
+    };
+    match update {
+        Some(u) => {
+            tracing::debug!(queue = %q, %place, "resynchronised a place from redis");
+            gw.hub().finish(&q, place, u);
+        }
+        None => gw.hub().resync_done(&q, place),
+    }
+}

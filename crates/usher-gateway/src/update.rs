@@ -1,0 +1,100 @@
+//! What a held connection should send next, and how that reads on the wire.
+
+use std::sync::Arc;
+
+use usher_core::ids::QueueId;
+use usher_core::messages::{Admission, AdmittedEvent, CloseReason, ClosedEvent, WaitingEvent};
+use usher_core::store::TokenRecord;
+
+use crate::frames::{event_frame, json_frame, retry_frame};
+
+/// What a connection should send next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Update {
+    Waiting(WaitingEvent),
+    /// Terminal.
+    Admitted(Arc<Admitted>),
+    /// Terminal.
+    Closed(ClosedEvent),
+    /// Terminal, without an event: a newer connection took the place over, or the gateway is
+    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
+    /// after that delay and resumes its place.
+    Ended {
+        retry_ms: Option<u64>,
+    },
+}
+
+impl Update {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Update::Waiting(_))
+    }
+
+    pub fn superseded() -> Self {
+        Update::Ended { retry_ms: None }
+    }
+
+    /// `closed` with `reason`.
+    pub fn closed(queue: &QueueId, reason: CloseReason) -> Self {
+        Update::Closed(ClosedEvent {
+            queue: queue.clone(),
+            reason,
+        })
+    }
+
+    /// The SSE text for this update on the stream of `ticket`; `None` for an `Ended` without
+    /// a retry.
+    pub fn frame(&self, ticket: &str) -> Option<String> {
+        match self {
+            Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
+            Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
+            Update::Closed(c) => Some(event_frame("closed", None, c)),
+            Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
+            Update::Ended { retry_ms: None } => None,
+        }
+    }
+}
+
+/// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
+/// half a tick before the admission, so an admission burst formats no JSON and copies no
+/// token. Shared: handing it to a connection is a reference count.
+#[derive(Debug, PartialEq)]
+pub struct Admitted {
+    pub event: AdmittedEvent,
+    /// `event` as JSON (the `data:` of the SSE event).
+    pub json: String,
+}
+
+impl Admitted {
+    pub fn new(event: AdmittedEvent) -> Arc<Self> {
+        let json = crate::frames::event_json(&event);
+        Arc::new(Self { event, json })
+    }
+
+    /// The event of an admission delivered through the stream.
+    pub(crate) fn of(queue: &QueueId, a: &Admission) -> Arc<Self> {
+        Self::new(AdmittedEvent::new(queue.clone(), a))
+    }
+
+    /// The event of an admission read back from Redis.
+    pub(crate) fn of_record(queue: &QueueId, rec: &TokenRecord) -> Arc<Self> {
+        Self::new(admitted_event(queue, rec))
+    }
+}
+
+impl std::ops::Deref for Admitted {
+    type Target = AdmittedEvent;
+
+    fn deref(&self) -> &AdmittedEvent {
+        &self.event
+    }
+}
+
+/// The `admitted` payload of an entry token read back from Redis.
+pub(crate) fn admitted_event(queue: &QueueId, rec: &TokenRecord) -> AdmittedEvent {
+    AdmittedEvent::of_token(
+        queue.clone(),
+        &rec.token,
+        rec.admitted_at_ms,
+        rec.expires_at_ms,
+    )
+}
