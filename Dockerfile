@@ -31,6 +31,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM debian:bookworm-slim AS runtime
 
 # ca-certificates: TLS to Redis or a JWKS over https. curl: container health checks (/readyz).
+# DL3008 (pin apt package versions) is ignored on purpose: Debian's security archive replaces
+# these packages' versions when it patches them and drops the old ones, so pinned versions
+# would break the build after the next security update; unpinned, every build gets the patched
+# ones. The base image tag (bookworm-slim) pins the release.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
