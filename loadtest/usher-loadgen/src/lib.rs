@@ -10,6 +10,7 @@ pub mod cli;
 pub mod conn;
 pub mod coordinator;
 pub mod http;
+pub mod joins_floor;
 pub mod limits;
 pub mod plan;
 pub mod plot;
