@@ -259,4 +259,19 @@ mod tests {
         assert!(!body.is_done());
         Ok(())
     }
+
+    #[test]
+    fn a_keepalive_is_one_comment_in_one_chunk() -> Result<(), Box<dyn std::error::Error>> {
+        let (mut body, mut sse, mut items) = (
+            BodyDecoder::new(&Framing::Chunked),
+            Parser::new(),
+            Vec::new(),
+        );
+        body.decode(KEEPALIVE_CHUNK, &mut |p| sse.push_into(p, &mut items))?;
+        assert!(
+            matches!(items.as_slice(), [Item::Comment(c)] if c.trim() == "keepalive"),
+            "{items:?}"
+        );
+        Ok(())
+    }
 }
