@@ -2,10 +2,14 @@
 # make bench — measure usher on this machine and record the results in BENCHMARKS.md.
 #
 # Starts (release builds, loopback only): a redis-server with AOF (everysec), one dispatcher
-# (tick 1 s), six gateways; then runs these scenarios with usher-loadgen (several worker
-# processes, clients bound to many 127.0.0.x source addresses):
+# (tick 1 s), six gateways, and six joins floors (usher-joins-floor: a stand-in gateway that
+# answers every stream with one fixed `waiting` event, no Redis, on the gateway's runtime
+# setup); then runs these scenarios with usher-loadgen (several worker processes, clients bound
+# to many 127.0.0.x source addresses):
 #   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting
-#   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency
+#   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency;
+#                then the same load generator, rate and count against the six joins floors:
+#                this machine's floor for that join latency
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
@@ -13,13 +17,15 @@
 #                usher-floor: the same burst of 5,000 events as bare loopback writes (no usher
 #                code), this machine's floor for that latency
 #   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and at 10,000/s through two
-#                gateways; admission latency at 1,000 and 2,500 admissions per tick: where this
-#                machine meets the latency targets
+#                gateways, each followed by the same run against as many joins floors;
+#                admission latency at 1,000 and 2,500 admissions per tick, each followed by
+#                usher-floor for a burst of that size: where this machine meets the targets
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (four to seven minutes) and stops by itself; every process started
-# here is stopped by PID on exit. Results: target/bench/*.json|*.svg, and BENCHMARKS.md (the
-# section between the bench markers is rewritten by scripts/bench-report.py).
+# Everything is bounded in time (six to nine minutes) and stops by itself; every process started
+# here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
+# *-floor.json|svg beside it), and BENCHMARKS.md (the section between the bench markers is
+# rewritten by scripts/bench-report.py).
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
@@ -93,7 +99,18 @@ for i in 1 2 3 4 5 6; do
     GATEWAY_PIDS+=($!)
     GATEWAYS="${GATEWAYS:+$GATEWAYS,}http://127.0.0.1:$port"
 done
-for url in "$DISPATCHER" $(echo "$GATEWAYS" | tr , ' '); do
+# The joins floors: one per gateway, with the gateways' runtime setup (one worker thread), so
+# that a join run against them differs from one against the gateways only by usher's logic
+# and Redis. Idle, they cost nothing while the other scenarios run.
+FLOORS=""
+for i in 1 2 3 4 5 6; do
+    port=$((BASE + 10 + i))
+    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 \
+        >"$OUT/joins-floor-$i.log" 2>&1 &
+    PIDS+=($!)
+    FLOORS="${FLOORS:+$FLOORS,}http://127.0.0.1:$port"
+done
+for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS" | tr , ' '); do
     for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
 done
@@ -133,6 +150,21 @@ settle() {
     done
     log "servers still busy after 30 s; going on"
 }
+# Runs a join run twice with the same arguments: `loadgen "$@"` through the gateways $3 on
+# queue $1 (created paused, so every browser stays waiting), reports $OUT/$2.json|svg; then,
+# once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg.
+join_run() {
+    local q=$1 name=$2 gateways=$3 floors=$4
+    shift 4
+    queue "$q" '{"admit_per_second": 1, "paused": true}'
+    LOADGEN_GATEWAYS=$gateways loadgen --queue "$q" "$@" \
+        --report "$OUT/$name.json" --plot "$OUT/$name.svg" || true
+    close "$q"
+    settle
+    LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
+        --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
+    settle
+}
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
 admit_run() {
@@ -156,12 +188,9 @@ log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
 fi
 
 if want joins; then
-log "2/5 joins: $JOINS browsers at $JOINS_RATE/s"
-queue joins '{"admit_per_second": 1, "paused": true}'
-loadgen --queue joins --connections "$JOINS" --join-rate "$JOINS_RATE" --workers 4 \
-    --duration $((JOINS / JOINS_RATE + 15)) --report "$OUT/joins.json" --plot "$OUT/joins.svg" || true
-close joins
-settle
+log "2/5 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
+join_run joins joins "$GATEWAYS" "$FLOORS" --connections "$JOINS" --join-rate "$JOINS_RATE" \
+    --workers 4 --duration $((JOINS / JOINS_RATE + 15))
 fi
 
 if want hold; then
@@ -222,27 +251,22 @@ log "4/5 admit: this machine's floor for a burst of 5,000 events (usher-floor)"
 fi
 
 if want sweep; then
-log "5/5 sweep: join latency at 2,500-7,500 joins/s; admission latency at 1,000 and 2,500 per tick"
+log "5/5 sweep: join latency at 2,500-7,500 joins/s (and their floors); admission latency at 1,000 and 2,500 per tick"
 for r in 2500 5000 7500; do
-    queue "joins-$r" '{"admit_per_second": 1, "paused": true}'
-    loadgen --queue "joins-$r" --connections $((r * 4)) --join-rate "$r" --workers 2 \
-        --duration 19 --report "$OUT/sweep-joins-$r.json" || true
-    close "joins-$r"
-    settle
+    join_run "joins-$r" "sweep-joins-$r" "$GATEWAYS" "$FLOORS" \
+        --connections $((r * 4)) --join-rate "$r" --workers 2 --duration 19
 done
 # The same 10,000 joins/s through two gateways (one per core) and two load-generator
 # processes: fewer processes than cores times three (36,000 joins: 18,000 per gateway fit
-# the descriptor cap).
-queue joins-2gw '{"admit_per_second": 1, "paused": true}'
-LOADGEN_GATEWAYS="http://127.0.0.1:$((BASE + 1)),http://127.0.0.1:$((BASE + 2))" \
-    loadgen --queue joins-2gw --connections 36000 --join-rate 10000 --workers 2 \
-    --duration 19 --report "$OUT/sweep-joins-2gw.json" || true
-close joins-2gw
-settle
+# the descriptor cap); its floor through two joins floors.
+join_run joins-2gw sweep-joins-2gw "$(echo "$GATEWAYS" | cut -d, -f1-2)" "$(echo "$FLOORS" | cut -d, -f1-2)" \
+    --connections 36000 --join-rate 10000 --workers 2 --duration 19
 for n in 1000 2500; do
     queue "admit-$n" "{\"admit_per_second\": $n, \"paused\": true, \"session_ttl_seconds\": 600}"
     admit_run "admit-$n" $((n * 5)) --workers 2 --duration 60 --report "$OUT/sweep-admit-$n.json"
     settle
+    # The floor for a burst of that size (one sender and one receiver per core).
+    "$BIN/usher-floor" --connections "$n" --senders 2 --receivers 2 >"$OUT/floor-$n-2x2.json"
 done
 fi
 

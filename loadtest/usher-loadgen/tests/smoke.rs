@@ -2,40 +2,18 @@
 //! `usher-loadgen` binary putting 300 connections through them with 2 workers and 2 source
 //! addresses. Everyone must join and be admitted, in order, exactly once.
 
-use std::process::{Command, Stdio};
+mod support;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use serde_json::{json, Value};
+use support::run_bounded;
 use usher_testkit::procs::Proc;
 use usher_testkit::RedisServer;
 
 const TICKET_KEY: &str = "loadgen-smoke-ticket-key-0123456789abcdef";
 const CONNECTIONS: u64 = 300;
-
-/// Runs `cmd` to completion, killing it after `timeout`.
-fn run_bounded(mut cmd: Command, timeout: Duration) -> anyhow::Result<std::process::Output> {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start usher-loadgen")?;
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(out) => Ok(out?),
-        Err(_) => {
-            // Its workers exit by themselves when its pipes close.
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            bail!("usher-loadgen did not finish within {timeout:?}")
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {

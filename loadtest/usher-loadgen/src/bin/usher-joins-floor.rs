@@ -1,0 +1,91 @@
+//! `usher-joins-floor`: this machine's floor for joins. See `usher-joins-floor --help`.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use clap::Parser;
+use usher_loadgen::joins_floor::{self, FloorSettings};
+
+/// The same allocator as the gateway and the load generator.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const ABOUT: &str = "A stand-in for a gateway that answers every stream with one fixed `waiting` \
+                     event: this machine's floor for joins";
+
+const LONG_ABOUT: &str = "\
+A stand-in for a gateway that answers every stream with one fixed `waiting`
+event: this machine's floor for joins.
+
+It serves `GET /api/queues/{queue}/stream` as a gateway does on the wire (200,
+`text/event-stream`, chunked; `retry:` and a `waiting` event with the gateway's
+fields and a ticket-shaped id, head and event in one write), then holds the
+stream open until the client hangs up, with a `: keepalive` comment every
+--keepalive-secs. No Redis, no queue, no tickets: every stream gets the same
+place. `/healthz` and `/readyz` answer 200; anything else 404.
+
+It runs on the gateway's runtime setup (`--worker-threads`, the same listener
+with its accept backlog and TCP_NODELAY), so usher-loadgen driven against it at
+a given rate measures what joins cost this machine without usher's logic: the
+kernel's accept, receive and send, the runtime's wake-ups, and the load
+generator itself. A gateway's join latency at the same rate, divided by this,
+is usher's share.
+
+Prints `listening on http://ADDR` on stdout once it accepts connections; runs
+until SIGINT or SIGTERM. Loopback addresses only.";
+
+#[derive(Debug, Parser)]
+#[command(name = "usher-joins-floor", version, about = ABOUT, long_about = LONG_ABOUT)]
+struct Args {
+    /// Address to listen on (loopback only; port 0 picks a free port).
+    #[arg(
+        long,
+        env = "USHER_JOINS_FLOOR_LISTEN",
+        default_value = "127.0.0.1:8300"
+    )]
+    listen: SocketAddr,
+
+    /// Runtime worker threads (0 = one per core), as the gateway's `--worker-threads`.
+    #[arg(long, env = "USHER_JOINS_FLOOR_WORKER_THREADS", default_value_t = 1)]
+    worker_threads: usize,
+
+    /// The `retry:` sent before the event, in ms (the gateway's default).
+    #[arg(long, env = "USHER_JOINS_FLOOR_RETRY_MS", default_value_t = 3000)]
+    retry_ms: u64,
+
+    /// Seconds between keepalive comments on a held stream (the gateway's default period;
+    /// 0: none).
+    #[arg(long, env = "USHER_JOINS_FLOOR_KEEPALIVE_SECS", default_value_t = 15)]
+    keepalive_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(
+        args.listen.ip().is_loopback(),
+        "--listen {} is not a loopback address",
+        args.listen
+    );
+    usher_runtime::disable_transparent_huge_pages();
+    let settings = FloorSettings {
+        retry_ms: args.retry_ms,
+        keepalive: (args.keepalive_secs > 0).then(|| Duration::from_secs(args.keepalive_secs)),
+    };
+    let rt = usher_runtime::runtime(args.worker_threads).context("cannot start the runtime")?;
+    rt.block_on(async {
+        let listener = usher_http::listen(args.listen)
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on http://{addr}")?;
+        out.flush()?;
+        drop(out);
+        joins_floor::serve(listener, settings, usher_runtime::shutdown_signal()).await;
+        anyhow::Ok(())
+    })?;
+    // Held streams end here, with the runtime.
+    drop(rt);
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! The joins floor: a server that answers every stream request with one fixed `waiting`
+//! event and then holds the stream open, with no queue behind it.
+//!
+//! It is what a gateway's join costs this machine when none of usher's logic runs: the same
+//! runtime setup (`usher_runtime::runtime`, the `usher_http::listen` listener with its backlog and
+//! `TCP_NODELAY`), the same request path and the same bytes on the wire — the gateway's stream
+//! head, a `retry:` frame and a `waiting` event with the same fields and a ticket-shaped id,
+//! all in one chunk, in one write. The load generator driven against it at a rate measures the
+//! kernel's accept, receive and send, the runtime's wake-ups and the load generator itself;
+//! usher's join latency above that floor is usher's (request handling, Redis, the hub).
+//!
+//! Deliberately left out: Redis, tickets (the id is the same string for every stream), the
+//! gateway's connection limit and drain, the hub. Kept: keepalive comments, so a held stream
+//! is never silent for longer than on a gateway.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use usher_core::ids::QueueId;
+use usher_core::messages::WaitingEvent;
+
+/// How the floor answers.
+#[derive(Debug, Clone)]
+pub struct FloorSettings {
+    /// The `retry:` sent before the event, as a gateway sends its configured one.
+    pub retry_ms: u64,
+    /// A held stream gets a `: keepalive` comment this often; `None` never.
+    pub keepalive: Option<Duration>,
+}
+
+/// Longest request head accepted, as on the gateway.
+const MAX_HEAD: usize = 16 * 1024;
+/// Time allowed for a request head to arrive.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read at a time.
+const READ_CHUNK: usize = 1024;
+
+/// The gateway's response head for every stream (`usher-gateway`'s `stream::STREAM_HEAD`).
+pub const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// The place every stream is told it has.
+const POSITION: u64 = 1;
+/// The fixed tag of the ticket-shaped event id: as long as a real ticket's (16 bytes of MAC
+/// in unpadded base64), so the event is as long as a gateway's.
+const TICKET_TAG: &str = "AAAAAAAAAAAAAAAAAAAAAA";
+/// A chunk with a keepalive comment.
+const KEEPALIVE_CHUNK: &[u8] = b"d\r\n: keepalive\n\n\r\n";
+
+/// Accepts connections on `listener` until `stop` resolves. Streams still open then end when
+/// the runtime is dropped: the floor has no place to give back, so no drain.
+pub async fn serve(listener: TcpListener, settings: FloorSettings, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((sock, _)) => {
+                    tokio::spawn(connection(sock, settings.clone()));
+                }
+                // E.g. out of file descriptors: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Stream(QueueId),
+    Health,
+    BadQueue,
+    NotFound,
+}
+
+fn route(method: &str, target: &str) -> Route {
+    if method != "GET" {
+        return Route::NotFound;
+    }
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    if matches!(path, "/healthz" | "/readyz") {
+        return Route::Health;
+    }
+    let Some(queue) = path
+        .strip_prefix("/api/queues/")
+        .and_then(|p| p.strip_suffix("/stream"))
+    else {
+        return Route::NotFound;
+    };
+    QueueId::new(queue).map_or(Route::BadQueue, Route::Stream)
+}
+
+async fn connection(mut sock: TcpStream, settings: FloorSettings) {
+    let Some((method, target)) = read_head(&mut sock).await else {
+        return;
+    };
+    let answered = match route(&method, &target) {
+        Route::Stream(q) => {
+            let response = stream_response(&q, settings.retry_ms, now_ms());
+            match sock.write_all(&response).await {
+                Ok(()) => hold(&mut sock, settings.keepalive).await,
+                Err(e) => Err(e),
+            }
+        }
+        Route::Health => sock.write_all(&plain(200, "OK", "ok\n")).await,
+        Route::BadQueue => {
+            sock.write_all(&plain(400, "Bad Request", "bad queue\n"))
+                .await
+        }
+        Route::NotFound => {
+            sock.write_all(&plain(404, "Not Found", "not found\n"))
+                .await
+        }
+    };
+    // A failed write means the client is gone: nothing to report to anyone.
+    drop(answered);
+}
+
+/// Reads and parses a request head; `None` when the connection ends, times out or sends
+/// something that is not one.
+async fn read_head(sock: &mut TcpStream) -> Option<(String, String)> {
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let mut buf = Vec::with_capacity(READ_CHUNK);
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; 48];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => {
+                return Some((req.method?.to_owned(), req.path?.to_owned()));
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            _ => return None,
+        }
+        buf.reserve(READ_CHUNK);
+        match tokio::time::timeout_at(deadline, sock.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Holds an answered stream open until the client goes away, writing keepalive comments.
+async fn hold(sock: &mut TcpStream, keepalive: Option<Duration>) -> std::io::Result<()> {
+    let mut next = keepalive.map(|k| tokio::time::Instant::now() + k);
+    loop {
+        tokio::select! {
+            () = sleep_until(next) => {
+                sock.write_all(KEEPALIVE_CHUNK).await?;
+                next = next.zip(keepalive).map(|(at, k)| at + k);
+            }
+            readable = sock.readable() => {
+                readable?;
+                let mut scratch = [0u8; 64];
+                match sock.try_read(&mut scratch) {
+                    // The client closed the connection.
+                    Ok(0) => return Ok(()),
+                    // Bytes sent mid-stream are not a request a stream can answer: ignored,
+                    // as the gateway ignores them until the stream ends.
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The whole answer to a stream request, head included: what a gateway writes for a join, in
+/// one chunk (`retry:`, then the `waiting` event whose id is the ticket).
+pub fn stream_response(queue: &QueueId, retry_ms: u64, as_of_ms: u64) -> Vec<u8> {
+    let event = WaitingEvent {
+        queue: queue.clone(),
+        position: POSITION,
+        waiting: POSITION,
+        eta_seconds: 0,
+        as_of_ms,
+    };
+    // A struct of a string and numbers always serializes.
+    let data = serde_json::to_string(&event).unwrap_or_default();
+    let text = format!(
+        "retry: {retry_ms}\n\nevent: waiting\nid: {queue}.{POSITION}.{TICKET_TAG}\ndata: {data}\n\n"
+    );
+    format!("{STREAM_HEAD}{:x}\r\n{text}\r\n", text.len()).into_bytes()
+}
+
+/// A short plain-text response that closes the connection.
+fn plain(status: u16, reason: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn now_ms() -> u64 {
+    crate::conn::now_us() / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{parse_head, BodyDecoder, Framing};
+    use usher_core::sse::{Item, Parser};
+
+    #[test]
+    fn routes_stream_requests_like_the_gateway() {
+        let q = |s: &str| QueueId::new(s).map(Route::Stream).ok();
+        assert_eq!(
+            Some(route("GET", "/api/queues/q1/stream")),
+            q("q1"),
+            "a stream"
+        );
+        assert_eq!(
+            Some(route("GET", "/api/queues/q1/stream?ticket=x")),
+            q("q1")
+        );
+        assert_eq!(route("GET", "/api/queues/a/b/stream"), Route::BadQueue);
+        assert_eq!(route("GET", "/api/queues/q1/status"), Route::NotFound);
+        assert_eq!(route("POST", "/api/queues/q1/stream"), Route::NotFound);
+        assert_eq!(route("GET", "/readyz"), Route::Health);
+    }
+
+    /// The response reads, with the load generator's own head parser, chunk decoder and SSE
+    /// parser, as a gateway's join does: 200, an event stream, `retry:` and one `waiting`
+    /// event carrying a ticket-shaped id and the event's fields.
+    #[test]
+    fn the_response_is_a_gateway_join() -> Result<(), Box<dyn std::error::Error>> {
+        let q = QueueId::new("demo")?;
+        let bytes = stream_response(&q, 3000, 1_700_000_000_000);
+        let head = parse_head(&bytes)?.ok_or("a complete head")?;
+        assert_eq!(head.status, 200);
+        assert_eq!(head.content_type.as_deref(), Some("text/event-stream"));
+        assert_eq!(head.framing, Framing::Chunked);
+        let (mut body, mut sse, mut items) = (
+            BodyDecoder::new(&Framing::Chunked),
+            Parser::new(),
+            Vec::new(),
+        );
+        body.decode(&bytes[head.len..], &mut |p| sse.push_into(p, &mut items))?;
+        let [Item::Retry(3000), Item::Event(e)] = items.as_slice() else {
+            return Err(format!("retry and one event: {items:?}").into());
+        };
+        assert_eq!(e.event, "waiting");
+        assert_eq!(e.id.split('.').count(), 3, "queue.place.tag: {}", e.id);
+        let w: WaitingEvent = serde_json::from_str(&e.data)?;
+        assert_eq!((w.queue, w.position, w.as_of_ms), (q, 1, 1_700_000_000_000));
+        // The stream stays open: no last chunk.
+        assert!(!body.is_done());
+        Ok(())
+    }
+
+    #[test]
+    fn a_keepalive_is_one_comment_in_one_chunk() -> Result<(), Box<dyn std::error::Error>> {
+        let (mut body, mut sse, mut items) = (
+            BodyDecoder::new(&Framing::Chunked),
+            Parser::new(),
+            Vec::new(),
+        );
+        body.decode(KEEPALIVE_CHUNK, &mut |p| sse.push_into(p, &mut items))?;
+        assert!(
+            matches!(items.as_slice(), [Item::Comment(c)] if c.trim() == "keepalive"),
+            "{items:?}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,106 @@
+//! `usher-joins-floor`, the machine's floor for joins: run as a real process, with the real
+//! load generator putting a few hundred joins through it. Every join must get its `waiting`
+//! event and stay connected, as on a gateway whose queue is paused.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use serde_json::Value;
+use support::run_bounded;
+
+const JOINS: u64 = 400;
+
+/// The floor server, stopped (by its PID) when dropped.
+struct Floor {
+    child: Child,
+    url: String,
+}
+
+impl Floor {
+    fn start() -> anyhow::Result<Self> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
+            .args(["--listen", "127.0.0.1:0", "--retry-ms", "500"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start usher-joins-floor")?;
+        let mut line = String::new();
+        let read = child
+            .stdout
+            .take()
+            .context("its stdout")
+            .and_then(|out| Ok(BufReader::new(out).read_line(&mut line)?));
+        let floor = Self {
+            child,
+            url: line.trim().trim_start_matches("listening on ").to_owned(),
+        };
+        read?;
+        ensure!(
+            floor.url.starts_with("http://127.0.0.1:"),
+            "usher-joins-floor said {line:?}"
+        );
+        Ok(floor)
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn every_join_gets_its_waiting_event_from_the_floor() -> anyhow::Result<()> {
+    let floor = Floor::start()?;
+    let dir = tempfile::tempdir()?;
+    let report = dir.path().join("r.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_usher-loadgen"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .args(["--gateways", &floor.url])
+        .args(["--queue", "floor"])
+        .args(["--connections", &JOINS.to_string()])
+        .args(["--join-rate", "800"])
+        .args(["--workers", "2"])
+        .args(["--source-ips", "127.0.0.2,127.0.0.3"])
+        .args(["--duration", "3"])
+        .arg("--report")
+        .arg(&report)
+        .arg("--quiet");
+    let out = run_bounded(cmd, Duration::from_secs(120))?;
+    ensure!(
+        out.status.success(),
+        "usher-loadgen failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report)?)?;
+    let t = &r["totals"];
+    assert_eq!(t["joined"], JOINS, "{t}");
+    assert_eq!(t["waiting_events"], JOINS, "one event per stream: {t}");
+    assert_eq!(t["still_connected"], JOINS, "streams are held open: {t}");
+    assert_eq!(t["errors"], 0, "{t}");
+    assert_eq!(t["reconnects"], 0, "{t}");
+    assert_eq!(t["empty_streams"], 0, "{t}");
+    assert_eq!(r["latency_ms"]["join"]["count"], JOINS);
+    drop(floor);
+    Ok(())
+}
+
+#[test]
+fn the_floor_refuses_to_listen_beyond_loopback() -> anyhow::Result<()> {
+    let out = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
+        .args(["--listen", "0.0.0.0:0"])
+        .output()
+        .context("cannot run usher-joins-floor")?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback"), "{err}");
+    Ok(())
+}
