@@ -95,8 +95,8 @@ impl Courier<'_> {
     ///   and sent, so the first browsers hear of their admission while Redis admits the next
     ///   ones. These are at the outbox's tail: recorded together once everything is sent.
     ///
-    /// `calls` is the tick (its arguments and its last call's outcome), if it can admit more;
-    /// `read_back` is how many outbox entries to read back first.
+    /// `calls`: the tick (its arguments and its last call's outcome); `None` for a closed
+    /// queue, which admits no more. `read_back`: how many outbox entries to read back first.
     async fn drain(
         &self,
         tokens: &mut TickTokens,
