@@ -61,8 +61,10 @@ pub struct Config {
     /// This replica's id in the dispatcher registry and in queue leases. Run any number of
     /// replicas: each queue is driven by exactly one of them at a time. Defaults to a random
     /// id unique to this process.
-    #[arg(long, env = "USHER_REPLICA_ID")]
-    pub replica_id: Option<String>,
+    // The default is drawn once, when the flags are parsed: every use of the id (registry,
+    // leases, logs) must see the same one.
+    #[arg(long, env = "USHER_REPLICA_ID", default_value_t = random_replica_id(), hide_default_value = true)]
+    pub replica_id: String,
 
     /// Milliseconds a queue lease (and a replica's registry entry) lasts without renewal. When
     /// a replica dies, another takes its queues within this time plus one or two ticks. Must be
@@ -111,19 +113,11 @@ impl Config {
         {
             return Err(ConfigError::EmptyAdminToken);
         }
-        if let Some(id) = &self.replica_id {
-            if id.is_empty() || id.len() > 128 || id.contains('|') {
-                return Err(ConfigError::ReplicaId);
-            }
+        let id = &self.replica_id;
+        if id.is_empty() || id.len() > 128 || id.contains('|') {
+            return Err(ConfigError::ReplicaId);
         }
         Ok(())
-    }
-
-    /// This replica's id.
-    pub fn replica(&self) -> String {
-        self.replica_id
-            .clone()
-            .unwrap_or_else(|| format!("dsp-{:016x}", rand::random::<u64>()))
     }
 
     /// A configuration for tests: listen on an ephemeral port, tick every `tick_ms`.
@@ -136,10 +130,15 @@ impl Config {
             jwt_key: None,
             admin_token: None,
             exact_positions: 1000,
-            replica_id: None,
+            replica_id: random_replica_id(),
             lease_ttl_ms: (tick_ms * 3).max(300),
             worker_threads: 0,
             log_format: LogFormat::Text,
         }
     }
+}
+
+/// A replica id unique to this process, for when `USHER_REPLICA_ID` is not set.
+fn random_replica_id() -> String {
+    format!("dsp-{:016x}", rand::random::<u64>())
 }

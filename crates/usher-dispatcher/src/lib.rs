@@ -24,7 +24,8 @@ pub use config::Config;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("redis: {0}")]
+    /// Already reads "redis: …" (or "unexpected reply from redis: …").
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Key(#[from] KeyError),
@@ -53,7 +54,7 @@ pub async fn run(
     }
     let cancel = CancellationToken::new();
     let settings = admission::Settings {
-        replica: cfg.replica(),
+        replica: cfg.replica_id.clone(),
         tick: cfg.tick(),
         lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
         exact_positions: cfg.exact_positions,

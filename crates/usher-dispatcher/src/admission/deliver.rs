@@ -1,0 +1,293 @@
+//! Outbox delivery: a tick's admissions go to the gateways holding their browsers, then their
+//! token records are stored and their outbox entries removed.
+//!
+//! Entries leave the outbox only after their messages were written, so a crash in between
+//! re-sends them with the very same (deterministic) tokens; gateways ignore admissions for
+//! places they no longer hold.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::messages::{Admission, StreamMessage};
+use usher_core::store::{
+    GatewayInfo, Lease, OutboxEntry, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
+};
+use usher_core::token::SigningKey;
+
+use super::gateways::{in_messages, live_at};
+use super::schedule::{sleep_until_ms, token_store_delay};
+use super::tokens::TickTokens;
+
+/// How a delivery ended.
+pub(super) enum Delivery {
+    /// This many admissions were sent and recorded.
+    Done(u64),
+    /// As `Done`, but the queue was closed between two calls of the tick.
+    Closed(u64),
+    /// The lease was lost: stop driving the queue. What was sent stays in the outbox, for
+    /// the next holder to deliver again.
+    LeaseLost,
+}
+
+/// Delivers one queue's admissions at one tick.
+pub(super) struct Courier<'a> {
+    pub(super) store: &'a Store,
+    pub(super) key: &'a Arc<SigningKey>,
+    /// The gateway registry as this tick read it.
+    pub(super) gateways: &'a [GatewayInfo],
+    pub(super) q: &'a QueueId,
+    pub(super) lease: &'a Lease,
+    /// The tick's admission time.
+    pub(super) now: u64,
+    pub(super) tick: Duration,
+}
+
+/// Outbox entries (of up to 1,000 admissions each) read back and delivered per round.
+const OUTBOX_BATCH: usize = 10;
+/// Places per `admitted_staged` stream entry (place ids only).
+const STAGED_PLACES_PER_MESSAGE: usize = 5_000;
+
+/// The admissions one tick call returned.
+#[derive(Default)]
+struct Fresh {
+    admissions: Vec<OutboxEntry>,
+    /// Outbox entries they fill (the last ones).
+    entries: u64,
+}
+
+/// Admissions sent whose outbox entries are not removed yet.
+#[derive(Default)]
+struct Unrecorded {
+    records: Vec<(PlaceId, TokenRecord)>,
+    /// Outbox entries they fill.
+    entries: u64,
+}
+
+impl Courier<'_> {
+    /// Delivers a tick's admissions, starting from its first call's outcome `out`, and admits
+    /// the rest of the tick's budget on the way. On return `out` is the last call's outcome
+    /// with the whole tick's admitted and dropped counts.
+    pub(super) async fn deliver_tick(
+        &self,
+        tokens: &mut TickTokens,
+        args: &TickArgs<'_>,
+        out: &mut TickOutcome,
+    ) -> Result<Delivery, StoreError> {
+        self.drain(tokens, Some((args, out)), 0).await
+    }
+
+    /// Delivers the `outbox_len` entries of a queue that admits no more (it is closed).
+    pub(super) async fn deliver_outbox(&self, outbox_len: u64) -> Result<Delivery, StoreError> {
+        self.drain(&mut TickTokens::default(), None, outbox_len)
+            .await
+    }
+
+    /// The drain loop. Each round sends one batch of admissions, from one of two places:
+    ///
+    /// * Entries older than the tick's (left by a crash or a failed delivery), read back
+    ///   from the outbox, oldest first. A read starts at the outbox's head, so each round
+    ///   is recorded (and so removed) before the next read.
+    /// * The admissions a tick call returned (when nothing older is waiting): sent at once,
+    ///   and while the tick's budget has more, the next
+    ///   [`usher_core::store::ADMIT_PER_CALL`] places are admitted (the same admission time)
+    ///   and sent, so the first browsers hear of their admission while Redis admits the next
+    ///   ones. These are at the outbox's tail: recorded together once everything is sent.
+    ///
+    /// `calls`: the tick (its arguments and its last call's outcome); `None` for a closed
+    /// queue, which admits no more. `read_back`: how many outbox entries to read back first.
+    async fn drain(
+        &self,
+        tokens: &mut TickTokens,
+        mut calls: Option<(&TickArgs<'_>, &mut TickOutcome)>,
+        mut read_back: u64,
+    ) -> Result<Delivery, StoreError> {
+        let mut delivered = 0;
+        let mut unrecorded = Unrecorded::default();
+        let mut fresh = Fresh::default();
+        if let Some((_, out)) = calls.as_mut() {
+            (read_back, fresh) = arrivals(out, unrecorded.entries);
+        }
+        let mut closed = false;
+        loop {
+            if read_back > 0 {
+                let (entries, batch) = self.store.outbox(self.q, OUTBOX_BATCH).await?;
+                if entries == 0 {
+                    read_back = 0;
+                    continue;
+                }
+                let records = self.send(&batch, tokens).await?;
+                if !self.record(&records, entries).await? {
+                    return Ok(Delivery::LeaseLost);
+                }
+                delivered += batch.len() as u64;
+                read_back = read_back.saturating_sub(entries);
+                continue;
+            }
+            let batch = std::mem::take(&mut fresh);
+            if !batch.admissions.is_empty() {
+                unrecorded.entries += batch.entries;
+                let sent = self.send(&batch.admissions, tokens).await?;
+                unrecorded.records.extend(sent);
+            }
+            let Some((args, out)) = calls.as_mut() else {
+                break;
+            };
+            if !out.more {
+                break;
+            }
+            match self.store.tick(self.q, args).await? {
+                Tick::Ticked(mut next) => {
+                    next.admitted += out.admitted;
+                    next.dropped += out.dropped;
+                    **out = next;
+                    (read_back, fresh) = arrivals(out, unrecorded.entries);
+                }
+                Tick::Closed { .. } => {
+                    // What was admitted is still recorded below.
+                    closed = true;
+                    break;
+                }
+                Tick::LeaseLost => return Ok(Delivery::LeaseLost),
+            }
+        }
+        tokens.stop_minting();
+        if unrecorded.entries > 0 && !self.record(&unrecorded.records, unrecorded.entries).await? {
+            return Ok(Delivery::LeaseLost);
+        }
+        delivered += unrecorded.records.len() as u64;
+        Ok(if closed {
+            Delivery::Closed(delivered)
+        } else {
+            Delivery::Done(delivered)
+        })
+    }
+
+    /// Sends `entries` to the gateways holding their browsers (a place whose token is staged
+    /// there by name only); returns the token records to store.
+    async fn send(
+        &self,
+        entries: &[OutboxEntry],
+        tokens: &mut TickTokens,
+    ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
+        let q = self.q;
+        let live = live_at(self.gateways, self.now);
+        let mut minted = tokens.take_for(self.key, q, entries).await;
+        let mut records = Vec::with_capacity(entries.len());
+        let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
+        // Places whose tokens the gateway already has: by gateway and (admitted, expires).
+        let mut staged: HashMap<u16, HashMap<(u64, u64), Vec<PlaceId>>> = HashMap::new();
+        for e in entries {
+            let Some(pre) = minted.remove(&e.place) else {
+                continue;
+            };
+            if pre.staged_on == Some(e.gateway) {
+                staged
+                    .entry(e.gateway)
+                    .or_default()
+                    .entry((e.admitted_at_ms, e.expires_at_ms))
+                    .or_default()
+                    .push(e.place);
+            } else {
+                by_gateway.entry(e.gateway).or_default().push(Admission {
+                    place: e.place,
+                    token: pre.token.clone(),
+                    admitted_at_ms: e.admitted_at_ms,
+                    expires_at_ms: e.expires_at_ms,
+                });
+            }
+            records.push((
+                e.place,
+                TokenRecord {
+                    admitted_at_ms: e.admitted_at_ms,
+                    expires_at_ms: e.expires_at_ms,
+                    token: pre.token,
+                },
+            ));
+        }
+        let mut messages: HashMap<u16, Vec<StreamMessage>> = HashMap::new();
+        for (gw, groups) in staged {
+            let msgs = messages.entry(gw).or_default();
+            for ((at, exp), places) in groups {
+                msgs.extend(places.chunks(STAGED_PLACES_PER_MESSAGE).map(|c| {
+                    StreamMessage::AdmittedStaged {
+                        queue: q.clone(),
+                        admitted_at_ms: at,
+                        expires_at_ms: exp,
+                        places: c.to_vec(),
+                    }
+                }));
+            }
+        }
+        for (gw, items) in by_gateway {
+            messages
+                .entry(gw)
+                .or_default()
+                .extend(in_messages(&items, |items| StreamMessage::Admitted {
+                    queue: q.clone(),
+                    items,
+                }));
+        }
+        let mut batches = Vec::new();
+        for (gw, msgs) in messages {
+            let Some(id) = live.get(&gw) else {
+                // The gateway is gone; its browsers reconnect elsewhere and find their
+                // token in Redis.
+                tracing::debug!(queue = %q, gateway = gw, "admissions for a gateway that is gone");
+                continue;
+            };
+            batches.push(((*id).clone(), msgs));
+        }
+        self.store.send(&batches).await?;
+        Ok(records)
+    }
+
+    /// After the browsers were sent their admissions: stores the token records (for resumes)
+    /// and removes the first `entries` outbox entries. `false` when the lease was lost.
+    async fn record(
+        &self,
+        records: &[(PlaceId, TokenRecord)],
+        entries: u64,
+    ) -> Result<bool, StoreError> {
+        // Tokens are stored only for sessions that still exist; a place that left meanwhile
+        // has no open stream, so its message reaches nobody, and its ticket no longer resumes.
+        // The records serve resumes only: written a moment later, so Redis is not busy storing
+        // a large tick's records (megabytes) while gateways deliver the admissions (a resume
+        // meanwhile waits for them). The moment is fixed from the tick's admission time, not
+        // from this call: the queues of a tick handled after others (and the later rounds of
+        // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
+        // than the delay itself: a wall clock stepped back must not hold the tick.
+        let delay = token_store_delay(self.tick).as_millis() as u64;
+        sleep_until_ms(self.now + delay, delay).await;
+        if self
+            .store
+            .store_tokens(self.q, self.lease, records)
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        self.store.trim_outbox(self.q, self.lease, entries).await
+    }
+}
+
+/// What one tick call's reply `out` leaves to deliver: outbox entries to read back, when
+/// older ones wait ahead of the reply's own (these are read back with them), or else the
+/// reply's admissions. `unrecorded`: entries this tick already sent, not yet removed (the
+/// outbox holds them ahead of the reply's, but they are not older than the tick).
+fn arrivals(out: &mut TickOutcome, unrecorded: u64) -> (u64, Fresh) {
+    let admissions = std::mem::take(&mut out.fresh);
+    if unrecorded == 0 && out.outbox_len > out.fresh_entries {
+        (out.outbox_len, Fresh::default())
+    } else {
+        let entries = out.fresh_entries;
+        (
+            0,
+            Fresh {
+                admissions,
+                entries,
+            },
+        )
+    }
+}

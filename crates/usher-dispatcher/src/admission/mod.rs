@@ -1,0 +1,251 @@
+//! The admission loop: one tick per `tick_ms`; every queue this replica holds the lease of.
+//!
+//! * `lease` — which replica drives which queue (rendezvous hashing over live replicas).
+//! * `schedule` — when a tick reads, admits and stores its token records.
+//! * `queue` — one queue's tick: lease, tick script calls, state, next pre-mint.
+//! * `premint` — tokens minted and staged on the gateways ahead of the tick.
+//! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
+//! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
+//! * `rate` — the measured admission rate and a tick's expected admissions.
+//! * `gateways` — live gateways and stream-message batching, shared by the above.
+//!
+//! Imports run one way: this file uses its submodules, and none of them uses it.
+
+mod deliver;
+mod gateways;
+mod lease;
+mod premint;
+mod queue;
+mod rate;
+mod schedule;
+mod settings;
+mod tokens;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::stream::{self, StreamExt};
+use tokio_util::sync::CancellationToken;
+use usher_core::ids::QueueId;
+use usher_core::store::{GatewayInfo, Store, StoreError};
+use usher_core::time::now_ms;
+use usher_core::token::SigningKey;
+
+pub use lease::preferred;
+pub use settings::Settings;
+
+use premint::{spawn_premint, PremintPlan};
+use queue::{Held, Outcome, QueueTick};
+use rate::expected_per_tick;
+use schedule::{admission_time, read_lead, sleep_until_ms, Schedule};
+
+/// Drives admission for the queues this replica holds.
+pub struct Admitter {
+    store: Store,
+    key: Arc<SigningKey>,
+    settings: Settings,
+    held: HashMap<QueueId, Held>,
+    /// The gateway registry as the last tick read it.
+    gateways: Arc<Vec<GatewayInfo>>,
+}
+
+/// Queues whose admission just became possible or faster (sent by the admin API).
+pub type Hints = tokio::sync::mpsc::UnboundedReceiver<QueueId>;
+
+/// What one tick did, for logs and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TickReport {
+    pub queues: usize,
+    pub admitted: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+}
+
+/// Queues ticked concurrently.
+const QUEUE_CONCURRENCY: usize = 16;
+
+impl Admitter {
+    pub fn new(store: Store, key: Arc<SigningKey>, settings: Settings) -> Self {
+        Self {
+            store,
+            key,
+            settings,
+            held: HashMap::new(),
+            gateways: Default::default(),
+        }
+    }
+
+    /// Ticks until `cancel` fires, then releases every lease. Redis errors are logged and the
+    /// next tick tries again: while Redis is away nobody is admitted, and admission resumes by
+    /// itself when it returns.
+    pub async fn run(mut self, cancel: CancellationToken, mut hints: Hints) {
+        let mut interval = tokio::time::interval(self.settings.tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        let schedule = Schedule::start(self.settings.tick);
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let mut last_planned = None;
+        loop {
+            let scheduled = tokio::select! {
+                () = cancel.cancelled() => break,
+                at = interval.tick() => at,
+                Some(q) = hints.recv() => {
+                    // A queue was just unpaused, opened or sped up: mint its next tick's
+                    // tokens now instead of at the tick.
+                    if let Some(last) = last_planned {
+                        self.premint_now(&q, last + tick_ms).await;
+                    }
+                    continue;
+                }
+            };
+            let planned = schedule.planned(scheduled);
+            last_planned = Some(planned);
+            let now = admission_time(planned, now_ms());
+            let started = Instant::now();
+            match self.tick_at(now).await {
+                Ok(r) => {
+                    if failing {
+                        tracing::info!("redis is back; admission resumed");
+                        failing = false;
+                    }
+                    tracing::debug!(
+                        queues = r.queues,
+                        admitted = r.admitted,
+                        delivered = r.delivered,
+                        dropped = r.dropped,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "tick"
+                    );
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "tick failed; nobody is admitted until redis answers again");
+                    }
+                    failing = true;
+                }
+            }
+        }
+        self.release_all().await;
+        tracing::info!("admission loop stopped");
+    }
+
+    /// Starts minting, right away, the tokens a queue held here will need at `at_ms`.
+    async fn premint_now(&mut self, q: &QueueId, at_ms: u64) {
+        let Some(held) = self.held.get_mut(q) else {
+            return;
+        };
+        let cfg = match self.store.queue_config(q).await {
+            Ok(Some(c)) if c.open && !c.paused => c,
+            _ => return,
+        };
+        held.premint = Some(spawn_premint(
+            &self.store,
+            &self.key,
+            &self.gateways,
+            PremintPlan {
+                q,
+                expected: expected_per_tick(0.0, cfg.admit_per_second, self.settings.tick),
+                at_ms,
+                exp_ms: at_ms + cfg.session_ttl_seconds * 1000,
+                read_at_ms: None,
+            },
+        ));
+    }
+
+    /// Releases every lease and leaves the registry, so other replicas take over at once.
+    pub async fn release_all(&mut self) {
+        for (q, h) in self.held.drain() {
+            if let Err(e) = self.store.release_lease(&q, &h.lease).await {
+                tracing::warn!(queue = %q, error = %e, "could not release a lease; it expires by itself");
+            }
+        }
+        if let Err(e) = self
+            .store
+            .deregister_dispatcher(&self.settings.replica)
+            .await
+        {
+            tracing::warn!(error = %e, "could not leave the dispatcher registry; the entry expires by itself");
+        }
+    }
+
+    /// One tick over every queue this replica holds or should hold, now.
+    pub async fn tick(&mut self) -> Result<TickReport, StoreError> {
+        self.tick_at(now_ms()).await
+    }
+
+    /// One tick with admission time `now`. When `now` is still ahead, the registries are read
+    /// first and the queues are ticked at `now`.
+    pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
+        let me = self.settings.replica.clone();
+        // Three independent round trips (separate keys), pipelined on the one connection.
+        let (replicas, queues, gateways) = tokio::try_join!(
+            self.store
+                .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),
+            self.store.queue_ids(),
+            self.store.gateways(now),
+        )?;
+        // (Capped: a wall clock stepped back must not stall every tick.)
+        sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
+        let gateways = Arc::new(gateways);
+        self.gateways = gateways.clone();
+        let mut jobs = Vec::new();
+        for q in queues {
+            let mine = preferred(&q, &replicas) == Some(me.as_str());
+            let held = self.held.remove(&q);
+            if let (Some(h), false) = (&held, mine) {
+                // Another replica is preferred now: hand the queue over.
+                tracing::info!(queue = %q, "handing queue over to its preferred replica");
+                self.store.release_lease(&q, &h.lease).await?;
+                continue;
+            }
+            if held.is_none() && !mine {
+                continue;
+            }
+            let job = QueueTick {
+                store: self.store.clone(),
+                key: self.key.clone(),
+                gateways: gateways.clone(),
+                settings: self.settings.clone(),
+                now,
+            };
+            jobs.push(async move {
+                let r = job.run(&q, held).await;
+                (q, r)
+            });
+        }
+        let results: Vec<_> = stream::iter(jobs)
+            .buffer_unordered(QUEUE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut report = TickReport::default();
+        let mut first_err = None;
+        for (q, r) in results {
+            match r {
+                Ok(Outcome::Ticked {
+                    held,
+                    admitted,
+                    delivered,
+                    dropped,
+                }) => {
+                    report.queues += 1;
+                    report.admitted += admitted;
+                    report.delivered += delivered;
+                    report.dropped += dropped;
+                    self.held.insert(q, held);
+                }
+                Ok(Outcome::NotHeld) => {}
+                Err(e) => {
+                    // The lease (if any) is forgotten here; it is re-acquired with the same
+                    // owner next tick if it has not expired, or by whoever comes first.
+                    tracing::debug!(queue = %q, error = %e, "queue tick failed");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) if report.queues == 0 => Err(e),
+            _ => Ok(report),
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Entry tokens minted, and staged on the gateways, ahead of the tick that admits their places.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::messages::{Admission, StreamMessage};
+use usher_core::store::{GatewayInfo, Store, MAX_ADMIT_PER_TICK};
+use usher_core::time::now_ms;
+use usher_core::token::{Claims, SigningKey};
+
+use super::gateways::{in_messages, live_at};
+use super::schedule::sleep_until_ms;
+
+/// Entry tokens minted between ticks for the places expected at the head of the line at the
+/// next tick, so admission does not wait for Ed25519 signing. A token depends only on the
+/// place, the admission time and the expiry, so a pre-minted token is exactly the one minting
+/// at admission would give; places not pre-minted (the line changed) are minted then.
+///
+/// The tokens are also *staged*: sent ahead to the gateways holding those places, so that at
+/// the tick the admission message names places only, instead of carrying ~350 bytes of token
+/// each on the busiest path. A gateway never shows a staged token before the admission.
+///
+/// Tokens come in batches of [`PREMINT_BATCH`] places, head of the line first, so a tick that
+/// comes before all are ready (a queue unpaused just before it) waits only for the batch its
+/// first script call admits, not for all of them.
+#[derive(Debug)]
+pub(super) struct Premint {
+    pub(super) at_ms: u64,
+    pub(super) exp_ms: u64,
+    pub(super) batches: Batches,
+    pub(super) task: Minting,
+}
+
+/// Pre-minted tokens as they are minted: (place, token) in line order.
+pub(super) type Batches = tokio::sync::mpsc::Receiver<Vec<(PlaceId, Pre)>>;
+
+/// Places minted (and staged) per pre-mint batch.
+const PREMINT_BATCH: usize = 1_000;
+
+/// The background task minting (and staging) tokens; aborted when dropped, so a replaced or
+/// forgotten pre-mint (an operator's second change, a queue handed over) stops instead of
+/// minting and staging on every core for nothing. (A mint already running on the blocking
+/// pool finishes its batch; its result is dropped.)
+#[derive(Debug)]
+pub(super) struct Minting(pub(super) tokio::task::JoinHandle<()>);
+
+impl Drop for Minting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A token minted ahead, and the gateway it was staged on, if any.
+#[derive(Debug)]
+pub(super) struct Pre {
+    pub(super) token: String,
+    pub(super) staged_on: Option<u16>,
+}
+
+/// What to mint ahead for one queue.
+pub(super) struct PremintPlan<'a> {
+    pub(super) q: &'a QueueId,
+    /// Admissions expected at `at_ms` (a margin is added).
+    pub(super) expected: u64,
+    pub(super) at_ms: u64,
+    pub(super) exp_ms: u64,
+    /// When to read the head of the line (wall clock); `None`: now.
+    pub(super) read_at_ms: Option<u64>,
+}
+
+/// At `read_at_ms` (wall clock; `None`: now, for an operator's change), reads the first
+/// `expected` (plus a margin) places of the line, mints their tokens for admission at `at_ms`
+/// on the blocking pool, and stages them on the gateways.
+pub(super) fn spawn_premint(
+    store: &Store,
+    key: &Arc<SigningKey>,
+    gateways: &Arc<Vec<GatewayInfo>>,
+    plan: PremintPlan<'_>,
+) -> Premint {
+    let PremintPlan {
+        q,
+        expected,
+        at_ms,
+        exp_ms,
+        read_at_ms,
+    } = plan;
+    let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
+    let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
+    let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
+    let task = tokio::spawn(async move {
+        if let Some(t) = read_at_ms {
+            // Never longer than from the read time to the admission time: a wall clock stepped
+            // back must not hold the tick that waits for these tokens.
+            sleep_until_ms(t, at_ms.saturating_sub(t)).await;
+        }
+        let head = match store.head(&q, want).await {
+            Ok(p) => p,
+            Err(_) => return,
+        };
+        for part in head.chunks(PREMINT_BATCH) {
+            let places: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
+            let (key2, q2) = (key.clone(), q.clone());
+            let minted =
+                tokio::task::spawn_blocking(move || mint_many(&key2, &q2, &places, at_ms, exp_ms))
+                    .await
+                    .unwrap_or_default();
+            let gateway_of: HashMap<PlaceId, u16> =
+                part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect();
+            let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
+            let batch = minted
+                .into_iter()
+                .map(|(place, token)| {
+                    let staged_on = gateway_of
+                        .get(&place)
+                        .copied()
+                        .filter(|g| staged.contains(g));
+                    (place, Pre { token, staged_on })
+                })
+                .collect();
+            if tx.send(batch).await.is_err() {
+                return;
+            }
+        }
+    });
+    Premint {
+        at_ms,
+        exp_ms,
+        batches,
+        task: Minting(task),
+    }
+}
+
+/// Mints tokens for `places` admitted at `at_ms` (expiring at `exp_ms`), on every core.
+pub(super) fn mint_many(
+    key: &SigningKey,
+    q: &QueueId,
+    places: &[PlaceId],
+    at_ms: u64,
+    exp_ms: u64,
+) -> Vec<(PlaceId, String)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = places.len().div_ceil(threads).max(64);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = places
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|&p| (p, key.mint(&claims(q, p, at_ms, exp_ms))))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// The claims of the entry token of `place`, admitted at `at_ms`.
+fn claims(q: &QueueId, place: PlaceId, at_ms: u64, exp_ms: u64) -> Claims {
+    Claims {
+        sub: place.to_string(),
+        aud: q.to_string(),
+        iat: at_ms / 1000,
+        exp: exp_ms / 1000,
+        jti: format!("{q}.{place}"),
+    }
+}
+
+/// Sends pre-minted tokens to the live gateways (of the last tick's registry) holding those
+/// places; returns the gateways that have them. A failure only means the tokens travel with
+/// the admission instead.
+async fn stage(
+    store: &Store,
+    gateways: &[GatewayInfo],
+    q: &QueueId,
+    minted: &[(PlaceId, String)],
+    gateway_of: &HashMap<PlaceId, u16>,
+    at_ms: u64,
+    exp_ms: u64,
+) -> HashSet<u16> {
+    let live = live_at(gateways, now_ms());
+    let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
+    for (place, token) in minted {
+        let Some(gw) = gateway_of.get(place).filter(|g| live.contains_key(g)) else {
+            continue;
+        };
+        by_gateway.entry(*gw).or_default().push(Admission {
+            place: *place,
+            token: token.clone(),
+            admitted_at_ms: at_ms,
+            expires_at_ms: exp_ms,
+        });
+    }
+    let batches: Vec<_> = by_gateway
+        .iter()
+        .filter_map(|(gw, items)| {
+            let msgs = in_messages(items, |items| StreamMessage::Staged {
+                queue: q.clone(),
+                items,
+            });
+            Some(((*live.get(gw)?).clone(), msgs))
+        })
+        .collect();
+    match store.send(&batches).await {
+        Ok(()) => by_gateway.into_keys().collect(),
+        Err(e) => {
+            tracing::debug!(queue = %q, error = %e, "could not stage tokens; they go with the admissions");
+            Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pre-minted token is exactly the one minting at admission gives: the claims depend on
+    /// the place, the queue and the times only.
+    #[test]
+    fn claims_name_the_place_and_the_queue() {
+        let q = QueueId::new("gig").expect("valid");
+        let c = claims(&q, PlaceId(42), 5_500, 65_500);
+        assert_eq!(
+            (c.sub.as_str(), c.aud.as_str(), c.iat, c.exp, c.jti.as_str()),
+            ("42", "gig", 5, 65, "gig.42")
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! One queue's tick: its lease, its tick script calls, delivery, the measured rate, the
+//! line's new state for the gateways, and the next tick's tokens minted ahead.
+
+use std::sync::Arc;
+
+use usher_core::ids::QueueId;
+use usher_core::messages::{QueueState, StreamMessage};
+use usher_core::store::{GatewayInfo, Lease, Store, StoreError, Tick, TickArgs, TickOutcome};
+use usher_core::token::SigningKey;
+
+use super::deliver::{Courier, Delivery};
+use super::gateways::live_at;
+use super::premint::{spawn_premint, Premint, PremintPlan};
+use super::rate::{expected_per_tick, MeasuredRate};
+use super::settings::Settings;
+use super::tokens::TickTokens;
+
+/// What this replica remembers of a queue it drives.
+#[derive(Debug)]
+pub(super) struct Held {
+    pub(super) lease: Lease,
+    rate: MeasuredRate,
+    /// Tokens minted ahead for the next tick's expected admissions.
+    pub(super) premint: Option<Premint>,
+}
+
+/// How one queue's tick ended.
+pub(super) enum Outcome {
+    Ticked {
+        held: Held,
+        admitted: u64,
+        delivered: u64,
+        dropped: u64,
+    },
+    /// Not ours (any more): forget it.
+    NotHeld,
+}
+
+/// One queue's tick at admission time `now`: everything it needs, owned, so the queues of a
+/// tick run concurrently.
+pub(super) struct QueueTick {
+    pub(super) store: Store,
+    pub(super) key: Arc<SigningKey>,
+    pub(super) gateways: Arc<Vec<GatewayInfo>>,
+    pub(super) settings: Settings,
+    pub(super) now: u64,
+}
+
+impl QueueTick {
+    /// Ticks `q`, acquiring its lease first unless `held` (this replica drives it already).
+    pub(super) async fn run(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
+        let mut held = match held {
+            Some(h) => h,
+            None => {
+                let Some(lease) = self
+                    .store
+                    .acquire_lease(q, &self.settings.replica, self.settings.lease_ttl)
+                    .await?
+                else {
+                    return Ok(Outcome::NotHeld);
+                };
+                tracing::info!(queue = %q, fence = lease.fence, "driving queue");
+                Held {
+                    lease,
+                    rate: MeasuredRate::default(),
+                    premint: None,
+                }
+            }
+        };
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let lease = held.lease.clone();
+        let args = TickArgs {
+            now_ms: self.now,
+            first_elapsed_ms: tick_ms,
+            max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
+            exact: self.settings.exact_positions,
+            max_position_error: 0.01,
+            store_rate: held.rate.get(),
+            lease: &lease,
+            lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
+            gateways: &self.gateways,
+        };
+        let courier = Courier {
+            store: &self.store,
+            key: &self.key,
+            gateways: &self.gateways,
+            q,
+            lease: &lease,
+            now: self.now,
+            tick: self.settings.tick,
+        };
+        let mut out = match self.store.tick(q, &args).await? {
+            Tick::Ticked(out) => out,
+            Tick::Closed { outbox_len } => {
+                // Admissions made before the close are still delivered. Keep the lease: a
+                // reopened queue continues here.
+                return Ok(match courier.deliver_outbox(outbox_len).await? {
+                    Delivery::Done(delivered) | Delivery::Closed(delivered) => Outcome::Ticked {
+                        held,
+                        admitted: 0,
+                        delivered,
+                        dropped: 0,
+                    },
+                    Delivery::LeaseLost => Outcome::NotHeld,
+                });
+            }
+            Tick::LeaseLost => {
+                tracing::info!(queue = %q, fence = held.lease.fence, "lease lost; another replica drives this queue");
+                return Ok(Outcome::NotHeld);
+            }
+        };
+        let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
+        let delivered = match courier.deliver_tick(&mut tokens, &args, &mut out).await? {
+            Delivery::Done(n) => n,
+            Delivery::Closed(n) => {
+                // Closed between two calls: no snapshot of a line that no longer exists.
+                return Ok(Outcome::Ticked {
+                    held,
+                    admitted: out.admitted,
+                    delivered: n,
+                    dropped: out.dropped,
+                });
+            }
+            Delivery::LeaseLost => return Ok(Outcome::NotHeld),
+        };
+        drop(tokens);
+        held.rate.observe(self.now, &out);
+        self.publish_state(q, &held, &out).await?;
+        self.premint_next(q, &mut held, &out);
+        Ok(Outcome::Ticked {
+            held,
+            admitted: out.admitted,
+            delivered,
+            dropped: out.dropped,
+        })
+    }
+
+    /// Starts minting, in the background, the tokens of the places expected to be admitted at
+    /// the next tick: the head of the line, with a margin.
+    fn premint_next(&self, q: &QueueId, held: &mut Held, out: &TickOutcome) {
+        if out.paused {
+            return;
+        }
+        let tick_ms = self.settings.tick.as_millis() as u64;
+        let at_ms = self.now + tick_ms;
+        // Halfway to the next tick, so the head read then includes who joined meanwhile.
+        held.premint = Some(spawn_premint(
+            &self.store,
+            &self.key,
+            &self.gateways,
+            PremintPlan {
+                q,
+                expected: expected_per_tick(out.carry, out.admit_per_second, self.settings.tick),
+                at_ms,
+                exp_ms: at_ms + out.session_ttl_ms,
+                read_at_ms: Some(at_ms - tick_ms / 2),
+            },
+        ));
+    }
+
+    /// Sends the line's new state to the gateways holding its browsers.
+    async fn publish_state(
+        &self,
+        q: &QueueId,
+        held: &Held,
+        out: &TickOutcome,
+    ) -> Result<(), StoreError> {
+        let live = live_at(&self.gateways, self.now);
+        let state = QueueState {
+            queue: q.clone(),
+            at_ms: self.now,
+            waiting: out.waiting,
+            rate: held
+                .rate
+                .get()
+                .filter(|r| *r > 0.0)
+                .unwrap_or(out.admit_per_second),
+            runs: out.runs.clone(),
+            samples: out.samples.clone(),
+        };
+        let batches: Vec<_> = out
+            .gateways
+            .iter()
+            .filter_map(|gw| live.get(gw))
+            .map(|id| ((*id).clone(), vec![StreamMessage::State(state.clone())]))
+            .collect();
+        self.store.send(&batches).await
+    }
+}

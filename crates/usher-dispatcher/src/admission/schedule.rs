@@ -1,0 +1,94 @@
+//! When a tick does what. Its reads (registries, queue list) start a little before its
+//! admission time; the admission time is the scheduled one whenever the tick is on time, so
+//! tokens minted ahead for it match exactly; its token records are stored a moment after it.
+
+use std::time::Duration;
+
+use usher_core::time::now_ms;
+
+/// A tick starting at most this late still uses its scheduled time as the admission time.
+const ON_TIME_MS: u64 = 50;
+
+/// The admission times of a run of ticks, on the wall clock, derived from the interval's
+/// monotonic schedule: the interval fires [`read_lead`] before each admission time.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Schedule {
+    /// The same moment on both clocks.
+    base: (tokio::time::Instant, u64),
+    lead_ms: u64,
+}
+
+impl Schedule {
+    /// A schedule whose clocks are paired now.
+    pub(super) fn start(tick: Duration) -> Self {
+        Self {
+            base: (tokio::time::Instant::now(), now_ms()),
+            lead_ms: read_lead(tick).as_millis() as u64,
+        }
+    }
+
+    /// The admission time planned for the tick the interval fired for at `scheduled`.
+    pub(super) fn planned(&self, scheduled: tokio::time::Instant) -> u64 {
+        self.base.1 + scheduled.duration_since(self.base.0).as_millis() as u64 + self.lead_ms
+    }
+}
+
+/// The admission time of a tick planned for `planned` that starts at `actual`: the planned
+/// time when the tick is on time (so tokens minted ahead for it are used), else `actual`
+/// (never an admission time far in the past).
+pub(super) fn admission_time(planned: u64, actual: u64) -> u64 {
+    if actual.saturating_sub(planned) <= ON_TIME_MS {
+        planned
+    } else {
+        actual
+    }
+}
+
+/// How long before a tick's admission time its reads (registries, queue list) start, so that
+/// at the admission time itself only the tick script stands between a browser and its
+/// admission: a tenth of the tick, at most 20 ms.
+pub(super) fn read_lead(tick: Duration) -> Duration {
+    (tick / 10).min(Duration::from_millis(20))
+}
+
+/// How long after a tick's admission time its token records are written and the line's new
+/// state is published: three tenths of the tick, at most 300 ms. Until then the machines
+/// deliver the admissions alone: a full tick's burst keeps the gateways busy for a good part
+/// of that time, and the state that follows moves every other browser (up to one write
+/// each), so sent sooner it slows the burst's tail. Positions refresh once a tick either way.
+pub(super) fn token_store_delay(tick: Duration) -> Duration {
+    (tick * 3 / 10).min(Duration::from_millis(300))
+}
+
+/// Sleeps until `at_ms` on the wall clock, but never longer than `cap_ms`: a wall clock
+/// stepped back must not hold a tick.
+pub(super) async fn sleep_until_ms(at_ms: u64, cap_ms: u64) {
+    let wait = at_ms.saturating_sub(now_ms()).min(cap_ms);
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tick_on_time_admits_at_its_planned_time() {
+        assert_eq!(admission_time(1_000, 990), 1_000);
+        assert_eq!(admission_time(1_000, 1_000 + ON_TIME_MS), 1_000);
+        assert_eq!(
+            admission_time(1_000, 1_001 + ON_TIME_MS),
+            1_001 + ON_TIME_MS
+        );
+    }
+
+    #[test]
+    fn reads_lead_and_token_records_follow_by_a_share_of_the_tick_capped() {
+        let ms = Duration::from_millis;
+        assert_eq!(read_lead(ms(100)), ms(10));
+        assert_eq!(read_lead(ms(1000)), ms(20));
+        assert_eq!(token_store_delay(ms(100)), ms(30));
+        assert_eq!(token_store_delay(ms(5000)), ms(300));
+    }
+}
