@@ -16,12 +16,12 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 use tokio::task::JoinSet;
-use usher_core::sse::Item;
 use usher_loadgen::conn::{connect, now_us};
 use usher_loadgen::http::{BodyDecoder, Framing};
 use usher_loadgen::limits;
 use usher_loadgen::plan::parse_source_ips;
 use usher_loadgen::stats::{round_to, Hist};
+use usher_sse::Item;
 
 /// The same allocator as the gateway and the load generator.
 #[global_allocator]
@@ -618,7 +618,7 @@ fn receiver(
 async fn receive(mut s: TcpStream, st: Rc<RefCell<RecvState>>) {
     let mut buf = vec![0u8; READ_BUF];
     let mut body = BodyDecoder::new(&Framing::Chunked);
-    let mut sse = usher_core::sse::Parser::new();
+    let mut sse = usher_sse::Parser::new();
     loop {
         let n = match s.read(&mut buf).await {
             Ok(0) => return st.borrow_mut().fail("a connection closed early"),
@@ -889,7 +889,7 @@ mod tests {
         assert_eq!(c.len(), 3 + 2 + 600 + 2);
         let (mut body, mut sse) = (
             BodyDecoder::new(&Framing::Chunked),
-            usher_core::sse::Parser::new(),
+            usher_sse::Parser::new(),
         );
         let mut items = Vec::new();
         // In two pieces, as a read may return them.
