@@ -2,11 +2,13 @@
 //! SSE client that reads streams the way a browser's `EventSource` does.
 
 pub mod browser;
+pub mod probe;
 pub mod procs;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
 
+pub use probe::RedisProbe;
 pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;
