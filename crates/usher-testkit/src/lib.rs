@@ -1,5 +1,6 @@
-//! Test support: a real `redis-server` per test, in-process usher servers on port 0, and an
-//! SSE client that reads streams the way a browser's `EventSource` does.
+//! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
+//! client that reads streams the way a browser's `EventSource` does, and the Redis operations
+//! only tests and benchmarks need ([`probe`]).
 
 pub mod browser;
 pub mod probe;

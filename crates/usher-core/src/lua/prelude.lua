@@ -4,7 +4,7 @@
 -- A waiting-set member is 6 bytes: the place's sequence number (low 32 bits, big-endian) and
 -- the index of the gateway holding the browser (16 bits). The score is the full sequence
 -- number, which is also the place id. Six bytes keep a member in Redis' smallest string
--- allocation: a waiting place costs about 105 bytes (see ARCHITECTURE.md).
+-- allocation, which keeps a waiting place small (see keys.rs).
 
 -- Decimal text of an integer, without Lua's %.14g rounding.
 local function fmt(n)

@@ -4,9 +4,11 @@
 use redis::Value;
 
 use super::decode::{array, rate_of, status, text, u};
+use super::dispatch::records::TokenRecord;
+use super::gateways::GWS_TTL_MS;
 use super::reply::{LeaveStatus, PlaceStatus};
 use super::scripts::SCRIPTS;
-use super::{protocol, Result, Store, TokenRecord, GWS_TTL_MS};
+use super::{protocol, Result, Store};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
 
@@ -69,6 +71,7 @@ impl Joined {
     }
 }
 
+/// What a leave removed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
     /// A waiting place was removed; `gateway` held it.

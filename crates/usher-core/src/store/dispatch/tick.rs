@@ -7,10 +7,12 @@ use serde::Deserialize;
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::store::decode::{array, status, u};
+use crate::store::gateways::GatewayInfo;
 use crate::store::reply::TickStatus;
 use crate::store::scripts::SCRIPTS;
-use crate::store::{protocol, GatewayInfo, OutboxEntry, Result, Store};
+use crate::store::{protocol, Result, Store};
 
+use super::outbox::OutboxEntry;
 use super::Lease;
 
 /// Input of one dispatcher tick for one queue.
@@ -44,6 +46,7 @@ pub enum Tick {
     Ticked(TickOutcome),
 }
 
+/// What one tick call did, and the queue as it left it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TickOutcome {
     pub admitted: u64,
