@@ -2,14 +2,16 @@
 //! knows key names and scripts; the binaries call these typed operations.
 //!
 //! The operations are split by who calls them:
-//! * [`admin`] — queue settings and counters (the dispatcher's admin API);
-//! * [`gateways`] — the gateway registry and gateways' interest in queues;
-//! * [`streams`] — the per-gateway streams the dispatcher writes and each gateway reads;
-//! * [`places`] — a browser's place: join, resume, status, leave, away (the gateways);
-//! * [`dispatch`] — leases, ticks, the outbox and token records (the dispatcher).
+//! * `admin` — queue settings and counters (the dispatcher's admin API);
+//! * `gateways` — the gateway registry and gateways' interest in queues;
+//! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
+//! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
+//!   `dispatch::records` (the dispatcher).
 //!
-//! Underneath, [`reply`] names every status a script returns (the Lua reads the same list),
-//! [`scripts`] loads the Lua, and `decode` turns raw replies into values.
+//! Underneath, `reply` names every status a script returns (the Lua reads the same list),
+//! `scripts` loads the Lua, and `decode` turns raw replies into values. The modules are
+//! private: every type and constant is reached as `usher_core::store::X`, re-exported here.
 
 use std::time::Duration;
 
@@ -18,14 +20,14 @@ use redis::Value;
 
 use crate::keys;
 
-pub mod admin;
+mod admin;
 mod decode;
-pub mod dispatch;
-pub mod gateways;
-pub mod places;
-pub mod reply;
+mod dispatch;
+mod gateways;
+mod places;
+mod reply;
 mod scripts;
-pub mod streams;
+mod streams;
 
 pub use admin::{QueueConfig, QueueStats};
 pub use dispatch::outbox::OutboxEntry;

@@ -1,6 +1,6 @@
 //! What the dispatcher does in Redis: hold queue leases ([`Lease`]), register its replicas,
-//! and per queue tick ([`tick`]), deliver admissions from the outbox ([`outbox`]) and store
-//! the minted tokens ([`records`]).
+//! and per queue tick (`tick`), deliver admissions from the outbox (`outbox`) and store the
+//! minted tokens (`records`).
 
 use std::time::Duration;
 
@@ -9,9 +9,9 @@ use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 
-pub mod outbox;
-pub mod records;
-pub mod tick;
+pub(super) mod outbox;
+pub(super) mod records;
+pub(super) mod tick;
 
 /// A queue lease held by one dispatcher replica: `<owner>|<fencing token>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
