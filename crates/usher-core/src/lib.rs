@@ -15,7 +15,6 @@ pub mod keys;
 pub mod messages;
 pub mod position;
 pub mod secret;
-pub mod sse;
 pub mod store;
 pub mod ticket;
 pub mod time;

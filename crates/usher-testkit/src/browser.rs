@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use usher_core::sse::Item;
+use usher_sse::Item;
 
 use crate::sse::SseClient;
 

@@ -1,12 +1,15 @@
-//! Test support: a real `redis-server` per test, in-process usher servers on port 0, and an
-//! SSE client that reads streams the way a browser's `EventSource` does.
+//! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
+//! client that reads streams the way a browser's `EventSource` does, and the Redis operations
+//! only tests and benchmarks need ([`probe`]).
 
 pub mod browser;
+pub mod probe;
 pub mod procs;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
 
+pub use probe::RedisProbe;
 pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;

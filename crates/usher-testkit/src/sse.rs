@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::{Stream, StreamExt};
-use usher_core::sse::{Event, Item, Parser};
+use usher_sse::{Event, Item, Parser};
 
-pub use usher_core::sse::Item as SseItem;
+pub use usher_sse::Item as SseItem;
 
 /// Opens SSE streams against one base URL.
 #[derive(Clone)]

@@ -9,13 +9,13 @@ use usher_core::time::now_ms;
 use usher_testkit::{stack, RedisServer};
 
 use serde_json::Value;
-use usher_core::sse::Event;
+use usher_sse::Event;
 use usher_testkit::sse::{SseConn, Watcher};
 use usher_testkit::SseClient;
 
 pub const T: Duration = Duration::from_secs(10);
 
-pub fn data(e: &usher_core::sse::Event) -> Value {
+pub fn data(e: &usher_sse::Event) -> Value {
     serde_json::from_str(&e.data).expect("event data is JSON")
 }
 

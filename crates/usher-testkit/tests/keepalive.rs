@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use usher_core::sse::Item;
+use usher_sse::Item;
 use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{self, Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use usher_core::ids::QueueId;
 use usher_core::store::{Lease, Store};
 use usher_core::time::now_ms;
+use usher_testkit::probe::{self, RedisProbe};
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
@@ -160,7 +161,7 @@ async fn a_big_tick_is_admitted_in_calls_that_spend_exactly_its_budget() -> anyh
     use usher_core::store::{Tick, ADMIT_PER_CALL};
     let (_redis, store, q, lease) = queue_on_redis("calls", 25_000.0, "test").await?;
     for _ in 0..3000 {
-        store.join(&q, 7, now_ms()).await?;
+        probe::join(&store, &q, 7, now_ms()).await?;
     }
     let now = now_ms();
     // The queue's first tick is budgeted for 100 ms: 2,500 places.
@@ -204,10 +205,10 @@ async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyho
     let (_redis, store, q, lease) = queue_on_redis("dead", 1000.0, "test").await?;
     const DEAD: u64 = 1500;
     for _ in 0..DEAD {
-        store.join(&q, 9, now_ms()).await?;
+        probe::join(&store, &q, 9, now_ms()).await?;
     }
     for _ in 0..200 {
-        store.join(&q, 7, now_ms()).await?;
+        probe::join(&store, &q, 7, now_ms()).await?;
     }
     let now = now_ms();
     let gateways = [
@@ -263,7 +264,7 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
     let (_redis, store, q, lease) = queue_on_redis("crash", 25_000.0, "replica-a").await?;
     let mut places = Vec::new();
     for _ in 0..N {
-        match store.join(&q, 7, now_ms()).await? {
+        match probe::join(&store, &q, 7, now_ms()).await? {
             usher_core::store::PlaceState::Waiting { place, .. } => places.push(place),
             other => panic!("join: {other:?}"),
         }
@@ -323,6 +324,7 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
     })
     .await?;
     let store = Store::connect(&stack.redis.url()).await?;
+    let redis = RedisProbe::connect(&stack.redis.url()).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let mut per_tick = Vec::new();
     for (queue, n) in [("short", 10usize), ("long", 3000usize)] {
@@ -333,12 +335,12 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
         let (_t, _p, _w) = join_watch(&client, queue).await?;
         let gw_index = 999u16;
         for _ in 1..n {
-            store.join(&q, gw_index, now_ms()).await?;
+            probe::join(&store, &q, gw_index, now_ms()).await?;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = total_calls(&store).await?;
+        let before = total_calls(&redis).await?;
         tokio::time::sleep(Duration::from_millis(2000)).await;
-        let after = total_calls(&store).await?;
+        let after = total_calls(&redis).await?;
         per_tick.push((after - before) as f64 / 20.0);
         stack.put_queue(queue, json!({"open": false})).await?;
     }
@@ -353,8 +355,8 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
     Ok(())
 }
 
-async fn total_calls(store: &Store) -> anyhow::Result<u64> {
-    let info = store.info("commandstats").await?;
+async fn total_calls(redis: &RedisProbe) -> anyhow::Result<u64> {
+    let info = redis.info("commandstats").await?;
     Ok(info
         .lines()
         .filter_map(|l| l.split("calls=").nth(1))
@@ -373,9 +375,12 @@ async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
         .await?;
     const N: u64 = 20_000;
     for _ in 0..N {
-        store.join(&q, 7, now_ms()).await?;
+        probe::join(&store, &q, 7, now_ms()).await?;
     }
-    let bytes = store.waiting_memory(&q).await?;
+    let bytes = RedisProbe::connect(&redis.url())
+        .await?
+        .waiting_memory(&q)
+        .await?;
     let per = bytes as f64 / N as f64;
     println!("waiting set: {bytes} bytes for {N} places = {per:.1} B/place");
     assert!(per <= 110.0, "{per:.1} B per waiting place");
@@ -406,7 +411,7 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
     const N: u64 = 15_000;
     let mut places = Vec::new();
     for _ in 0..N {
-        match store.join(&q, 7, now_ms()).await? {
+        match probe::join(&store, &q, 7, now_ms()).await? {
             usher_core::store::PlaceState::Waiting { place, .. } => places.push(place),
             other => panic!("join: {other:?}"),
         }
@@ -460,8 +465,8 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
 }
 
 /// How many times Redis ran `cmd` so far, calls inside scripts included (INFO commandstats).
-async fn calls_of(store: &Store, cmd: &str) -> anyhow::Result<u64> {
-    let info = store.info("commandstats").await?;
+async fn calls_of(redis: &RedisProbe, cmd: &str) -> anyhow::Result<u64> {
+    let info = redis.info("commandstats").await?;
     Ok(info
         .lines()
         .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
@@ -475,7 +480,8 @@ async fn calls_of(store: &Store, cmd: &str) -> anyhow::Result<u64> {
 async fn a_join_call_takes_a_batch_of_consecutive_places_at_the_tail() -> anyhow::Result<()> {
     use usher_core::store::{Joined, PlaceState, JOIN_BATCH_MAX};
     let (_redis, store, q, _lease) = queue_on_redis("batch", PAUSED, "test").await?;
-    let PlaceState::Waiting { place: first, .. } = store.join(&q, 3, now_ms()).await? else {
+    let PlaceState::Waiting { place: first, .. } = probe::join(&store, &q, 3, now_ms()).await?
+    else {
         panic!("an open queue takes a place")
     };
     let joined = store.join_many(&q, 3, now_ms(), 5).await?;
@@ -525,12 +531,12 @@ async fn joins_arriving_together_share_redis_calls_and_each_gets_its_own_place(
     const N: usize = 300;
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("together", PAUSED).await?;
-    let store = Store::connect(&stack.redis.url()).await?;
-    let before = calls_of(&store, "incrby").await?;
+    let redis = RedisProbe::connect(&stack.redis.url()).await?;
+    let before = calls_of(&redis, "incrby").await?;
     let client = SseClient::new(stack.gateway_url(0));
     let joins = (0..N).map(|_| join(&client, "together"));
     let joined = futures::future::try_join_all(joins).await?;
-    let calls = calls_of(&store, "incrby").await? - before;
+    let calls = calls_of(&redis, "incrby").await? - before;
     // In place order, the positions each browser was told are exactly 1..=N: every browser
     // has its own place, and its position is that place's in the line.
     let mut told: Vec<(u64, u64)> = joined.iter().map(|(t, p, _)| (place_of(t), *p)).collect();

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use usher_core::messages::{AdmittedEvent, ClosedEvent, WaitingEvent};
-use usher_core::sse::{Event, Item, Parser};
+use usher_sse::{Event, Item, Parser};
 
 use crate::http::{self, BodyDecoder, Framing, Head};
 use crate::plan::{Gateway, Plan};

@@ -211,7 +211,7 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
     use crate::http::{parse_head, BodyDecoder, Framing};
-    use usher_core::sse::{Item, Parser};
+    use usher_sse::{Item, Parser};
 
     #[test]
     fn routes_stream_requests_like_the_gateway() {

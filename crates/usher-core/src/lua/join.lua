@@ -2,10 +2,10 @@
 -- the joins that arrived while its previous call for the queue was under way as one call).
 -- KEYS: meta, seq, waiting, gws   (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, n (places to take, 1..JOIN_BATCH_MAX)
--- Returns {0} when the queue is closed or unknown, else
--- {1, last place, waiting, rate or false, admit_per_second}: the places taken are
+-- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
+-- {PLACE_WAITING, last place, waiting, rate or false, admit_per_second}: the places taken are
 -- last - n + 1 .. last, in the order of the batch, and the last of them is at position `waiting`.
-if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {0} end
+if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {PLACE_QUEUE_CLOSED} end
 local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local last = redis.call('INCRBY', KEYS[2], n)
@@ -18,4 +18,4 @@ redis.call('ZADD', KEYS[3], unpack(args))
 redis.call('ZADD', KEYS[4], tonumber(ARGV[2]) + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', KEYS[3])
 local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {1, last, w, m[1], m[2]}
+return {PLACE_WAITING, last, w, m[1], m[2]}

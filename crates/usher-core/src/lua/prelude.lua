@@ -1,9 +1,10 @@
--- Shared helpers, prepended to every script by store.rs.
+-- Shared helpers, prepended to every script (after the status constants of store/reply.rs,
+-- such as PLACE_WAITING: scripts return statuses by those names, never as bare numbers).
 --
 -- A waiting-set member is 6 bytes: the place's sequence number (low 32 bits, big-endian) and
 -- the index of the gateway holding the browser (16 bits). The score is the full sequence
 -- number, which is also the place id. Six bytes keep a member in Redis' smallest string
--- allocation: a waiting place costs about 105 bytes (see ARCHITECTURE.md).
+-- allocation, which keeps a waiting place small (see keys.rs).
 
 -- Decimal text of an integer, without Lua's %.14g rounding.
 local function fmt(n)
@@ -29,13 +30,14 @@ local function find_member(waiting, seq)
 end
 
 -- The queue's session record for `place` if it was admitted and the session is still valid:
--- {2, record} when the token is stored, {3} while it is being minted, nil otherwise.
+-- {PLACE_ADMITTED, record} when the token is stored, {PLACE_ADMISSION_PENDING} while it is
+-- being minted, nil otherwise.
 local function admitted_state(active, tokens, place, now)
   local exp = redis.call('ZSCORE', active, place)
   if exp and tonumber(exp) > now then
     local rec = redis.call('HGET', tokens, place)
-    if rec then return {2, rec} end
-    return {3}
+    if rec then return {PLACE_ADMITTED, rec} end
+    return {PLACE_ADMISSION_PENDING}
   end
   return nil
 end

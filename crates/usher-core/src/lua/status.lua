@@ -1,13 +1,15 @@
 -- Read-only view of a place, for clients that poll.
 -- KEYS: meta, waiting, active, tokens
 -- ARGV: place, now ms
--- Returns {2, record} | {3} | {0} | {4} | {1, position, waiting, rate or false, admit_per_second}
+-- Returns what resume.lua does ({PLACE_ADMITTED, record}, {PLACE_ADMISSION_PENDING},
+-- {PLACE_QUEUE_CLOSED}, {PLACE_GONE}), but {PLACE_WAITING, position, waiting, rate or false,
+-- admit_per_second} without the previous gateway.
 local adm = admitted_state(KEYS[3], KEYS[4], ARGV[1], tonumber(ARGV[2]))
 if adm then return adm end
-if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {0} end
+if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {PLACE_QUEUE_CLOSED} end
 local found = find_member(KEYS[2], ARGV[1])
-if not found then return {4} end
+if not found then return {PLACE_GONE} end
 local rank = redis.call('ZRANK', KEYS[2], found)
 local w = redis.call('ZCARD', KEYS[2])
 local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {1, rank + 1, w, m[1], m[2]}
+return {PLACE_WAITING, rank + 1, w, m[1], m[2]}

@@ -21,16 +21,21 @@
 -- A tick whose budget exceeds ARGV[13] admits in several calls with the same `now`: the first
 -- stores the unused budget as carry, and the next ones (no time elapsed since `last_tick_ms`)
 -- spend it, so no single call blocks Redis for long.
--- Returns {-1} when the lease is not ours, {0, outbox length} when the queue is closed
--- (sessions still expire and the outbox is still delivered), else
--- {1, admitted, waiting, active, runs, samples, gateways, outbox length, admit_per_second,
---  dropped, carry, session ttl ms, paused (1/0), this call's outbox entries, more (1/0)}
---   more    = 1 when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places of
---             dead gateways popped) with budget and places left: call again
---   runs    = flat {first seq, count, ...}: the first `exact` places, run-length encoded
---   samples = flat {seq, position, ...}: positions beyond the exact window
---   (runs and samples are empty when more = 1: the tick's last call takes the snapshot)
-if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-1} end
+-- Returns {TICK_LEASE_LOST} when the lease is not ours, {TICK_CLOSED, outbox length} when the
+-- queue is closed (sessions still expire and the outbox is still delivered), else
+-- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick.rs,
+--   admitted, waiting, active, dropped (this call), outbox_len, admit_per_second, carry,
+--   session_ttl_ms, paused (bool),
+--   runs    = flat [first seq, count, ...]: the first `exact` places, run-length encoded
+--   samples = flat [seq, position, ...]: positions beyond the exact window
+--   (runs and samples are empty when more is set: the tick's last call takes the snapshot)
+--   gateways = indexes (text) of gateways holding browsers of this queue
+--   fresh   = this call's outbox entries
+--   more    = true when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places
+--             of dead gateways popped) with budget and places left: call again
+-- cjson writes an empty list as {} and numbers with 14 significant digits: exact for place ids
+-- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
+if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
 local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'session_ttl_seconds',
   'carry', 'last_tick_ms', 'grace_seconds', 'paused')
@@ -47,7 +52,7 @@ while left > 0 do
   left = left - #expired
 end
 
-if m[1] ~= '1' then return {0, redis.call('LLEN', KEYS[5])} end
+if m[1] ~= '1' then return {TICK_CLOSED, redis.call('LLEN', KEYS[5])} end
 local aps = tonumber(m[2]) or 0
 local ttl_ms = (tonumber(m[3]) or 600) * 1000
 local carry = tonumber(m[4]) or 0
@@ -131,14 +136,14 @@ if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
 if w == 0 then carry = 0 else carry = budget - admitted end
-local more = (carry >= 1 and w > 0 and (admitted >= per_call or capped)) and 1 or 0
+local more = carry >= 1 and w > 0 and (admitted >= per_call or capped)
 redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
 
 -- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one).
 local runs, samples = {}, {}
-if more == 0 then
+if not more then
   local exact = tonumber(ARGV[4])
   local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
   local start, count, last = nil, 0, nil
@@ -193,5 +198,8 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
-return {1, admitted, w, active, runs, samples, gws, outbox, m[2], dropped, tostring(carry), ttl_ms,
-  m[7] == '1' and 1 or 0, fresh, more}
+return {TICK_TICKED, cjson.encode({
+  admitted = admitted, waiting = w, active = active, runs = runs, samples = samples,
+  gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
+  session_ttl_ms = ttl_ms, paused = m[7] == '1', fresh = fresh, more = more,
+})}

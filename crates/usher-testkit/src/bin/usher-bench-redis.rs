@@ -12,7 +12,7 @@ use futures::stream::{self, StreamExt};
 use usher_core::ids::QueueId;
 use usher_core::store::{QueueConfig, Store, Tick, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
-use usher_testkit::RedisServer;
+use usher_testkit::{RedisProbe, RedisServer};
 
 /// Measures Redis memory per waiting place and dispatcher tick time against line length.
 #[derive(Debug, Parser)]
@@ -55,9 +55,10 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|| own.as_ref().map(RedisServer::url))
         .context("no redis")?;
     let store = Store::connect(&url).await?;
+    let probe = RedisProbe::connect(&url).await?;
     let mut results = Vec::new();
     for &n in &args.sizes {
-        results.push(measure(&store, n, &args).await?);
+        results.push(measure(&store, &probe, n, &args).await?);
     }
     println!(
         "{}",
@@ -66,7 +67,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_json::Value> {
+async fn measure(
+    store: &Store,
+    probe: &RedisProbe,
+    n: u64,
+    args: &Args,
+) -> anyhow::Result<serde_json::Value> {
     let q = QueueId::new(format!("bench-{n}"))?;
     // Paused while filling; admission per tick is set below.
     let mut cfg = QueueConfig {
@@ -95,7 +101,7 @@ async fn measure(store: &Store, n: u64, args: &Args) -> anyhow::Result<serde_jso
         .await;
     anyhow::ensure!(joined == n, "only {joined} of {n} joins succeeded");
     let fill_secs = fill.elapsed().as_secs_f64();
-    let bytes = store.waiting_memory(&q).await?;
+    let bytes = probe.waiting_memory(&q).await?;
 
     let lease = store
         .acquire_lease(&q, "bench", Duration::from_secs(600))

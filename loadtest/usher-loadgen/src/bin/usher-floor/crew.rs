@@ -13,10 +13,10 @@ use anyhow::{bail, ensure, Context};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc as tmpsc, oneshot};
-use usher_core::sse::Item;
 use usher_loadgen::conn::now_us;
 use usher_loadgen::http::{BodyDecoder, Framing};
 use usher_loadgen::stats::Hist;
+use usher_sse::Item;
 
 use crate::args::Args;
 use crate::frames::{chunk, stamp};
@@ -351,7 +351,7 @@ fn receiver(
 async fn receive(mut s: TcpStream, st: Rc<RefCell<RecvState>>) {
     let mut buf = vec![0u8; READ_BUF];
     let mut body = BodyDecoder::new(&Framing::Chunked);
-    let mut sse = usher_core::sse::Parser::new();
+    let mut sse = usher_sse::Parser::new();
     loop {
         let n = match s.read(&mut buf).await {
             Ok(0) => return st.borrow_mut().fail("a connection closed early"),

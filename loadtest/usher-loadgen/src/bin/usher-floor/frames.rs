@@ -32,8 +32,8 @@ pub fn stamp(id: &str) -> Option<(u32, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use usher_core::sse::Item;
     use usher_loadgen::http::{BodyDecoder, Framing};
+    use usher_sse::Item;
 
     #[test]
     fn chunks_round_trip() {
@@ -42,7 +42,7 @@ mod tests {
         assert_eq!(c.len(), 3 + 2 + 600 + 2);
         let (mut body, mut sse) = (
             BodyDecoder::new(&Framing::Chunked),
-            usher_core::sse::Parser::new(),
+            usher_sse::Parser::new(),
         );
         let mut items = Vec::new();
         // In two pieces, as a read may return them.

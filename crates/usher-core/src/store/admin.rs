@@ -1,0 +1,158 @@
+//! Queue settings and counters: what the dispatcher's admin API reads and writes.
+
+use std::collections::HashMap;
+
+use redis::Value;
+use serde::{Deserialize, Serialize};
+
+use super::scripts::SCRIPTS;
+use super::{Result, Store};
+use crate::ids::QueueId;
+use crate::keys::{self, QueueKeys};
+
+/// A queue's settings, as stored and as shown by the admin API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// Places admitted per second.
+    pub admit_per_second: f64,
+    /// How long an admitted session (and its entry token) stays valid.
+    pub session_ttl_seconds: u64,
+    /// Whether browsers may join and the dispatcher admits.
+    pub open: bool,
+    /// How long a browser whose connection dropped keeps its place.
+    pub grace_seconds: u64,
+    /// Admission paused: everyone keeps their place, nobody is admitted.
+    pub paused: bool,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            admit_per_second: 10.0,
+            session_ttl_seconds: 600,
+            open: true,
+            grace_seconds: 30,
+            paused: false,
+        }
+    }
+}
+
+/// Counters shown next to a queue's config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    pub waiting: u64,
+    pub active: u64,
+    pub admitted_total: u64,
+    /// Places removed without admission (browser away past the grace period, gateway gone).
+    pub dropped_total: u64,
+}
+
+impl Store {
+    /// A queue's settings; `None` when the queue was never configured.
+    pub async fn queue_config(&self, q: &QueueId) -> Result<Option<QueueConfig>> {
+        let k = QueueKeys::new(q);
+        let v: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&k.meta)
+            .query_async(&mut self.c())
+            .await?;
+        if v.is_empty() {
+            return Ok(None);
+        }
+        let d = QueueConfig::default();
+        let flag = |name: &str| v.get(name).is_some_and(|s| s == "1");
+        Ok(Some(QueueConfig {
+            admit_per_second: parsed_or(&v, "admit_per_second", d.admit_per_second),
+            session_ttl_seconds: parsed_or(&v, "session_ttl_seconds", d.session_ttl_seconds),
+            open: flag("open"),
+            grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
+            paused: flag("paused"),
+        }))
+    }
+
+    /// Creates or updates a queue and registers it with the dispatcher.
+    pub async fn put_queue(&self, q: &QueueId, cfg: &QueueConfig) -> Result<()> {
+        let k = QueueKeys::new(q);
+        let mut c = self.c();
+        let _: () = redis::cmd("HSET")
+            .arg(&k.meta)
+            .arg("admit_per_second")
+            .arg(cfg.admit_per_second)
+            .arg("session_ttl_seconds")
+            .arg(cfg.session_ttl_seconds)
+            .arg("open")
+            .arg(if cfg.open { "1" } else { "0" })
+            .arg("grace_seconds")
+            .arg(cfg.grace_seconds)
+            .arg("paused")
+            .arg(if cfg.paused { "1" } else { "0" })
+            .query_async(&mut c)
+            .await?;
+        let _: () = redis::cmd("SADD")
+            .arg(keys::QUEUES)
+            .arg(q.as_str())
+            .query_async(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    /// A queue's counters at `now_ms` (sessions expired by then are not counted).
+    pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
+        let k = QueueKeys::new(q);
+        let (waiting, active, total, dropped): (u64, u64, Option<u64>, Option<u64>) = redis::pipe()
+            .cmd("ZCARD")
+            .arg(&k.waiting)
+            .cmd("ZCOUNT")
+            .arg(&k.active)
+            .arg(now_ms)
+            .arg("+inf")
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("admitted_total")
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("dropped_total")
+            .query_async(&mut self.c())
+            .await?;
+        Ok(QueueStats {
+            waiting,
+            active,
+            admitted_total: total.unwrap_or(0),
+            dropped_total: dropped.unwrap_or(0),
+        })
+    }
+
+    /// Every configured queue (open or closed), sorted.
+    pub async fn queue_ids(&self) -> Result<Vec<QueueId>> {
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::QUEUES)
+            .query_async(&mut self.c())
+            .await?;
+        let mut ids: Vec<QueueId> = names
+            .into_iter()
+            .filter_map(|n| QueueId::new(n).ok())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Closes a queue. Returns `false` when the queue is unknown.
+    pub async fn close_queue(&self, q: &QueueId) -> Result<bool> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .close
+            .key(&k.meta)
+            .key(&k.waiting)
+            .key(&k.gws)
+            .key(&k.away)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(!matches!(v, Value::Nil))
+    }
+}
+
+/// A meta field parsed, or `default` when it is missing or malformed.
+fn parsed_or<T: std::str::FromStr>(meta: &HashMap<String, String>, name: &str, default: T) -> T {
+    meta.get(name)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

@@ -1,0 +1,153 @@
+//! The gateway registry (each gateway process's index, server id and heartbeat) and the
+//! gateways' interest in queues (which gateways hold browsers of a queue).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::decode::{array, float, text};
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::ids::{QueueId, ServerId};
+use crate::keys::{self, QueueKeys};
+
+/// A registered gateway process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayInfo {
+    /// Index of the gateway process (unique among registered ones; one per process start).
+    pub index: u16,
+    /// Heartbeat expiry: the gateway counts as alive until then.
+    pub alive_until_ms: u64,
+    pub server_id: ServerId,
+}
+
+impl GatewayInfo {
+    /// Whether its heartbeat is still valid at `now_ms`.
+    pub fn is_alive(&self, now_ms: u64) -> bool {
+        self.alive_until_ms > now_ms
+    }
+}
+
+/// Gateway interest in a queue lapses after this long without a join or refresh.
+pub const GWS_TTL_MS: u64 = 30_000;
+/// Dead gateways are remembered this long (so their orphaned places can be recognised).
+const GATEWAY_MEMORY_MS: u64 = 86_400_000;
+
+impl Store {
+    /// Registers a gateway process; returns its new index.
+    pub async fn register_gateway(&self, id: &ServerId, now_ms: u64, ttl: Duration) -> Result<u16> {
+        let v: Value = SCRIPTS
+            .register_gateway
+            .key(keys::GW_LIVE)
+            .key(keys::GW_IDS)
+            .key(keys::GW_NEXT)
+            .arg(id.as_str())
+            .arg(now_ms)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.c())
+            .await?;
+        text(&v)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| protocol(format!("gateway index {v:?}")))
+    }
+
+    /// Keeps a gateway's registry entry alive for `ttl`.
+    pub async fn heartbeat_gateway(
+        &self,
+        index: u16,
+        id: &ServerId,
+        now_ms: u64,
+        ttl: Duration,
+    ) -> Result<()> {
+        let _: Value = SCRIPTS
+            .heartbeat_gateway
+            .key(keys::GW_LIVE)
+            .key(keys::GW_IDS)
+            .key(keys::GW_NEXT)
+            .arg(index)
+            .arg(id.as_str())
+            .arg(now_ms)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a gateway process as gone (on shutdown): its browsers that do not resume elsewhere
+    /// within the grace period are dropped.
+    pub async fn deregister_gateway(&self, index: u16, now_ms: u64) -> Result<()> {
+        let _: () = redis::cmd("ZADD")
+            .arg(keys::GW_LIVE)
+            .arg("XX")
+            .arg(now_ms)
+            .arg(index)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// Every registered gateway process, live or dead within the last day.
+    pub async fn gateways(&self, now_ms: u64) -> Result<Vec<GatewayInfo>> {
+        let v: Value = SCRIPTS
+            .gateways
+            .key(keys::GW_LIVE)
+            .key(keys::GW_IDS)
+            .arg(now_ms)
+            .arg(GATEWAY_MEMORY_MS)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(array(v)?
+            .chunks(3)
+            .filter_map(|c| match c {
+                [i, t, id] => Some(GatewayInfo {
+                    index: text(i)?.parse().ok()?,
+                    alive_until_ms: float(t)? as u64,
+                    server_id: ServerId::new(text(id)?).ok()?,
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Live gateways by index.
+    pub async fn live_gateways(&self, now_ms: u64) -> Result<HashMap<u16, ServerId>> {
+        Ok(self
+            .gateways(now_ms)
+            .await?
+            .into_iter()
+            .filter(|g| g.is_alive(now_ms))
+            .map(|g| (g.index, g.server_id))
+            .collect())
+    }
+
+    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns
+    /// whether each queue is still open.
+    pub async fn refresh_interest(
+        &self,
+        queues: &[QueueId],
+        gw: u16,
+        now_ms: u64,
+    ) -> Result<Vec<bool>> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut p = redis::pipe();
+        for q in queues {
+            let k = QueueKeys::new(q);
+            p.cmd("ZADD")
+                .arg(&k.gws)
+                .arg(now_ms + GWS_TTL_MS)
+                .arg(gw)
+                .ignore()
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("open");
+        }
+        let open: Vec<Option<String>> = p.query_async(&mut self.c()).await?;
+        Ok(open
+            .into_iter()
+            .map(|o| o.as_deref() == Some("1"))
+            .collect())
+    }
+}

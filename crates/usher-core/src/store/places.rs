@@ -1,0 +1,266 @@
+//! A browser's place in line, as the gateways handle it: join, resume, status, leave, and
+//! away (its connection dropped; the place is kept for the queue's grace period).
+
+use redis::Value;
+
+use super::decode::{array, rate_of, status, text, u};
+use super::dispatch::records::TokenRecord;
+use super::gateways::GWS_TTL_MS;
+use super::reply::{LeaveStatus, PlaceStatus};
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::ids::{PlaceId, QueueId};
+use crate::keys::QueueKeys;
+
+/// Where a place stands when a browser joins, resumes or polls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlaceState {
+    Waiting {
+        place: PlaceId,
+        position: u64,
+        waiting: u64,
+        rate: f64,
+        /// The gateway that held the place before this call, when another one did (resume only).
+        previous_gateway: Option<u16>,
+    },
+    Admitted(TokenRecord),
+    /// Admitted a moment ago; the token is being minted. Ask again shortly.
+    AdmissionPending,
+    /// The queue is closed or unknown.
+    QueueClosed,
+    /// The place no longer exists (left, expired, or the queue was emptied).
+    Gone,
+}
+
+/// What one join call took: see [`Store::join_many`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Joined {
+    /// The queue is closed or unknown: no place was taken.
+    QueueClosed,
+    /// Places `last - count + 1 ..= last`, one per browser in the order of the batch; the
+    /// last is at position `waiting`.
+    Places {
+        last: u64,
+        count: u64,
+        waiting: u64,
+        rate: f64,
+    },
+}
+
+impl Joined {
+    /// The state of the `i`-th browser of the batch (0-based).
+    pub fn state(&self, i: usize) -> PlaceState {
+        match *self {
+            Joined::QueueClosed => PlaceState::QueueClosed,
+            Joined::Places {
+                last,
+                count,
+                waiting,
+                rate,
+            } => {
+                let behind = count.saturating_sub(1).saturating_sub(i as u64);
+                PlaceState::Waiting {
+                    place: PlaceId(last - behind),
+                    position: waiting - behind,
+                    waiting,
+                    rate,
+                    previous_gateway: None,
+                }
+            }
+        }
+    }
+}
+
+/// What a leave removed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaveOutcome {
+    /// A waiting place was removed; `gateway` held it.
+    Left {
+        gateway: Option<u16>,
+    },
+    /// An admitted session was given up.
+    Released,
+    NotFound,
+}
+
+/// Most places one join call takes (a gateway's batch of joins for one queue).
+pub const JOIN_BATCH_MAX: usize = 500;
+
+impl Store {
+    /// Takes `n` new places (1..=[`JOIN_BATCH_MAX`]) at the tail of `q` in one atomic call, for
+    /// `n` browsers held by gateway `gw`, in the order given: see [`Joined::state`].
+    pub async fn join_many(&self, q: &QueueId, gw: u16, now_ms: u64, n: usize) -> Result<Joined> {
+        if n == 0 || n > JOIN_BATCH_MAX {
+            return Err(protocol(format!(
+                "a join batch takes 1 to {JOIN_BATCH_MAX} places, not {n}"
+            )));
+        }
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .join
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.waiting)
+            .key(&k.gws)
+            .arg(gw)
+            .arg(now_ms)
+            .arg(GWS_TTL_MS)
+            .arg(n)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, PlaceStatus::from_code) {
+            Some(PlaceStatus::QueueClosed) => Ok(Joined::QueueClosed),
+            Some(PlaceStatus::Waiting) if a.len() >= 5 => {
+                let last = u(&a[1])?;
+                let waiting = u(&a[2])?;
+                let n = n as u64;
+                if last < n || waiting < n {
+                    return Err(protocol(format!("join reply {a:?} for {n} places")));
+                }
+                Ok(Joined::Places {
+                    last,
+                    count: n,
+                    waiting,
+                    rate: rate_of(&a[3], &a[4]),
+                })
+            }
+            _ => Err(protocol(format!("join reply {a:?}"))),
+        }
+    }
+
+    /// Resumes `place` for a browser now held by gateway `gw` (moving the place's routing to
+    /// it when another gateway held it, and ending its grace period).
+    pub async fn resume(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        gw: u16,
+        now_ms: u64,
+    ) -> Result<PlaceState> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .resume
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.waiting)
+            .key(&k.active)
+            .key(&k.tokens)
+            .key(&k.gws)
+            .key(&k.away)
+            .arg(place.0)
+            .arg(gw)
+            .arg(now_ms)
+            .arg(GWS_TTL_MS)
+            .invoke_async(&mut self.c())
+            .await?;
+        Self::place_state(place, array(v)?, true)
+    }
+
+    /// The state of `place` without changing anything.
+    pub async fn status(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<PlaceState> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .status
+            .key(&k.meta)
+            .key(&k.waiting)
+            .key(&k.active)
+            .key(&k.tokens)
+            .arg(place.0)
+            .arg(now_ms)
+            .invoke_async(&mut self.c())
+            .await?;
+        Self::place_state(place, array(v)?, false)
+    }
+
+    /// Decodes a `resume` or `status` reply; only `resume`'s says which gateway held the
+    /// place before.
+    fn place_state(
+        place: PlaceId,
+        a: Vec<Value>,
+        with_previous_gateway: bool,
+    ) -> Result<PlaceState> {
+        let bad = || protocol(format!("place reply {a:?}"));
+        match status(&a, PlaceStatus::from_code) {
+            Some(PlaceStatus::QueueClosed) => Ok(PlaceState::QueueClosed),
+            Some(PlaceStatus::Gone) => Ok(PlaceState::Gone),
+            Some(PlaceStatus::AdmissionPending) => Ok(PlaceState::AdmissionPending),
+            Some(PlaceStatus::Admitted) => a
+                .get(1)
+                .and_then(text)
+                .and_then(|s| TokenRecord::parse(&s))
+                .map(PlaceState::Admitted)
+                .ok_or_else(bad),
+            Some(PlaceStatus::Waiting) => {
+                let (rate_at, before) = if with_previous_gateway {
+                    (4, gateway_index(a.get(3)))
+                } else {
+                    (3, None)
+                };
+                if a.len() < rate_at + 2 {
+                    return Err(bad());
+                }
+                Ok(PlaceState::Waiting {
+                    place,
+                    position: u(&a[1])?,
+                    waiting: u(&a[2])?,
+                    rate: rate_of(&a[rate_at], &a[rate_at + 1]),
+                    previous_gateway: before,
+                })
+            }
+            None => Err(bad()),
+        }
+    }
+
+    /// The browser leaves the line (or gives up its admitted session).
+    pub async fn leave(&self, q: &QueueId, place: PlaceId) -> Result<LeaveOutcome> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .leave
+            .key(&k.waiting)
+            .key(&k.active)
+            .key(&k.tokens)
+            .key(&k.away)
+            .arg(place.0)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, LeaveStatus::from_code) {
+            Some(LeaveStatus::Left) => Ok(LeaveOutcome::Left {
+                gateway: gateway_index(a.get(1)),
+            }),
+            Some(LeaveStatus::Released) => Ok(LeaveOutcome::Released),
+            Some(LeaveStatus::NotFound) => Ok(LeaveOutcome::NotFound),
+            None => Err(protocol(format!("leave reply {a:?}"))),
+        }
+    }
+
+    /// Browsers held by gateway `gw` disconnected: their places are kept for the queue's grace
+    /// period (those this gateway still holds), then dropped unless the browsers resume.
+    /// Returns how many places were affected.
+    pub async fn mark_away(
+        &self,
+        q: &QueueId,
+        places: &[PlaceId],
+        gw: u16,
+        now_ms: u64,
+    ) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        let mut n = 0;
+        for chunk in places.chunks(1000) {
+            let mut inv = SCRIPTS.away.key(&k.meta);
+            inv.key(&k.waiting).key(&k.away).arg(gw).arg(now_ms);
+            for p in chunk {
+                inv.arg(p.0);
+            }
+            let m: u64 = inv.invoke_async(&mut self.c()).await?;
+            n += m;
+        }
+        Ok(n)
+    }
+}
+
+/// A gateway index a script returned as decimal text (`None` for false or anything else).
+fn gateway_index(v: Option<&Value>) -> Option<u16> {
+    v.and_then(text).and_then(|t| t.parse().ok())
+}

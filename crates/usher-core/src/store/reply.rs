@@ -1,0 +1,204 @@
+//! The statuses the Lua scripts return, named once for both languages.
+//!
+//! Every script whose reply can mean different things returns a status first. The values are
+//! defined here only: [`lua_constants`] turns this list into Lua `local` definitions that are
+//! prepended to every script (see `scripts.rs`), and the scripts use the names
+//! (`return {PLACE_GONE}`), never the numbers. A script naming a status that is not in this
+//! list fails when it runs (Redis rejects reads of undefined globals), and a unit test checks
+//! every upper-case name in the scripts against the list, so the two cannot drift apart.
+
+/// Defines status enums with explicit values and the Lua name of each value.
+macro_rules! statuses {
+    ($(
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $value:literal => $lua:literal, )+
+        }
+    )+) => {
+        $(
+            $(#[$meta])*
+            #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+            pub enum $name {
+                $( $(#[$vmeta])* $variant = $value, )+
+            }
+
+            impl $name {
+                /// Every status, in definition order.
+                pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+
+                /// The value the scripts return.
+                pub fn code(self) -> i64 {
+                    self as i64
+                }
+
+                /// The name the scripts use.
+                pub fn lua_name(self) -> &'static str {
+                    match self {
+                        $(Self::$variant => $lua,)+
+                    }
+                }
+
+                /// The status a script returned, or `None` for a value no script returns.
+                pub fn from_code(code: i64) -> Option<Self> {
+                    match code {
+                        $($value => Some(Self::$variant),)+
+                        _ => None,
+                    }
+                }
+            }
+        )+
+
+        /// Every status as (Lua name, value).
+        pub fn all() -> Vec<(&'static str, i64)> {
+            let mut all = Vec::new();
+            $( all.extend($name::ALL.iter().map(|s| (s.lua_name(), s.code()))); )+
+            all
+        }
+    };
+}
+
+statuses! {
+    /// Where a place stands: the first element of a `join`, `resume` or `status` reply.
+    pub enum PlaceStatus {
+        /// The queue is closed or unknown.
+        QueueClosed = 0 => "PLACE_QUEUE_CLOSED",
+        /// Waiting in line; position and line length follow.
+        Waiting = 1 => "PLACE_WAITING",
+        /// Admitted, the session valid; the token record follows.
+        Admitted = 2 => "PLACE_ADMITTED",
+        /// Admitted a moment ago; the token is being minted.
+        AdmissionPending = 3 => "PLACE_ADMISSION_PENDING",
+        /// The place no longer exists.
+        Gone = 4 => "PLACE_GONE",
+    }
+
+    /// What a `leave` call removed.
+    pub enum LeaveStatus {
+        /// Nothing: the place was neither waiting nor admitted.
+        NotFound = 0 => "LEAVE_NOT_FOUND",
+        /// A waiting place; the index of the gateway that held it follows.
+        Left = 1 => "LEAVE_LEFT",
+        /// An admitted session.
+        Released = 2 => "LEAVE_RELEASED",
+    }
+
+    /// What a `tick` call found.
+    pub enum TickStatus {
+        /// Another replica holds the queue's lease.
+        LeaseLost = -1 => "TICK_LEASE_LOST",
+        /// The queue is closed; the outbox length follows.
+        Closed = 0 => "TICK_CLOSED",
+        /// The queue ticked; the outcome follows as a JSON object.
+        Ticked = 1 => "TICK_TICKED",
+    }
+
+    /// What a `trim_outbox` call did.
+    pub enum TrimStatus {
+        /// Another replica holds the queue's lease: nothing was trimmed.
+        LeaseLost = -1 => "TRIM_LEASE_LOST",
+        /// The entries were dropped.
+        Trimmed = 1 => "TRIM_TRIMMED",
+    }
+}
+
+/// The Lua definitions of every status (`local PLACE_WAITING = 1`, one a line), prepended to
+/// every script.
+pub fn lua_constants() -> String {
+    all()
+        .into_iter()
+        .map(|(name, value)| format!("local {name} = {value}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scripts;
+
+    #[test]
+    fn codes_round_trip_and_names_are_unique() {
+        for s in PlaceStatus::ALL {
+            assert_eq!(PlaceStatus::from_code(s.code()), Some(*s));
+        }
+        for s in LeaveStatus::ALL {
+            assert_eq!(LeaveStatus::from_code(s.code()), Some(*s));
+        }
+        for s in TickStatus::ALL {
+            assert_eq!(TickStatus::from_code(s.code()), Some(*s));
+        }
+        for s in TrimStatus::ALL {
+            assert_eq!(TrimStatus::from_code(s.code()), Some(*s));
+        }
+        let mut names: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
+        let len = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), len, "a Lua status name is defined twice");
+    }
+
+    /// Every upper-case name a script uses (outside strings and comments) is a status defined
+    /// here or one of Redis' own globals; and every status is used by some script.
+    #[test]
+    fn the_scripts_use_exactly_the_statuses_defined_here() {
+        let defined: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
+        let mut used = Vec::new();
+        for (file, source) in scripts::SOURCES {
+            for name in upper_case_names(source) {
+                if name == "KEYS" || name == "ARGV" {
+                    continue;
+                }
+                assert!(
+                    defined.contains(&name.as_str()),
+                    "{file} uses {name}, which reply.rs does not define"
+                );
+                used.push(name);
+            }
+        }
+        for name in defined {
+            assert!(used.iter().any(|u| u == name), "no script returns {name}");
+        }
+    }
+
+    /// The upper-case identifiers in Lua source, skipping comments and string literals.
+    fn upper_case_names(source: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for line in source.lines() {
+            let mut chars = line.chars().peekable();
+            let mut word = String::new();
+            let mut quote: Option<char> = None;
+            while let Some(c) = chars.next() {
+                if let Some(q) = quote {
+                    if c == '\\' {
+                        chars.next();
+                    } else if c == q {
+                        quote = None;
+                    }
+                    continue;
+                }
+                if c == '-' && chars.peek() == Some(&'-') {
+                    break;
+                }
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    word.push(c);
+                    continue;
+                }
+                take_upper(&mut word, &mut names);
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                }
+            }
+            take_upper(&mut word, &mut names);
+        }
+        names
+    }
+
+    fn take_upper(word: &mut String, names: &mut Vec<String>) {
+        let w = std::mem::take(word);
+        if w.starts_with(|c: char| c.is_ascii_uppercase())
+            && w.chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            names.push(w);
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The Lua scripts, loaded once per process. Each runs as the status constants of
+//! [`super::reply`], then `lua/prelude.lua` (shared helpers), then its own `lua/<name>.lua`.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::reply;
+
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
+
+/// Defines [`Scripts`] (one field per script, named as its file) and [`SOURCES`] from one list.
+macro_rules! scripts {
+    ($($name:ident),+ $(,)?) => {
+        pub(super) struct Scripts {
+            $(pub $name: Script,)+
+        }
+
+        /// Every Lua file's name and text, the prelude included (for the tests).
+        #[cfg_attr(not(test), allow(dead_code))]
+        pub(super) const SOURCES: &[(&str, &str)] = &[
+            ("prelude.lua", PRELUDE),
+            $((
+                concat!(stringify!($name), ".lua"),
+                include_str!(concat!("../lua/", stringify!($name), ".lua")),
+            ),)+
+        ];
+
+        pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+            let shared = format!("{}{PRELUDE}", reply::lua_constants());
+            Scripts {
+                $($name: Script::new(&format!(
+                    "{shared}{}",
+                    include_str!(concat!("../lua/", stringify!($name), ".lua"))
+                )),)+
+            }
+        });
+    };
+}
+
+scripts!(
+    join,
+    resume,
+    status,
+    leave,
+    away,
+    tick,
+    complete,
+    trim_outbox,
+    acquire,
+    release,
+    close,
+    register_gateway,
+    heartbeat_gateway,
+    gateways,
+);

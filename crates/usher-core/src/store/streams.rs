@@ -1,0 +1,166 @@
+//! The per-gateway streams: the dispatcher appends messages for a gateway's browsers to that
+//! gateway's stream, and the gateway reads them through its consumer group.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::decode::{array, text};
+use super::{protocol, Result, Store};
+use crate::ids::ServerId;
+use crate::keys;
+use crate::messages::{StreamMessage, STREAM_FIELD};
+
+/// A message read from a gateway stream.
+#[derive(Debug)]
+pub struct StreamEntry {
+    pub id: String,
+    /// `None` when the entry could not be decoded (logged and acknowledged by the reader).
+    pub message: Option<StreamMessage>,
+}
+
+/// Each gateway stream is capped (approximately) at this many entries.
+pub const STREAM_MAXLEN: u64 = 100_000;
+
+impl Store {
+    /// Creates the gateway's stream and consumer group if missing, and sets the stream to
+    /// expire after `ttl` unless touched again (so a dead gateway's stream disappears).
+    pub async fn ensure_stream(&self, id: &ServerId, ttl: Duration) -> Result<()> {
+        let key = keys::gateway_stream(id);
+        let mut c = self.c();
+        let r: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&key)
+            .arg(keys::STREAM_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut c)
+            .await;
+        match r {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("BUSYGROUP") => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.touch_stream(id, ttl).await
+    }
+
+    async fn touch_stream(&self, id: &ServerId, ttl: Duration) -> Result<()> {
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(keys::gateway_stream(id))
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// Reads new entries of the gateway's own stream (blocking up to `block`). Returns
+    /// `Ok(None)` when the stream or group is missing (expired, or Redis restarted empty):
+    /// call [`Store::ensure_stream`] and read again.
+    pub async fn read_stream(
+        &self,
+        id: &ServerId,
+        count: usize,
+        block: Duration,
+    ) -> Result<Option<Vec<StreamEntry>>> {
+        let key = keys::gateway_stream(id);
+        let r: redis::RedisResult<Value> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(keys::STREAM_GROUP)
+            .arg(id.as_str())
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(&key)
+            .arg(">")
+            .query_async(&mut self.c())
+            .await;
+        let v = match r {
+            Ok(v) => v,
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        // RESP2: [[key, [[id, [field, value, ...]], ...]]]; RESP3 may use a map.
+        let streams: Vec<Value> = match v {
+            Value::Map(m) => m.into_iter().map(|(_, v)| v).collect(),
+            Value::Array(a) => a
+                .into_iter()
+                .filter_map(|s| array(s).ok()?.into_iter().nth(1))
+                .collect(),
+            Value::Nil => Vec::new(),
+            other => return Err(protocol(format!("XREADGROUP reply {other:?}"))),
+        };
+        for entries in streams {
+            for e in array(entries)? {
+                let mut e = array(e)?.into_iter();
+                let id = e
+                    .next()
+                    .as_ref()
+                    .and_then(text)
+                    .ok_or_else(|| protocol("entry id"))?;
+                let fields = e.next().map(array).transpose()?.unwrap_or_default();
+                let message = fields
+                    .chunks(2)
+                    .find(|c| c.first().and_then(text).as_deref() == Some(STREAM_FIELD))
+                    .and_then(|c| c.get(1))
+                    .and_then(|v| match v {
+                        Value::BulkString(b) => serde_json::from_slice(b).ok(),
+                        _ => None,
+                    });
+                out.push(StreamEntry { id, message });
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Acknowledges and deletes processed entries of the gateway's stream.
+    pub async fn ack(&self, id: &ServerId, entry_ids: &[String]) -> Result<()> {
+        if entry_ids.is_empty() {
+            return Ok(());
+        }
+        let key = keys::gateway_stream(id);
+        let _: () = redis::pipe()
+            .cmd("XACK")
+            .arg(&key)
+            .arg(keys::STREAM_GROUP)
+            .arg(entry_ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(&key)
+            .arg(entry_ids)
+            .ignore()
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// Appends messages to gateways' streams (pipelined; `MAXLEN ~` bounds each stream). A
+    /// stream that no longer exists (its gateway is gone) is not recreated.
+    pub async fn send(&self, batches: &[(ServerId, Vec<StreamMessage>)]) -> Result<()> {
+        let mut p = redis::pipe();
+        let mut any = false;
+        for (gw, msgs) in batches {
+            let key = keys::gateway_stream(gw);
+            for m in msgs {
+                let json = serde_json::to_vec(m).map_err(|e| protocol(e.to_string()))?;
+                p.cmd("XADD")
+                    .arg(&key)
+                    .arg("NOMKSTREAM")
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(STREAM_MAXLEN)
+                    .arg("*")
+                    .arg(STREAM_FIELD)
+                    .arg(json)
+                    .ignore();
+                any = true;
+            }
+        }
+        if any {
+            let _: () = p.query_async(&mut self.c()).await?;
+        }
+        Ok(())
+    }
+}
