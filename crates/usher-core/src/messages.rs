@@ -35,6 +35,12 @@ pub struct QueueState {
     /// Beyond the exact window: `[place, position]` samples, consecutive positions at most 1%
     /// apart; the last one is the tail of the line.
     pub samples: Vec<(u64, u64)>,
+    /// The last place id handed out when the snapshot was taken. A place at or below it that
+    /// the snapshot does not list is no longer waiting, even when the line is empty; a place
+    /// above it joined after the snapshot. 0 (also from a dispatcher that predates the field)
+    /// says nothing, and the tail of the line is used instead.
+    #[serde(default)]
+    pub last_place: u64,
 }
 
 impl QueueState {
@@ -49,6 +55,7 @@ impl QueueState {
             rate: 0.0,
             runs: Vec::new(),
             samples: Vec::new(),
+            last_place: 0,
         }
     }
 }

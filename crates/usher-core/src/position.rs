@@ -34,10 +34,11 @@ impl QueueState {
             before += count;
         }
         // Beyond the exact window. The first sample is the last exact place; the last is the
-        // tail of the line. Without samples, or past the tail, the place joined after the
-        // snapshot was taken.
+        // tail of the line. Past the tail (or without samples), the place either joined after
+        // the snapshot was taken or is no longer waiting: `last_place` tells which.
         match self.samples.last() {
             Some(&(tail, _)) if place <= tail => {}
+            _ if place <= self.last_place => return Standing::Gone,
             _ => return Standing::Unknown,
         }
         let i = self.samples.partition_point(|&(p, _)| p < place);
@@ -103,6 +104,31 @@ mod tests {
         assert_eq!(s.standing(1), Standing::Gone);
         assert_eq!(s.standing(6), Standing::Gone);
         assert_eq!(s.standing(21), Standing::Unknown);
+    }
+
+    #[test]
+    fn past_the_tail_a_place_is_gone_up_to_the_last_place_handed_out() {
+        // Places 21 to 25 were handed out before the snapshot and are no longer waiting.
+        let s = QueueState {
+            last_place: 25,
+            ..snapshot(&[3, 4, 5, 9, 10, 20], 100, 0.01)
+        };
+        assert_eq!(s.standing(21), Standing::Gone);
+        assert_eq!(s.standing(25), Standing::Gone);
+        assert_eq!(
+            s.standing(26),
+            Standing::Unknown,
+            "joined after the snapshot"
+        );
+        // An empty line: everyone handed out so far has left it (admitted, left, dropped).
+        let empty = QueueState {
+            last_place: 7,
+            ..snapshot(&[], 100, 0.01)
+        };
+        assert_eq!(empty.standing(7), Standing::Gone);
+        assert_eq!(empty.standing(8), Standing::Unknown);
+        // Without `last_place` (an older dispatcher) nothing past the tail is called gone.
+        assert_eq!(snapshot(&[], 100, 0.01).standing(7), Standing::Unknown);
     }
 
     #[test]

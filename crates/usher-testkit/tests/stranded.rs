@@ -1,9 +1,9 @@
 //! Nobody is stranded: a browser whose admission (or whose place's end) never reached its
 //! gateway's stream still learns of it from the next snapshot.
 //!
-//! The test plays the dispatcher itself (no dispatcher runs): it admits places in Redis and
-//! removes one without telling the gateway, then publishes a `state` snapshot that no longer
-//! lists them. The gateway must ask Redis what became of each place it holds and tell the
+//! The tests play the dispatcher themselves (no dispatcher runs): they admit places in Redis
+//! and remove one without telling the gateway, then publish a `state` snapshot that no longer
+//! lists them (down to an empty line). The gateway must ask Redis what became of each place it holds and tell the
 //! browser: `admitted` with the stored token, or `closed` when the place is gone.
 
 mod common;
@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use usher_core::ids::PlaceId;
 use usher_core::messages::{QueueState, StreamMessage};
-use usher_core::store::TokenRecord;
+use usher_core::store::{Tick, TokenRecord};
 use usher_core::time::now_ms;
 use usher_testkit::{tick_once, SseClient};
 
@@ -61,6 +61,7 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
                 rate: 20.0,
                 runs: vec![(p4, 1)],
                 samples: vec![(p4, 1)],
+                last_place: p4,
             })],
         )])
         .await?;
@@ -85,5 +86,62 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
         "the browser still waiting moves to the front"
     );
     assert!(c4.last("admitted").is_none() && c4.last("closed").is_none());
+    gw.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_waiter_hears_of_its_admission_from_an_empty_line() -> anyhow::Result<()> {
+    let (_redis, store, gw, q, id) = one_gateway("empty", 20.0).await?;
+    let client = SseClient::new(gw.url());
+    let (t1, _, c1) = join_watch(&client, "empty").await?;
+
+    // The only waiter is admitted; its `admitted` message never reaches the gateway.
+    let lease = take_lease(&store, &q).await?;
+    let Tick::Ticked(out) = tick_once(&store, &q, &lease).await? else {
+        anyhow::bail!("the tick ran");
+    };
+    assert_eq!((out.admitted, out.waiting), (1, 0));
+    assert!(
+        out.runs.is_empty() && out.samples.is_empty(),
+        "the line is empty"
+    );
+    assert_eq!(
+        out.last_place,
+        place_of(&t1),
+        "the snapshot says how far places go"
+    );
+    let at = now_ms();
+    let record = TokenRecord {
+        admitted_at_ms: at,
+        expires_at_ms: at + 600_000,
+        token: "stored-token-1".into(),
+    };
+    store
+        .store_tokens(&q, &lease, &[(PlaceId(place_of(&t1)), record)])
+        .await?;
+
+    // The snapshot of that tick, as the dispatcher publishes it: an empty line.
+    store
+        .send(&[(
+            id,
+            vec![StreamMessage::State(QueueState {
+                queue: q.clone(),
+                at_ms: at,
+                waiting: out.waiting,
+                rate: 20.0,
+                runs: out.runs,
+                samples: out.samples,
+                last_place: out.last_place,
+            })],
+        )])
+        .await?;
+    assert!(
+        usher_testkit::sse::eventually(T, || c1.last("admitted").is_some()).await,
+        "an empty line still tells the gateway its browser is no longer waiting"
+    );
+    let e = c1
+        .last("admitted")
+        .ok_or_else(|| anyhow::anyhow!("admitted"))?;
+    assert_eq!(data(&e)["token"], "stored-token-1");
     gw.stop().await
 }

@@ -11,7 +11,7 @@
 -- banked while the line is empty. The budget state lives in meta, so any replica can continue
 -- where another stopped.
 --
--- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease   (one hash tag)
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq   (one hash tag)
 -- ARGV: 1 now ms, 2 elapsed ms to assume on the first tick, 3 longest elapsed ms to count,
 --       4 exact places, 5 largest interpolation error (fraction, e.g. 0.01),
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
@@ -28,6 +28,8 @@
 --   session_ttl_ms, paused (bool),
 --   runs    = flat [first seq, count, ...]: the first `exact` places, run-length encoded
 --   samples = flat [seq, position, ...]: positions beyond the exact window
+--   last_place = the last place id handed out when the snapshot was taken (seq): a place at
+--             or below it that the snapshot does not list is no longer waiting
 --   (runs and samples are empty when more is set: the tick's last call takes the snapshot)
 --   gateways = indexes (text) of gateways holding browsers of this queue
 --   fresh   = this call's outbox entries
@@ -142,8 +144,9 @@ if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
 
 -- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one).
-local runs, samples = {}, {}
+local runs, samples, last_place = {}, {}, 0
 if not more then
+  last_place = tonumber(redis.call('GET', KEYS[9])) or 0
   local exact = tonumber(ARGV[4])
   local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
   local start, count, last = nil, 0, nil
@@ -200,6 +203,7 @@ local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
 return {TICK_TICKED, cjson.encode({
   admitted = admitted, waiting = w, active = active, runs = runs, samples = samples,
+  last_place = last_place,
   gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
   session_ttl_ms = ttl_ms, paused = m[7] == '1', fresh = fresh, more = more,
 })}

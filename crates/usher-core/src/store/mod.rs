@@ -42,11 +42,12 @@ pub use streams::{StreamEntry, STREAM_MAXLEN};
 /// errors name the component that failed, so a message reads the word once.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The connection or the command failed (Redis' own message).
-    #[error(transparent)]
+    /// The connection or the command failed (Redis' own message). The prefix is said here
+    /// once; the crates that wrap a `StoreError` pass it through unchanged.
+    #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     /// Redis answered something the scripts never return (a bug, or a foreign writer).
-    #[error("unexpected reply: {0}")]
+    #[error("unexpected reply from redis: {0}")]
     Protocol(String),
 }
 

@@ -177,6 +177,7 @@ impl QueueTick {
                 .unwrap_or(out.admit_per_second),
             runs: out.runs.clone(),
             samples: out.samples.clone(),
+            last_place: out.last_place,
         };
         let batches: Vec<_> = out
             .gateways

@@ -56,6 +56,9 @@ pub struct TickOutcome {
     /// the tick's last call takes it.
     pub runs: Vec<(u64, u64)>,
     pub samples: Vec<(u64, u64)>,
+    /// The last place id handed out when the snapshot was taken (0 when there is none): see
+    /// [`crate::messages::QueueState::last_place`].
+    pub last_place: u64,
     /// Indexes of gateways holding browsers of this queue.
     pub gateways: Vec<u16>,
     pub outbox_len: u64,
@@ -112,6 +115,7 @@ impl Store {
             .key(&k.gws)
             .key(&k.away)
             .key(&k.lease)
+            .key(&k.seq)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -176,6 +180,7 @@ struct TickReply {
     runs: Vec<u64>,
     #[serde(deserialize_with = "lua_list")]
     samples: Vec<u64>,
+    last_place: u64,
     #[serde(deserialize_with = "lua_list")]
     gateways: Vec<String>,
     outbox_len: u64,
@@ -197,6 +202,7 @@ impl TickReply {
             active: self.active,
             runs: pairs(&self.runs)?,
             samples: pairs(&self.samples)?,
+            last_place: self.last_place,
             gateways: self
                 .gateways
                 .iter()
@@ -271,13 +277,14 @@ mod tests {
     #[test]
     fn tick_outcomes_decode_by_name_with_empty_tables_as_objects() {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
-            "gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
+            "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
             "carry":0.5,"session_ttl_ms":600000,"paused":false,
             "fresh":["1000|2000|8:3,9:3"],"more":false}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");
         assert_eq!(o.runs, vec![(10, 5)]);
         assert!(o.samples.is_empty());
+        assert_eq!(o.last_place, 14);
         assert_eq!(o.gateways, vec![3]);
         assert_eq!((o.admit_per_second, o.carry), (10.0, 0.5));
         assert_eq!(o.fresh.len(), 2);
