@@ -1,17 +1,20 @@
 //! The Redis key schema. Nothing outside `usher-core` builds key names.
 //!
+//! This is the one place the schema is documented; numbers in it (ids, times, indexes) are
+//! decimal text.
+//!
 //! Per queue (all under the hash tag `{q:<id>}`, so every per-queue script runs in one slot):
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `admit_per_second`, `session_ttl_seconds`, `grace_seconds`), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), measured `rate` |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `grace_seconds`), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), measured `rate` |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
-//! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>` (token empty until minted) |
-//! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways |
+//! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
+//! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…` |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
 //!
 //! Global:
