@@ -119,23 +119,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// A configuration for tests: listen on an ephemeral port, tick every `tick_ms`.
-    pub fn for_tests(redis_url: &str, tick_ms: u64) -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            redis_url: redis_url.to_owned(),
-            tick_ms,
-            jwt_key_file: None,
-            jwt_key: None,
-            admin_token: None,
-            exact_positions: 1000,
-            replica_id: random_replica_id(),
-            lease_ttl_ms: (tick_ms * 3).max(300),
-            worker_threads: 0,
-            log_format: LogFormat::Text,
-        }
-    }
 }
 
 /// A replica id unique to this process, for when `USHER_REPLICA_ID` is not set.

@@ -3,6 +3,7 @@
 //! only tests and benchmarks need ([`probe`]).
 
 pub mod browser;
+pub mod config;
 pub mod probe;
 pub mod procs;
 pub mod redis_server;

@@ -91,17 +91,17 @@ pub struct Stack {
 
 /// Starts a gateway against `redis_url`.
 pub async fn gateway(redis_url: &str) -> anyhow::Result<Server> {
-    gateway_with(usher_gateway::Config::for_tests(redis_url)).await
+    gateway_with(crate::config::gateway(redis_url)).await
 }
 
-/// Starts a gateway with `cfg` (e.g. [`usher_gateway::Config::for_tests`], then changed).
+/// Starts a gateway with `cfg` (e.g. [`crate::config::gateway`], then changed).
 pub async fn gateway_with(cfg: usher_gateway::Config) -> anyhow::Result<Server> {
     Server::spawn(|l, rx| usher_gateway::run(cfg, l, shutdown(rx))).await
 }
 
 /// Starts a dispatcher against `redis_url`.
 pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server> {
-    let cfg = usher_dispatcher::Config::for_tests(redis_url, tick_ms);
+    let cfg = crate::config::dispatcher(redis_url, tick_ms);
     Server::spawn(|l, rx| usher_dispatcher::run(cfg, l, shutdown(rx))).await
 }
 

@@ -323,7 +323,7 @@ fn claims(t: &str) -> Value {
 async fn admin_api_requires_the_bearer_token_when_configured() -> anyhow::Result<()> {
     usher_testkit::stack::init_logs();
     let redis = usher_testkit::RedisServer::start()?;
-    let mut cfg = usher_dispatcher::Config::for_tests(&redis.url(), 100);
+    let mut cfg = usher_testkit::config::dispatcher(&redis.url(), 100);
     cfg.admin_token = Some("s3cret-token".into());
     let d = usher_testkit::stack::Server::spawn(|l, rx| {
         usher_dispatcher::run(cfg, l, async move {

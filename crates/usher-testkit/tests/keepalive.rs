@@ -36,7 +36,7 @@ async fn silent_streams_get_keepalives_and_moving_ones_need_none() -> anyhow::Re
         ..Default::default()
     })
     .await?;
-    let mut cfg = usher_gateway::Config::for_tests(&stack.redis.url());
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
     cfg.keepalive_secs = 1;
     let gw = stack::gateway_with(cfg).await?;
     let client = SseClient::new(gw.url());
@@ -99,7 +99,7 @@ async fn no_silent_stream_goes_longer_than_the_period_without_a_comment() -> any
         ..Default::default()
     })
     .await?;
-    let mut cfg = usher_gateway::Config::for_tests(&stack.redis.url());
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
     cfg.keepalive_secs = 1;
     let period = Duration::from_secs(cfg.keepalive_secs);
     let gw = stack::gateway_with(cfg).await?;

@@ -151,7 +151,7 @@ async fn at_the_connection_cap_browsers_are_told_to_retry_not_turned_away() -> a
     usher_testkit::stack::init_logs();
     let redis = usher_testkit::RedisServer::start()?;
     let d = usher_testkit::stack::dispatcher(&redis.url(), 100).await?;
-    let mut cfg = usher_gateway::Config::for_tests(&redis.url());
+    let mut cfg = usher_testkit::config::gateway(&redis.url());
     cfg.max_connections = 2;
     let g = usher_testkit::stack::Server::spawn(|l, rx| {
         usher_gateway::run(cfg, l, async move {

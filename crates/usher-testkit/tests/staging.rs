@@ -261,7 +261,7 @@ async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is
 async fn idle_connections_give_way_when_the_gateway_reaches_its_connection_cap(
 ) -> anyhow::Result<()> {
     let redis = RedisServer::start()?;
-    let mut cfg = usher_gateway::Config::for_tests(&redis.url());
+    let mut cfg = usher_testkit::config::gateway(&redis.url());
     cfg.max_connections = 2;
     let gw = stack::Server::spawn(|l, rx| {
         usher_gateway::run(cfg, l, async move {
