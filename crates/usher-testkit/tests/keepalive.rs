@@ -13,6 +13,22 @@ use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{self, Stack, StackOptions};
 use usher_testkit::SseClient;
 
+/// The keepalive period of the gateways under test: short, so a test sees several periods.
+const KEEPALIVE_SECS: u64 = 1;
+
+/// A stack with no gateway of its own, and one gateway with keepalive period `secs`.
+async fn stack_with_keepalive(secs: u64) -> anyhow::Result<(Stack, stack::Server)> {
+    let stack = Stack::start(StackOptions {
+        gateways: 0,
+        ..Default::default()
+    })
+    .await?;
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
+    cfg.keepalive_secs = secs;
+    let gw = stack::gateway_with(cfg).await?;
+    Ok((stack, gw))
+}
+
 /// Reads `conn` for `window`; returns (keepalive comments, events) with their arrival times.
 async fn read_for(conn: &mut SseConn, window: Duration) -> (Vec<Instant>, Vec<Instant>) {
     let (mut comments, mut events) = (Vec::new(), Vec::new());
@@ -31,14 +47,7 @@ async fn read_for(conn: &mut SseConn, window: Duration) -> (Vec<Instant>, Vec<In
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_streams_get_keepalives_and_moving_ones_need_none() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
-        gateways: 0,
-        ..Default::default()
-    })
-    .await?;
-    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
-    cfg.keepalive_secs = 1;
-    let gw = stack::gateway_with(cfg).await?;
+    let (stack, gw) = stack_with_keepalive(KEEPALIVE_SECS).await?;
     let client = SseClient::new(gw.url());
 
     // A paused line: nothing moves, so only keepalives keep the connection busy.
@@ -94,15 +103,8 @@ const SCHEDULING_ALLOWANCE: Duration = Duration::from_millis(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_silent_stream_goes_longer_than_the_period_without_a_comment() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
-        gateways: 0,
-        ..Default::default()
-    })
-    .await?;
-    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
-    cfg.keepalive_secs = 1;
-    let period = Duration::from_secs(cfg.keepalive_secs);
-    let gw = stack::gateway_with(cfg).await?;
+    let (stack, gw) = stack_with_keepalive(KEEPALIVE_SECS).await?;
+    let period = Duration::from_secs(KEEPALIVE_SECS);
     let client = SseClient::new(gw.url());
     stack
         .put_queue("still", json!({"admit_per_second": 1, "paused": true}))
