@@ -57,10 +57,13 @@ pub(crate) async fn serve(
                     // (usher_http::listen).
                     #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
-                    if !sockets.spare() {
+                    // Counted before the signal, so an idle connection that checks the count
+                    // after registering for the signal cannot miss both (`read_head`).
+                    let open = OpenSocket::new(&sockets);
+                    if sockets.over_cap() {
                         sockets.shed_idle.notify_waiters();
                     }
-                    tracker.spawn(connection(gw.clone(), sockets.clone(), app.clone(), sock));
+                    tracker.spawn(connection(gw.clone(), sockets.clone(), app.clone(), sock, open));
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.
@@ -92,11 +95,12 @@ impl Sockets {
         }
     }
 
-    /// Whether open connections are below the stream cap. At the cap, every new connection
-    /// tells the idle ones to close ([`Sockets::shed_idle`]), so idle keep-alive connections
-    /// never keep descriptors from streams.
-    fn spare(&self) -> bool {
-        self.open.load(Ordering::Relaxed) < self.max
+    /// Whether more connections are open than the stream cap allows. Then every new
+    /// connection tells the idle ones to close ([`Sockets::shed_idle`]), and a connection that
+    /// turns idle closes at once, so idle keep-alive connections never keep descriptors from
+    /// streams.
+    fn over_cap(&self) -> bool {
+        self.open.load(Ordering::Relaxed) > self.max
     }
 }
 
@@ -143,6 +147,18 @@ async fn read_head(
 ) -> Read {
     let timeout = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
     let deadline = tokio::time::Instant::now() + timeout;
+    // An idle connection (between requests) gives way when descriptors are needed. It
+    // registers for the signal first and then looks at the count: `notify_waiters` wakes only
+    // registered waiters, and a newcomer is counted before it signals, so a signal sent before
+    // the registration shows in the count.
+    let shed = sockets.shed_idle.notified();
+    tokio::pin!(shed);
+    if !first && buf.is_empty() {
+        shed.as_mut().enable();
+        if sockets.over_cap() {
+            return Read::Closed;
+        }
+    }
     loop {
         if !buf.is_empty() {
             let mut headers = [httparse::EMPTY_HEADER; 48];
@@ -174,7 +190,7 @@ async fn read_head(
             // Idle connections close when the gateway stops; a request under way finishes.
             () = gw.stopped().cancelled(), if buf.is_empty() => return Read::Closed,
             // ... and when their descriptors are needed (only between requests).
-            () = sockets.shed_idle.notified(), if !first && buf.is_empty() => return Read::Closed,
+            () = &mut shed, if !first && buf.is_empty() => return Read::Closed,
         };
         if n == 0 {
             return Read::Closed;
@@ -223,8 +239,13 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Head {
     }
 }
 
-async fn connection(gw: Arc<Gateway>, sockets: Arc<Sockets>, app: Router, mut sock: TcpStream) {
-    let _open = OpenSocket::new(&sockets);
+async fn connection(
+    gw: Arc<Gateway>,
+    sockets: Arc<Sockets>,
+    app: Router,
+    mut sock: TcpStream,
+    _open: OpenSocket,
+) {
     let mut buf = Vec::with_capacity(1024);
     let mut first = true;
     loop {
