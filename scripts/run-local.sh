@@ -218,7 +218,8 @@ start gateway-1 env USHER_LISTEN="$HOST:$GATEWAY1_PORT" USHER_REDIS_URL="$REDIS_
 start gateway-2 env USHER_LISTEN="$HOST:$GATEWAY2_PORT" USHER_REDIS_URL="$REDIS_URL" \
     USHER_SERVER_ID=gw-2 "$BIN/usher-gateway"
 start booking-demo env USHER_LISTEN="$HOST:$BOOKING_PORT" \
-    USHER_JWKS_URL="$DISPATCHER_URL/.well-known/jwks.json" "$BIN/usher-booking-demo"
+    USHER_JWKS_URL="$DISPATCHER_URL/.well-known/jwks.json" USHER_DISPATCHER_URL="$DISPATCHER_URL" \
+    "$BIN/usher-booking-demo"
 wait_ready gateway-1 "$GATEWAY1_URL/readyz"
 log "gateway-1 ready  $GATEWAY1_URL    log: $TMP/gateway-1.log"
 wait_ready gateway-2 "$GATEWAY2_URL/readyz"

@@ -5,6 +5,11 @@
 //! JWKS (`alg: EdDSA`, by `kid`) with `aud` = that queue and is not expired. It uses a stock JWT
 //! library (`jsonwebtoken`), as a real booking service in any language would; it holds no key
 //! that could mint tokens.
+//!
+//! A token verified offline is only "a genuine usher token within its cap": before booking it
+//! asks the dispatcher whether the session is still active (`GET /api/session`, `403` when it
+//! has ended), and after booking it releases the session (`DELETE /api/session`), so the same
+//! token cannot book twice and the slot frees at once.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -43,6 +48,16 @@ pub struct Config {
         default_value = "http://127.0.0.1:8081/.well-known/jwks.json"
     )]
     pub jwks_url: String,
+
+    /// The dispatcher's base URL, for the session API: before a booking the service asks
+    /// whether the entry token's session is still active (`GET /api/session`), and after it
+    /// releases the session (`DELETE /api/session`).
+    #[arg(
+        long,
+        env = "USHER_DISPATCHER_URL",
+        default_value = "http://127.0.0.1:8081"
+    )]
+    pub dispatcher_url: String,
 
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
@@ -162,8 +177,79 @@ pub async fn verify(keys: &Keys, token: &str, queue: &str) -> Result<EntryClaims
         .map_err(|e| ApiError::unauthorized(format!("invalid entry token: {e}")))
 }
 
+/// The dispatcher's session API, called with the entry token itself.
+pub struct Sessions {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Sessions {
+    pub fn new(base: &str) -> Result<Self, Error> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Self {
+            base: format!("{}/api/session", base.trim_end_matches('/')),
+            http,
+        })
+    }
+
+    /// `Ok` while the token's session is active; `403` once it has ended.
+    async fn check(&self, token: &str) -> Result<(), ApiError> {
+        let r = self
+            .http
+            .get(&self.base)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        match r.status() {
+            StatusCode::OK => Ok(()),
+            StatusCode::GONE => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "the entry token's session has ended",
+            )),
+            StatusCode::UNAUTHORIZED => Err(ApiError::unauthorized(
+                "the dispatcher does not know this entry token",
+            )),
+            s => {
+                tracing::warn!(status = %s, "the dispatcher's session API failed");
+                Err(ApiError::unavailable("cannot check the session"))
+            }
+        }
+    }
+
+    /// Ends the token's session (idempotent on the dispatcher's side).
+    async fn release(&self, token: &str) -> Result<(), ApiError> {
+        let r = self
+            .http
+            .delete(&self.base)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        if r.status() == StatusCode::NO_CONTENT {
+            Ok(())
+        } else {
+            tracing::warn!(status = %r.status(), "could not release a session");
+            Err(ApiError::unavailable("cannot release the session"))
+        }
+    }
+}
+
+fn unreachable(e: reqwest::Error) -> ApiError {
+    tracing::warn!(error = %e, "the dispatcher's session API is unreachable");
+    ApiError::unavailable("cannot reach the dispatcher")
+}
+
+/// What the routes share.
+pub struct App {
+    pub keys: Keys,
+    pub sessions: Sessions,
+}
+
 async fn book(
-    State(keys): State<Arc<Keys>>,
+    State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Json<BookingRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Booking>), ApiError> {
@@ -173,7 +259,8 @@ async fn book(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
-    let claims = verify(&keys, token, &req.queue).await?;
+    let claims = verify(&app.keys, token, &req.queue).await?;
+    app.sessions.check(token).await?;
     let booking = Booking {
         booking_id: format!("bk-{:016x}", rand::random::<u64>()),
         queue: req.queue,
@@ -181,15 +268,17 @@ async fn book(
         session: claims.jti,
         seat: req.seat,
     };
+    // One booking per session: release it, so the token cannot book again and the slot frees.
+    app.sessions.release(token).await?;
     tracing::info!(queue = %booking.queue, place = %booking.place, "booked");
     Ok((StatusCode::CREATED, Json(booking)))
 }
 
-pub fn router(keys: Arc<Keys>) -> Router {
+pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/bookings", post(book))
         .merge(usher_http::health_routes(|| async { true }))
-        .with_state(keys)
+        .with_state(app)
 }
 
 /// Runs the demo booking service on `listener` until `shutdown` resolves.
@@ -198,8 +287,11 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let keys = Arc::new(Keys::new(cfg.jwks_url.clone())?);
-    tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, "demo booking service running");
-    usher_http::serve(listener, router(keys), shutdown).await?;
+    let app = Arc::new(App {
+        keys: Keys::new(cfg.jwks_url.clone())?,
+        sessions: Sessions::new(&cfg.dispatcher_url)?,
+    });
+    tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, dispatcher = %cfg.dispatcher_url, "demo booking service running");
+    usher_http::serve(listener, router(app), shutdown).await?;
     Ok(())
 }

@@ -7,15 +7,20 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `grace_seconds`), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), measured `rate` |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), measured `rate` |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
+//! | `usher:{q:<id>}:ended` | zset | place id of an admitted place whose session ended (released or expired) → when to forget it (ms): the end + `max_session_seconds`, so past its token's cap |
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
-//! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…` |
+//! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
+//!
+//! Memory: `ended` holds the sessions that ended in the last `max_session_seconds` (at most
+//! the admissions of that window, about 20 bytes each plus zset overhead); the tick trims at
+//! most 2,000 forgotten ones per call, like its other prunes.
 //!
 //! Global:
 //!
@@ -43,6 +48,7 @@ pub struct QueueKeys {
     pub gws: String,
     pub away: String,
     pub lease: String,
+    pub ended: String,
 }
 
 impl QueueKeys {
@@ -58,6 +64,7 @@ impl QueueKeys {
             gws: k("gws"),
             away: k("away"),
             lease: k("lease"),
+            ended: k("ended"),
         }
     }
 }
@@ -132,6 +139,7 @@ mod tests {
             let slot = hash_slot(&k.meta);
             for key in [
                 &k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws, &k.away, &k.lease,
+                &k.ended,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

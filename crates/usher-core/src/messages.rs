@@ -72,6 +72,9 @@ pub enum CloseReason {
     QueueClosed,
     /// The place vanished (e.g. Redis lost it in a crash).
     PlaceLost,
+    /// The place was admitted and its session has ended (the booking service released it, or
+    /// it expired): a resume never shows the old token again.
+    SessionEnded,
     /// A newer connection for the place was opened on another gateway. Never shown to a
     /// browser: the old connection just ends.
     ResumedElsewhere,
@@ -84,6 +87,7 @@ impl CloseReason {
             CloseReason::Left => "left",
             CloseReason::QueueClosed => "queue_closed",
             CloseReason::PlaceLost => "place_lost",
+            CloseReason::SessionEnded => "session_ended",
             CloseReason::ResumedElsewhere => "resumed_elsewhere",
         }
     }
@@ -213,6 +217,7 @@ mod tests {
             (CloseReason::QueueClosed, "queue_closed"),
             (CloseReason::PlaceLost, "place_lost"),
             (CloseReason::ResumedElsewhere, "resumed_elsewhere"),
+            (CloseReason::SessionEnded, "session_ended"),
         ] {
             let json = format!("\"{wire}\"");
             assert_eq!(serde_json::to_string(&reason).expect("serialise"), json);

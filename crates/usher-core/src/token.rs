@@ -32,10 +32,22 @@ pub struct Claims {
     pub aud: String,
     /// Issued at, seconds since the epoch (the admission time).
     pub iat: u64,
-    /// Expiry, seconds since the epoch (admission time + session TTL).
+    /// Expiry, seconds since the epoch: the session's hard cap (admission time +
+    /// `max_session_seconds` for a sliding session, + the session TTL otherwise).
     pub exp: u64,
     /// Active-session id.
     pub jti: String,
+}
+
+/// Why a token is not a genuine entry token of this key.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("not a compact JWS")]
+    Malformed,
+    #[error("not signed by this dispatcher's key")]
+    Signature,
+    #[error("claims are not an entry token's")]
+    Claims,
 }
 
 #[derive(Serialize)]
@@ -126,6 +138,31 @@ impl SigningKey {
     }
 }
 
+impl SigningKey {
+    /// The claims of `token` if this key signed it (EdDSA over `<header>.<claims>`). Expiry
+    /// and audience are the caller's to check.
+    pub fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
+        let (signed, sig) = token.rsplit_once('.').ok_or(VerifyError::Malformed)?;
+        let (_, claims) = signed.split_once('.').ok_or(VerifyError::Malformed)?;
+        let sig: [u8; 64] = URL_SAFE_NO_PAD
+            .decode(sig)
+            .ok()
+            .and_then(|s| s.try_into().ok())
+            .ok_or(VerifyError::Malformed)?;
+        self.key
+            .verifying_key()
+            .verify_strict(
+                signed.as_bytes(),
+                &ed25519_dalek::Signature::from_bytes(&sig),
+            )
+            .map_err(|_| VerifyError::Signature)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(claims)
+            .map_err(|_| VerifyError::Claims)?;
+        serde_json::from_slice(&json).map_err(|_| VerifyError::Claims)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +193,27 @@ mod tests {
 
         v.set_audience(&["other"]);
         assert!(jsonwebtoken::decode::<Claims>(&t, &dk, &v).is_err());
+    }
+
+    #[test]
+    fn verify_accepts_own_tokens_only() {
+        let key =
+            SigningKey::from_pkcs8_pem(&SigningKey::generate_pem().expect("pem")).expect("key");
+        let other =
+            SigningKey::from_pkcs8_pem(&SigningKey::generate_pem().expect("pem")).expect("key");
+        let claims = Claims {
+            sub: "1".into(),
+            aud: "q".into(),
+            iat: 1,
+            exp: 2,
+            jti: "q.1".into(),
+        };
+        assert_eq!(key.verify(&key.mint(&claims)).expect("own"), claims);
+        assert!(matches!(
+            key.verify(&other.mint(&claims)),
+            Err(VerifyError::Signature)
+        ));
+        assert!(matches!(key.verify("a.b"), Err(VerifyError::Malformed)));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! HTTP: the admin API, the JWKS document and health checks.
+//! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +32,8 @@ pub struct AppState {
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
+/// Longest accepted `max_session_seconds`: three times the longest TTL.
+const MAX_MAX_SESSION: u64 = 3 * MAX_SESSION_TTL;
 /// Longest accepted grace period for dropped connections (one hour).
 const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
@@ -49,6 +51,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
+        .merge(crate::sessions::routes())
         .merge(usher_http::health_routes(move || {
             let store = store.clone();
             async move { store.ping().await.is_ok() }
@@ -114,6 +117,8 @@ pub struct QueueView {
 pub struct QueueUpdate {
     pub admit_per_second: Option<f64>,
     pub session_ttl_seconds: Option<u64>,
+    pub sliding_session: Option<bool>,
+    pub max_session_seconds: Option<u64>,
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
@@ -123,7 +128,7 @@ fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
     QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-fn redis_down(e: StoreError) -> ApiError {
+pub(crate) fn redis_down(e: StoreError) -> ApiError {
     tracing::warn!(error = %e, "admin request failed on redis");
     ApiError::unavailable("redis is unavailable")
 }
@@ -202,7 +207,24 @@ async fn put_queue(
         cfg.admit_per_second = r;
     }
     if let Some(t) = u.session_ttl_seconds {
+        // A cap still at its default (3 × TTL) follows the TTL.
+        if u.max_session_seconds.is_none() && cfg.max_session_seconds == 3 * cfg.session_ttl_seconds
+        {
+            cfg.max_session_seconds = 3 * t;
+        }
         cfg.session_ttl_seconds = t;
+    }
+    if let Some(s) = u.sliding_session {
+        cfg.sliding_session = s;
+    }
+    if let Some(m) = u.max_session_seconds {
+        cfg.max_session_seconds = m;
+    }
+    if !(cfg.session_ttl_seconds..=MAX_MAX_SESSION).contains(&cfg.max_session_seconds) {
+        return Err(ApiError::bad_request(format!(
+            "max_session_seconds ({}) must be at least session_ttl_seconds ({}) and at most {MAX_MAX_SESSION}",
+            cfg.max_session_seconds, cfg.session_ttl_seconds
+        )));
     }
     if let Some(o) = u.open {
         cfg.open = o;
@@ -227,7 +249,7 @@ async fn put_queue(
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

@@ -3,13 +3,15 @@
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * [`signing`] — where the entry-token key comes from.
 //! * [`admission`] — the tick loop.
-//! * [`admin`] — HTTP routes.
+//! * [`admin`] — HTTP routes: admin API, JWKS, health.
+//! * [`sessions`] — the session API booking services call with an entry token.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod admin;
 pub mod admission;
 pub mod config;
+pub mod sessions;
 pub mod signing;
 
 use std::future::Future;

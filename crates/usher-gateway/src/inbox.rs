@@ -151,6 +151,7 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::Admitted(rec) => Some(Update::Admitted(Admitted::of_record(q, &rec))),
         PlaceState::QueueClosed => Some(Update::closed(q, CloseReason::QueueClosed)),
         PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
+        PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
         PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
     }
 }

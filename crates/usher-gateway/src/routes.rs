@@ -83,6 +83,9 @@ async fn status_handler(
         PlaceState::AdmissionPending => serde_json::json!({"queue": q, "state": "admitting"}),
         PlaceState::QueueClosed => return Err(unknown_queue(&q)),
         PlaceState::Gone => return Err(place_gone()),
+        PlaceState::SessionEnded => serde_json::json!({
+            "queue": q, "state": "closed", "reason": CloseReason::SessionEnded,
+        }),
     };
     Ok(([("cache-control", "no-store")], Json(body)).into_response())
 }

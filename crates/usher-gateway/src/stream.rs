@@ -209,6 +209,11 @@ async fn setup(
             disarm(reserved);
             Setup::Failed(place_gone())
         }
+        PlaceState::SessionEnded => {
+            disarm(reserved);
+            let ended = Update::closed(&q, CloseReason::SessionEnded);
+            Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
+        }
     }
 }
 

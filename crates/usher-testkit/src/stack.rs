@@ -119,6 +119,7 @@ impl Stack {
             let cfg = usher_booking_demo::Config {
                 listen: SocketAddr::from(([127, 0, 0, 1], 0)),
                 jwks_url: format!("{}/.well-known/jwks.json", dispatcher.url()),
+                dispatcher_url: dispatcher.url(),
                 log_format: Default::default(),
             };
             Some(Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await?)

@@ -56,6 +56,12 @@ async fn join_wait_admit_and_book() -> anyhow::Result<()> {
     assert_eq!(claims["jti"], format!("show.{place}"));
     assert!(claims["exp"].as_u64() > claims["iat"].as_u64());
 
+    // Counters, while the session is active.
+    let q = stack.queue("show").await?;
+    assert_eq!(q["admitted_total"], 1);
+    assert_eq!(q["active"], 1);
+    assert_eq!(q["waiting"], 0);
+
     // The demo booking service accepts it, and nothing else.
     let booking = stack.booking.as_ref().expect("booking").url();
     let book = |auth: Option<String>, queue: &'static str| {
@@ -97,10 +103,9 @@ async fn join_wait_admit_and_book() -> anyhow::Result<()> {
     );
     assert_eq!(book(None, "show").await?.status(), 401);
 
-    // Counters.
+    // The booking released the session: its slot is free.
     let q = stack.queue("show").await?;
     assert_eq!(q["admitted_total"], 1);
-    assert_eq!(q["active"], 1);
-    assert_eq!(q["waiting"], 0);
+    assert_eq!(q["active"], 0);
     Ok(())
 }

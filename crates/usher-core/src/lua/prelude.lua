@@ -29,16 +29,40 @@ local function find_member(waiting, seq)
   return found[1]
 end
 
+-- A queue's session settings from its meta hash: TTL (ms), whether touches slide the session,
+-- and the longest a session may last after admission (ms; default 3 x TTL).
+local function session_limits(meta)
+  local m = redis.call('HMGET', meta, 'session_ttl_seconds', 'sliding_session', 'max_session_seconds')
+  local ttl_ms = (tonumber(m[1]) or 600) * 1000
+  local max_ms = (tonumber(m[3]) or 0) * 1000
+  if max_ms < ttl_ms then max_ms = 3 * ttl_ms end
+  return ttl_ms, m[2] == '1', max_ms
+end
+
 -- The queue's session record for `place` if it was admitted and the session is still valid:
 -- {PLACE_ADMITTED, record} when the token is stored, {PLACE_ADMISSION_PENDING} while it is
--- being minted, nil otherwise.
-local function admitted_state(active, tokens, place, now)
+-- being minted, {PLACE_SESSION_ENDED} when its session ended (released or expired, see the
+-- `ended` zset in keys.rs), nil otherwise.
+local function admitted_state(active, tokens, ended, place, now)
   local exp = redis.call('ZSCORE', active, place)
   if exp and tonumber(exp) > now then
     local rec = redis.call('HGET', tokens, place)
     if rec then return {PLACE_ADMITTED, rec} end
     return {PLACE_ADMISSION_PENDING}
   end
+  if exp or redis.call('ZSCORE', ended, place) then return {PLACE_SESSION_ENDED} end
   return nil
 end
 
+-- Ends the session of `place` (released or expired) and remembers it in `ended` for
+-- max_ms after `now`, so a resume is told its session ended (the token's cap has passed by
+-- then: it is at most admission + max_ms).
+local function end_sessions(active, tokens, ended, places, now, max_ms)
+  redis.call('ZREM', active, unpack(places))
+  redis.call('HDEL', tokens, unpack(places))
+  local z = {}
+  for _, p in ipairs(places) do
+    z[#z + 1] = now + max_ms; z[#z + 1] = p
+  end
+  redis.call('ZADD', ended, unpack(z))
+end

@@ -11,7 +11,7 @@
 -- banked while the line is empty. The budget state lives in meta, so any replica can continue
 -- where another stopped.
 --
--- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq   (one hash tag)
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended   (one hash tag)
 -- ARGV: 1 now ms, 2 elapsed ms to assume on the first tick, 3 longest elapsed ms to count,
 --       4 exact places, 5 largest interpolation error (fraction, e.g. 0.01),
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
@@ -25,7 +25,8 @@
 -- queue is closed (sessions still expire and the outbox is still delivered), else
 -- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick.rs,
 --   admitted, waiting, active, dropped (this call), outbox_len, admit_per_second, carry,
---   session_ttl_ms, paused (bool),
+--   session_ttl_ms, token_ttl_ms (admission to the token's exp: max_session when sliding, else
+--   the TTL), paused (bool),
 --   runs    = flat [first seq, count, ...]: the first `exact` places, run-length encoded
 --   samples = flat [seq, position, ...]: positions beyond the exact window
 --   last_place = the last place id handed out when the snapshot was taken (seq): a place at
@@ -39,31 +40,37 @@
 -- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
-local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'session_ttl_seconds',
-  'carry', 'last_tick_ms', 'grace_seconds', 'paused')
+local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'carry', 'last_tick_ms',
+  'grace_seconds', 'paused')
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[7])
 
--- Sessions that ended (in chunks: Lua's unpack takes a few thousand values at most).
+local ttl_ms, sliding, max_ms = session_limits(KEYS[1])
+
+-- Sessions that ended (in chunks: Lua's unpack takes a few thousand values at most), remembered
+-- in `ended` so a resume hears `session_ended`; those remembered long enough are forgotten.
 local left = limit
 while left > 0 do
   local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, math.min(left, 2000))
   if #expired == 0 then break end
-  redis.call('ZREM', KEYS[3], unpack(expired))
-  redis.call('HDEL', KEYS[4], unpack(expired))
+  end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, now, max_ms)
   left = left - #expired
 end
+local forgotten = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', ARGV[1], 'LIMIT', 0, 2000)
+if #forgotten > 0 then redis.call('ZREM', KEYS[10], unpack(forgotten)) end
+
+local token_ttl_ms = ttl_ms
+if sliding then token_ttl_ms = max_ms end
 
 if m[1] ~= '1' then return {TICK_CLOSED, redis.call('LLEN', KEYS[5])} end
 local aps = tonumber(m[2]) or 0
-local ttl_ms = (tonumber(m[3]) or 600) * 1000
-local carry = tonumber(m[4]) or 0
-local grace_ms = (tonumber(m[6]) or 30) * 1000
+local carry = tonumber(m[3]) or 0
+local grace_ms = (tonumber(m[5]) or 30) * 1000
 local elapsed = tonumber(ARGV[2])
-if m[5] then elapsed = math.min(math.max(now - tonumber(m[5]), 0), tonumber(ARGV[3])) end
+if m[4] then elapsed = math.min(math.max(now - tonumber(m[4]), 0), tonumber(ARGV[3])) end
 local max_per_tick = tonumber(ARGV[12])
 local budget = math.min(carry + aps * elapsed / 1000, max_per_tick)
-if m[7] == '1' then budget = 0 end
+if m[6] == '1' then budget = 0 end
 
 -- Browsers that did not come back within the grace period: removed, never admitted.
 local dropped = 0
@@ -93,6 +100,10 @@ local fresh = {}
 if n > 0 then
   local exp = fmt(now + ttl_ms)
   local head = ARGV[1] .. '|' .. exp .. '|'
+  -- A sliding session's token lasts until its cap, named after the places (old readers of
+  -- the three-field form keep working for other queues).
+  local tail = ''
+  if sliding then tail = '|' .. fmt(now + max_ms) end
   local any_away = redis.call('ZCARD', KEYS[7]) > 0
   local gw_of = {}
   local popped_total = 0
@@ -103,7 +114,7 @@ if n > 0 then
     if #popped == 0 then break end
     popped_total = popped_total + #popped / 2
     -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
-    -- '<admitted at>|<expires>|<place>:<gateway>,...' per chunk.
+    -- '<admitted at>|<expires>|<place>:<gateway>,...[|<token exp>]' per chunk.
     local zadd, items, away = {}, {}, {}
     for i = 1, #popped, 2 do
       local member = popped[i]
@@ -125,7 +136,7 @@ if n > 0 then
     end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
-      local entry = head .. table.concat(items, ',')
+      local entry = head .. table.concat(items, ',') .. tail
       redis.call('RPUSH', KEYS[5], entry)
       fresh[#fresh + 1] = entry
     end
@@ -205,5 +216,5 @@ return {TICK_TICKED, cjson.encode({
   admitted = admitted, waiting = w, active = active, runs = runs, samples = samples,
   last_place = last_place,
   gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
-  session_ttl_ms = ttl_ms, paused = m[7] == '1', fresh = fresh, more = more,
+  session_ttl_ms = ttl_ms, token_ttl_ms = token_ttl_ms, paused = m[6] == '1', fresh = fresh, more = more,
 })}

@@ -15,8 +15,14 @@ use crate::keys::{self, QueueKeys};
 pub struct QueueConfig {
     /// Places admitted per second.
     pub admit_per_second: f64,
-    /// How long an admitted session (and its entry token) stays valid.
+    /// How long an admitted session stays valid (without touches, and the entry token's
+    /// lifetime unless the session slides).
     pub session_ttl_seconds: u64,
+    /// Whether a touch (`POST /api/session/touch`) extends the session to now + TTL.
+    pub sliding_session: bool,
+    /// The longest a sliding session lasts after admission, and its token's lifetime; at
+    /// least the TTL (default 3 × TTL).
+    pub max_session_seconds: u64,
     /// Whether browsers may join and the dispatcher admits.
     pub open: bool,
     /// How long a browser whose connection dropped keeps its place.
@@ -30,9 +36,22 @@ impl Default for QueueConfig {
         Self {
             admit_per_second: 10.0,
             session_ttl_seconds: 600,
+            sliding_session: false,
+            max_session_seconds: 3 * 600,
             open: true,
             grace_seconds: 30,
             paused: false,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// From admission to the entry token's `exp`: the session's hard cap.
+    pub fn token_ttl_seconds(&self) -> u64 {
+        if self.sliding_session {
+            self.max_session_seconds
+        } else {
+            self.session_ttl_seconds
         }
     }
 }
@@ -60,9 +79,15 @@ impl Store {
         }
         let d = QueueConfig::default();
         let flag = |name: &str| v.get(name).is_some_and(|s| s == "1");
+        let ttl = parsed_or(&v, "session_ttl_seconds", d.session_ttl_seconds);
         Ok(Some(QueueConfig {
             admit_per_second: parsed_or(&v, "admit_per_second", d.admit_per_second),
-            session_ttl_seconds: parsed_or(&v, "session_ttl_seconds", d.session_ttl_seconds),
+            session_ttl_seconds: ttl,
+            sliding_session: flag("sliding_session"),
+            // As the scripts read it (prelude.lua's session_limits): below the TTL means unset.
+            max_session_seconds: Some(parsed_or(&v, "max_session_seconds", 0))
+                .filter(|&m| m >= ttl)
+                .unwrap_or(3 * ttl),
             open: flag("open"),
             grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
             paused: flag("paused"),
@@ -79,6 +104,10 @@ impl Store {
             .arg(cfg.admit_per_second)
             .arg("session_ttl_seconds")
             .arg(cfg.session_ttl_seconds)
+            .arg("sliding_session")
+            .arg(if cfg.sliding_session { "1" } else { "0" })
+            .arg("max_session_seconds")
+            .arg(cfg.max_session_seconds)
             .arg("open")
             .arg(if cfg.open { "1" } else { "0" })
             .arg("grace_seconds")

@@ -6,6 +6,8 @@
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
+//!   session API for booking services);
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
@@ -27,6 +29,7 @@ mod gateways;
 mod places;
 mod reply;
 mod scripts;
+mod sessions;
 mod streams;
 
 pub use admin::{QueueConfig, QueueStats};
@@ -36,6 +39,7 @@ pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_
 pub use dispatch::Lease;
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use sessions::SessionState;
 pub use streams::{StreamEntry, STREAM_MAXLEN};
 
 /// Why a store operation failed. The messages do not say "redis" themselves: the callers'

@@ -30,6 +30,9 @@ pub enum PlaceState {
     QueueClosed,
     /// The place no longer exists (left, expired, or the queue was emptied).
     Gone,
+    /// The place was admitted and its session ended (released or expired): its token is
+    /// never shown again.
+    SessionEnded,
 }
 
 /// What one join call took: see [`Store::join_many`].
@@ -148,6 +151,7 @@ impl Store {
             .key(&k.tokens)
             .key(&k.gws)
             .key(&k.away)
+            .key(&k.ended)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -166,6 +170,7 @@ impl Store {
             .key(&k.waiting)
             .key(&k.active)
             .key(&k.tokens)
+            .key(&k.ended)
             .arg(place.0)
             .arg(now_ms)
             .invoke_async(&mut self.c())
@@ -184,6 +189,7 @@ impl Store {
         match status(&a, PlaceStatus::from_code) {
             Some(PlaceStatus::QueueClosed) => Ok(PlaceState::QueueClosed),
             Some(PlaceStatus::Gone) => Ok(PlaceState::Gone),
+            Some(PlaceStatus::SessionEnded) => Ok(PlaceState::SessionEnded),
             Some(PlaceStatus::AdmissionPending) => Ok(PlaceState::AdmissionPending),
             Some(PlaceStatus::Admitted) => a
                 .get(1)

@@ -70,6 +70,19 @@ statuses! {
         AdmissionPending = 3 => "PLACE_ADMISSION_PENDING",
         /// The place no longer exists.
         Gone = 4 => "PLACE_GONE",
+        /// The place was admitted and its session ended (released or expired).
+        SessionEnded = 5 => "PLACE_SESSION_ENDED",
+    }
+
+    /// Where an admitted place's session stands: the first element of a `session`,
+    /// `touch_session` or `end_session` reply.
+    pub enum SessionStatus {
+        /// Ended (released or expired) before this call.
+        Ended = 0 => "SESSION_ENDED",
+        /// Active; its expiry (ms) follows.
+        Active = 1 => "SESSION_ACTIVE",
+        /// Active until this call, which released it.
+        Released = 2 => "SESSION_RELEASED",
     }
 
     /// What a `leave` call removed.
@@ -128,6 +141,9 @@ mod tests {
         }
         for s in TrimStatus::ALL {
             assert_eq!(TrimStatus::from_code(s.code()), Some(*s));
+        }
+        for s in SessionStatus::ALL {
+            assert_eq!(SessionStatus::from_code(s.code()), Some(*s));
         }
         let mut names: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
         let len = names.len();

@@ -53,4 +53,7 @@ scripts!(
     register_gateway,
     heartbeat_gateway,
     gateways,
+    session,
+    touch_session,
+    end_session,
 );

@@ -148,6 +148,7 @@ impl Admitter {
                 expected: expected_per_tick(0.0, cfg.admit_per_second, self.settings.tick),
                 at_ms,
                 exp_ms: at_ms + cfg.session_ttl_seconds * 1000,
+                token_exp_ms: at_ms + cfg.token_ttl_seconds() * 1000,
                 read_at_ms: None,
             },
         ));

@@ -28,6 +28,7 @@ use super::schedule::sleep_until_ms;
 pub(super) struct Premint {
     pub(super) at_ms: u64,
     pub(super) exp_ms: u64,
+    pub(super) token_exp_ms: u64,
     pub(super) batches: Batches,
     pub(super) task: Minting,
 }
@@ -64,7 +65,10 @@ pub(super) struct PremintPlan<'a> {
     /// Admissions expected at `at_ms` (a margin is added).
     pub(super) expected: u64,
     pub(super) at_ms: u64,
+    /// The session's expiry at admission (what the `admitted` event shows).
     pub(super) exp_ms: u64,
+    /// The tokens' `exp` (ms): the session's hard cap.
+    pub(super) token_exp_ms: u64,
     /// When to read the head of the line (wall clock); `None`: now.
     pub(super) read_at_ms: Option<u64>,
 }
@@ -83,6 +87,7 @@ pub(super) fn spawn_premint(
         expected,
         at_ms,
         exp_ms,
+        token_exp_ms,
         read_at_ms,
     } = plan;
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
@@ -101,10 +106,11 @@ pub(super) fn spawn_premint(
         for part in head.chunks(PREMINT_BATCH) {
             let places: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
             let (key2, q2) = (key.clone(), q.clone());
-            let minted =
-                tokio::task::spawn_blocking(move || mint_many(&key2, &q2, &places, at_ms, exp_ms))
-                    .await
-                    .unwrap_or_default();
+            let minted = tokio::task::spawn_blocking(move || {
+                mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
+            })
+            .await
+            .unwrap_or_default();
             let gateway_of: HashMap<PlaceId, u16> =
                 part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect();
             let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
@@ -126,12 +132,13 @@ pub(super) fn spawn_premint(
     Premint {
         at_ms,
         exp_ms,
+        token_exp_ms,
         batches,
         task: Minting(task),
     }
 }
 
-/// Mints tokens for `places` admitted at `at_ms` (expiring at `exp_ms`), on every core.
+/// Mints tokens for `places` admitted at `at_ms` (tokens expiring at `exp_ms`), on every core.
 pub(super) fn mint_many(
     key: &SigningKey,
     q: &QueueId,

@@ -153,6 +153,7 @@ impl QueueTick {
                 expected: expected_per_tick(out.carry, out.admit_per_second, self.settings.tick),
                 at_ms,
                 exp_ms: at_ms + out.session_ttl_ms,
+                token_exp_ms: at_ms + out.token_ttl_ms,
                 read_at_ms: Some(at_ms - tick_ms / 2),
             },
         ));

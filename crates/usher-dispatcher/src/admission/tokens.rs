@@ -15,6 +15,7 @@ use super::premint::{mint_many, Batches, Minting, Pre, Premint};
 pub(super) struct TickTokens {
     at_ms: u64,
     exp_ms: u64,
+    token_exp_ms: u64,
     tokens: HashMap<PlaceId, Pre>,
     /// Batches not received yet (`None`: all received, or nothing was pre-minted).
     pending: Option<(Batches, Minting)>,
@@ -32,6 +33,7 @@ impl TickTokens {
             Some(p) if p.at_ms == now => Self {
                 at_ms: p.at_ms,
                 exp_ms: p.exp_ms,
+                token_exp_ms: p.token_exp_ms,
                 tokens: HashMap::new(),
                 pending: Some((p.batches, p.task)),
                 received_to: 0,
@@ -75,7 +77,7 @@ impl TickTokens {
                     out.insert(e.place, t);
                 }
                 None => missing
-                    .entry((e.admitted_at_ms, e.expires_at_ms))
+                    .entry((e.admitted_at_ms, e.token_exp_ms))
                     .or_default()
                     .push(e.place),
             }
@@ -107,7 +109,9 @@ impl TickTokens {
 
     /// Whether this pre-mint was for `e`'s admission (its tokens are exactly `e`'s).
     fn minted_for(&self, e: &OutboxEntry) -> bool {
-        e.admitted_at_ms == self.at_ms && e.expires_at_ms == self.exp_ms
+        e.admitted_at_ms == self.at_ms
+            && e.expires_at_ms == self.exp_ms
+            && e.token_exp_ms == self.token_exp_ms
     }
 
     /// Receives batches until every place of `wanted` admitted at this pre-mint's time has its
@@ -146,6 +150,7 @@ mod tests {
             gateway: 1,
             admitted_at_ms: at,
             expires_at_ms: at + 1000,
+            token_exp_ms: at + 1000,
         }
     }
 
@@ -172,6 +177,7 @@ mod tests {
         let mut ready = TickTokens {
             at_ms: 5000,
             exp_ms: 6000,
+            token_exp_ms: 6000,
             tokens: HashMap::new(),
             pending: Some((rx, Minting(tokio::spawn(async {})))),
             received_to: 0,

@@ -17,16 +17,25 @@ pub struct OutboxEntry {
     /// Index of the gateway that held the browser at admission.
     pub gateway: u16,
     pub admitted_at_ms: u64,
+    /// The session's expiry at admission.
     pub expires_at_ms: u64,
+    /// The entry token's `exp` (ms): `expires_at_ms`, or the cap of a sliding session.
+    pub token_exp_ms: u64,
 }
 
 impl OutboxEntry {
-    /// Parses one outbox list entry: `<admitted at>|<expires>|<place>:<gateway>,...`.
+    /// Parses one outbox list entry: `<admitted at>|<expires>|<place>:<gateway>,...`, with
+    /// `|<token exp>` after the places for a sliding session.
     pub fn parse_batch(s: &str) -> Option<Vec<Self>> {
-        let mut it = s.splitn(3, '|');
+        let mut it = s.splitn(4, '|');
         let admitted_at_ms = it.next()?.parse().ok()?;
         let expires_at_ms = it.next()?.parse().ok()?;
-        it.next()?
+        let items = it.next()?;
+        let token_exp_ms = match it.next() {
+            Some(t) => t.parse().ok()?,
+            None => expires_at_ms,
+        };
+        items
             .split(',')
             .map(|item| {
                 let (p, g) = item.split_once(':')?;
@@ -35,6 +44,7 @@ impl OutboxEntry {
                     gateway: g.parse().ok()?,
                     admitted_at_ms,
                     expires_at_ms,
+                    token_exp_ms,
                 })
             })
             .collect()
@@ -94,6 +104,13 @@ mod tests {
         assert_eq!(e[0].gateway, 2);
         assert_eq!(e[1].gateway, 3);
         assert_eq!((e[1].admitted_at_ms, e[1].expires_at_ms), (1000, 2000));
+        assert_eq!(
+            e[1].token_exp_ms, 2000,
+            "without a cap the token expires with the session"
+        );
+        let sliding = OutboxEntry::parse_batch("1000|2000|17:2|7000").expect("parses");
+        assert_eq!(sliding[0].token_exp_ms, 7000);
+        assert!(OutboxEntry::parse_batch("1000|2000|17:2|x").is_none());
         assert!(OutboxEntry::parse_batch("1000|2000|17:x").is_none());
         assert!(OutboxEntry::parse_batch("17|2").is_none());
     }

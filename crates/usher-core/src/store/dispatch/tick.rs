@@ -69,6 +69,9 @@ pub struct TickOutcome {
     pub carry: f64,
     /// The queue's session TTL.
     pub session_ttl_ms: u64,
+    /// From admission to its token's `exp`: `max_session_seconds` for a sliding session, the
+    /// TTL otherwise.
+    pub token_ttl_ms: u64,
     /// Admission is paused.
     pub paused: bool,
     /// What this tick admitted (the last `fresh_entries` entries of the outbox), for
@@ -116,6 +119,7 @@ impl Store {
             .key(&k.away)
             .key(&k.lease)
             .key(&k.seq)
+            .key(&k.ended)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -188,6 +192,7 @@ struct TickReply {
     dropped: u64,
     carry: f64,
     session_ttl_ms: u64,
+    token_ttl_ms: u64,
     paused: bool,
     #[serde(deserialize_with = "lua_list")]
     fresh: Vec<String>,
@@ -213,6 +218,7 @@ impl TickReply {
             dropped: self.dropped,
             carry: self.carry,
             session_ttl_ms: self.session_ttl_ms,
+            token_ttl_ms: self.token_ttl_ms,
             paused: self.paused,
             fresh: OutboxEntry::parse_all(&self.fresh)?,
             fresh_entries: self.fresh.len() as u64,
@@ -278,7 +284,7 @@ mod tests {
     fn tick_outcomes_decode_by_name_with_empty_tables_as_objects() {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
             "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
-            "carry":0.5,"session_ttl_ms":600000,"paused":false,
+            "carry":0.5,"session_ttl_ms":600000,"token_ttl_ms":600000,"paused":false,
             "fresh":["1000|2000|8:3,9:3"],"more":false}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");

@@ -1,0 +1,91 @@
+//! Admitted places' sessions, as the booking service sees them through the dispatcher: is
+//! the session active, touch it (a sliding session is extended), release it.
+
+use redis::Value;
+
+use super::decode::{array, status, u};
+use super::reply::SessionStatus;
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::ids::{PlaceId, QueueId};
+use crate::keys::QueueKeys;
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Active until `expires_at_ms`.
+    Active { expires_at_ms: u64 },
+    /// Released or expired.
+    Ended,
+}
+
+impl Store {
+    /// Whether `place`'s session is active at `now_ms`.
+    pub async fn session(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<SessionState> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .session
+            .key(&k.active)
+            .arg(place.0)
+            .arg(now_ms)
+            .invoke_async(&mut self.c())
+            .await?;
+        session_state(v)
+    }
+
+    /// Touches `place`'s session: a sliding session is extended to `now_ms` + TTL, never past
+    /// `cap_ms` (its token's `exp`); others keep their expiry.
+    pub async fn touch_session(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        now_ms: u64,
+        cap_ms: u64,
+    ) -> Result<SessionState> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .touch_session
+            .key(&k.meta)
+            .key(&k.active)
+            .arg(place.0)
+            .arg(now_ms)
+            .arg(cap_ms)
+            .invoke_async(&mut self.c())
+            .await?;
+        session_state(v)
+    }
+
+    /// Ends `place`'s session at once (idempotent). `true` when this call ended an active
+    /// session.
+    pub async fn end_session(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<bool> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .end_session
+            .key(&k.meta)
+            .key(&k.active)
+            .key(&k.tokens)
+            .key(&k.ended)
+            .arg(place.0)
+            .arg(now_ms)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, SessionStatus::from_code) {
+            Some(SessionStatus::Released) => Ok(true),
+            Some(SessionStatus::Ended) => Ok(false),
+            _ => Err(protocol(format!("end_session reply {a:?}"))),
+        }
+    }
+}
+
+/// Decodes a `session` or `touch_session` reply.
+fn session_state(v: Value) -> Result<SessionState> {
+    let a = array(v)?;
+    match status(&a, SessionStatus::from_code) {
+        Some(SessionStatus::Active) if a.len() >= 2 => Ok(SessionState::Active {
+            expires_at_ms: u(&a[1])?,
+        }),
+        Some(SessionStatus::Ended) => Ok(SessionState::Ended),
+        _ => Err(protocol(format!("session reply {a:?}"))),
+    }
+}

@@ -1,0 +1,147 @@
+//! The session API for booking services, authenticated by the entry token itself
+//! (`Authorization: Bearer <token>`): is the session still active, touch it, release it.
+//!
+//! Offline verification (JWKS) says "a genuine usher token within its cap"; these routes answer
+//! the online question. The token is checked against this dispatcher's own key and the queue it
+//! names, then Redis says where the session stands. The token is never logged.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::store::SessionState;
+use usher_core::time::{now_ms, rfc3339_ms};
+use usher_http::ApiError;
+
+use crate::admin::{redis_down, AppState};
+
+/// The routes, merged into the dispatcher's router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/session", get(status).delete(release))
+        .route("/api/session/touch", post(touch))
+}
+
+/// `200` body of `GET /api/session` and `POST /api/session/touch`.
+#[derive(Debug, Serialize)]
+struct SessionView {
+    queue: QueueId,
+    /// The session id (the token's `jti`).
+    session: String,
+    expires_at: String,
+}
+
+/// A verified entry token: its session, and its hard cap.
+struct Bearer {
+    queue: QueueId,
+    place: PlaceId,
+    session: String,
+    cap_ms: u64,
+}
+
+impl Bearer {
+    fn view(&self, expires_at_ms: u64) -> Json<SessionView> {
+        Json(SessionView {
+            queue: self.queue.clone(),
+            session: self.session.clone(),
+            expires_at: rfc3339_ms(expires_at_ms),
+        })
+    }
+}
+
+fn ended() -> ApiError {
+    ApiError::new(StatusCode::GONE, "the session has ended")
+}
+
+/// The bearer token's session: `401` unless this dispatcher signed it for a configured queue;
+/// `410` once its `exp` passed.
+async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
+    let claims = st
+        .key
+        .verify(token)
+        .map_err(|e| ApiError::unauthorized(format!("not an entry token: {e}")))?;
+    let not_ours = || ApiError::unauthorized("the token names no session of a configured queue");
+    let queue = QueueId::new(&claims.aud).map_err(|_| not_ours())?;
+    let place: PlaceId = claims.sub.parse().map_err(|_| not_ours())?;
+    if claims.jti != format!("{queue}.{place}") {
+        return Err(not_ours());
+    }
+    if st
+        .store
+        .queue_config(&queue)
+        .await
+        .map_err(redis_down)?
+        .is_none()
+    {
+        return Err(not_ours());
+    }
+    let cap_ms = claims.exp.saturating_mul(1000);
+    if cap_ms <= now_ms() {
+        return Err(ended());
+    }
+    Ok(Bearer {
+        queue,
+        place,
+        session: claims.jti,
+        cap_ms,
+    })
+}
+
+/// `GET /api/session`: `200` while the session is active, `410` once it has ended.
+async fn status(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let b = bearer(&st, &headers).await?;
+    let s = st
+        .store
+        .session(&b.queue, b.place, now_ms())
+        .await
+        .map_err(redis_down)?;
+    active(&b, s)
+}
+
+/// `POST /api/session/touch`: a sliding session is extended (never past the token's cap);
+/// `200` with the expiry, `410` once the session has ended.
+async fn touch(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let b = bearer(&st, &headers).await?;
+    let s = st
+        .store
+        .touch_session(&b.queue, b.place, now_ms(), b.cap_ms)
+        .await
+        .map_err(redis_down)?;
+    active(&b, s)
+}
+
+fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
+    match s {
+        SessionState::Active { expires_at_ms } => {
+            Ok(([(header::CACHE_CONTROL, "no-store")], b.view(expires_at_ms)).into_response())
+        }
+        SessionState::Ended => Err(ended()),
+    }
+}
+
+/// `DELETE /api/session`: ends the session at once, freeing its slot; `204` every time.
+async fn release(State(st): State<AppState>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
+    let b = match bearer(&st, &headers).await {
+        Ok(b) => b,
+        // Past its cap the session has ended anyway: releasing it again is a no-op.
+        Err(e) if e.status == StatusCode::GONE => return Ok(StatusCode::NO_CONTENT),
+        Err(e) => return Err(e),
+    };
+    let released = st
+        .store
+        .end_session(&b.queue, b.place, now_ms())
+        .await
+        .map_err(redis_down)?;
+    if released {
+        tracing::info!(queue = %b.queue, place = %b.place, "session released");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
