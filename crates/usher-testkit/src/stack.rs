@@ -105,6 +105,16 @@ pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server>
     Server::spawn(|l, rx| usher_dispatcher::run(cfg, l, shutdown(rx))).await
 }
 
+/// Starts the demo booking service, verifying tokens against the JWKS at `jwks_url`.
+pub async fn booking(jwks_url: &str) -> anyhow::Result<Server> {
+    let cfg = usher_booking_demo::Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        jwks_url: jwks_url.to_owned(),
+        log_format: Default::default(),
+    };
+    Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
+}
+
 impl Stack {
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         init_logs();
@@ -116,12 +126,7 @@ impl Stack {
             gateways.push(gateway(&url).await?);
         }
         let booking = if opts.booking {
-            let cfg = usher_booking_demo::Config {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                jwks_url: format!("{}/.well-known/jwks.json", dispatcher.url()),
-                log_format: Default::default(),
-            };
-            Some(Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await?)
+            Some(booking(&format!("{}/.well-known/jwks.json", dispatcher.url())).await?)
         } else {
             None
         };
