@@ -115,7 +115,7 @@ async fn rotating_the_signing_key_keeps_old_tokens_valid() -> anyhow::Result<()>
     assert_eq!(kid_of_token(&t1)?, a.kid);
     verify_token(&jwks_at(&http, &d.url()).await?, &t1, "show")?;
     let (kids, cache) = published(&http, &d).await?;
-    assert_eq!(kids, [a.kid.clone()]);
+    assert_eq!(kids, std::slice::from_ref(&a.kid));
     assert_eq!(cache, "public, max-age=60");
     assert_eq!(book(&http, &booking.url(), &t1).await?, 201);
 
