@@ -187,3 +187,29 @@ async fn unusable_key_files_are_refused_at_startup() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usher_jwt_key_holds_the_same_key_list_as_the_file() -> anyhow::Result<()> {
+    let (a, b) = (key()?, key()?);
+    let redis = RedisServer::start()?;
+    let inline = |blocks: &[&str]| {
+        [
+            ("USHER_REDIS_URL", redis.url()),
+            ("USHER_JWT_KEY", blocks.concat()),
+        ]
+    };
+    let d = Proc::start("usher-dispatcher", &inline(&[&b.private, &a.public])).await?;
+    let http = reqwest::Client::new();
+    assert_eq!(
+        published(&http, &d).await?.0,
+        [b.kid.clone(), a.kid.clone()]
+    );
+
+    let refused = match Proc::start("usher-dispatcher", &inline(&[&b.private, &b.private])).await {
+        Ok(_) => anyhow::bail!("a dispatcher started with the same key twice"),
+        Err(e) => e.to_string(),
+    };
+    let expected = "entry-token keys in USHER_JWT_KEY: block 2 is the same key as block 1";
+    assert!(refused.contains(expected), "{refused}");
+    Ok(())
+}
