@@ -4,17 +4,20 @@
 //! `queue` books a (pretend) seat — but only when the token verifies against the dispatcher's
 //! JWKS (`alg: EdDSA`, by `kid`) with `aud` = that queue and is not expired. It uses a stock JWT
 //! library (`jsonwebtoken`), as a real booking service in any language would; it holds no key
-//! that could mint tokens.
+//! that could mint tokens. [`keys`] keeps the JWKS: refetched when a token names an unknown
+//! `kid`, so key rotation needs no restart.
 //!
 //! A token verified offline is only "a genuine usher token within its cap": before booking it
 //! asks the dispatcher whether the session is still active (`GET /api/session`, `403` when it
 //! has ended), and after booking it releases the session (`DELETE /api/session`), so the same
 //! token cannot book twice and the slot frees at once.
 
+pub mod keys;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
@@ -22,13 +25,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
-use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{Algorithm, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::RwLock;
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
+
+pub use keys::Keys;
 
 /// usher demo booking service — accepts bookings only with a valid entry token.
 ///
@@ -41,7 +44,9 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8082")]
     pub listen: SocketAddr,
 
-    /// Where the dispatcher publishes its public keys.
+    /// Where the dispatcher publishes its public keys. Fetched on the first booking and again
+    /// whenever a token names a key id not seen yet (one fetch at a time; a key id still
+    /// unknown after a fetch is refused without fetching again for a few seconds).
     #[arg(
         long,
         env = "USHER_JWKS_URL",
@@ -70,65 +75,6 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("http client: {0}")]
     Client(#[from] reqwest::Error),
-}
-
-/// The JWKS, fetched lazily and refetched (at most every 10 s) when a token names an unknown
-/// key id, so key rotation needs no restart.
-pub struct Keys {
-    url: String,
-    http: reqwest::Client,
-    cached: RwLock<(Option<JwkSet>, Option<Instant>)>,
-}
-
-const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
-
-impl Keys {
-    pub fn new(url: String) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Self {
-            url,
-            http,
-            cached: RwLock::new((None, None)),
-        })
-    }
-
-    async fn fetch(&self) -> Result<JwkSet, reqwest::Error> {
-        self.http
-            .get(&self.url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await
-    }
-
-    /// The decoding key for `kid`.
-    pub async fn key(&self, kid: &str) -> Result<DecodingKey, ApiError> {
-        if let Some(set) = &self.cached.read().await.0 {
-            if let Some(jwk) = set.find(kid) {
-                return DecodingKey::from_jwk(jwk)
-                    .map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")));
-            }
-        }
-        let mut w = self.cached.write().await;
-        let recently = w.1.is_some_and(|t| t.elapsed() < REFRESH_AT_MOST_EVERY);
-        if !recently {
-            match self.fetch().await {
-                Ok(set) => *w = (Some(set), Some(Instant::now())),
-                Err(e) => {
-                    tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
-                    return Err(ApiError::unavailable("cannot fetch the dispatcher's keys"));
-                }
-            }
-        }
-        let jwk =
-            w.0.as_ref()
-                .and_then(|s| s.find(kid))
-                .ok_or_else(|| ApiError::unauthorized("token signed by an unknown key"))?;
-        DecodingKey::from_jwk(jwk).map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")))
-    }
 }
 
 /// Entry-token claims as the booking service reads them.

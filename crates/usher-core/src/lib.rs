@@ -2,7 +2,8 @@
 //!
 //! * [`ids`] — validated queue ids and place ids.
 //! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
-//! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and the JWKS document.
+//! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
+//! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
 //! * [`position`] — turning a queue `state` snapshot into each browser's position.
 //! * [`store`] — the only place that knows Redis key names and Lua scripts.
@@ -11,6 +12,7 @@
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
 pub mod ids;
+pub mod keyring;
 pub mod keys;
 pub mod messages;
 pub mod position;

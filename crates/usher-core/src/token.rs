@@ -6,7 +6,9 @@
 //! token: re-delivery after a crash can never hand out a second, different token.
 //!
 //! A booking service verifies tokens with any stock JWT library against the JWKS document
-//! ([`SigningKey::jwks`]) the dispatcher publishes at `/.well-known/jwks.json`.
+//! ([`crate::keyring::KeyRing::jwks`]) the dispatcher publishes at `/.well-known/jwks.json`.
+//! A key's `kid` is its RFC 7638 thumbprint ([`kid_of`]): a function of the public key alone,
+//! so every replica holding the same key names it the same way.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -21,6 +23,22 @@ pub enum KeyError {
     Parse(String),
     #[error("could not encode the entry-token key: {0}")]
     Encode(String),
+    #[error("no PEM block: nothing to sign entry tokens with (expected one or more `-----BEGIN PRIVATE KEY-----` blocks)")]
+    NoKeys,
+    #[error("block 1 is a public key: the first block must be the private key that signs entry tokens (public keys may follow it, as verify-only keys)")]
+    FirstNotPrivate,
+    #[error("block {block} is the same key as block {first} (kid {kid}): list each key once")]
+    Duplicate {
+        block: usize,
+        first: usize,
+        kid: String,
+    },
+    #[error("block {block} is `{label}`: expected `PRIVATE KEY` (PKCS#8 Ed25519) or `PUBLIC KEY` (Ed25519)")]
+    Label { block: usize, label: String },
+    #[error("block {block} has no `-----END {label}-----` line")]
+    Unterminated { block: usize, label: String },
+    #[error("block {block}: {reason}")]
+    Block { block: usize, reason: String },
 }
 
 /// The claims of an entry token.
@@ -44,7 +62,7 @@ pub struct Claims {
 pub enum VerifyError {
     #[error("not a compact JWS")]
     Malformed,
-    #[error("not signed by this dispatcher's key")]
+    #[error("not signed by any of this dispatcher's keys")]
     Signature,
     #[error("claims are not an entry token's")]
     Claims,
@@ -88,11 +106,8 @@ impl SigningKey {
             .map_err(|e| KeyError::Encode(e.to_string()))
     }
 
-    fn from_dalek(key: ed25519_dalek::SigningKey) -> Self {
-        let x = URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes());
-        // RFC 7638 thumbprint: SHA-256 over the required members in lexicographic order.
-        let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
-        let kid = URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()));
+    pub(crate) fn from_dalek(key: ed25519_dalek::SigningKey) -> Self {
+        let kid = kid_of(&key.verifying_key());
         Self { key, kid }
     }
 
@@ -100,21 +115,14 @@ impl SigningKey {
         &self.kid
     }
 
-    /// The public key as a JWK.
-    pub fn jwk(&self) -> serde_json::Value {
-        serde_json::json!({
-            "kty": "OKP",
-            "crv": "Ed25519",
-            "x": URL_SAFE_NO_PAD.encode(self.key.verifying_key().as_bytes()),
-            "kid": self.kid,
-            "alg": "EdDSA",
-            "use": "sig",
-        })
+    /// The public half.
+    pub fn verifying_key(&self) -> ed25519_dalek::VerifyingKey {
+        self.key.verifying_key()
     }
 
-    /// The JWKS document listing this key.
-    pub fn jwks(&self) -> serde_json::Value {
-        serde_json::json!({ "keys": [self.jwk()] })
+    /// The public key as a JWK.
+    pub fn jwk(&self) -> serde_json::Value {
+        jwk_of(&self.key.verifying_key())
     }
 
     /// Signs `claims` as a compact JWS.
@@ -142,25 +150,49 @@ impl SigningKey {
     /// The claims of `token` if this key signed it (EdDSA over `<header>.<claims>`). Expiry
     /// and audience are the caller's to check.
     pub fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
-        let (signed, sig) = token.rsplit_once('.').ok_or(VerifyError::Malformed)?;
-        let (_, claims) = signed.split_once('.').ok_or(VerifyError::Malformed)?;
-        let sig: [u8; 64] = URL_SAFE_NO_PAD
-            .decode(sig)
-            .ok()
-            .and_then(|s| s.try_into().ok())
-            .ok_or(VerifyError::Malformed)?;
-        self.key
-            .verifying_key()
-            .verify_strict(
-                signed.as_bytes(),
-                &ed25519_dalek::Signature::from_bytes(&sig),
-            )
-            .map_err(|_| VerifyError::Signature)?;
-        let json = URL_SAFE_NO_PAD
-            .decode(claims)
-            .map_err(|_| VerifyError::Claims)?;
-        serde_json::from_slice(&json).map_err(|_| VerifyError::Claims)
+        verify_with(&self.key.verifying_key(), token)
     }
+}
+
+/// The claims of `token` if `key` signed it (EdDSA over `<header>.<claims>`). Expiry and
+/// audience are the caller's to check.
+pub fn verify_with(key: &ed25519_dalek::VerifyingKey, token: &str) -> Result<Claims, VerifyError> {
+    let (signed, sig) = token.rsplit_once('.').ok_or(VerifyError::Malformed)?;
+    let (_, claims) = signed.split_once('.').ok_or(VerifyError::Malformed)?;
+    let sig: [u8; 64] = URL_SAFE_NO_PAD
+        .decode(sig)
+        .ok()
+        .and_then(|s| s.try_into().ok())
+        .ok_or(VerifyError::Malformed)?;
+    key.verify_strict(
+        signed.as_bytes(),
+        &ed25519_dalek::Signature::from_bytes(&sig),
+    )
+    .map_err(|_| VerifyError::Signature)?;
+    let json = URL_SAFE_NO_PAD
+        .decode(claims)
+        .map_err(|_| VerifyError::Claims)?;
+    serde_json::from_slice(&json).map_err(|_| VerifyError::Claims)
+}
+
+/// The key id of a public key: its RFC 7638 JWK thumbprint (SHA-256 over the required
+/// members in lexicographic order, base64url).
+pub fn kid_of(key: &ed25519_dalek::VerifyingKey) -> String {
+    let x = URL_SAFE_NO_PAD.encode(key.as_bytes());
+    let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
+    URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+}
+
+/// A public key as a JWK, with its [`kid_of`] key id.
+pub fn jwk_of(key: &ed25519_dalek::VerifyingKey) -> serde_json::Value {
+    serde_json::json!({
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "x": URL_SAFE_NO_PAD.encode(key.as_bytes()),
+        "kid": kid_of(key),
+        "alg": "EdDSA",
+        "use": "sig",
+    })
 }
 
 #[cfg(test)]
@@ -182,7 +214,7 @@ mod tests {
         assert_eq!(t, key.mint(&claims), "Ed25519 signing is deterministic");
 
         let set: jsonwebtoken::jwk::JwkSet =
-            serde_json::from_value(key.jwks()).expect("valid JWKS");
+            serde_json::from_value(serde_json::json!({ "keys": [key.jwk()] })).expect("valid JWKS");
         let jwk = set.find(key.kid()).expect("kid listed");
         let dk = jsonwebtoken::DecodingKey::from_jwk(jwk).expect("decoding key");
         let mut v = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);

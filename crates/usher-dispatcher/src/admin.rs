@@ -14,16 +14,17 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
+use usher_core::keyring::KeyRing;
 use usher_core::messages::StreamMessage;
 use usher_core::store::{QueueConfig, QueueStats, Store, StoreError};
 use usher_core::time::now_ms;
-use usher_core::token::SigningKey;
 use usher_http::ApiError;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
-    pub key: Arc<SigningKey>,
+    /// The published keys (the signing key first).
+    pub keys: Arc<KeyRing>,
     pub admin_token: Option<Arc<str>>,
     /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
     /// tick's tokens ahead of time.
@@ -92,10 +93,15 @@ async fn authorize(
     }
 }
 
+/// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
+/// verifier meeting an unknown `kid` re-fetches anyway (rotation publishes a key on every
+/// replica before any replica signs with it).
+const JWKS_MAX_AGE: &str = "public, max-age=60";
+
 async fn jwks(State(st): State<AppState>) -> Response {
     (
-        [(header::CACHE_CONTROL, "public, max-age=300")],
-        Json(st.key.jwks()),
+        [(header::CACHE_CONTROL, JWKS_MAX_AGE)],
+        Json(st.keys.jwks()),
     )
         .into_response()
 }

@@ -37,12 +37,17 @@ pub struct Config {
     #[arg(long, env = "USHER_TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub tick_ms: u64,
 
-    /// File holding the Ed25519 private key (PKCS#8 PEM, `-----BEGIN PRIVATE KEY-----`) that
-    /// signs entry tokens. Generate one with `openssl genpkey -algorithm ed25519`.
+    /// File holding the entry-token keys: one or more PEM blocks, concatenated. The first must
+    /// be an Ed25519 private key (PKCS#8, `-----BEGIN PRIVATE KEY-----`, made with `openssl
+    /// genpkey -algorithm ed25519`): it signs every new token. Later blocks are verify-only:
+    /// private keys (retired signing keys) or public keys (`-----BEGIN PUBLIC KEY-----`, e.g. the
+    /// next signing key while it is rolled out). All are published in the JWKS, the signing key
+    /// first. A key listed twice is refused. README, "Entry tokens", has the rotation steps.
     #[arg(long, env = "USHER_JWT_KEY_FILE", conflicts_with = "jwt_key")]
     pub jwt_key_file: Option<PathBuf>,
 
-    /// The Ed25519 private key itself (PKCS#8 PEM text), instead of a file. When neither is
+    /// The entry-token keys themselves (the same PEM text as `USHER_JWT_KEY_FILE` holds: the
+    /// signing key first, then any verify-only keys), instead of a file. When neither is
     /// given, a development key is generated, shared with other dispatchers through Redis, and
     /// a warning is logged: do not run production that way.
     #[arg(long, env = "USHER_JWT_KEY", hide_env_values = true)]

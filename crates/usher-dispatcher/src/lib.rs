@@ -1,7 +1,7 @@
 //! usher-dispatcher: admission at a controlled rate, entry tokens, the admin API and JWKS.
 //!
 //! * [`config`] — flags and `USHER_*` environment variables.
-//! * [`signing`] — where the entry-token key comes from.
+//! * [`signing`] — where the entry-token keys come from.
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
 //! * [`sessions`] — the session API booking services call with an entry token.
@@ -31,6 +31,8 @@ pub enum Error {
     Store(#[from] StoreError),
     #[error(transparent)]
     Key(#[from] KeyError),
+    #[error("entry-token keys in {origin}: {source}")]
+    Keys { origin: String, source: KeyError },
     #[error("cannot read the entry-token key file {path}: {source}")]
     KeyFile {
         path: String,
@@ -50,7 +52,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     cfg.validate()?;
     let store = Store::connect(&cfg.redis_url).await?;
-    let key = Arc::new(signing::load(&cfg, &store).await?);
+    let keys = Arc::new(signing::load(&cfg, &store).await?);
+    let key = keys.signer().clone();
     if cfg.admin_token.is_none() {
         tracing::warn!("USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only");
     }
@@ -67,11 +70,11 @@ pub async fn run(
     let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
     let app = admin::router(admin::AppState {
         store,
-        key: key.clone(),
+        keys: keys.clone(),
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
         hints: hint_tx,
     });
-    tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), tick_ms = cfg.tick_ms, "dispatcher running");
+    tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, shutdown).await;
     // Stop ticking and release every lease, so other replicas take over at once.
     cancel.cancel();

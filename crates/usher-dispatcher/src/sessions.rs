@@ -65,7 +65,7 @@ async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> 
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
     let claims = st
-        .key
+        .keys
         .verify(token)
         .map_err(|e| ApiError::unauthorized(format!("not an entry token: {e}")))?;
     let not_ours = || ApiError::unauthorized("the token names no session of a configured queue");

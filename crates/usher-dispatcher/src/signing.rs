@@ -1,22 +1,30 @@
-//! Where the entry-token signing key comes from.
+//! Where the entry-token keys come from: `USHER_JWT_KEY_FILE`, `USHER_JWT_KEY`, or a
+//! development key shared through Redis.
 
+use usher_core::keyring::KeyRing;
 use usher_core::store::{DevSecret, Store};
 use usher_core::token::SigningKey;
 
 use crate::config::Config;
 use crate::Error;
 
-/// Loads the configured key, or shares a development key through Redis (with a warning).
-pub async fn load(cfg: &Config, store: &Store) -> Result<SigningKey, Error> {
-    if let Some(path) = &cfg.jwt_key_file {
+/// Loads the configured keys (the first signs, see [`KeyRing`]), or shares a development key
+/// through Redis (with a warning).
+pub async fn load(cfg: &Config, store: &Store) -> Result<KeyRing, Error> {
+    let configured = if let Some(path) = &cfg.jwt_key_file {
+        let origin = format!("USHER_JWT_KEY_FILE {}", path.display());
         let pem = std::fs::read_to_string(path).map_err(|e| Error::KeyFile {
             path: path.display().to_string(),
             source: e,
         })?;
-        return Ok(SigningKey::from_pkcs8_pem(&pem)?);
-    }
-    if let Some(pem) = &cfg.jwt_key {
-        return Ok(SigningKey::from_pkcs8_pem(pem)?);
+        Some((origin, pem))
+    } else {
+        cfg.jwt_key
+            .as_ref()
+            .map(|pem| ("USHER_JWT_KEY".to_owned(), pem.clone()))
+    };
+    if let Some((origin, pem)) = configured {
+        return KeyRing::from_pem(&pem).map_err(|source| Error::Keys { origin, source });
     }
     let pem = store
         .shared_dev_secret(DevSecret::JwtKey, SigningKey::generate_pem()?)
@@ -27,5 +35,5 @@ pub async fn load(cfg: &Config, store: &Store) -> Result<SigningKey, Error> {
         "no entry-token key configured (USHER_JWT_KEY_FILE / USHER_JWT_KEY): using a development \
          key stored in Redis; anyone with Redis access can mint entry tokens"
     );
-    Ok(key)
+    Ok(KeyRing::single(key))
 }

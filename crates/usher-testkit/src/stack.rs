@@ -105,6 +105,18 @@ pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server>
     Server::spawn(|l, rx| usher_dispatcher::run(cfg, l, shutdown(rx))).await
 }
 
+/// Starts the demo booking service against the dispatcher at `dispatcher_url` (its JWKS and
+/// its session API).
+pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
+    let cfg = usher_booking_demo::Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        jwks_url: format!("{dispatcher_url}/.well-known/jwks.json"),
+        dispatcher_url: dispatcher_url.to_owned(),
+        log_format: Default::default(),
+    };
+    Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
+}
+
 impl Stack {
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
         init_logs();
@@ -116,13 +128,7 @@ impl Stack {
             gateways.push(gateway(&url).await?);
         }
         let booking = if opts.booking {
-            let cfg = usher_booking_demo::Config {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                jwks_url: format!("{}/.well-known/jwks.json", dispatcher.url()),
-                dispatcher_url: dispatcher.url(),
-                log_format: Default::default(),
-            };
-            Some(Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await?)
+            Some(booking(&dispatcher.url()).await?)
         } else {
             None
         };

@@ -73,9 +73,16 @@ pub fn place_of(ticket: &str) -> u64 {
 pub async fn jwks(
     stack: &usher_testkit::stack::Stack,
 ) -> anyhow::Result<jsonwebtoken::jwk::JwkSet> {
-    Ok(stack
-        .http
-        .get(format!("{}/.well-known/jwks.json", stack.dispatcher.url()))
+    jwks_at(&stack.http, &stack.dispatcher.url()).await
+}
+
+/// The published keys of the dispatcher at `dispatcher_url`.
+pub async fn jwks_at(
+    http: &reqwest::Client,
+    dispatcher_url: &str,
+) -> anyhow::Result<jsonwebtoken::jwk::JwkSet> {
+    Ok(http
+        .get(format!("{dispatcher_url}/.well-known/jwks.json"))
         .send()
         .await?
         .error_for_status()?
