@@ -70,6 +70,9 @@ pub enum CloseReason {
     Left,
     /// An admin closed the queue.
     QueueClosed,
+    /// An admin closed the queue because everything is sold
+    /// (`DELETE /admin/queues/{queue}?reason=sold_out`).
+    SoldOut,
     /// The place vanished (e.g. Redis lost it in a crash).
     PlaceLost,
     /// A newer connection for the place was opened on another gateway. Never shown to a
@@ -83,9 +86,25 @@ impl CloseReason {
         match self {
             CloseReason::Left => "left",
             CloseReason::QueueClosed => "queue_closed",
+            CloseReason::SoldOut => "sold_out",
             CloseReason::PlaceLost => "place_lost",
             CloseReason::ResumedElsewhere => "resumed_elsewhere",
         }
+    }
+}
+
+/// A wire name that is not a [`CloseReason`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown close reason {0:?}")]
+pub struct UnknownCloseReason(pub String);
+
+impl std::str::FromStr for CloseReason {
+    type Err = UnknownCloseReason;
+
+    /// Parses a wire name (`"sold_out"`, …), as serde reads it.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned()))
+            .map_err(|_| UnknownCloseReason(s.to_owned()))
     }
 }
 
@@ -211,6 +230,7 @@ mod tests {
         for (reason, wire) in [
             (CloseReason::Left, "left"),
             (CloseReason::QueueClosed, "queue_closed"),
+            (CloseReason::SoldOut, "sold_out"),
             (CloseReason::PlaceLost, "place_lost"),
             (CloseReason::ResumedElsewhere, "resumed_elsewhere"),
         ] {
@@ -221,8 +241,10 @@ mod tests {
                 reason
             );
             assert_eq!(reason.to_string(), wire);
+            assert_eq!(wire.parse::<CloseReason>(), Ok(reason));
         }
         assert!(serde_json::from_str::<CloseReason>("\"closed\"").is_err());
+        assert!("closed".parse::<CloseReason>().is_err());
     }
 
     #[test]

@@ -149,7 +149,7 @@ async fn fetch_admissions(gw: Arc<Gateway>, q: QueueId, places: Vec<PlaceId>) {
 fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
     match s {
         PlaceState::Admitted(rec) => Some(Update::Admitted(Admitted::of_record(q, &rec))),
-        PlaceState::QueueClosed => Some(Update::closed(q, CloseReason::QueueClosed)),
+        PlaceState::QueueClosed(reason) => Some(Update::closed(q, reason)),
         PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
         PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
     }

@@ -18,7 +18,7 @@ use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::errors::{logged, place_gone, unknown_queue};
+use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
@@ -201,9 +201,9 @@ async fn setup(
             disarm(reserved);
             Setup::TryLater
         }
-        PlaceState::QueueClosed => {
+        PlaceState::QueueClosed(reason) => {
             disarm(reserved);
-            Setup::Failed(unknown_queue(&q))
+            Setup::Failed(closed_queue(&q, reason))
         }
         PlaceState::Gone => {
             disarm(reserved);

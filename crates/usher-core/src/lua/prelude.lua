@@ -42,3 +42,11 @@ local function admitted_state(active, tokens, place, now)
   return nil
 end
 
+
+-- nil while the queue is open, else {PLACE_QUEUE_CLOSED, close reason or false} (no reason:
+-- the queue is unknown, or was closed before reasons were kept).
+local function closed_reply(meta)
+  local m = redis.call('HMGET', meta, 'open', 'close_reason')
+  if m[1] == '1' then return nil end
+  return {PLACE_QUEUE_CLOSED, m[2] or false}
+end

@@ -9,6 +9,7 @@ use super::scripts::SCRIPTS;
 use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
+use crate::messages::CloseReason;
 
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +88,14 @@ impl Store {
             .arg(if cfg.paused { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
+        if cfg.open {
+            // Reopened (or open): the reason of an earlier close no longer applies.
+            let _: () = redis::cmd("HDEL")
+                .arg(&k.meta)
+                .arg("close_reason")
+                .query_async(&mut c)
+                .await?;
+        }
         let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
@@ -135,8 +144,9 @@ impl Store {
         Ok(ids)
     }
 
-    /// Closes a queue. Returns `false` when the queue is unknown.
-    pub async fn close_queue(&self, q: &QueueId) -> Result<bool> {
+    /// Closes a queue for `reason`, which browsers resuming later are told too. Returns
+    /// `false` when the queue is unknown.
+    pub async fn close_queue(&self, q: &QueueId, reason: CloseReason) -> Result<bool> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .close
@@ -144,6 +154,7 @@ impl Store {
             .key(&k.waiting)
             .key(&k.gws)
             .key(&k.away)
+            .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;
         Ok(!matches!(v, Value::Nil))
