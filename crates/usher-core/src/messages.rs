@@ -142,6 +142,8 @@ pub enum StreamMessage {
     State(QueueState),
     /// The queue was closed: every browser waiting in it gets `closed`.
     Closed { queue: QueueId, reason: CloseReason },
+    /// An operator's message to everyone waiting in the queue: each browser gets `notice`.
+    Notice { queue: QueueId, message: String },
     /// One place is no longer held here (it left, or a newer connection took it over on
     /// another gateway): end that connection without releasing the place.
     Ended {
@@ -180,6 +182,42 @@ pub struct AdmittedEvent {
 pub struct ClosedEvent {
     pub queue: QueueId,
     pub reason: CloseReason,
+}
+
+/// `event: notice` payload: an operator's message to the line ("Section A is sold out").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeEvent {
+    pub queue: QueueId,
+    pub message: String,
+}
+
+/// Longest notice message, in characters.
+pub const NOTICE_MAX_CHARS: usize = 500;
+
+/// Why a notice message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNotice {
+    #[error("message must not be empty")]
+    Empty,
+    #[error("message must be at most {NOTICE_MAX_CHARS} characters")]
+    TooLong,
+    #[error("message must not contain control characters")]
+    ControlCharacter,
+}
+
+/// Checks an operator's notice message: not empty (or blank), at most [`NOTICE_MAX_CHARS`]
+/// characters, and no control characters (a newline would also break the SSE framing).
+pub fn check_notice(message: &str) -> Result<(), BadNotice> {
+    if message.trim().is_empty() {
+        return Err(BadNotice::Empty);
+    }
+    if message.chars().count() > NOTICE_MAX_CHARS {
+        return Err(BadNotice::TooLong);
+    }
+    if message.chars().any(char::is_control) {
+        return Err(BadNotice::ControlCharacter);
+    }
+    Ok(())
 }
 
 /// Seconds until admission at `rate` per second for `position`.
@@ -245,6 +283,20 @@ mod tests {
         }
         assert!(serde_json::from_str::<CloseReason>("\"closed\"").is_err());
         assert!("closed".parse::<CloseReason>().is_err());
+    }
+
+    #[test]
+    fn notices_are_checked() {
+        assert_eq!(check_notice("Section A is sold out"), Ok(()));
+        assert_eq!(check_notice(&"é".repeat(NOTICE_MAX_CHARS)), Ok(()));
+        assert_eq!(check_notice(""), Err(BadNotice::Empty));
+        assert_eq!(check_notice("  "), Err(BadNotice::Empty));
+        assert_eq!(
+            check_notice(&"x".repeat(NOTICE_MAX_CHARS + 1)),
+            Err(BadNotice::TooLong)
+        );
+        assert_eq!(check_notice("a\nb"), Err(BadNotice::ControlCharacter));
+        assert_eq!(check_notice("a\u{7}"), Err(BadNotice::ControlCharacter));
     }
 
     #[test]

@@ -9,13 +9,13 @@ use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
-use usher_core::messages::{CloseReason, StreamMessage};
+use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::store::{QueueConfig, QueueStats, Store, StoreError};
 use usher_core::time::now_ms;
 use usher_core::token::SigningKey;
@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
             "/admin/queues/{queue}",
             get(get_queue).put(put_queue).delete(close_queue),
         )
+        .route("/admin/queues/{queue}/notice", post(notice))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let store = state.store.clone();
     Router::new()
@@ -294,4 +295,61 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
     st.store.send(&batches).await.map_err(redis_down)?;
     tracing::info!(queue = %q, %reason, gateways = batches.len(), "queue closed");
     Ok(true)
+}
+
+/// `POST /admin/queues/{queue}/notice` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoticeBody {
+    pub message: String,
+}
+
+/// `POST /admin/queues/{queue}/notice` answer: how many gateways the notice went to.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NoticeSent {
+    pub queue: QueueId,
+    pub gateways: usize,
+}
+
+/// Sends an operator's message to every browser waiting in the queue: one stream message to
+/// each live gateway holding browsers of it (the gateways `state` goes to).
+async fn notice(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<NoticeBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    check_notice(&b.message).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if st
+        .store
+        .queue_config(&q)
+        .await
+        .map_err(redis_down)?
+        .is_none()
+    {
+        return Err(ApiError::not_found(format!("no queue {raw:?}")));
+    }
+    let now = now_ms();
+    let live = st.store.live_gateways(now).await.map_err(redis_down)?;
+    let msg = StreamMessage::Notice {
+        queue: q.clone(),
+        message: b.message,
+    };
+    let batches: Vec<_> = st
+        .store
+        .queue_gateways(&q, now)
+        .await
+        .map_err(redis_down)?
+        .into_iter()
+        .filter_map(|idx| live.get(&idx).cloned())
+        .map(|id| (id, vec![msg.clone()]))
+        .collect();
+    st.store.send(&batches).await.map_err(redis_down)?;
+    tracing::info!(queue = %q, gateways = batches.len(), "notice sent");
+    let sent = NoticeSent {
+        queue: q,
+        gateways: batches.len(),
+    };
+    Ok((StatusCode::ACCEPTED, Json(sent)).into_response())
 }

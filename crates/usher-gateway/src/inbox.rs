@@ -1,8 +1,8 @@
 //! The stream inbox: this gateway's Redis Stream, read and applied to the browsers held here.
 //!
 //! The dispatcher writes to the stream of each gateway holding browsers of a queue: line
-//! snapshots, admissions (with their tokens, or staged ahead), closed queues and places taken
-//! over elsewhere. A message lost on the way (a Redis failover) must never strand a browser,
+//! snapshots, admissions (with their tokens, or staged ahead), closed queues, operators'
+//! notices and places taken over elsewhere. A message lost on the way (a Redis failover) must never strand a browser,
 //! so anything a snapshot no longer explains is read back from Redis ([`resync`]).
 
 use std::sync::Arc;
@@ -98,6 +98,10 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
         }
         StreamMessage::Closed { queue, reason } => {
             hub.close_queue(&queue, reason);
+        }
+        StreamMessage::Notice { queue, message } => {
+            let n = hub.notify(&queue, &message);
+            tracing::debug!(queue = %queue, browsers = n, "notice passed on");
         }
         StreamMessage::Ended {
             queue,

@@ -323,6 +323,9 @@ async fn pump_live(
                 let f = u.frame(&ticket).unwrap_or_default();
                 chunk_with(sock, "", &f, end).await?;
                 last_write = tokio::time::Instant::now();
+                if let Update::Notice { notice, .. } = &u {
+                    gw.hub().notice_shown(&holding.attached, notice);
+                }
             }
             _ = keepalive.changed() => {
                 let tick = *keepalive.borrow_and_update();

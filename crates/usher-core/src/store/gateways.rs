@@ -161,4 +161,16 @@ impl Store {
             .collect())
     }
 
+    /// Indexes of the gateways holding browsers of `q` at `now_ms` (those `state` goes to;
+    /// dead ones included until their interest lapses: filter with the registry).
+    pub async fn queue_gateways(&self, q: &QueueId, now_ms: u64) -> Result<Vec<u16>> {
+        let k = QueueKeys::new(q);
+        let v: Vec<u16> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&k.gws)
+            .arg(now_ms)
+            .arg("+inf")
+            .query_async(&mut self.c())
+            .await?;
+        Ok(v)
+    }
 }

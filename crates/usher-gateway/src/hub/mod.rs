@@ -177,6 +177,13 @@ impl Hub {
                     *w = ev;
                     moved
                 }
+                // A pending notice stays and carries the new position along.
+                Update::Notice { waiting, .. } => {
+                    let moved =
+                        (waiting.position, waiting.eta_seconds) != (ev.position, ev.eta_seconds);
+                    *waiting = ev;
+                    moved
+                }
                 _ => false,
             });
             slot.position = position;
@@ -288,6 +295,63 @@ impl Hub {
             inner.deliver(queue, PlaceId(p), update.clone());
         }
         places.len()
+    }
+
+    /// Sends an operator's notice to every connection of `queue`. Each connection holds one
+    /// unsent notice at most (a newer one replaces it); a pending admission or `closed` is
+    /// never displaced, and a reserved connection (not streaming yet) gets none. Returns how
+    /// many connections it went to.
+    pub fn notify(&self, queue: &QueueId, message: &str) -> usize {
+        let frame = Update::notice_frame(queue, message);
+        let inner = self.lock();
+        let Some(conns) = inner.queues.get(queue) else {
+            return 0;
+        };
+        let mut sent = 0;
+        for tx in conns.values().filter_map(|s| s.tx.as_ref()) {
+            let took = tx.send_if_modified(|cur| match cur {
+                Update::Waiting(w) => {
+                    let waiting = w.clone();
+                    *cur = Update::Notice {
+                        notice: frame.clone(),
+                        waiting,
+                    };
+                    true
+                }
+                Update::Notice { notice, .. } => {
+                    *notice = frame.clone();
+                    true
+                }
+                _ => false,
+            });
+            sent += usize::from(took);
+        }
+        sent
+    }
+
+    /// The connection `a` wrote `notice`: unless a newer update replaced it meanwhile, its
+    /// pending update goes back to the plain `waiting` event, without waking the connection,
+    /// so a later position update does not repeat the notice.
+    pub fn notice_shown(&self, a: &Attached, notice: &Arc<str>) {
+        let inner = self.lock();
+        let Some(tx) = inner
+            .queues
+            .get(&a.queue)
+            .and_then(|c| c.get(&a.place.0))
+            .filter(|s| s.id == a.id)
+            .and_then(|s| s.tx.as_ref())
+        else {
+            return;
+        };
+        tx.send_if_modified(|cur| {
+            if let Update::Notice { notice: n, waiting } = cur {
+                if Arc::ptr_eq(n, notice) {
+                    let waiting = waiting.clone();
+                    *cur = Update::Waiting(waiting);
+                }
+            }
+            false
+        });
     }
 
     /// Ends up to `max` connections without an event (draining), each with its own `retry:`

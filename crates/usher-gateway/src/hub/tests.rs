@@ -69,9 +69,7 @@ fn positions_never_increase_and_gone_places_are_reported_once() {
     assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
     s.runs = vec![(10, 1)];
     hub.apply_state(&s);
-    assert!(
-        matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == 1)
-    );
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == 1));
     s.runs = vec![(11, 1)];
     assert_eq!(hub.apply_state(&s), vec![place(10)]);
     assert!(
@@ -153,6 +151,57 @@ fn a_browser_that_does_not_read_holds_one_pending_update_at_most() {
     }
     assert!(rx.has_changed().unwrap_or(false));
     assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1000));
+}
+
+#[test]
+fn a_notice_waits_in_the_one_pending_update_and_never_displaces_an_admission() {
+    let hub = Hub::new();
+    let (a, mut rx) = connect(&hub, place(10), 3);
+    let (_b, rx_admitted) = connect(&hub, place(11), 4);
+    let admission = Admission {
+        place: place(11),
+        token: "t".into(),
+        admitted_at_ms: 1,
+        expires_at_ms: 2,
+    };
+    assert_eq!(hub.admit(&q(), &[admission]), 1);
+    // Two notices before the browser reads: the newer replaces the older, and the
+    // admitted connection keeps its admission.
+    assert_eq!(hub.notify(&q(), "first"), 1);
+    assert_eq!(hub.notify(&q(), "second"), 1);
+    assert!(matches!(&*rx_admitted.borrow(), Update::Admitted(_)));
+    // A position update keeps the pending notice and moves its `waiting` along.
+    hub.apply_state(&QueueState {
+        waiting: 1,
+        rate: 1.0,
+        runs: vec![(10, 1)],
+        ..QueueState::empty(q())
+    });
+    let u = rx.borrow_and_update().clone();
+    let Update::Notice { notice, waiting } = &u else {
+        panic!("notice expected, got {u:?}");
+    };
+    assert_eq!(waiting.position, 1);
+    assert_eq!(
+        &**notice,
+        "event: notice\ndata: {\"queue\":\"q\",\"message\":\"second\"}\n\n"
+    );
+    assert_eq!(
+        u.frame("tk"),
+        Some(format!(
+            "{notice}{}",
+            crate::frames::event_frame("waiting", Some("tk"), waiting)
+        ))
+    );
+    // Once written, it turns back into `waiting` without waking the connection.
+    hub.notice_shown(&a, notice);
+    assert!(!rx.has_changed().unwrap_or(true));
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1));
+    // A terminal update replaces a pending notice.
+    assert_eq!(hub.notify(&q(), "third"), 1);
+    hub.close_queue(&q(), CloseReason::SoldOut);
+    assert_eq!(hub.notify(&q(), "fourth"), 0);
+    assert!(matches!(&*rx.borrow(), Update::Closed(c) if c.reason == CloseReason::SoldOut));
 }
 
 #[test]
