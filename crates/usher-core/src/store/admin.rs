@@ -20,7 +20,8 @@ pub struct QueueConfig {
     pub session_ttl_seconds: u64,
     /// Whether browsers may join and the dispatcher admits.
     pub open: bool,
-    /// How long a browser whose connection dropped keeps its place.
+    /// How long a browser whose connection dropped keeps its place (300 s by default: phones
+    /// suspend background tabs for minutes). An away place is not admitted while away.
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
@@ -32,7 +33,7 @@ impl Default for QueueConfig {
             admit_per_second: 10.0,
             session_ttl_seconds: 600,
             open: true,
-            grace_seconds: 30,
+            grace_seconds: 300,
             paused: false,
         }
     }
@@ -42,6 +43,9 @@ impl Default for QueueConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStats {
     pub waiting: u64,
+    /// Waiting places whose browser is away (disconnected, within its grace period): they
+    /// keep their position and are not admitted until their browser is back.
+    pub away: u64,
     pub active: u64,
     pub admitted_total: u64,
     /// Places removed without admission (browser away past the grace period, gateway gone).
@@ -107,23 +111,27 @@ impl Store {
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (waiting, active, total, dropped): (u64, u64, Option<u64>, Option<u64>) = redis::pipe()
-            .cmd("ZCARD")
-            .arg(&k.waiting)
-            .cmd("ZCOUNT")
-            .arg(&k.active)
-            .arg(now_ms)
-            .arg("+inf")
-            .cmd("HGET")
-            .arg(&k.meta)
-            .arg("admitted_total")
-            .cmd("HGET")
-            .arg(&k.meta)
-            .arg("dropped_total")
-            .query_async(&mut self.c())
-            .await?;
+        let (waiting, away, active, total, dropped): (u64, u64, u64, Option<u64>, Option<u64>) =
+            redis::pipe()
+                .cmd("ZCARD")
+                .arg(&k.waiting)
+                .cmd("ZCARD")
+                .arg(&k.away)
+                .cmd("ZCOUNT")
+                .arg(&k.active)
+                .arg(now_ms)
+                .arg("+inf")
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("admitted_total")
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("dropped_total")
+                .query_async(&mut self.c())
+                .await?;
         Ok(QueueStats {
             waiting,
+            away,
             active,
             admitted_total: total.unwrap_or(0),
             dropped_total: dropped.unwrap_or(0),
