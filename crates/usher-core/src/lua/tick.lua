@@ -121,22 +121,24 @@ if n > 0 then
   local pop_cap = n + per_call
   local last_seen = nil
   while admitted < n and popped_total < pop_cap and skipped_tick < max_per_tick do
-    local want = math.min(n - admitted, 1000)
     local popped
     if any_away then
+      -- Read ahead, as far as this call may pass over places; stop at its admissions.
+      local want = math.min(pop_cap - popped_total, max_per_tick - skipped_tick, 1000)
       popped = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
     else
-      popped = redis.call('ZPOPMIN', KEYS[2], want)
+      popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
     end
     if #popped == 0 then break end
-    popped_total = popped_total + #popped / 2
     -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
     -- '<admitted at>|<expires>|<place>:<gateway>,...' per chunk.
     local zadd, items, taken = {}, {}, {}
     for i = 1, #popped, 2 do
+      if admitted >= n then break end
       local member = popped[i]
       local place = popped[i + 1]
       last_seen = place
+      popped_total = popped_total + 1
       if any_away and redis.call('ZSCORE', KEYS[7], place) then
         skipped_tick = skipped_tick + 1
       else
