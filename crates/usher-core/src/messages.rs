@@ -70,6 +70,9 @@ pub enum CloseReason {
     Left,
     /// An admin closed the queue.
     QueueClosed,
+    /// An admin closed the queue because everything is sold
+    /// (`DELETE /admin/queues/{queue}?reason=sold_out`).
+    SoldOut,
     /// The place vanished (e.g. Redis lost it in a crash).
     PlaceLost,
     /// The place was admitted and its session has ended (the booking service released it, or
@@ -86,10 +89,26 @@ impl CloseReason {
         match self {
             CloseReason::Left => "left",
             CloseReason::QueueClosed => "queue_closed",
+            CloseReason::SoldOut => "sold_out",
             CloseReason::PlaceLost => "place_lost",
             CloseReason::SessionEnded => "session_ended",
             CloseReason::ResumedElsewhere => "resumed_elsewhere",
         }
+    }
+}
+
+/// A wire name that is not a [`CloseReason`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown close reason {0:?}")]
+pub struct UnknownCloseReason(pub String);
+
+impl std::str::FromStr for CloseReason {
+    type Err = UnknownCloseReason;
+
+    /// Parses a wire name (`"sold_out"`, …), as serde reads it.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned()))
+            .map_err(|_| UnknownCloseReason(s.to_owned()))
     }
 }
 
@@ -127,6 +146,8 @@ pub enum StreamMessage {
     State(QueueState),
     /// The queue was closed: every browser waiting in it gets `closed`.
     Closed { queue: QueueId, reason: CloseReason },
+    /// An operator's message to everyone waiting in the queue: each browser gets `notice`.
+    Notice { queue: QueueId, message: String },
     /// One place is no longer held here (it left, or a newer connection took it over on
     /// another gateway): end that connection without releasing the place.
     Ended {
@@ -165,6 +186,42 @@ pub struct AdmittedEvent {
 pub struct ClosedEvent {
     pub queue: QueueId,
     pub reason: CloseReason,
+}
+
+/// `event: notice` payload: an operator's message to the line ("Section A is sold out").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeEvent {
+    pub queue: QueueId,
+    pub message: String,
+}
+
+/// Longest notice message, in characters.
+pub const NOTICE_MAX_CHARS: usize = 500;
+
+/// Why a notice message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNotice {
+    #[error("message must not be empty")]
+    Empty,
+    #[error("message must be at most {NOTICE_MAX_CHARS} characters")]
+    TooLong,
+    #[error("message must not contain control characters")]
+    ControlCharacter,
+}
+
+/// Checks an operator's notice message: not empty (or blank), at most [`NOTICE_MAX_CHARS`]
+/// characters, and no control characters (a newline would also break the SSE framing).
+pub fn check_notice(message: &str) -> Result<(), BadNotice> {
+    if message.trim().is_empty() {
+        return Err(BadNotice::Empty);
+    }
+    if message.chars().count() > NOTICE_MAX_CHARS {
+        return Err(BadNotice::TooLong);
+    }
+    if message.chars().any(char::is_control) {
+        return Err(BadNotice::ControlCharacter);
+    }
+    Ok(())
 }
 
 /// Seconds until admission at `rate` per second for `position`.
@@ -215,6 +272,7 @@ mod tests {
         for (reason, wire) in [
             (CloseReason::Left, "left"),
             (CloseReason::QueueClosed, "queue_closed"),
+            (CloseReason::SoldOut, "sold_out"),
             (CloseReason::PlaceLost, "place_lost"),
             (CloseReason::ResumedElsewhere, "resumed_elsewhere"),
             (CloseReason::SessionEnded, "session_ended"),
@@ -226,8 +284,24 @@ mod tests {
                 reason
             );
             assert_eq!(reason.to_string(), wire);
+            assert_eq!(wire.parse::<CloseReason>(), Ok(reason));
         }
         assert!(serde_json::from_str::<CloseReason>("\"closed\"").is_err());
+        assert!("closed".parse::<CloseReason>().is_err());
+    }
+
+    #[test]
+    fn notices_are_checked() {
+        assert_eq!(check_notice("Section A is sold out"), Ok(()));
+        assert_eq!(check_notice(&"é".repeat(NOTICE_MAX_CHARS)), Ok(()));
+        assert_eq!(check_notice(""), Err(BadNotice::Empty));
+        assert_eq!(check_notice("  "), Err(BadNotice::Empty));
+        assert_eq!(
+            check_notice(&"x".repeat(NOTICE_MAX_CHARS + 1)),
+            Err(BadNotice::TooLong)
+        );
+        assert_eq!(check_notice("a\nb"), Err(BadNotice::ControlCharacter));
+        assert_eq!(check_notice("a\u{7}"), Err(BadNotice::ControlCharacter));
     }
 
     #[test]

@@ -4,18 +4,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::keyring::KeyRing;
-use usher_core::messages::StreamMessage;
+use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::store::{QueueConfig, QueueStats, Store, StoreError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
@@ -47,6 +48,7 @@ pub fn router(state: AppState) -> Router {
             "/admin/queues/{queue}",
             get(get_queue).put(put_queue).delete(close_queue),
         )
+        .route("/admin/queues/{queue}/notice", post(notice))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let store = state.store.clone();
     Router::new()
@@ -245,7 +247,7 @@ async fn put_queue(
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does.
-        close(&st, &q).await?;
+        close(&st, &q, CloseReason::QueueClosed).await?;
     }
     let admits_more = before.is_none_or(|b| {
         (b.paused && !cfg.paused)
@@ -267,12 +269,34 @@ async fn put_queue(
     Ok((status, Json(v)).into_response())
 }
 
+/// `DELETE /admin/queues/{queue}` query: why the queue closes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloseQuery {
+    pub reason: Option<String>,
+}
+
+/// The reasons an operator may close a queue for: `queue_closed` (the default) and
+/// `sold_out`.
+fn close_reason(q: Result<Query<CloseQuery>, QueryRejection>) -> Result<CloseReason, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    match q.reason.as_deref().map(str::parse) {
+        None => Ok(CloseReason::QueueClosed),
+        Some(Ok(r @ (CloseReason::QueueClosed | CloseReason::SoldOut))) => Ok(r),
+        Some(_) => Err(ApiError::bad_request(
+            "reason must be queue_closed or sold_out",
+        )),
+    }
+}
+
 async fn close_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
+    query: Result<Query<CloseQuery>, QueryRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
     let q = parse_queue(&raw)?;
-    if !close(&st, &q).await? {
+    let reason = close_reason(query)?;
+    if !close(&st, &q, reason).await? {
         return Err(ApiError::not_found(format!("no queue {raw:?}")));
     }
     view(&st, q)
@@ -281,22 +305,79 @@ async fn close_queue(
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
 }
 
-/// Closes a queue and tells every live gateway (cheap and rare), not only those registered as
-/// holding browsers of it. `false` when the queue is unknown.
-async fn close(st: &AppState, q: &QueueId) -> Result<bool, ApiError> {
-    if !st.store.close_queue(q).await.map_err(redis_down)? {
+/// Closes a queue for `reason` and tells every live gateway (cheap and rare), not only those
+/// registered as holding browsers of it. `false` when the queue is unknown.
+async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, ApiError> {
+    if !st.store.close_queue(q, reason).await.map_err(redis_down)? {
         return Ok(false);
     }
     let live = st.store.live_gateways(now_ms()).await.map_err(redis_down)?;
     let msg = StreamMessage::Closed {
         queue: q.clone(),
-        reason: usher_core::messages::CloseReason::QueueClosed,
+        reason,
     };
     let batches: Vec<_> = live
         .into_values()
         .map(|id| (id, vec![msg.clone()]))
         .collect();
     st.store.send(&batches).await.map_err(redis_down)?;
-    tracing::info!(queue = %q, gateways = batches.len(), "queue closed");
+    tracing::info!(queue = %q, %reason, gateways = batches.len(), "queue closed");
     Ok(true)
+}
+
+/// `POST /admin/queues/{queue}/notice` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoticeBody {
+    pub message: String,
+}
+
+/// `POST /admin/queues/{queue}/notice` answer: how many gateways the notice went to.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NoticeSent {
+    pub queue: QueueId,
+    pub gateways: usize,
+}
+
+/// Sends an operator's message to every browser waiting in the queue: one stream message to
+/// each live gateway holding browsers of it (the gateways `state` goes to).
+async fn notice(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<NoticeBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    check_notice(&b.message).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if st
+        .store
+        .queue_config(&q)
+        .await
+        .map_err(redis_down)?
+        .is_none()
+    {
+        return Err(ApiError::not_found(format!("no queue {raw:?}")));
+    }
+    let now = now_ms();
+    let live = st.store.live_gateways(now).await.map_err(redis_down)?;
+    let msg = StreamMessage::Notice {
+        queue: q.clone(),
+        message: b.message,
+    };
+    let batches: Vec<_> = st
+        .store
+        .queue_gateways(&q, now)
+        .await
+        .map_err(redis_down)?
+        .into_iter()
+        .filter_map(|idx| live.get(&idx).cloned())
+        .map(|id| (id, vec![msg.clone()]))
+        .collect();
+    st.store.send(&batches).await.map_err(redis_down)?;
+    tracing::info!(queue = %q, gateways = batches.len(), "notice sent");
+    let sent = NoticeSent {
+        queue: q,
+        gateways: batches.len(),
+    };
+    Ok((StatusCode::ACCEPTED, Json(sent)).into_response())
 }

@@ -4,6 +4,7 @@
 
 use axum::http::StatusCode;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::messages::CloseReason;
 use usher_core::secret::TicketKey;
 use usher_core::store::StoreError;
 use usher_core::ticket::Ticket;
@@ -27,6 +28,15 @@ pub(crate) fn check_ticket(
 /// 404: the queue does not exist (or no longer does).
 pub(crate) fn unknown_queue(q: &QueueId) -> ApiError {
     ApiError::not_found(format!("queue {q} does not exist or is closed"))
+}
+
+/// 404: the queue is closed for `reason`; a queue closed for the plain reason (or unknown)
+/// gets [`unknown_queue`]'s answer, one closed for another reason says which.
+pub(crate) fn closed_queue(q: &QueueId, reason: CloseReason) -> ApiError {
+    match reason {
+        CloseReason::QueueClosed => unknown_queue(q),
+        _ => ApiError::not_found(format!("queue {q} is closed: {reason}")),
+    }
 }
 
 /// 410: the ticket was valid, but its place is gone.

@@ -1,8 +1,8 @@
 //! The stream inbox: this gateway's Redis Stream, read and applied to the browsers held here.
 //!
 //! The dispatcher writes to the stream of each gateway holding browsers of a queue: line
-//! snapshots, admissions (with their tokens, or staged ahead), closed queues and places taken
-//! over elsewhere. A message lost on the way (a Redis failover) must never strand a browser,
+//! snapshots, admissions (with their tokens, or staged ahead), closed queues, operators'
+//! notices and places taken over elsewhere. A message lost on the way (a Redis failover) must never strand a browser,
 //! so anything a snapshot no longer explains is read back from Redis ([`resync`]).
 
 use std::sync::Arc;
@@ -99,6 +99,10 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
         StreamMessage::Closed { queue, reason } => {
             hub.close_queue(&queue, reason);
         }
+        StreamMessage::Notice { queue, message } => {
+            let n = hub.notify(&queue, &message);
+            tracing::debug!(queue = %queue, browsers = n, "notice passed on");
+        }
         StreamMessage::Ended {
             queue,
             place,
@@ -149,7 +153,7 @@ async fn fetch_admissions(gw: Arc<Gateway>, q: QueueId, places: Vec<PlaceId>) {
 fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
     match s {
         PlaceState::Admitted(rec) => Some(Update::Admitted(Admitted::of_record(q, &rec))),
-        PlaceState::QueueClosed => Some(Update::closed(q, CloseReason::QueueClosed)),
+        PlaceState::QueueClosed(reason) => Some(Update::closed(q, reason)),
         PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
         PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
         PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,

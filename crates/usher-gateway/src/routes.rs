@@ -15,7 +15,9 @@ use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::errors::{check_ticket, parse_queue, place_gone, redis_unavailable, unknown_queue};
+use crate::errors::{
+    check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
+};
 use crate::gateway::Gateway;
 use crate::update::{admitted_event, Update};
 
@@ -81,7 +83,7 @@ async fn status_handler(
             v
         }
         PlaceState::AdmissionPending => serde_json::json!({"queue": q, "state": "admitting"}),
-        PlaceState::QueueClosed => return Err(unknown_queue(&q)),
+        PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
         PlaceState::Gone => return Err(place_gone()),
         PlaceState::SessionEnded => serde_json::json!({
             "queue": q, "state": "closed", "reason": CloseReason::SessionEnded,

@@ -18,7 +18,7 @@ use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::errors::{logged, place_gone, unknown_queue};
+use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
@@ -201,9 +201,9 @@ async fn setup(
             disarm(reserved);
             Setup::TryLater
         }
-        PlaceState::QueueClosed => {
+        PlaceState::QueueClosed(reason) => {
             disarm(reserved);
-            Setup::Failed(unknown_queue(&q))
+            Setup::Failed(closed_queue(&q, reason))
         }
         PlaceState::Gone => {
             disarm(reserved);
@@ -328,6 +328,9 @@ async fn pump_live(
                 let f = u.frame(&ticket).unwrap_or_default();
                 chunk_with(sock, "", &f, end).await?;
                 last_write = tokio::time::Instant::now();
+                if let Update::Notice { notice, .. } = &u {
+                    gw.hub().notice_shown(&holding.attached, notice);
+                }
             }
             _ = keepalive.changed() => {
                 let tick = *keepalive.borrow_and_update();

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
-use usher_core::messages::CloseReason;
 use usher_core::store::StoreError;
 use usher_core::time::now_ms;
 
@@ -83,10 +82,10 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         .await?;
     store.ensure_stream(gw.id(), config.stream_ttl()).await?;
     let queues = gw.hub().queues();
-    let open = store.refresh_interest(&queues, gw.index(), now).await?;
-    for (q, open) in queues.iter().zip(open) {
-        if !open {
-            gw.hub().close_queue(q, CloseReason::QueueClosed);
+    let closed = store.refresh_interest(&queues, gw.index(), now).await?;
+    for (q, closed) in queues.iter().zip(closed) {
+        if let Some(reason) = closed {
+            gw.hub().close_queue(q, reason);
         }
     }
     Ok(())

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use usher_core::ids::QueueId;
-use usher_core::messages::{Admission, AdmittedEvent, CloseReason, ClosedEvent, WaitingEvent};
+use usher_core::messages::{
+    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, WaitingEvent,
+};
 use usher_core::store::TokenRecord;
 
 use crate::frames::{event_frame, json_frame, retry_frame};
@@ -12,6 +14,15 @@ use crate::frames::{event_frame, json_frame, retry_frame};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Waiting(WaitingEvent),
+    /// An operator's notice (its rendered `notice` frame, shared by every connection it goes
+    /// to), then the browser's current `waiting` event. A notice takes the place of a pending
+    /// position update and carries it along, and a later position update changes `waiting`
+    /// and keeps the notice; a newer notice replaces an unsent one. Once written, the hub
+    /// turns it back into `Waiting` ([`crate::hub::Hub::notice_shown`]).
+    Notice {
+        notice: Arc<str>,
+        waiting: WaitingEvent,
+    },
     /// Terminal.
     Admitted(Arc<Admitted>),
     /// Terminal.
@@ -26,11 +37,21 @@ pub enum Update {
 
 impl Update {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_))
+        !matches!(self, Update::Waiting(_) | Update::Notice { .. })
     }
 
     pub fn superseded() -> Self {
         Update::Ended { retry_ms: None }
+    }
+
+    /// The `notice` frame of an operator's message to the line of `queue`: no `id:` line, so
+    /// the browser's last event id stays its ticket.
+    pub fn notice_frame(queue: &QueueId, message: &str) -> Arc<str> {
+        let ev = NoticeEvent {
+            queue: queue.clone(),
+            message: message.to_owned(),
+        };
+        event_frame("notice", None, &ev).into()
     }
 
     /// `closed` with `reason`.
@@ -46,6 +67,10 @@ impl Update {
     pub fn frame(&self, ticket: &str) -> Option<String> {
         match self {
             Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
+            Update::Notice { notice, waiting } => Some(format!(
+                "{notice}{}",
+                event_frame("waiting", Some(ticket), waiting)
+            )),
             Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
             Update::Closed(c) => Some(event_frame("closed", None, c)),
             Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 use usher_core::ids::QueueId;
+use usher_core::messages::CloseReason;
 use usher_core::store::{Lease, Store};
 use usher_core::time::now_ms;
 use usher_testkit::probe::{self, RedisProbe};
@@ -515,7 +516,7 @@ async fn a_join_call_takes_a_batch_of_consecutive_places_at_the_tail() -> anyhow
     assert!(
         matches!(big.state(JOIN_BATCH_MAX - 1), PlaceState::Waiting { position, .. } if position == 6 + JOIN_BATCH_MAX as u64)
     );
-    store.close_queue(&q).await?;
+    store.close_queue(&q, CloseReason::QueueClosed).await?;
     assert_eq!(
         store.join_many(&q, 3, now_ms(), 2).await?,
         Joined::QueueClosed

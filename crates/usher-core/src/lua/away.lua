@@ -4,7 +4,7 @@
 -- Only places this gateway still holds are affected (not admitted, left or resumed elsewhere).
 -- With a grace period of 0 the places are removed at once.
 -- Returns how many places are now away (or were removed).
-local grace = tonumber(redis.call('HGET', KEYS[1], 'grace_seconds') or '30') or 30
+local grace = tonumber(redis.call('HGET', KEYS[1], 'grace_seconds') or '300') or 300
 local gw = tonumber(ARGV[1])
 local until_ms = tonumber(ARGV[2]) + grace * 1000
 local n = 0

@@ -1,8 +1,11 @@
 -- Close a queue: nobody new may join, and every waiting place is dropped. Admitted sessions
 -- stay valid until they expire. The place counter is kept so old tickets never name new places.
+-- The reason is kept in meta (`close_reason`) for browsers that resume later; reopening
+-- the queue (put_queue with open) deletes it.
 -- KEYS: meta, waiting, gws, away
+-- ARGV: close reason (wire name, e.g. 'sold_out')
 -- Returns false when the queue is unknown, else 1.
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('HSET', KEYS[1], 'open', '0')
+redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 return 1

@@ -66,3 +66,11 @@ local function end_sessions(active, tokens, ended, places, now, max_ms)
   end
   redis.call('ZADD', ended, unpack(z))
 end
+
+-- nil while the queue is open, else {PLACE_QUEUE_CLOSED, close reason or false} (no reason:
+-- the queue is unknown, or was closed before reasons were kept).
+local function closed_reply(meta)
+  local m = redis.call('HMGET', meta, 'open', 'close_reason')
+  if m[1] == '1' then return nil end
+  return {PLACE_QUEUE_CLOSED, m[2] or false}
+end

@@ -5,14 +5,15 @@
 --   {PLACE_ADMITTED, record}     admitted, the session still valid (record = tokens value)
 --   {PLACE_ADMISSION_PENDING}    admitted a moment ago, token being minted (ask again shortly)
 --   {PLACE_SESSION_ENDED}        admitted, and the session ended (released or expired)
---   {PLACE_QUEUE_CLOSED}         queue closed or unknown
+--   {PLACE_QUEUE_CLOSED, reason or false}  queue closed (for reason) or unknown
 --   {PLACE_GONE}                 the place no longer exists (left, grace expired, session over)
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
 --    admit_per_second}
 local now = tonumber(ARGV[3])
 local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], ARGV[1], now)
 if adm then return adm end
-if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {PLACE_QUEUE_CLOSED} end
+local closed = closed_reply(KEYS[1])
+if closed then return closed end
 local seq = tonumber(ARGV[1])
 local mine = member_of(seq, tonumber(ARGV[2]))
 local found = find_member(KEYS[3], seq)

@@ -2,11 +2,13 @@
 -- KEYS: meta, waiting, active, tokens, ended
 -- ARGV: place, now ms
 -- Returns what resume.lua does ({PLACE_ADMITTED, record}, {PLACE_ADMISSION_PENDING},
--- {PLACE_SESSION_ENDED}, {PLACE_QUEUE_CLOSED}, {PLACE_GONE}), but {PLACE_WAITING, position, waiting, rate or false,
--- admit_per_second} without the previous gateway.
+-- {PLACE_SESSION_ENDED}, {PLACE_QUEUE_CLOSED, reason or false}, {PLACE_GONE}), but
+-- {PLACE_WAITING, position, waiting, rate or false, admit_per_second} without the previous
+-- gateway.
 local adm = admitted_state(KEYS[3], KEYS[4], KEYS[5], ARGV[1], tonumber(ARGV[2]))
 if adm then return adm end
-if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {PLACE_QUEUE_CLOSED} end
+local closed = closed_reply(KEYS[1])
+if closed then return closed end
 local found = find_member(KEYS[2], ARGV[1])
 if not found then return {PLACE_GONE} end
 local rank = redis.call('ZRANK', KEYS[2], found)

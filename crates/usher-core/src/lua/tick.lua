@@ -12,6 +12,13 @@
 -- where another stopped.
 --
 -- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended   (one hash tag)
+-- Away places (in `away`: their browser disconnected and the grace period is not over) are
+-- not admitted: they keep their position in `waiting` and the call admits the present places
+-- behind them; a resumed place is no longer away and is admitted at its turn. While any place
+-- is away, the head is read with ZRANGEBYSCORE from a cursor (meta `scan`, valid for the calls
+-- of one tick) instead of popped, so a tick's next call goes on after the away places its
+-- previous call passed over.
+--
 -- ARGV: 1 now ms, 2 elapsed ms to assume on the first tick, 3 longest elapsed ms to count,
 --       4 exact places, 5 largest interpolation error (fraction, e.g. 0.01),
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
@@ -35,7 +42,8 @@
 --   gateways = indexes (text) of gateways holding browsers of this queue
 --   fresh   = this call's outbox entries
 --   more    = true when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places
---             of dead gateways popped) with budget and places left: call again
+--             of dead gateways or away places passed) with budget and places left: call
+--             again; never after ARGV[12] away places were passed over in this tick
 -- cjson writes an empty list as {} and numbers with 14 significant digits: exact for place ids
 -- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
@@ -65,7 +73,7 @@ if sliding then token_ttl_ms = max_ms end
 if m[1] ~= '1' then return {TICK_CLOSED, redis.call('LLEN', KEYS[5])} end
 local aps = tonumber(m[2]) or 0
 local carry = tonumber(m[3]) or 0
-local grace_ms = (tonumber(m[5]) or 30) * 1000
+local grace_ms = (tonumber(m[5]) or 300) * 1000
 local elapsed = tonumber(ARGV[2])
 if m[4] then elapsed = math.min(math.max(now - tonumber(m[4]), 0), tonumber(ARGV[3])) end
 local max_per_tick = tonumber(ARGV[12])
@@ -97,6 +105,10 @@ local capped = false
 local admitted = 0
 -- This call's outbox entries, also returned for immediate delivery.
 local fresh = {}
+-- Away places (browser disconnected, grace not over) passed over by this tick's calls: they
+-- keep their place in `waiting` and are admitted at their turn once their browser is back.
+local skipped_tick = 0
+local away_capped = false
 if n > 0 then
   local exp = fmt(now + ttl_ms)
   local head = ARGV[1] .. '|' .. exp .. '|'
@@ -105,51 +117,79 @@ if n > 0 then
   local tail = ''
   if sliding then tail = '|' .. fmt(now + max_ms) end
   local any_away = redis.call('ZCARD', KEYS[7]) > 0
+  -- With away places, the head is read (not popped) from where this tick's previous call
+  -- stopped: the away places before that stay where they are.
+  local from = '-inf'
+  if any_away then
+    local cur = redis.call('HGET', KEYS[1], 'scan')
+    local t, s, k = string.match(cur or '', '^(%d+)|(%d+)|(%d+)$')
+    if t == ARGV[1] then from, skipped_tick = '(' .. s, tonumber(k) end
+  end
   local gw_of = {}
   local popped_total = 0
-  -- Places of dead gateways are popped without admission: at most ARGV[13] of them per call.
+  -- Places of dead gateways and away places: at most ARGV[13] of them per call, and at most
+  -- ARGV[12] away places per tick.
   local pop_cap = n + per_call
-  while admitted < n and popped_total < pop_cap do
-    local popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
+  local last_seen = nil
+  while admitted < n and popped_total < pop_cap and skipped_tick < max_per_tick do
+    local popped
+    if any_away then
+      -- Read ahead, as far as this call may pass over places; stop at its admissions.
+      local want = math.min(pop_cap - popped_total, max_per_tick - skipped_tick, 1000)
+      popped = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
+    else
+      popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
+    end
     if #popped == 0 then break end
-    popped_total = popped_total + #popped / 2
     -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
     -- '<admitted at>|<expires>|<place>:<gateway>,...[|<token exp>]' per chunk.
-    local zadd, items, away = {}, {}, {}
+    local zadd, items, taken = {}, {}, {}
     for i = 1, #popped, 2 do
+      if admitted >= n then break end
       local member = popped[i]
       local place = popped[i + 1]
-      local tag = string.sub(member, 5, 6)
-      local gw = gw_of[tag]
-      if not gw then
-        gw = member_gateway(member)
-        gw_of[tag] = gw
-      end
-      if dead_since[gw] then
-        dropped = dropped + 1
+      last_seen = place
+      popped_total = popped_total + 1
+      if any_away and redis.call('ZSCORE', KEYS[7], place) then
+        skipped_tick = skipped_tick + 1
       else
-        zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
-        items[#items + 1] = place .. ':' .. gw
-        admitted = admitted + 1
+        if any_away then taken[#taken + 1] = member end
+        local tag = string.sub(member, 5, 6)
+        local gw = gw_of[tag]
+        if not gw then
+          gw = member_gateway(member)
+          gw_of[tag] = gw
+        end
+        if dead_since[gw] then
+          dropped = dropped + 1
+        else
+          zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
+          items[#items + 1] = place .. ':' .. gw
+          admitted = admitted + 1
+        end
       end
-      if any_away then away[#away + 1] = place end
     end
+    if #taken > 0 then redis.call('ZREM', KEYS[2], unpack(taken)) end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
       local entry = head .. table.concat(items, ',') .. tail
       redis.call('RPUSH', KEYS[5], entry)
       fresh[#fresh + 1] = entry
     end
-    if any_away then redis.call('ZREM', KEYS[7], unpack(away)) end
+    from = '(' .. last_seen
   end
   capped = popped_total >= pop_cap
+  away_capped = skipped_tick >= max_per_tick
+  if any_away and last_seen then
+    redis.call('HSET', KEYS[1], 'scan', ARGV[1] .. '|' .. last_seen .. '|' .. fmt(skipped_tick))
+  end
   if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
 end
 if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
 if w == 0 then carry = 0 else carry = budget - admitted end
-local more = carry >= 1 and w > 0 and (admitted >= per_call or capped)
+local more = carry >= 1 and w > 0 and (admitted >= per_call or capped) and not away_capped
 redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')

@@ -9,6 +9,7 @@ use super::scripts::SCRIPTS;
 use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
+use crate::messages::CloseReason;
 
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,7 +26,8 @@ pub struct QueueConfig {
     pub max_session_seconds: u64,
     /// Whether browsers may join and the dispatcher admits.
     pub open: bool,
-    /// How long a browser whose connection dropped keeps its place.
+    /// How long a browser whose connection dropped keeps its place (300 s by default: phones
+    /// suspend background tabs for minutes). An away place is not admitted while away.
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
@@ -39,7 +41,7 @@ impl Default for QueueConfig {
             sliding_session: false,
             max_session_seconds: 3 * 600,
             open: true,
-            grace_seconds: 30,
+            grace_seconds: 300,
             paused: false,
         }
     }
@@ -60,6 +62,9 @@ impl QueueConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueStats {
     pub waiting: u64,
+    /// Waiting places whose browser is away (disconnected, within its grace period): they
+    /// keep their position and are not admitted until their browser is back.
+    pub away: u64,
     pub active: u64,
     pub admitted_total: u64,
     /// Places removed without admission (browser away past the grace period, gateway gone).
@@ -116,6 +121,14 @@ impl Store {
             .arg(if cfg.paused { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
+        if cfg.open {
+            // Reopened (or open): the reason of an earlier close no longer applies.
+            let _: () = redis::cmd("HDEL")
+                .arg(&k.meta)
+                .arg("close_reason")
+                .query_async(&mut c)
+                .await?;
+        }
         let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
@@ -127,23 +140,27 @@ impl Store {
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (waiting, active, total, dropped): (u64, u64, Option<u64>, Option<u64>) = redis::pipe()
-            .cmd("ZCARD")
-            .arg(&k.waiting)
-            .cmd("ZCOUNT")
-            .arg(&k.active)
-            .arg(now_ms)
-            .arg("+inf")
-            .cmd("HGET")
-            .arg(&k.meta)
-            .arg("admitted_total")
-            .cmd("HGET")
-            .arg(&k.meta)
-            .arg("dropped_total")
-            .query_async(&mut self.c())
-            .await?;
+        let (waiting, away, active, total, dropped): (u64, u64, u64, Option<u64>, Option<u64>) =
+            redis::pipe()
+                .cmd("ZCARD")
+                .arg(&k.waiting)
+                .cmd("ZCARD")
+                .arg(&k.away)
+                .cmd("ZCOUNT")
+                .arg(&k.active)
+                .arg(now_ms)
+                .arg("+inf")
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("admitted_total")
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("dropped_total")
+                .query_async(&mut self.c())
+                .await?;
         Ok(QueueStats {
             waiting,
+            away,
             active,
             admitted_total: total.unwrap_or(0),
             dropped_total: dropped.unwrap_or(0),
@@ -164,8 +181,9 @@ impl Store {
         Ok(ids)
     }
 
-    /// Closes a queue. Returns `false` when the queue is unknown.
-    pub async fn close_queue(&self, q: &QueueId) -> Result<bool> {
+    /// Closes a queue for `reason`, which browsers resuming later are told too. Returns
+    /// `false` when the queue is unknown.
+    pub async fn close_queue(&self, q: &QueueId, reason: CloseReason) -> Result<bool> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .close
@@ -173,6 +191,7 @@ impl Store {
             .key(&k.waiting)
             .key(&k.gws)
             .key(&k.away)
+            .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;
         Ok(!matches!(v, Value::Nil))

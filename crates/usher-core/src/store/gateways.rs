@@ -11,6 +11,7 @@ use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::ids::{QueueId, ServerId};
 use crate::keys::{self, QueueKeys};
+use crate::messages::CloseReason;
 
 /// A registered gateway process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,14 +122,15 @@ impl Store {
             .collect())
     }
 
-    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns
-    /// whether each queue is still open.
+    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns,
+    /// for each queue, `None` while it is open and the reason it was closed for otherwise
+    /// (`queue_closed` for an unknown queue or one closed without a reason).
     pub async fn refresh_interest(
         &self,
         queues: &[QueueId],
         gw: u16,
         now_ms: u64,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Option<CloseReason>>> {
         if queues.is_empty() {
             return Ok(Vec::new());
         }
@@ -140,14 +142,35 @@ impl Store {
                 .arg(now_ms + GWS_TTL_MS)
                 .arg(gw)
                 .ignore()
-                .cmd("HGET")
+                .cmd("HMGET")
                 .arg(&k.meta)
-                .arg("open");
+                .arg("open")
+                .arg("close_reason");
         }
-        let open: Vec<Option<String>> = p.query_async(&mut self.c()).await?;
-        Ok(open
+        let state: Vec<(Option<String>, Option<String>)> = p.query_async(&mut self.c()).await?;
+        Ok(state
             .into_iter()
-            .map(|o| o.as_deref() == Some("1"))
+            .map(|(open, reason)| match open.as_deref() {
+                Some("1") => None,
+                _ => Some(
+                    reason
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(CloseReason::QueueClosed),
+                ),
+            })
             .collect())
+    }
+
+    /// Indexes of the gateways holding browsers of `q` at `now_ms` (those `state` goes to;
+    /// dead ones included until their interest lapses: filter with the registry).
+    pub async fn queue_gateways(&self, q: &QueueId, now_ms: u64) -> Result<Vec<u16>> {
+        let k = QueueKeys::new(q);
+        let v: Vec<u16> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&k.gws)
+            .arg(now_ms)
+            .arg("+inf")
+            .query_async(&mut self.c())
+            .await?;
+        Ok(v)
     }
 }

@@ -11,6 +11,7 @@ use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
+use crate::messages::CloseReason;
 
 /// Where a place stands when a browser joins, resumes or polls.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,8 +27,8 @@ pub enum PlaceState {
     Admitted(TokenRecord),
     /// Admitted a moment ago; the token is being minted. Ask again shortly.
     AdmissionPending,
-    /// The queue is closed or unknown.
-    QueueClosed,
+    /// The queue is closed or unknown; an unknown queue's reason is `queue_closed`.
+    QueueClosed(CloseReason),
     /// The place no longer exists (left, expired, or the queue was emptied).
     Gone,
     /// The place was admitted and its session ended (released or expired): its token is
@@ -54,7 +55,7 @@ impl Joined {
     /// The state of the `i`-th browser of the batch (0-based).
     pub fn state(&self, i: usize) -> PlaceState {
         match *self {
-            Joined::QueueClosed => PlaceState::QueueClosed,
+            Joined::QueueClosed => PlaceState::QueueClosed(CloseReason::QueueClosed),
             Joined::Places {
                 last,
                 count,
@@ -187,7 +188,12 @@ impl Store {
     ) -> Result<PlaceState> {
         let bad = || protocol(format!("place reply {a:?}"));
         match status(&a, PlaceStatus::from_code) {
-            Some(PlaceStatus::QueueClosed) => Ok(PlaceState::QueueClosed),
+            Some(PlaceStatus::QueueClosed) => Ok(PlaceState::QueueClosed(
+                a.get(1)
+                    .and_then(text)
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(CloseReason::QueueClosed),
+            )),
             Some(PlaceStatus::Gone) => Ok(PlaceState::Gone),
             Some(PlaceStatus::SessionEnded) => Ok(PlaceState::SessionEnded),
             Some(PlaceStatus::AdmissionPending) => Ok(PlaceState::AdmissionPending),

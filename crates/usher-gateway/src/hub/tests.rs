@@ -1,0 +1,225 @@
+//! The hub's rules, without sockets.
+
+use super::*;
+use usher_core::messages::AdmittedEvent;
+
+fn q() -> QueueId {
+    QueueId::new("q").expect("valid")
+}
+
+fn waiting(position: u64) -> WaitingEvent {
+    WaitingEvent {
+        queue: q(),
+        position,
+        waiting: position,
+        eta_seconds: 0,
+        as_of_ms: 0,
+    }
+}
+
+fn place(seq: u64) -> PlaceId {
+    PlaceId(seq)
+}
+
+fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update>) {
+    let r = hub.reserve(&q(), p);
+    hub.attach(r, waiting(pos)).expect("attached")
+}
+
+#[test]
+fn newest_connection_owns_the_place() {
+    let hub = Hub::new();
+    let (a1, rx1) = connect(&hub, place(5), 5);
+    let r2 = hub.reserve(&q(), place(5));
+    assert_eq!(*rx1.borrow(), Update::superseded());
+    assert!(
+        !hub.detach(&a1),
+        "the old connection no longer owns the place"
+    );
+    let (a2, _rx2) = hub.attach(r2, waiting(5)).expect("attached");
+    assert_eq!(hub.connections(), 1);
+    assert!(hub.detach(&a2));
+    assert_eq!(hub.connections(), 0);
+}
+
+#[test]
+fn an_abandoned_reservation_reports_ownership_once() {
+    let hub = Hub::new();
+    let r = hub.reserve(&q(), place(1));
+    assert!(hub.unreserve(&r));
+    assert!(!hub.unreserve(&r));
+    assert_eq!(hub.connections(), 0);
+    let r1 = hub.reserve(&q(), place(2));
+    let _r2 = hub.reserve(&q(), place(2));
+    assert!(!hub.unreserve(&r1), "a newer reservation owns it");
+    assert!(hub.attach(r1, waiting(1)).is_none());
+}
+
+#[test]
+fn positions_never_increase_and_gone_places_are_reported_once() {
+    let hub = Hub::new();
+    let (_a, rx) = connect(&hub, place(10), 3);
+    let mut s = QueueState {
+        waiting: 9,
+        rate: 1.0,
+        runs: vec![(1, 9), (10, 1)],
+        ..QueueState::empty(q())
+    };
+    assert!(hub.apply_state(&s).is_empty());
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
+    s.runs = vec![(10, 1)];
+    hub.apply_state(&s);
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == 1));
+    s.runs = vec![(11, 1)];
+    assert_eq!(hub.apply_state(&s), vec![place(10)]);
+    assert!(
+        hub.apply_state(&s).is_empty(),
+        "reported once until resync_done"
+    );
+    hub.resync_done(&q(), place(10));
+    assert_eq!(hub.apply_state(&s), vec![place(10)]);
+}
+
+#[test]
+fn admissions_reach_reserved_and_not_yet_attached_places() {
+    let hub = Hub::new();
+    let adm = |p: PlaceId| Admission {
+        place: p,
+        token: "t".into(),
+        admitted_at_ms: 1,
+        expires_at_ms: 2,
+    };
+    // Arrives before the reservation: kept as an orphan.
+    assert_eq!(hub.admit(&q(), &[adm(place(4))]), 0);
+    let r = hub.reserve(&q(), place(4));
+    let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
+    assert!(matches!(&*rx.borrow(), Update::Admitted(e) if e.token == "t"));
+    // Arrives while reserved: kept in the slot.
+    let r = hub.reserve(&q(), place(5));
+    assert_eq!(hub.admit(&q(), &[adm(place(5))]), 1);
+    let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
+    assert!(matches!(&*rx.borrow(), Update::Admitted(_)));
+    assert_eq!(hub.connections(), 0);
+}
+
+#[test]
+fn staged_tokens_are_shown_only_when_admitted_and_render_like_any_event() {
+    let hub = Hub::new();
+    let (_a, rx) = connect(&hub, place(7), 1);
+    let (_b, rx_other) = connect(&hub, place(8), 2);
+    let adm = |p: PlaceId, at: u64| Admission {
+        place: p,
+        token: "tok\"en".into(),
+        admitted_at_ms: at,
+        expires_at_ms: at + 1000,
+    };
+    hub.stage(&q(), vec![adm(place(7), 5), adm(place(8), 5)]);
+    assert!(!rx.has_changed().unwrap_or(true), "staged is not admitted");
+    // A tick that admits place 7 at another time than staged: its token is not used.
+    assert_eq!(hub.admit_staged(&q(), 6, 1006, &[place(7)]), vec![place(7)]);
+    assert!(matches!(&*rx.borrow(), Update::Waiting(_)));
+    // Place 8 with the staged time gets the staged token, its JSON rendered once.
+    assert!(hub.admit_staged(&q(), 5, 1005, &[place(8)]).is_empty());
+    let Update::Admitted(a) = &*rx_other.borrow() else {
+        panic!("admitted expected");
+    };
+    let expected = AdmittedEvent::new(q(), &adm(place(8), 5));
+    assert_eq!(a.event, expected);
+    assert_eq!(a.json, serde_json::to_string(&expected).expect("json"));
+    assert_eq!(
+        Update::Admitted(a.clone()).frame("tk"),
+        Some(crate::frames::event_frame(
+            "admitted",
+            Some("tk"),
+            &expected
+        ))
+    );
+}
+
+#[test]
+fn a_browser_that_does_not_read_holds_one_pending_update_at_most() {
+    let hub = Hub::new();
+    let (_a, rx) = connect(&hub, place(5000), 5000);
+    // Nobody reads `rx` while the line moves 4,000 times.
+    for left in (1000..5000u64).rev() {
+        hub.apply_state(&QueueState {
+            waiting: left,
+            rate: 1.0,
+            runs: vec![(5000 - left + 1, left)],
+            ..QueueState::empty(q())
+        });
+    }
+    assert!(rx.has_changed().unwrap_or(false));
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1000));
+}
+
+#[test]
+fn a_notice_waits_in_the_one_pending_update_and_never_displaces_an_admission() {
+    let hub = Hub::new();
+    let (a, mut rx) = connect(&hub, place(10), 3);
+    let (_b, rx_admitted) = connect(&hub, place(11), 4);
+    let admission = Admission {
+        place: place(11),
+        token: "t".into(),
+        admitted_at_ms: 1,
+        expires_at_ms: 2,
+    };
+    assert_eq!(hub.admit(&q(), &[admission]), 1);
+    // Two notices before the browser reads: the newer replaces the older, and the
+    // admitted connection keeps its admission.
+    assert_eq!(hub.notify(&q(), "first"), 1);
+    assert_eq!(hub.notify(&q(), "second"), 1);
+    assert!(matches!(&*rx_admitted.borrow(), Update::Admitted(_)));
+    // A position update keeps the pending notice and moves its `waiting` along.
+    hub.apply_state(&QueueState {
+        waiting: 1,
+        rate: 1.0,
+        runs: vec![(10, 1)],
+        ..QueueState::empty(q())
+    });
+    let u = rx.borrow_and_update().clone();
+    let Update::Notice { notice, waiting } = &u else {
+        panic!("notice expected, got {u:?}");
+    };
+    assert_eq!(waiting.position, 1);
+    assert_eq!(
+        &**notice,
+        "event: notice\ndata: {\"queue\":\"q\",\"message\":\"second\"}\n\n"
+    );
+    assert_eq!(
+        u.frame("tk"),
+        Some(format!(
+            "{notice}{}",
+            crate::frames::event_frame("waiting", Some("tk"), waiting)
+        ))
+    );
+    // Once written, it turns back into `waiting` without waking the connection.
+    hub.notice_shown(&a, notice);
+    assert!(!rx.has_changed().unwrap_or(true));
+    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1));
+    // A terminal update replaces a pending notice.
+    assert_eq!(hub.notify(&q(), "third"), 1);
+    hub.close_queue(&q(), CloseReason::SoldOut);
+    assert_eq!(hub.notify(&q(), "fourth"), 0);
+    assert!(matches!(&*rx.borrow(), Update::Closed(c) if c.reason == CloseReason::SoldOut));
+}
+
+#[test]
+fn draining_ends_connections_with_a_retry() {
+    let hub = Hub::new();
+    let rxs: Vec<_> = (1..=5).map(|i| connect(&hub, place(i), i).1).collect();
+    assert_eq!(hub.end_some(3, || 1234), 3);
+    assert_eq!(hub.connections(), 2);
+    let ended = rxs
+        .iter()
+        .filter(|rx| {
+            *rx.borrow()
+                == Update::Ended {
+                    retry_ms: Some(1234),
+                }
+        })
+        .count();
+    assert_eq!(ended, 3);
+    assert_eq!(hub.end_some(10, || 1), 2);
+    assert_eq!(hub.connections(), 0);
+}
