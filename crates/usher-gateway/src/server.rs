@@ -57,11 +57,9 @@ pub(crate) async fn serve(
                     // (usher_http::listen).
                     #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
-                    // Counted before the signal, so an idle connection that checks the count
-                    // after registering for the signal cannot miss both (`read_head`).
                     let open = OpenSocket::new(&sockets);
                     if sockets.over_cap() {
-                        sockets.shed_idle.notify_waiters();
+                        sockets.shed();
                     }
                     tracker.spawn(connection(gw.clone(), sockets.clone(), app.clone(), sock, open));
                 }
@@ -82,7 +80,10 @@ pub(crate) async fn serve(
 struct Sockets {
     open: AtomicU64,
     max: u64,
-    /// Tells idle keep-alive connections to close (descriptors are needed for streams).
+    /// How many times idle connections were told to close: a connection compares it with
+    /// the count it saw when its last request began (see [`Sockets::shed`]).
+    sheds: AtomicU64,
+    /// Wakes idle keep-alive connections to close (descriptors are needed for streams).
     shed_idle: Notify,
 }
 
@@ -91,14 +92,28 @@ impl Sockets {
         Self {
             open: AtomicU64::new(0),
             max,
+            sheds: AtomicU64::new(0),
             shed_idle: Notify::new(),
         }
     }
 
-    /// Whether more connections are open than the stream cap allows. Then every new
-    /// connection tells the idle ones to close ([`Sockets::shed_idle`]), and a connection that
-    /// turns idle closes at once, so idle keep-alive connections never keep descriptors from
-    /// streams.
+    /// Tells every connection that is idle now, or that turns idle after the request it is
+    /// serving, to close. The count goes up before the wake-up, and an idle connection
+    /// registers for the wake-up before it reads the count (`read_head`), so a connection
+    /// that was not yet waiting when the wake-up went out still sees the count and closes:
+    /// whether it closes never depends on how far its task had got.
+    fn shed(&self) {
+        self.sheds.fetch_add(1, Ordering::SeqCst);
+        self.shed_idle.notify_waiters();
+    }
+
+    fn sheds(&self) -> u64 {
+        self.sheds.load(Ordering::SeqCst)
+    }
+
+    /// Whether more connections are open than the stream cap allows (a new one counted). Then
+    /// the new connection tells the idle ones to close ([`Sockets::shed`]), so idle keep-alive
+    /// connections never keep descriptors from streams.
     fn over_cap(&self) -> bool {
         self.open.load(Ordering::Relaxed) > self.max
     }
@@ -144,18 +159,18 @@ async fn read_head(
     first: bool,
     gw: &Gateway,
     sockets: &Sockets,
+    sheds_seen: u64,
 ) -> Read {
     let timeout = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
     let deadline = tokio::time::Instant::now() + timeout;
-    // An idle connection (between requests) gives way when descriptors are needed. It
-    // registers for the signal first and then looks at the count: `notify_waiters` wakes only
-    // registered waiters, and a newcomer is counted before it signals, so a signal sent before
-    // the registration shows in the count.
+    // An idle connection (between requests) gives way when descriptors are needed: when told
+    // to while it waits, or when it was told to since its last request began. It registers for
+    // the wake-up before it reads the count (see `Sockets::shed`).
     let shed = sockets.shed_idle.notified();
     tokio::pin!(shed);
     if !first && buf.is_empty() {
         shed.as_mut().enable();
-        if sockets.over_cap() {
+        if sockets.sheds() != sheds_seen {
             return Read::Closed;
         }
     }
@@ -248,8 +263,9 @@ async fn connection(
 ) {
     let mut buf = Vec::with_capacity(1024);
     let mut first = true;
+    let mut sheds_seen = sockets.sheds();
     loop {
-        let head = match read_head(&mut sock, &mut buf, first, &gw, &sockets).await {
+        let head = match read_head(&mut sock, &mut buf, first, &gw, &sockets, sheds_seen).await {
             Read::Head(h) => h,
             Read::Closed => return,
             Read::Bad(e) => {
@@ -258,6 +274,7 @@ async fn connection(
             }
         };
         first = false;
+        sheds_seen = sockets.sheds();
         if head.content_length > MAX_BODY {
             let e = ApiError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
