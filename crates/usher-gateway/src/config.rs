@@ -27,7 +27,8 @@ pub struct Config {
     #[arg(
         long,
         env = "USHER_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379"
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
     )]
     pub redis_url: String,
 

@@ -31,3 +31,37 @@ async fn servers_run_without_transparent_huge_pages() -> anyhow::Result<()> {
     assert!(!thp_enabled(gateway.pid())?, "gateway");
     Ok(())
 }
+
+/// `--help` shows each flag's environment variable, and clap would print its current value
+/// too: a Redis URL can carry a password, and the keys and the admin token are secrets, so
+/// `--help` never prints those values (a support session pasting `--help` output leaks none).
+#[test]
+fn help_never_prints_secret_values() -> anyhow::Result<()> {
+    const SECRET: &str = "s3cr3t-do-not-print";
+    let secrets = [
+        (
+            "USHER_REDIS_URL",
+            format!("redis://usher:{SECRET}@127.0.0.1:1"),
+        ),
+        ("USHER_ADMIN_TOKEN", SECRET.to_owned()),
+        ("USHER_JWT_KEY", SECRET.to_owned()),
+        ("USHER_TICKET_KEY", SECRET.to_owned()),
+    ];
+    for name in ["usher-dispatcher", "usher-gateway"] {
+        let out = std::process::Command::new(usher_testkit::procs::binary(name)?)
+            .arg("--help")
+            .envs(secrets.iter().map(|(k, v)| (k, v)))
+            .output()?;
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name} --help exits 0");
+        assert!(
+            help.contains("USHER_REDIS_URL"),
+            "{name} --help names its variables"
+        );
+        assert!(
+            !help.contains(SECRET),
+            "{name} --help printed a secret:\n{help}"
+        );
+    }
+    Ok(())
+}
