@@ -223,7 +223,12 @@ async fn book(
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/bookings", post(book))
-        .merge(usher_http::health_routes(|| async { true }))
+        .merge(usher_http::health_routes(|_verbose| async {
+            usher_http::Readiness {
+                ready: true,
+                details: serde_json::Value::Null,
+            }
+        }))
         .with_state(app)
 }
 

@@ -55,9 +55,26 @@ pub fn router(state: AppState) -> Router {
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
         .merge(crate::sessions::routes())
-        .merge(usher_http::health_routes(move || {
+        .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();
-            async move { store.ping().await.is_ok() }
+            async move {
+                // Always ready while it runs: the JWKS needs no Redis, and the admin and
+                // session routes answer 503 by themselves while Redis is away.
+                let details = if verbose {
+                    let redis = if store.ping().await.is_ok() {
+                        "ok"
+                    } else {
+                        "unreachable"
+                    };
+                    serde_json::json!({ "redis": redis })
+                } else {
+                    serde_json::Value::Null
+                };
+                usher_http::Readiness {
+                    ready: true,
+                    details,
+                }
+            }
         }))
         .with_state(state)
 }

@@ -30,9 +30,21 @@ pub(crate) fn router(gw: Arc<Gateway>) -> Router {
             "/api/queues/{queue}/tickets/{ticket}",
             delete(leave_handler),
         )
-        .merge(usher_http::health_routes(move || {
+        .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
-            async move { !gw.shutting_down() && gw.store().ping().await.is_ok() }
+            async move {
+                // Ready unless draining: with Redis away, streams still get `200` + `retry:`.
+                let draining = gw.shutting_down();
+                let details = if verbose {
+                    serde_json::json!({ "draining": draining, "redis": redis_health(&gw).await })
+                } else {
+                    serde_json::Value::Null
+                };
+                usher_http::Readiness {
+                    ready: !draining,
+                    details,
+                }
+            }
         }))
         .with_state(gw)
 }
@@ -125,4 +137,13 @@ async fn leave_handler(
         LeaveOutcome::NotFound => {}
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `"ok"` when Redis answers a ping, `"unreachable"` otherwise (for `/readyz?verbose`).
+async fn redis_health(gw: &crate::gateway::Gateway) -> &'static str {
+    if gw.store().ping().await.is_ok() {
+        "ok"
+    } else {
+        "unreachable"
+    }
 }

@@ -9,5 +9,5 @@ mod health;
 mod serve;
 
 pub use error::ApiError;
-pub use health::health_routes;
+pub use health::{health_routes, Readiness};
 pub use serve::{listen, serve};

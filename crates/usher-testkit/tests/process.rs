@@ -65,3 +65,37 @@ fn help_never_prints_secret_values() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `/readyz` fails for the gateway's own reasons only: while it drains (so the load balancer
+/// sends it no new browsers), never because Redis is away (see `outage.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_gateway_is_not_ready() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let env = [
+        ("USHER_REDIS_URL", redis.url()),
+        ("USHER_DRAIN_DELAY_MS", "3000".to_owned()),
+        ("USHER_DRAIN_SECS", "1".to_owned()),
+    ];
+    let mut gateway = Proc::start("usher-gateway", &env).await?;
+    let http = reqwest::Client::new();
+    let readyz = format!("{}/readyz", gateway.url());
+    assert_eq!(http.get(&readyz).send().await?.status(), 200);
+    gateway.term()?;
+    // The listener stays open for the drain delay, answering readiness checks with 503.
+    let mut not_ready = false;
+    for _ in 0..50 {
+        if http.get(&readyz).send().await?.status() == 503 {
+            not_ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(not_ready, "a draining gateway answers /readyz with 503");
+    assert!(
+        gateway
+            .wait_exit(std::time::Duration::from_secs(15))
+            .await?,
+        "the gateway exits after its drain"
+    );
+    Ok(())
+}
