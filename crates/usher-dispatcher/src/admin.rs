@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
         .merge(crate::sessions::routes())
+        .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();
             async move {
@@ -154,6 +155,7 @@ fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
 }
 
 pub(crate) fn redis_down(e: StoreError) -> ApiError {
+    crate::metrics::redis_error();
     tracing::warn!(error = %e, "admin request failed on redis");
     ApiError::unavailable("redis is unavailable")
 }
