@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use metrics::Unit;
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 use usher_core::ids::QueueId;
 use usher_core::store::TickOutcome;
 

@@ -4,7 +4,7 @@
 //! Labels are closed sets (`state`, `reason`): no series is labelled with a queue or a ticket
 //! here, so the gateway's series count does not grow with traffic.
 
-use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use metrics::{counter, describe_counter, describe_gauge, gauge};
 
 /// Connections open, by `state`: `streaming` (an SSE stream is held) or `idle` (a keep-alive
 /// connection between requests, or one reading a request).
@@ -57,7 +57,7 @@ pub(crate) fn describe() {
         STREAMS_REFUSED,
         "Streams answered with retry only, by reason (cap, redis, draining)."
     );
-    describe_counter!(REDIS_ERRORS, Unit::Count, "Redis requests that failed.");
+    describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
 }
 
 /// Sets the connection gauges from the counts at scrape time: `open` client connections, of
