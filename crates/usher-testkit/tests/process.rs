@@ -41,7 +41,7 @@ fn help_never_prints_secret_values() -> anyhow::Result<()> {
     let secrets = [
         (
             "USHER_REDIS_URL",
-            format!("redis://usher:{SECRET}@127.0.0.1:1"),
+            format!("redis://app:{SECRET}@127.0.0.1:1"),
         ),
         ("USHER_ADMIN_TOKEN", SECRET.to_owned()),
         ("USHER_JWT_KEY", SECRET.to_owned()),
