@@ -13,6 +13,7 @@ pub mod admission;
 pub mod config;
 pub mod sessions;
 pub mod signing;
+mod state;
 
 use std::future::Future;
 use std::sync::Arc;
