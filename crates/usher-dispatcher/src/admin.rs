@@ -1,7 +1,6 @@
 //! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
@@ -15,22 +14,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
-use usher_core::keyring::KeyRing;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
-use usher_core::store::{QueueConfig, QueueStats, Store, StoreError};
+use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    /// The published keys (the signing key first).
-    pub keys: Arc<KeyRing>,
-    pub admin_token: Option<Arc<str>>,
-    /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
-    /// tick's tokens ahead of time.
-    pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
-}
+use crate::state::redis_down;
+pub use crate::state::AppState;
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
@@ -152,12 +142,6 @@ pub struct QueueUpdate {
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
     QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
-}
-
-pub(crate) fn redis_down(e: StoreError) -> ApiError {
-    crate::metrics::redis_error();
-    tracing::warn!(error = %e, "admin request failed on redis");
-    ApiError::unavailable("redis is unavailable")
 }
 
 async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> {

@@ -15,6 +15,7 @@ pub mod config;
 mod metrics;
 pub mod sessions;
 pub mod signing;
+mod state;
 
 use std::future::Future;
 use std::sync::Arc;

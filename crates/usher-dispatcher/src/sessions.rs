@@ -16,7 +16,7 @@ use usher_core::store::SessionState;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_http::ApiError;
 
-use crate::admin::{redis_down, AppState};
+use crate::state::{redis_down, AppState};
 
 /// The routes, merged into the dispatcher's router.
 pub fn routes() -> Router<AppState> {
