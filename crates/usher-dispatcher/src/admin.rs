@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
         .merge(crate::sessions::routes())
+        .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();
             async move {

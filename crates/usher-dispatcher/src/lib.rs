@@ -5,12 +5,14 @@
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
 //! * [`sessions`] — the session API booking services call with an entry token.
+//! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod admin;
 pub mod admission;
 pub mod config;
+mod metrics;
 pub mod sessions;
 pub mod signing;
 mod state;
@@ -52,6 +54,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     cfg.validate()?;
+    usher_http::metrics::install();
+    metrics::describe();
     let store = Store::connect(&cfg.redis_url).await?;
     let keys = Arc::new(signing::load(&cfg, &store).await?);
     let key = keys.signer().clone();

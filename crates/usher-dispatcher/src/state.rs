@@ -22,6 +22,7 @@ pub struct AppState {
 
 /// A Redis failure behind a request: logged, answered `503` (the client may retry).
 pub(crate) fn redis_down(e: StoreError) -> ApiError {
+    crate::metrics::redis_error();
     tracing::warn!(error = %e, "admin request failed on redis");
     ApiError::unavailable("redis is unavailable")
 }

@@ -10,6 +10,8 @@ use usher_core::store::StoreError;
 use usher_core::ticket::Ticket;
 use usher_http::ApiError;
 
+use crate::metrics;
+
 /// The queue named in a path; a malformed name is a 400.
 pub(crate) fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
     QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
@@ -56,5 +58,6 @@ pub(crate) fn redis_unavailable(e: StoreError) -> ApiError {
 /// Logs a failed Redis request and passes the error on.
 pub(crate) fn logged(e: StoreError) -> StoreError {
     tracing::warn!(error = %e, "redis request failed");
+    metrics::redis_error();
     e
 }

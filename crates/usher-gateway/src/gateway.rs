@@ -3,7 +3,7 @@
 //! [`Keepalive`]); the gateway holds them together with the identity and the Redis connection
 //! they share, and is itself only read after startup, apart from its draining flag.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
 use crate::keepalive::Keepalive;
+use crate::metrics;
 
 /// One gateway's shared state.
 pub(crate) struct Gateway {
@@ -40,6 +41,8 @@ pub(crate) struct Gateway {
     stopped: CancellationToken,
     /// Set when draining starts: `/readyz` fails and new streams are sent elsewhere.
     draining: AtomicBool,
+    /// Client connections open, streams or not (counted by [`crate::server`]).
+    open_sockets: Arc<AtomicU64>,
 }
 
 impl Gateway {
@@ -64,6 +67,7 @@ impl Gateway {
             ticket_key,
             stopped: CancellationToken::new(),
             draining: AtomicBool::new(false),
+            open_sockets: Arc::default(),
         }
     }
 
@@ -102,6 +106,16 @@ impl Gateway {
     /// Browsers held (or being set up) here.
     pub(crate) fn connections(&self) -> u64 {
         self.hub.connections()
+    }
+
+    /// The count of client connections open, which the server keeps.
+    pub(crate) fn open_sockets_counter(&self) -> Arc<AtomicU64> {
+        self.open_sockets.clone()
+    }
+
+    /// Client connections open now, streams or not.
+    pub(crate) fn open_sockets(&self) -> u64 {
+        self.open_sockets.load(Ordering::Relaxed)
     }
 
     /// Takes a new place in `q` for a browser held here (batched with the other joins of `q`).
@@ -156,6 +170,7 @@ impl Gateway {
         }
         .await;
         if let Err(e) = r {
+            metrics::redis_error();
             tracing::warn!(error = %e, gateway = idx, "could not notify the gateway that held a place");
         }
     }

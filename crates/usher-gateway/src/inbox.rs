@@ -14,6 +14,7 @@ use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
+use crate::metrics;
 use crate::update::{Admitted, Update};
 
 /// Entries read from the stream per call.
@@ -51,6 +52,7 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                 let acker = gw.clone();
                 tokio::spawn(async move {
                     if let Err(e) = acker.store().ack(acker.id(), &ids).await {
+                        metrics::redis_error();
                         tracing::warn!(error = %e, "could not acknowledge stream entries");
                     }
                 });
@@ -59,11 +61,13 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                 tracing::warn!("stream or consumer group missing; recreating");
                 let ttl = gw.config().stream_ttl();
                 if let Err(e) = gw.store().ensure_stream(gw.id(), ttl).await {
+                    metrics::redis_error();
                     tracing::warn!(error = %e, "could not recreate the stream");
                     tokio::time::sleep(backoff).await;
                 }
             }
             Err(e) => {
+                metrics::redis_error();
                 tracing::warn!(error = %e, "reading the stream failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -166,6 +170,7 @@ async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
     let update = match gw.store().status(&q, place, now_ms()).await {
         Ok(s) => settled(&q, s),
         Err(e) => {
+            metrics::redis_error();
             tracing::debug!(queue = %q, %place, error = %e, "resync failed; retried on the next snapshot");
             None
         }

@@ -3,6 +3,7 @@
 //! Modules, each importing only those listed before it (no cycles):
 //!
 //! * [`config`] — flags and `USHER_*` environment variables, and their validation.
+//! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
@@ -30,6 +31,7 @@ mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
+mod metrics;
 mod routes;
 mod server;
 mod stream;
@@ -76,6 +78,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     cfg.validate()?;
+    usher_http::metrics::install();
+    metrics::describe();
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
     tracing::info!(listen = %addr, server_id = %gw.id(), index = %gw.index(), "gateway running");

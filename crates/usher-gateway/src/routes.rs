@@ -1,5 +1,5 @@
 //! The browser-facing HTTP routes other than the SSE stream (which [`crate::server`] serves
-//! itself): status, leave, and the health checks.
+//! itself): status, leave, the health checks and the metrics.
 
 use std::sync::Arc;
 
@@ -19,11 +19,13 @@ use crate::errors::{
     check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
 };
 use crate::gateway::Gateway;
+use crate::metrics;
 use crate::update::{admitted_event, Update};
 
 /// Every route but `GET /api/queues/{queue}/stream`.
 pub(crate) fn router(gw: Arc<Gateway>) -> Router {
     let ready_gw = gw.clone();
+    let scraped_gw = gw.clone();
     Router::new()
         .route("/api/queues/{queue}/status", get(status_handler))
         .route(
@@ -45,6 +47,9 @@ pub(crate) fn router(gw: Arc<Gateway>) -> Router {
                     details,
                 }
             }
+        }))
+        .merge(usher_http::metrics::metrics_routes(move || {
+            metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
         }))
         .with_state(gw)
 }
@@ -122,6 +127,7 @@ async fn leave_handler(
     }
     match store.leave(&q, place).await.map_err(redis_unavailable)? {
         LeaveOutcome::Left { gateway } => {
+            metrics::left();
             match gateway {
                 Some(h) if h != gw.index() => {
                     gw.tell_gateway(h, &q, place, CloseReason::Left).await

@@ -45,7 +45,10 @@ pub(crate) async fn serve(
     app: Router,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let sockets = Arc::new(Sockets::new(gw.config().max_connections));
+    let sockets = Arc::new(Sockets::new(
+        gw.config().max_connections,
+        gw.open_sockets_counter(),
+    ));
     let tracker = TaskTracker::new();
     tokio::pin!(stop);
     loop {
@@ -78,7 +81,8 @@ pub(crate) async fn serve(
 
 /// The client connections open, against the cap on streams.
 struct Sockets {
-    open: AtomicU64,
+    /// Shared with the gateway, which reports it on `/metrics`.
+    open: Arc<AtomicU64>,
     max: u64,
     /// How many times idle connections were told to close: a connection compares it with
     /// the count it saw when its last request began (see [`Sockets::shed`]).
@@ -88,9 +92,9 @@ struct Sockets {
 }
 
 impl Sockets {
-    fn new(max: u64) -> Self {
+    fn new(max: u64, open: Arc<AtomicU64>) -> Self {
         Self {
-            open: AtomicU64::new(0),
+            open,
             max,
             sheds: AtomicU64::new(0),
             shed_idle: Notify::new(),

@@ -22,6 +22,7 @@ use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
+use crate::metrics::{self, Refusal};
 use crate::update::{admitted_event, Update};
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept
@@ -110,7 +111,12 @@ pub(crate) async fn open(
     place: Option<PlaceId>,
     ticket: Option<String>,
 ) -> Setup {
-    if gw.shutting_down() || gw.hub().connections() >= gw.config().max_connections {
+    if gw.shutting_down() {
+        metrics::refused(Refusal::Draining);
+        return Setup::TryLater;
+    }
+    if gw.hub().connections() >= gw.config().max_connections {
+        metrics::refused(Refusal::Cap);
         return Setup::TryLater;
     }
     setup(gw, q, place, ticket).await
@@ -129,19 +135,25 @@ async fn setup(
             // place away while it is being resumed.
             let reserved = Reserved::new(gw, &q, place);
             match resume(gw, &q, place, idx).await {
-                Ok(s) => (s, Some(reserved)),
-                Err(_) => return Setup::TryLater,
+                Ok(s) => {
+                    metrics::resumed();
+                    (s, Some(reserved))
+                }
+                Err(_) => return refused_by_redis(),
             }
         }
         None => match gw.join(&q).await {
             Ok(s) => {
                 let reserved = match &s {
-                    PlaceState::Waiting { place, .. } => Some(Reserved::new(gw, &q, *place)),
+                    PlaceState::Waiting { place, .. } => {
+                        metrics::joined();
+                        Some(Reserved::new(gw, &q, *place))
+                    }
                     _ => None,
                 };
                 (s, reserved)
             }
-            Err(_) => return Setup::TryLater,
+            Err(_) => return refused_by_redis(),
         },
     };
     let disarm = |r: Option<Reserved>| {
@@ -190,6 +202,7 @@ async fn setup(
         }
         PlaceState::Admitted(rec) => {
             disarm(reserved);
+            metrics::admission_delivered();
             let ticket = ticket.unwrap_or_default();
             Setup::Once(event_frame(
                 "admitted",
@@ -215,6 +228,12 @@ async fn setup(
             Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
         }
     }
+}
+
+/// A stream Redis could not set up: `retry:`, counted as refused.
+fn refused_by_redis() -> Setup {
+    metrics::refused(Refusal::Redis);
+    Setup::TryLater
 }
 
 /// Resumes a place; an admission whose token is still being minted is awaited briefly.
@@ -313,6 +332,9 @@ async fn pump_live(
     text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
     chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
+    if let Update::Admitted(_) = &first {
+        metrics::admission_delivered();
+    }
     let mut last_write = tokio::time::Instant::now();
     // Bytes a client sent mid-stream are not a request this server can answer afterwards.
     let mut clean = true;
@@ -328,6 +350,9 @@ async fn pump_live(
                 let f = u.frame(&ticket).unwrap_or_default();
                 chunk_with(sock, "", &f, end).await?;
                 last_write = tokio::time::Instant::now();
+                if let Update::Admitted(_) = &u {
+                    metrics::admission_delivered();
+                }
                 if let Update::Notice { notice, .. } = &u {
                     gw.hub().notice_shown(&holding.attached, notice);
                 }

@@ -8,6 +8,7 @@ use usher_core::store::StoreError;
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
+use crate::metrics;
 
 /// How often disconnects are written to Redis.
 const AWAY_FLUSH: Duration = Duration::from_millis(50);
@@ -34,6 +35,7 @@ pub(crate) async fn flush_away(gw: Arc<Gateway>) {
                     tracing::debug!(queue = %q, gone = places.len(), kept = n, "browsers went away")
                 }
                 Err(e) => {
+                    metrics::redis_error();
                     tracing::debug!(queue = %q, n = places.len(), error = %e, "could not mark places away; will retry");
                     gw.away().put_back(&q, places);
                 }
@@ -63,6 +65,7 @@ pub(crate) async fn heartbeat(gw: Arc<Gateway>) {
             }
             Ok(()) => {}
             Err(e) => {
+                metrics::redis_error();
                 if !failing {
                     tracing::warn!(error = %e, "heartbeat failed; browsers stay connected while redis is away");
                 }

@@ -32,6 +32,8 @@ use usher_core::store::{GatewayInfo, Store, StoreError};
 use usher_core::time::now_ms;
 use usher_core::token::SigningKey;
 
+use crate::metrics;
+
 pub use lease::preferred;
 pub use settings::Settings;
 
@@ -103,7 +105,9 @@ impl Admitter {
             last_planned = Some(planned);
             let now = admission_time(planned, now_ms());
             let started = Instant::now();
-            match self.tick_at(now).await {
+            let ticked = self.tick_at(now).await;
+            metrics::tick_took(started.elapsed());
+            match ticked {
                 Ok(r) => {
                     if failing {
                         tracing::info!("redis is back; admission resumed");
@@ -185,7 +189,8 @@ impl Admitter {
                 .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),
             self.store.queue_ids(),
             self.store.gateways(now),
-        )?;
+        )
+        .inspect_err(|_| metrics::redis_error())?;
         // (Capped: a wall clock stepped back must not stall every tick.)
         sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
         let gateways = Arc::new(gateways);
@@ -237,6 +242,7 @@ impl Admitter {
                 }
                 Ok(Outcome::NotHeld) => {}
                 Err(e) => {
+                    metrics::redis_error();
                     // The lease (if any) is forgotten here; it is re-acquired with the same
                     // owner next tick if it has not expired, or by whoever comes first.
                     tracing::debug!(queue = %q, error = %e, "queue tick failed");

@@ -146,6 +146,7 @@ pub(super) fn mint_many(
     at_ms: u64,
     exp_ms: u64,
 ) -> Vec<(PlaceId, String)> {
+    crate::metrics::tokens_minted(places.len());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = places.len().div_ceil(threads).max(64);
     std::thread::scope(|scope| {

@@ -110,7 +110,9 @@ impl QueueTick {
             }
         };
         let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
-        let delivered = match courier.deliver_tick(&mut tokens, &args, &mut out).await? {
+        let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
+        crate::metrics::queue_ticked(q, &out);
+        let delivered = match delivery {
             Delivery::Done(n) => n,
             Delivery::Closed(n) => {
                 // Closed between two calls: no snapshot of a line that no longer exists.

@@ -1,0 +1,69 @@
+//! Every series the dispatcher exports on `GET /metrics`, named here and nowhere else. Callers
+//! record through the small functions below; [`describe`] gives each series its help text.
+//!
+//! Per-queue series carry the label `queue`, set only from ticks of queues that exist in
+//! Redis (created through the admin API), so their number is bounded by the queues an operator
+//! configured; no series is labelled with a place or a ticket.
+
+use std::time::Duration;
+
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
+use usher_core::ids::QueueId;
+use usher_core::store::TickOutcome;
+
+/// How long one tick of every queue this replica drives took (histogram; buckets from
+/// `usher_http::metrics::LATENCY_BUCKETS`, 1 ms to 2 s).
+pub(crate) const TICK_DURATION: &str = "usher_tick_duration_seconds";
+/// Entry tokens signed, ahead of a tick or at it (a pre-minted token a tick did not use counts
+/// too: it was signed).
+pub(crate) const TOKENS_MINTED: &str = "usher_tokens_minted_total";
+/// Places admitted, by `queue`.
+pub(crate) const ADMITTED: &str = "usher_admitted_total";
+/// Places waiting in line at the last tick, by `queue`.
+pub(crate) const QUEUE_WAITING: &str = "usher_queue_waiting";
+/// Admitted sessions active at the last tick, by `queue`.
+pub(crate) const QUEUE_ACTIVE: &str = "usher_queue_active";
+/// Redis requests that failed.
+pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+
+/// Gives every series its help text (once per process is enough; repeating is harmless).
+pub(crate) fn describe() {
+    describe_histogram!(
+        TICK_DURATION,
+        Unit::Seconds,
+        "Duration of one tick of every queue this replica drives."
+    );
+    describe_counter!(TOKENS_MINTED, "Entry tokens signed.");
+    describe_counter!(ADMITTED, "Places admitted, by queue.");
+    describe_gauge!(
+        QUEUE_WAITING,
+        "Places waiting in line at the last tick, by queue."
+    );
+    describe_gauge!(
+        QUEUE_ACTIVE,
+        "Admitted sessions active at the last tick, by queue."
+    );
+    describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+}
+
+pub(crate) fn tick_took(elapsed: Duration) {
+    histogram!(TICK_DURATION).record(elapsed.as_secs_f64());
+}
+
+pub(crate) fn tokens_minted(n: usize) {
+    counter!(TOKENS_MINTED).increment(n as u64);
+}
+
+/// Records one queue's tick: its admissions and the line's size after it.
+pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
+    let queue = q.to_string();
+    counter!(ADMITTED, "queue" => queue.clone()).increment(out.admitted);
+    gauge!(QUEUE_WAITING, "queue" => queue.clone()).set(out.waiting as f64);
+    gauge!(QUEUE_ACTIVE, "queue" => queue).set(out.active as f64);
+}
+
+pub(crate) fn redis_error() {
+    counter!(REDIS_ERRORS).increment(1);
+}
