@@ -28,7 +28,10 @@ impl Store {
     pub async fn queue_page(&self, q: &QueueId) -> Result<Option<QueuePage>> {
         let k = QueueKeys::new(q);
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(&k.meta).arg("open").arg("close_reason").arg(&FIELDS);
+        cmd.arg(&k.meta)
+            .arg("open")
+            .arg("close_reason")
+            .arg(&FIELDS);
         let v: Vec<Option<String>> = cmd.query_async(&mut self.c()).await?;
         let mut v = v.into_iter();
         let (Some(open), close_reason) = (v.next().flatten(), v.next().flatten()) else {
