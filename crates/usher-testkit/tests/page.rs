@@ -54,7 +54,10 @@ async fn the_page_is_served_with_its_settings_and_a_strict_policy() -> anyhow::R
     let html = plain.text().await?;
     assert!(html.contains("<html lang=\"en\">"));
     assert!(html.contains("\"stream\":\"/api/queues/tour/stream\""));
-    assert!(!html.contains("<script>"), "no inline script (the CSP forbids it)");
+    assert!(
+        !html.contains("<script>"),
+        "no inline script (the CSP forbids it)"
+    );
 
     stack
         .put_queue(
@@ -74,11 +77,23 @@ async fn the_page_is_served_with_its_settings_and_a_strict_policy() -> anyhow::R
     assert_eq!(header(&ko, "content-language"), "ko");
     assert!(header(&ko, "x-frame-options").is_empty());
     let csp = header(&ko, "content-security-policy");
-    assert!(csp.contains("frame-ancestors https://shop.example;"), "{csp}");
-    assert!(csp.contains("form-action https://tickets.example;"), "{csp}");
-    assert!(csp.contains("img-src 'self' data: https://cdn.example;"), "{csp}");
+    assert!(
+        csp.contains("frame-ancestors https://shop.example;"),
+        "{csp}"
+    );
+    assert!(
+        csp.contains("form-action https://tickets.example;"),
+        "{csp}"
+    );
+    assert!(
+        csp.contains("img-src 'self' data: https://cdn.example;"),
+        "{csp}"
+    );
     let html = ko.text().await?;
-    assert!(html.contains("<title>&lt;World Tour&gt;</title>"), "the title is escaped");
+    assert!(
+        html.contains("<title>&lt;World Tour&gt;</title>"),
+        "the title is escaped"
+    );
     assert!(html.contains("나의 대기 순번"), "Korean strings");
     let en = get(&format!("{gw}/q/tour?lang=en"), Some("ko")).await?;
     assert_eq!(header(&en, "content-language"), "en", "?lang= wins");
@@ -127,9 +142,15 @@ async fn page_settings_must_be_safe_urls() -> anyhow::Result<()> {
         assert!(e["error"].is_string(), "JSON error: {e}");
     }
     let view = stack.queue("safe").await?;
-    assert!(view.get("booking_url").is_none(), "nothing refused was stored");
+    assert!(
+        view.get("booking_url").is_none(),
+        "nothing refused was stored"
+    );
     stack
-        .put_queue("safe", json!({"booking_url": "http://127.0.0.1:8082/entry"}))
+        .put_queue(
+            "safe",
+            json!({"booking_url": "http://127.0.0.1:8082/entry"}),
+        )
         .await?;
     assert_eq!(
         stack.queue("safe").await?["booking_url"],
@@ -146,11 +167,15 @@ async fn a_ticket_resumed_on_the_same_gateway_closes_the_old_stream_as_resumed_e
     stack.create_queue("tabs", PAUSED).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let (ticket, pos, old) = join_watch(&client, "tabs").await?;
-    let mut newer = client.open("/api/queues/tabs/stream", Some(&ticket)).await?;
+    let mut newer = client
+        .open("/api/queues/tabs/stream", Some(&ticket))
+        .await?;
     let w = newer.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["position"], pos, "the same place");
     assert!(eventually(T, || old.has_ended()).await);
-    let closed = old.last("closed").expect("the old stream hears why it ended");
+    let closed = old
+        .last("closed")
+        .expect("the old stream hears why it ended");
     assert_eq!(data(&closed)["reason"], "resumed_elsewhere");
     assert_eq!(stack.queue("tabs").await?["waiting"], 1, "one place");
     Ok(())
