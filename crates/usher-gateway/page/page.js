@@ -143,7 +143,10 @@
       es.close();
       closed(JSON.parse(e.data).reason);
     });
-    es.addEventListener("scheduled", (e) => scheduled(JSON.parse(e.data)));
+    es.addEventListener("scheduled", (e) => {
+      if (e.lastEventId) save({ ...saved(), ticket: e.lastEventId });
+      scheduled(JSON.parse(e.data));
+    });
     // HOOK(proof-of-work): the abuse issue's `challenge` event is not designed yet. When it
     // is, solve it here in a Web Worker (the CSP allows `worker-src 'self'`), show progress,
     // and join with the solution. Until then the page only says it is checking.

@@ -257,6 +257,14 @@ def main():
         @scenario("leave the line")
         def leave():
             k = pages["k"]
+            # Keyboard only: the button takes focus, Enter opens the dialog, Escape closes it.
+            k.focus("#leave")
+            k.keyboard.press("Enter")
+            until(k, "document.getElementById('confirm').open")
+            assert k.evaluate("document.activeElement.id") == "confirm-no", "focus in the dialog"
+            k.keyboard.press("Escape")
+            until(k, "!document.getElementById('confirm').open")
+            assert stored(k, "show").get("ticket"), "Escape keeps the place"
             k.click("#leave")
             assert k.is_visible("#confirm")
             shot(k, "leave-confirm")
