@@ -239,7 +239,7 @@ def main():
 
         @scenario("the Korean page")
         def korean():
-            ko = new(locale="ko-KR", viewport=PHONE)
+            ko = new(locale="ko-KR", viewport=PHONE, reduced_motion="reduce")
             k = ko.new_page()
             k.goto(GW + "/q/show")
             wait_state(k, "waiting")
@@ -248,6 +248,10 @@ def main():
             assert k.inner_text("#pos-label") == "나의 대기 순번"
             assert "앞에 3명이 있습니다" in k.inner_text("#ahead")
             shot(k, "korean")
+            bar = "getComputedStyle(document.getElementById('bar-fill')).transitionDuration"
+            assert k.evaluate(bar) == "0s", "reduced motion: no animation"
+            assert pages["c"].evaluate(bar) != "0s", "animated otherwise"
+            assert k.evaluate("document.documentElement.scrollWidth <= innerWidth"), "fits a phone"
             en = ko.new_page()
             en.goto(GW + "/q/show?lang=en")
             assert en.get_attribute("html", "lang") == "en"

@@ -180,3 +180,59 @@ async fn a_ticket_resumed_on_the_same_gateway_closes_the_old_stream_as_resumed_e
     assert_eq!(stack.queue("tabs").await?["waiting"], 1, "one place");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_directory_replaces_the_page() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        gateways: 0,
+        ..Default::default()
+    })
+    .await?;
+    stack.create_queue("brand", PAUSED).await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("i18n"))?;
+    std::fs::write(
+        dir.path().join("index.html"),
+        "<html lang=\"{{lang}}\"><title>{{title}}</title><link href=\"/q/assets/brand.css?v={{v}}\">\
+         <script type=\"application/json\" id=\"usher-config\">{{config}}</script>",
+    )?;
+    std::fs::write(dir.path().join("i18n/en.json"), r#"{"title": "Our line"}"#)?;
+    std::fs::write(dir.path().join("i18n/ja.json"), r#"{"title": "行列"}"#)?;
+    std::fs::write(dir.path().join("brand.css"), "h1{color:#000}")?;
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
+    cfg.page_dir = Some(dir.path().to_owned());
+    let gw = usher_testkit::stack::gateway_with(cfg).await?;
+
+    let r = get(&format!("{}/q/brand", gw.url()), Some("ja-JP")).await?;
+    assert_eq!(
+        header(&r, "content-language"),
+        "ja",
+        "any language the template has"
+    );
+    let html = r.text().await?;
+    assert!(
+        html.starts_with("<html lang=\"ja\"><title>行列</title>"),
+        "{html}"
+    );
+    assert!(html.contains("\"queue\":\"brand\""), "{html}");
+    let css = get(&format!("{}/q/assets/brand.css", gw.url()), None).await?;
+    assert_eq!(header(&css, "content-type"), "text/css; charset=utf-8");
+    assert_eq!(css.text().await?, "h1{color:#000}");
+    let builtin = get(&format!("{}/q/assets/page.js", gw.url()), None).await?;
+    assert_eq!(
+        builtin.status(),
+        404,
+        "the built-in page is replaced, not merged"
+    );
+
+    // A directory that cannot be a page stops the gateway at startup, naming the file.
+    std::fs::remove_file(dir.path().join("i18n/en.json"))?;
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
+    cfg.page_dir = Some(dir.path().to_owned());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let e = usher_gateway::run(cfg, listener, std::future::pending())
+        .await
+        .expect_err("no English strings");
+    assert!(e.to_string().contains("i18n/en.json"), "{e}");
+    Ok(())
+}
