@@ -230,7 +230,7 @@ log "booking   ready  $BOOKING_URL    log: $TMP/booking-demo.log"
 # --- The demo queue ------------------------------------------------------------------------
 # The admin API needs no token from loopback when USHER_ADMIN_TOKEN is unset.
 curl -fsS -X PUT "$DISPATCHER_URL/admin/queues/$QUEUE" -H 'content-type: application/json' \
-    -d '{"admit_per_second": 2, "session_ttl_seconds": 600, "open": true}' >/dev/null ||
+    -d "{\"admit_per_second\": 2, \"session_ttl_seconds\": 600, \"open\": true, \"title\": \"usher demo\", \"booking_url\": \"http://127.0.0.1:$BOOKING_PORT/entry\"}" >/dev/null ||
     die "could not create the queue '$QUEUE' (see $TMP/dispatcher.log)"
 log "queue '$QUEUE' created: 2 admissions per second, sessions of 600 s"
 
@@ -286,6 +286,9 @@ fi
 cat <<EOF
 
   usher is running locally (logs in $TMP).
+
+  The waiting-room page (admitted browsers land on the booking demo's /entry):
+    $GATEWAY1_URL/q/$QUEUE      ($GATEWAY1_URL/q/$QUEUE?lang=ko in Korean)
 
   Join the line (each open stream is one browser; it ends after 'admitted'):
     curl -N $GATEWAY1_URL/api/queues/$QUEUE/stream

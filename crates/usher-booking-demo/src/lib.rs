@@ -11,6 +11,10 @@
 //! asks the dispatcher whether the session is still active (`GET /api/session`, `403` when it
 //! has ended), and after booking it releases the session (`DELETE /api/session`), so the same
 //! token cannot book twice and the slot frees at once.
+//!
+//! `POST /entry` is where usher's waiting-room page sends an admitted browser (the queue's
+//! `booking_url`): an auto-submitted form with the fields `token`, `queue` and `expires_at`.
+//! It verifies the token the same way and answers a small HTML page naming the place.
 
 pub mod keys;
 
@@ -19,11 +23,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{FormRejection, JsonRejection};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::{Form, Json, Router};
 use clap::Parser;
 use jsonwebtoken::{Algorithm, Validation};
 use serde::{Deserialize, Serialize};
@@ -220,9 +225,53 @@ async fn book(
     Ok((StatusCode::CREATED, Json(booking)))
 }
 
+/// The form usher's waiting-room page POSTs to the queue's `booking_url` on admission.
+#[derive(Debug, Deserialize)]
+pub struct EntryForm {
+    pub token: String,
+    pub queue: String,
+    pub expires_at: Option<String>,
+}
+
+/// `POST /entry`: a browser arriving from the waiting-room page. The token is checked like a
+/// booking's (offline, then the session); the answer is the booking site's landing page.
+async fn entry(
+    State(app): State<Arc<App>>,
+    form: Result<Form<EntryForm>, FormRejection>,
+) -> Result<Response, ApiError> {
+    let Form(f) = form.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let claims = verify(&app.keys, &f.token, &f.queue).await?;
+    app.sessions.check(&f.token).await?;
+    tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
+    // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
+    let html = format!(
+        "<!doctype html><meta charset=utf-8><title>Booking</title>\
+         <h1 id=entry data-queue=\"{q}\" data-place=\"{p}\">Welcome: entry verified for queue \
+         {q}, place {p}</h1>",
+        q = id_chars(&f.queue),
+        p = id_chars(&claims.sub),
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response())
+}
+
+/// Only the characters of an id: safe in HTML text and attributes.
+fn id_chars(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect()
+}
+
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/bookings", post(book))
+        .route("/entry", post(entry))
         .merge(usher_http::health_routes(|_verbose| async {
             usher_http::Readiness {
                 ready: true,

@@ -7,7 +7,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate` |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate`; waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |

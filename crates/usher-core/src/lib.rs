@@ -5,6 +5,8 @@
 //! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
 //! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
+//! * [`page`] — a queue's waiting-room page settings (booking URL, embedding origin, title,
+//!   logo) and their checks.
 //! * [`position`] — turning a queue `state` snapshot into each browser's position.
 //! * [`store`] — the only place that knows Redis key names and Lua scripts.
 //!
@@ -15,6 +17,7 @@ pub mod ids;
 pub mod keyring;
 pub mod keys;
 pub mod messages;
+pub mod page;
 pub mod position;
 pub mod secret;
 pub mod store;

@@ -78,8 +78,9 @@ pub enum CloseReason {
     /// The place was admitted and its session has ended (the booking service released it, or
     /// it expired): a resume never shows the old token again.
     SessionEnded,
-    /// A newer connection for the place was opened on another gateway. Never shown to a
-    /// browser: the old connection just ends.
+    /// A newer connection for the place was opened (on this or another gateway): the older
+    /// connection gets `closed` with this reason, so it does not reconnect and take the place
+    /// back (two tabs sharing a ticket would otherwise take turns forever).
     ResumedElsewhere,
 }
 

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
+use usher_core::page::PageSettings;
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
@@ -124,6 +125,9 @@ pub struct QueueView {
     pub config: QueueConfig,
     #[serde(flatten)]
     pub stats: QueueStats,
+    /// The waiting-room page's settings (fields left out while unset).
+    #[serde(flatten)]
+    pub page: PageSettings,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -138,6 +142,31 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
+    /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
+    pub booking_url: Option<String>,
+    pub embed_origin: Option<String>,
+    pub title: Option<String>,
+    pub logo_url: Option<String>,
+}
+
+impl QueueUpdate {
+    /// `current` with this update's page settings applied (`""` unsets one), checked.
+    fn page_settings(&self, mut current: PageSettings) -> Result<PageSettings, ApiError> {
+        for (given, field) in [
+            (&self.booking_url, &mut current.booking_url),
+            (&self.embed_origin, &mut current.embed_origin),
+            (&self.title, &mut current.title),
+            (&self.logo_url, &mut current.logo_url),
+        ] {
+            if let Some(v) = given {
+                *field = Some(v.clone()).filter(|v| !v.is_empty());
+            }
+        }
+        current
+            .check()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(current)
+    }
 }
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -153,10 +182,12 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
         .queue_stats(&q, now_ms())
         .await
         .map_err(redis_down)?;
+    let page = st.store.page_settings(&q).await.map_err(redis_down)?;
     Ok(Some(QueueView {
         queue: q,
         config,
         stats,
+        page,
     }))
 }
 
@@ -209,6 +240,7 @@ async fn put_queue(
             )));
         }
     }
+    let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
@@ -248,6 +280,10 @@ async fn put_queue(
     }
     let closing = !cfg.open && existing_open;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
+    st.store
+        .put_page_settings(&q, &page)
+        .await
+        .map_err(redis_down)?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does.
         close(&st, &q, CloseReason::QueueClosed).await?;

@@ -83,6 +83,15 @@ pub struct Config {
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+
+    /// A template directory that replaces the built-in waiting-room page served at
+    /// `GET /q/{queue}`. It holds `index.html` (with the placeholders `{{lang}}`, `{{title}}`,
+    /// `{{config}}` and `{{v}}`), `i18n/<lang>.json` (one file of strings per language; `en`
+    /// is required) and any assets (`.js`, `.css`, `.svg`, `.png`, `.webp`, `.ico`, `.woff2`),
+    /// served at `/q/assets/<name>`. It is read once at startup. The built-in page (the
+    /// repository's `crates/usher-gateway/page/`) is the documented example.
+    #[arg(long, env = "USHER_PAGE_DIR")]
+    pub page_dir: Option<std::path::PathBuf>,
 }
 
 // The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and

@@ -112,10 +112,11 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             place,
             reason,
         } => {
-            // A browser that left hears why; one that went to another gateway is gone from
-            // here already, and its old connection just ends.
+            // A browser that left hears why, and so does the old connection of a place resumed
+            // on another gateway (`resumed_elsewhere`: it must not reconnect and take the place
+            // back). Any other reason just ends the connection.
             let update = match reason {
-                CloseReason::Left => Update::closed(&queue, CloseReason::Left),
+                CloseReason::Left | CloseReason::ResumedElsewhere => Update::closed(&queue, reason),
                 _ => Update::superseded(),
             };
             hub.finish(&queue, place, update);

@@ -15,7 +15,8 @@
 //! * `inbox` — this gateway's Redis Stream, read and applied to the browsers held here.
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
-//! * `routes` — the other HTTP routes: status, leave, health.
+//! * `page` — the waiting-room page at `/q/{queue}` (built in, or `USHER_PAGE_DIR`).
+//! * `routes` — the other HTTP routes: status, leave, health, the page.
 //! * `server` — the HTTP/1.1 accept loop: streams served directly, the rest by `routes`.
 //! * this module — startup and shutdown ([`run`]).
 //!
@@ -32,6 +33,7 @@ mod inbox;
 mod joins;
 mod keepalive;
 mod metrics;
+mod page;
 mod routes;
 mod server;
 mod stream;
@@ -63,6 +65,8 @@ pub enum Error {
     TicketKey(#[from] SecretError),
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Page(#[from] page::PageError),
 }
 
 /// How long after the drain window the process gives up on streams that are still open.
@@ -80,10 +84,11 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
+    let page = Arc::new(page::Page::load(cfg.page_dir.as_deref())?);
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
     tracing::info!(listen = %addr, server_id = %gw.id(), index = %gw.index(), "gateway running");
-    let app = routes::router(gw.clone());
+    let app = routes::router(gw.clone(), page);
     let drain_started = Arc::new(tokio::sync::Notify::new());
     let (stopping, started) = (gw.clone(), drain_started.clone());
     let serve = server::serve(listener, gw.clone(), app, async move {

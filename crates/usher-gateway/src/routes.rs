@@ -1,5 +1,5 @@
 //! The browser-facing HTTP routes other than the SSE stream (which [`crate::server`] serves
-//! itself): status, leave, the health checks and the metrics.
+//! itself): status, leave, the health checks, the metrics and the waiting-room page.
 
 use std::sync::Arc;
 
@@ -20,12 +20,14 @@ use crate::errors::{
 };
 use crate::gateway::Gateway;
 use crate::metrics;
+use crate::page::Page;
 use crate::update::{admitted_event, Update};
 
 /// Every route but `GET /api/queues/{queue}/stream`.
-pub(crate) fn router(gw: Arc<Gateway>) -> Router {
+pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
     let ready_gw = gw.clone();
     let scraped_gw = gw.clone();
+    let page = crate::page::routes(gw.clone(), page);
     Router::new()
         .route("/api/queues/{queue}/status", get(status_handler))
         .route(
@@ -52,6 +54,7 @@ pub(crate) fn router(gw: Arc<Gateway>) -> Router {
             metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
         }))
         .with_state(gw)
+        .merge(page)
 }
 
 #[derive(Debug, Deserialize)]

@@ -27,8 +27,8 @@ pub enum Update {
     Admitted(Arc<Admitted>),
     /// Terminal.
     Closed(ClosedEvent),
-    /// Terminal, without an event: a newer connection took the place over, or the gateway is
-    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
+    /// Terminal, without an event: the gateway is draining, or the connection's channel is
+    /// gone. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
     /// after that delay and resumes its place.
     Ended {
         retry_ms: Option<u64>,

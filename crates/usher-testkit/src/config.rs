@@ -24,6 +24,7 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         drain_secs: 1,
         worker_threads: 0,
         log_format: LogFormat::Text,
+        page_dir: None,
     }
 }
 

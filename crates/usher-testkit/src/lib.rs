@@ -1,6 +1,7 @@
 //! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
-//! only tests and benchmarks need ([`probe`]).
+//! only tests and benchmarks need ([`probe`]), and the browser tools the page's tests drive
+//! ([`tools`]).
 
 pub mod browser;
 pub mod config;
@@ -9,6 +10,7 @@ pub mod procs;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
+pub mod tools;
 
 pub use probe::RedisProbe;
 pub use redis_server::RedisServer;

@@ -6,6 +6,7 @@
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `page` — a queue's waiting-room page settings (the admin API writes, gateways read);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
@@ -26,6 +27,7 @@ mod admin;
 mod decode;
 mod dispatch;
 mod gateways;
+mod page;
 mod places;
 mod reply;
 mod scripts;
@@ -38,6 +40,7 @@ pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
+pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, STREAM_MAXLEN};

@@ -60,7 +60,9 @@ impl Hub {
     }
 
     /// Reserves `place` for a new connection. An older connection holding it here is ended
-    /// (the newest connection owns a place) and can no longer release it.
+    /// with `closed` `resumed_elsewhere` (the newest connection owns a place; the old tab
+    /// learns why, instead of reconnecting and taking the place back every `retry:` period)
+    /// and can no longer release it.
     pub fn reserve(&self, queue: &QueueId, place: PlaceId) -> Reservation {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
@@ -72,7 +74,7 @@ impl Hub {
             resyncing: false,
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
-            let _ = tx.send(Update::superseded());
+            let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
         }
         Reservation {
             queue: queue.clone(),

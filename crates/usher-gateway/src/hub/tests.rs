@@ -31,7 +31,11 @@ fn newest_connection_owns_the_place() {
     let hub = Hub::new();
     let (a1, rx1) = connect(&hub, place(5), 5);
     let r2 = hub.reserve(&q(), place(5));
-    assert_eq!(*rx1.borrow(), Update::superseded());
+    assert_eq!(
+        *rx1.borrow(),
+        Update::closed(&q(), CloseReason::ResumedElsewhere),
+        "the older connection is told its place was resumed elsewhere"
+    );
     assert!(
         !hub.detach(&a1),
         "the old connection no longer owns the place"
