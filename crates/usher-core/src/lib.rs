@@ -5,6 +5,7 @@
 //! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
 //! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
+//! * [`policy`] — the adaptive rate and why a queue admits at its rate.
 //! * [`position`] — turning a queue `state` snapshot into each browser's position.
 //! * [`store`] — the only place that knows Redis key names and Lua scripts.
 //!
@@ -15,6 +16,7 @@ pub mod ids;
 pub mod keyring;
 pub mod keys;
 pub mod messages;
+pub mod policy;
 pub mod position;
 pub mod secret;
 pub mod store;
