@@ -298,7 +298,9 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
     let report = admitter.tick().await?;
     assert_eq!(report.admitted, N - 1000, "{report:?}");
     assert_eq!(report.delivered, N, "{report:?}");
-    let (left, _) = store.outbox(&q, 100).await?;
+    let (left, _) = store
+        .outbox(&q, usher_core::store::OutboxList::Ticks, 100)
+        .await?;
     assert_eq!(left, 0, "outbox emptied");
     let stats = store.queue_stats(&q, now_ms()).await?;
     assert_eq!((stats.waiting, stats.admitted_total), (0, N), "{stats:?}");
