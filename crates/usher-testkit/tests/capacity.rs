@@ -151,7 +151,7 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
         e.extend(extra.iter().cloned());
         e
     };
-    let mut ds = vec![
+    let mut ds = [
         Proc::start("usher-dispatcher", &env(&[])).await?,
         Proc::start("usher-dispatcher", &env(&[])).await?,
     ];
