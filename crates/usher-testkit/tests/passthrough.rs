@@ -187,3 +187,38 @@ async fn a_burst_at_an_empty_queue_never_beats_the_rate() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// A join admitted at once whose wake signal never came (here: a join made straight on Redis,
+/// which publishes none) is still minted and recorded, by the dispatcher's once-per-tick sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_wake_costs_a_tick_not_the_admission() -> anyhow::Result<()> {
+    use usher_core::store::{PlaceState, Store};
+    let stack = Stack::start(StackOptions {
+        tick_ms: 200,
+        ..Default::default()
+    })
+    .await?;
+    stack
+        .put_queue("quiet", json!({"admit_per_second": 5.0}))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let store = Store::connect(&stack.redis.url()).await?;
+    let q = usher_core::ids::QueueId::new("quiet")?;
+    let now = usher_core::time::now_ms();
+    let PlaceState::AdmittedNow { place } =
+        usher_testkit::probe::join(&store, &q, 999, now).await?
+    else {
+        anyhow::bail!("nobody waits: the join admits at once");
+    };
+    let admitted = async {
+        loop {
+            if let PlaceState::Admitted(rec) = store.status(&q, place, now).await? {
+                return anyhow::Ok(rec);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let rec = tokio::time::timeout(T, admitted).await??;
+    verify_token(&jwks(&stack).await?, &rec.token, "quiet")?;
+    Ok(())
+}
