@@ -7,7 +7,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate`; waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate`; waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
@@ -17,6 +17,14 @@
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
+//! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
+//!
+//! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
+//! `adaptive` (the [`crate::policy::Adaptive`] setting as JSON, absent = off), and the token
+//! bucket shared by the tick and passthrough joins: `bucket` (tokens, a float), `bucket_ms`
+//! (when it was last refilled), `bucket_rate` (tokens per second, set by every tick: the
+//! effective rate) and `bucket_burst` (its size while nobody waits: one tick's worth, at
+//! least 1).
 //!
 //! Memory: `ended` holds the sessions that ended in the last `max_session_seconds` (at most
 //! the admissions of that window, about 20 bytes each plus zset overhead); the tick trims at
@@ -33,6 +41,13 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
+//!
+//! Pub/sub: `usher:wake` carries a queue id each time a join admitted a place at once
+//! (passthrough), so the lease holder mints and delivers it without waiting for a tick.
+//! A channel is no key: the join script does not touch it (the gateway publishes after the
+//! script answered), and Redis Cluster forwards `PUBLISH` to every node. A lost wake costs
+//! one tick: the passthrough courier also drains every held queue once per tick.
 
 use crate::ids::{QueueId, ServerId};
 
@@ -49,6 +64,7 @@ pub struct QueueKeys {
     pub away: String,
     pub lease: String,
     pub ended: String,
+    pub passed: String,
 }
 
 impl QueueKeys {
@@ -65,6 +81,7 @@ impl QueueKeys {
             away: k("away"),
             lease: k("lease"),
             ended: k("ended"),
+            passed: k("passed"),
         }
     }
 }
@@ -76,6 +93,13 @@ pub const GW_NEXT: &str = "usher:{gw}:next";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
+/// Pub/sub channel: a queue id per passthrough admission (see the schema above).
+pub const WAKE_CHANNEL: &str = "usher:wake";
+
+/// A booking backend's last load report.
+pub fn backend_load(name: &crate::policy::BackendName) -> String {
+    format!("usher:{{be:{name}}}:load")
+}
 /// Consumer group every gateway uses on its own stream.
 pub const STREAM_GROUP: &str = "usher";
 
@@ -139,7 +163,7 @@ mod tests {
             let slot = hash_slot(&k.meta);
             for key in [
                 &k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws, &k.away, &k.lease,
-                &k.ended,
+                &k.ended, &k.passed,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

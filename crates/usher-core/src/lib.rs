@@ -7,6 +7,7 @@
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
 //! * [`page`] — a queue's waiting-room page settings (booking URL, embedding origin, title,
 //!   logo) and their checks.
+//! * [`policy`] — the adaptive rate and why a queue admits at its rate.
 //! * [`position`] — turning a queue `state` snapshot into each browser's position.
 //! * [`store`] — the only place that knows Redis key names and Lua scripts.
 //!
@@ -18,6 +19,7 @@ pub mod keyring;
 pub mod keys;
 pub mod messages;
 pub mod page;
+pub mod policy;
 pub mod position;
 pub mod secret;
 pub mod store;

@@ -11,17 +11,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::page::PageSettings;
+use usher_core::policy::{Adaptive, RateReason, RateSource};
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::state::redis_down;
 pub use crate::state::AppState;
+use crate::state::{bearer_is, redis_down};
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
@@ -46,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
         .merge(crate::sessions::routes())
+        .merge(crate::backends::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();
@@ -79,18 +79,7 @@ async fn authorize(
 ) -> Response {
     match &st.admin_token {
         Some(expected) => {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            // Compare digests: constant time, and no length leak.
-            let (g, e) = (
-                Sha256::digest(given.as_bytes()),
-                Sha256::digest(expected.as_bytes()),
-            );
-            if bool::from(g[..].ct_eq(&e[..])) {
+            if bearer_is(req.headers(), expected) {
                 next.run(req).await
             } else {
                 ApiError::unauthorized("missing or wrong admin bearer token").into_response()
@@ -128,6 +117,11 @@ pub struct QueueView {
     /// The waiting-room page's settings (fields left out while unset).
     #[serde(flatten)]
     pub page: PageSettings,
+    /// The rate the queue admits at now (0 while paused, full, or adaptive without a fresh
+    /// load report) ...
+    pub effective_per_second: f64,
+    /// ... and why.
+    pub rate_reason: RateReason,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -147,6 +141,13 @@ pub struct QueueUpdate {
     pub embed_origin: Option<String>,
     pub title: Option<String>,
     pub logo_url: Option<String>,
+    /// Absent: unchanged; `null`: no cap.
+    #[serde(default, deserialize_with = "present")]
+    pub max_active: Option<Option<u64>>,
+    pub passthrough: Option<bool>,
+    /// Absent: unchanged; `null`: off.
+    #[serde(default, deserialize_with = "present")]
+    pub adaptive: Option<Option<Adaptive>>,
 }
 
 impl QueueUpdate {
@@ -169,6 +170,16 @@ impl QueueUpdate {
     }
 }
 
+/// A field that is present, `null` included (`Some(None)`); an absent one is `None` through
+/// `#[serde(default)]`.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
     QueueId::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))
 }
@@ -177,17 +188,32 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let Some(config) = st.store.queue_config(&q).await.map_err(redis_down)? else {
         return Ok(None);
     };
-    let stats = st
-        .store
-        .queue_stats(&q, now_ms())
-        .await
-        .map_err(redis_down)?;
+    let now = now_ms();
+    let stats = st.store.queue_stats(&q, now).await.map_err(redis_down)?;
+    let report = match &config.adaptive {
+        Some(a) => st
+            .store
+            .backend_load(&a.backend)
+            .await
+            .map_err(redis_down)?,
+        None => None,
+    };
+    let source = RateSource::of(
+        config.admit_per_second,
+        config.adaptive.as_ref(),
+        report,
+        now,
+    );
+    let full = config.max_active.is_some_and(|m| stats.active >= m);
+    let (effective_per_second, rate_reason) = source.effective(config.paused, full);
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
     Ok(Some(QueueView {
         queue: q,
         config,
         stats,
         page,
+        effective_per_second,
+        rate_reason,
     }))
 }
 
@@ -241,6 +267,15 @@ async fn put_queue(
         }
     }
     let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
+    if u.max_active == Some(Some(0)) {
+        return Err(ApiError::bad_request(
+            "max_active must be at least 1, or null for no cap (pause the queue to admit nobody)",
+        ));
+    }
+    if let Some(Some(a)) = &u.adaptive {
+        a.check(MAX_ADMIT_PER_SECOND)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
@@ -278,6 +313,15 @@ async fn put_queue(
     if let Some(p) = u.paused {
         cfg.paused = p;
     }
+    if let Some(m) = u.max_active {
+        cfg.max_active = m;
+    }
+    if let Some(p) = u.passthrough {
+        cfg.passthrough = p;
+    }
+    if let Some(a) = u.adaptive {
+        cfg.adaptive = a;
+    }
     let closing = !cfg.open && existing_open;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     st.store
@@ -292,11 +336,12 @@ async fn put_queue(
         (b.paused && !cfg.paused)
             || (!b.open && cfg.open)
             || cfg.admit_per_second > b.admit_per_second
+            || cfg.max_active.unwrap_or(u64::MAX) > b.max_active.unwrap_or(u64::MAX)
     });
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

@@ -59,6 +59,13 @@ pub struct Config {
     #[arg(long, env = "USHER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Bearer token booking services send with their load reports (`PUT
+    /// /api/backends/{name}/load`, for queues with an adaptive rate); separate from the admin
+    /// token, so a booking service cannot reconfigure queues. When unset, every load report is
+    /// refused with 401 (and a warning is logged once), so adaptive queues admit nobody.
+    #[arg(long, env = "USHER_SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: Option<String>,
+
     /// How many places at the head of each line are published exactly in every `state`
     /// message. Beyond them, gateways interpolate between samples (error ≤ 1%).
     #[arg(long, env = "USHER_EXACT_POSITIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
@@ -97,6 +104,8 @@ pub enum ConfigError {
     ReplicaId,
     #[error("USHER_ADMIN_TOKEN is set but empty; set a long random token or unset it")]
     EmptyAdminToken,
+    #[error("USHER_SERVICE_TOKEN is set but empty; set a long random token or unset it")]
+    EmptyServiceToken,
 }
 
 impl Config {
@@ -118,6 +127,13 @@ impl Config {
             .is_some_and(|t| t.trim().is_empty())
         {
             return Err(ConfigError::EmptyAdminToken);
+        }
+        if self
+            .service_token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err(ConfigError::EmptyServiceToken);
         }
         let id = &self.replica_id;
         if id.is_empty() || id.len() > 128 || id.contains('|') {

@@ -5,12 +5,14 @@
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
 //! * [`sessions`] — the session API booking services call with an entry token.
+//! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod admin;
 pub mod admission;
+pub mod backends;
 pub mod config;
 mod metrics;
 pub mod sessions;
@@ -68,6 +70,7 @@ pub async fn run(
         tick: cfg.tick(),
         lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
         exact_positions: cfg.exact_positions,
+        redis_url: cfg.redis_url.clone(),
     };
     tracing::info!(replica = %settings.replica, "dispatcher replica starting");
     let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);
@@ -77,6 +80,7 @@ pub async fn run(
         store,
         keys: keys.clone(),
         admin_token: cfg.admin_token.as_deref().map(Arc::from),
+        service_token: cfg.service_token.as_deref().map(Arc::from),
         hints: hint_tx,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");

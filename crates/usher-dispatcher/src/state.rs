@@ -4,6 +4,10 @@
 
 use std::sync::Arc;
 
+use axum::http::{header, HeaderMap};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
 use usher_core::ids::QueueId;
 use usher_core::keyring::KeyRing;
 use usher_core::store::{Store, StoreError};
@@ -15,6 +19,8 @@ pub struct AppState {
     /// The published keys (the signing key first).
     pub keys: Arc<KeyRing>,
     pub admin_token: Option<Arc<str>>,
+    /// The bearer token of booking services' load reports (`None`: every report gets 401).
+    pub service_token: Option<Arc<str>>,
     /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
     /// tick's tokens ahead of time.
     pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
@@ -25,4 +31,19 @@ pub(crate) fn redis_down(e: StoreError) -> ApiError {
     crate::metrics::redis_error();
     tracing::warn!(error = %e, "admin request failed on redis");
     ApiError::unavailable("redis is unavailable")
+}
+
+/// Whether the request's `Authorization: Bearer` token is `expected`. Compares digests:
+/// constant time, and no length leak.
+pub(crate) fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let (g, e) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(expected.as_bytes()),
+    );
+    bool::from(g[..].ct_eq(&e[..]))
 }

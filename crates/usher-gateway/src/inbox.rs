@@ -161,7 +161,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::QueueClosed(reason) => Some(Update::closed(q, reason)),
         PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
         PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
-        PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
+        PlaceState::Waiting { .. }
+        | PlaceState::AdmissionPending
+        | PlaceState::AdmittedNow { .. } => None,
     }
 }
 

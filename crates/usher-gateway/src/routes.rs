@@ -102,7 +102,9 @@ async fn status_handler(
             v["state"] = "admitted".into();
             v
         }
-        PlaceState::AdmissionPending => serde_json::json!({"queue": q, "state": "admitting"}),
+        PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {
+            serde_json::json!({"queue": q, "state": "admitting"})
+        }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
         PlaceState::Gone => return Err(place_gone()),
         PlaceState::SessionEnded => serde_json::json!({

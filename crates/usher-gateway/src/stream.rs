@@ -68,7 +68,7 @@ impl Reserved {
         }
     }
 
-    fn attach(mut self, first: WaitingEvent) -> Option<(Attached, watch::Receiver<Update>)> {
+    fn attach(mut self, first: Update) -> Option<(Attached, watch::Receiver<Update>)> {
         let r = self.r.take()?;
         self.gw.hub().attach(r, first)
     }
@@ -145,7 +145,7 @@ async fn setup(
         None => match gw.join(&q).await {
             Ok(s) => {
                 let reserved = match &s {
-                    PlaceState::Waiting { place, .. } => {
+                    PlaceState::Waiting { place, .. } | PlaceState::AdmittedNow { place } => {
                         metrics::joined();
                         Some(Reserved::new(gw, &q, *place))
                     }
@@ -180,7 +180,7 @@ async fn setup(
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
             };
-            let Some((attached, rx)) = reserved.attach(first) else {
+            let Some((attached, rx)) = reserved.attach(Update::Waiting(first)) else {
                 // A newer connection took the place over meanwhile.
                 return Setup::TryLater;
             };
@@ -191,6 +191,25 @@ async fn setup(
                         .await;
                 });
             }
+            Setup::Live {
+                ticket,
+                holding: Holding {
+                    gw: gw.clone(),
+                    attached,
+                },
+                rx,
+            }
+        }
+        PlaceState::AdmittedNow { place } => {
+            // Admitted by the join (passthrough): the stream opens with nothing to show, and
+            // its first event is the `admitted` the dispatcher sends once woken.
+            let Some(reserved) = reserved else {
+                return Setup::TryLater;
+            };
+            let ticket = Ticket::issue(gw.ticket_key(), &q, place);
+            let Some((attached, rx)) = reserved.attach(Update::Admitting) else {
+                return Setup::TryLater;
+            };
             Setup::Live {
                 ticket,
                 holding: Holding {

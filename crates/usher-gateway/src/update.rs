@@ -14,6 +14,9 @@ use crate::frames::{event_frame, json_frame, retry_frame};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Waiting(WaitingEvent),
+    /// Admitted by the join itself (passthrough): its token is on its way from the
+    /// dispatcher, and nothing is shown until it arrives, so the first event is `admitted`.
+    Admitting,
     /// An operator's notice (its rendered `notice` frame, shared by every connection it goes
     /// to), then the browser's current `waiting` event. A notice takes the place of a pending
     /// position update and carries it along, and a later position update changes `waiting`
@@ -37,7 +40,10 @@ pub enum Update {
 
 impl Update {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_) | Update::Notice { .. })
+        !matches!(
+            self,
+            Update::Waiting(_) | Update::Notice { .. } | Update::Admitting
+        )
     }
 
     pub fn superseded() -> Self {
@@ -74,7 +80,7 @@ impl Update {
             Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
             Update::Closed(c) => Some(event_frame("closed", None, c)),
             Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
-            Update::Ended { retry_ms: None } => None,
+            Update::Ended { retry_ms: None } | Update::Admitting => None,
         }
     }
 }

@@ -40,6 +40,7 @@ pub fn dispatcher(redis_url: &str, tick_ms: u64) -> usher_dispatcher::Config {
         jwt_key_file: None,
         jwt_key: None,
         admin_token: None,
+        service_token: None,
         exact_positions: 1000,
         replica_id: format!(
             "test-{}-{}",

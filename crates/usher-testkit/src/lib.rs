@@ -31,6 +31,8 @@ pub fn tick_args(lease: &usher_core::store::Lease, now_ms: u64) -> usher_core::s
         lease,
         lease_ttl_ms: 600_000,
         gateways: &[],
+        bucket_rate: None,
+        tick_ms: 100,
     }
 }
 

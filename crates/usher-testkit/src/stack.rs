@@ -185,11 +185,13 @@ impl Stack {
         Ok(v)
     }
 
-    /// Creates an open queue admitting `admit_per_second`.
+    /// Creates an open queue admitting `admit_per_second`, where everyone queues
+    /// (`passthrough` off: these tests are about the line; passthrough's own tests turn it on).
     pub async fn create_queue(&self, queue: &str, admit_per_second: f64) -> anyhow::Result<Value> {
         self.put_queue(
             queue,
-            json!({"admit_per_second": admit_per_second, "session_ttl_seconds": 600, "open": true}),
+            json!({"admit_per_second": admit_per_second, "session_ttl_seconds": 600, "open": true,
+                "passthrough": false}),
         )
         .await
     }

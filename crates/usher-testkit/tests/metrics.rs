@@ -145,7 +145,13 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     .await?;
     let (gw, ds) = (gateway.url(), dispatcher.url());
     let http = reqwest::Client::new();
-    put_queue(&http, &ds, "fast", json!({"admit_per_second": 50})).await?;
+    put_queue(
+        &http,
+        &ds,
+        "fast",
+        json!({"admit_per_second": 50, "passthrough": false}),
+    )
+    .await?;
     put_queue(
         &http,
         &ds,

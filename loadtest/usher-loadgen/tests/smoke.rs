@@ -36,7 +36,7 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let r = http
         .put(format!("{}/admin/queues/smoke", dispatcher.url()))
-        .json(&json!({"admit_per_second": 200}))
+        .json(&json!({"admit_per_second": 200, "passthrough": false}))
         .timeout(Duration::from_secs(5))
         .send()
         .await?;

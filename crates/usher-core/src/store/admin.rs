@@ -10,6 +10,7 @@ use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
+use crate::policy::Adaptive;
 
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,13 @@ pub struct QueueConfig {
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
+    /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
+    pub max_active: Option<u64>,
+    /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
+    /// the token bucket (shared with the tick) has a token.
+    pub passthrough: bool,
+    /// The rate follows a backend's reported load instead of `admit_per_second` (`None`: off).
+    pub adaptive: Option<Adaptive>,
 }
 
 impl Default for QueueConfig {
@@ -43,6 +51,9 @@ impl Default for QueueConfig {
             open: true,
             grace_seconds: 300,
             paused: false,
+            max_active: None,
+            passthrough: true,
+            adaptive: None,
         }
     }
 }
@@ -96,6 +107,10 @@ impl Store {
             open: flag("open"),
             grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
             paused: flag("paused"),
+            max_active: v.get("max_active").and_then(|s| s.parse().ok()),
+            // Queues stored before the field existed keep queueing everyone.
+            passthrough: flag("passthrough"),
+            adaptive: v.get("adaptive").and_then(|s| serde_json::from_str(s).ok()),
         }))
     }
 
@@ -119,8 +134,27 @@ impl Store {
             .arg(cfg.grace_seconds)
             .arg("paused")
             .arg(if cfg.paused { "1" } else { "0" })
+            .arg("passthrough")
+            .arg(if cfg.passthrough { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
+        // Optional settings: stored when set, deleted when `null`.
+        let adaptive = cfg
+            .adaptive
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        for (field, value) in [
+            ("max_active", cfg.max_active.map(|m| m.to_string())),
+            ("adaptive", adaptive),
+        ] {
+            let cmd = match &value {
+                Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
+                None => redis::cmd("HDEL").arg(&k.meta).arg(field).clone(),
+            };
+            let _: () = cmd.query_async(&mut c).await?;
+        }
         if cfg.open {
             // Reopened (or open): the reason of an earlier close no longer applies.
             let _: () = redis::cmd("HDEL")

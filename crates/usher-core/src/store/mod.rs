@@ -9,6 +9,7 @@
 //! * `page` — a queue's waiting-room page settings (the admin API writes, gateways read);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
+//! * `policy` — backends' load reports, a queue's adaptive setting, passthrough wake signals;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
@@ -29,19 +30,21 @@ mod dispatch;
 mod gateways;
 mod page;
 mod places;
+mod policy;
 mod reply;
 mod scripts;
 mod sessions;
 mod streams;
 
 pub use admin::{QueueConfig, QueueStats};
-pub use dispatch::outbox::OutboxEntry;
+pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
 pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use policy::Wakes;
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, STREAM_MAXLEN};
 

@@ -92,13 +92,14 @@ impl Hub {
             .is_some()
     }
 
-    /// Turns a reservation into a connection. The receiver starts with `first`, or with a
-    /// terminal update that arrived meanwhile (an admission included). `None` when a newer
-    /// connection took the place over in between.
+    /// Turns a reservation into a connection. The receiver starts with `first` (`waiting`, or
+    /// [`Update::Admitting`] for a place admitted by its join), or with a terminal update that
+    /// arrived meanwhile (an admission included). `None` when a newer connection took the
+    /// place over in between.
     pub fn attach(
         &self,
         r: Reservation,
-        first: WaitingEvent,
+        first: Update,
     ) -> Option<(Attached, watch::Receiver<Update>)> {
         let mut inner = self.lock();
         let orphan = inner.orphans.remove(&(r.queue.clone(), r.place));
@@ -121,8 +122,11 @@ impl Hub {
             let (_tx, rx) = watch::channel(t);
             return Some((a, rx));
         }
-        slot.position = first.position;
-        let (tx, rx) = watch::channel(Update::Waiting(first));
+        slot.position = match &first {
+            Update::Waiting(w) => w.position,
+            _ => u64::MAX,
+        };
+        let (tx, rx) = watch::channel(first);
         slot.tx = Some(tx);
         Some((a, rx))
     }
