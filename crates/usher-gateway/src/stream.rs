@@ -11,12 +11,14 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tracing::Instrument;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
+use usher_runtime::SpanLink;
 
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
@@ -36,6 +38,9 @@ pub(crate) enum Setup {
         ticket: String,
         holding: Holding,
         rx: watch::Receiver<Update>,
+        /// The browser's `join` span, when it joined here with traces on: its delivery
+        /// links to it.
+        joined: Option<SpanLink>,
     },
     /// One event, then the end (an admission re-sent on resume).
     Once(String),
@@ -129,6 +134,7 @@ async fn setup(
     ticket: Option<String>,
 ) -> Setup {
     let idx = gw.index();
+    let mut joined = None;
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
@@ -142,7 +148,12 @@ async fn setup(
                 Err(_) => return refused_by_redis(),
             }
         }
-        None => match gw.join(&q).await {
+        None => match {
+            // The join's span (its queue; never its ticket, which is issued below).
+            let span = tracing::info_span!("join", queue = %q);
+            joined = SpanLink::of(&span);
+            gw.join(&q).instrument(span).await
+        } {
             Ok(s) => {
                 let reserved = match &s {
                     PlaceState::Waiting { place, .. } => {
@@ -198,6 +209,7 @@ async fn setup(
                     attached,
                 },
                 rx,
+                joined,
             }
         }
         PlaceState::Admitted(rec) => {
@@ -257,6 +269,25 @@ async fn resume(
     Ok(PlaceState::AdmissionPending)
 }
 
+/// The `deliver` span of an update about to be written: for an admission made by a traced
+/// tick, a child of that tick (through the stream message), linked to the browser's `join`
+/// span when it joined here. Otherwise no span. It names the queue only: never the ticket
+/// or the token.
+fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
+    let Update::Admitted(a) = u else {
+        return tracing::Span::none();
+    };
+    let Some(tick) = &a.trace else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!("deliver", queue = %a.event.queue);
+    usher_runtime::traces::set_parent(&span, tick);
+    if let Some(j) = joined {
+        j.add_to(&span);
+    }
+    span
+}
+
 /// Writes one chunk of a chunked body, after `prefix` (e.g. the response head) and before
 /// `suffix` (e.g. the last chunk), in one write.
 async fn chunk_with(
@@ -306,7 +337,8 @@ pub(crate) async fn pump(
             ticket,
             holding,
             rx,
-        } => return pump_live(gw, sock, ticket, holding, rx).await,
+            joined,
+        } => return pump_live(gw, sock, ticket, holding, rx, joined).await,
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
     };
@@ -323,6 +355,7 @@ async fn pump_live(
     ticket: String,
     holding: Holding,
     mut rx: watch::Receiver<Update>,
+    joined: Option<SpanLink>,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
@@ -331,7 +364,9 @@ async fn pump_live(
     let mut text = retry_frame(retry);
     text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
-    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
+    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" })
+        .instrument(deliver_span(&first, joined.as_ref()))
+        .await?;
     if let Update::Admitted(_) = &first {
         metrics::admission_delivered();
     }
@@ -348,7 +383,9 @@ async fn pump_live(
                 done = u.is_terminal();
                 let end = if done { LAST_CHUNK } else { "" };
                 let f = u.frame(&ticket).unwrap_or_default();
-                chunk_with(sock, "", &f, end).await?;
+                chunk_with(sock, "", &f, end)
+                    .instrument(deliver_span(&u, joined.as_ref()))
+                    .await?;
                 last_write = tokio::time::Instant::now();
                 if let Update::Admitted(_) = &u {
                     metrics::admission_delivered();
