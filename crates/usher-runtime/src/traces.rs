@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
@@ -71,12 +72,20 @@ pub(crate) fn provider(service: &str) -> Result<Option<SdkTracerProvider>, Trace
     if !enabled() {
         return Ok(None);
     }
-    let protocol = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_or_default();
-    if !matches!(protocol.as_str(), "" | "http/protobuf" | "http/json") {
-        return Err(TracesError::Protocol(protocol));
-    }
-    // The builder picks http/protobuf or http/json from the variable itself.
-    let exporter = opentelemetry_otlp::SpanExporter::builder().build()?;
+    // Chosen here: the exporter's own default is http/json when that is compiled in, and
+    // the specification's default is http/protobuf.
+    let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "" | "http/protobuf" => Protocol::HttpBinary,
+        "http/json" => Protocol::HttpJson,
+        other => return Err(TracesError::Protocol(other.to_owned())),
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .build()?;
     let mut resource = Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name(service.to_owned());

@@ -1,9 +1,11 @@
 //! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
-//! only tests and benchmarks need ([`probe`]).
+//! only tests and benchmarks need ([`probe`]), and an OTLP/HTTP receiver that collects the
+//! spans real binaries export ([`otlp`]).
 
 pub mod browser;
 pub mod config;
+pub mod otlp;
 pub mod probe;
 pub mod procs;
 pub mod redis_server;
