@@ -258,7 +258,7 @@ check "docker compose --profile observability config" \
 
 observability_yaml() {
     "$BIN/python" - deploy/prometheus/prometheus.yml deploy/grafana/provisioning/*/*.yml \
-        deploy/grafana/dashboards/*.json <<'PY'
+        deploy/grafana/dashboards/*.json deploy/k8s/prometheus-adapter/values.yaml <<'PY'
 import json, sys, yaml
 for f in sys.argv[1:]:
     if f.endswith(".json"):
@@ -271,7 +271,7 @@ for f in sys.argv[1:]:
 print("parsed:", " ".join(sys.argv[1:]))
 PY
 }
-check "Prometheus, Grafana provisioning and dashboard files parse" observability_yaml
+check "Prometheus, Grafana, dashboard and prometheus-adapter files parse" observability_yaml
 
 promtool_in() { # promtool with its paths relative to deploy/prometheus, as Prometheus reads them
     (cd deploy/prometheus && "$PROMTOOL" "$@")
