@@ -148,24 +148,24 @@ async fn setup(
                 Err(_) => return refused_by_redis(),
             }
         }
-        None => match {
+        None => {
             // The join's span (its queue; never its ticket, which is issued below).
             let span = tracing::info_span!("join", queue = %q);
             joined = SpanLink::of(&span);
-            gw.join(&q).instrument(span).await
-        } {
-            Ok(s) => {
-                let reserved = match &s {
-                    PlaceState::Waiting { place, .. } => {
-                        metrics::joined();
-                        Some(Reserved::new(gw, &q, *place))
-                    }
-                    _ => None,
-                };
-                (s, reserved)
+            match gw.join(&q).instrument(span).await {
+                Ok(s) => {
+                    let reserved = match &s {
+                        PlaceState::Waiting { place, .. } => {
+                            metrics::joined();
+                            Some(Reserved::new(gw, &q, *place))
+                        }
+                        _ => None,
+                    };
+                    (s, reserved)
+                }
+                Err(_) => return refused_by_redis(),
             }
-            Err(_) => return refused_by_redis(),
-        },
+        }
     };
     let disarm = |r: Option<Reserved>| {
         if let Some(r) = r {
