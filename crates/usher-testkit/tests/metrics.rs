@@ -359,7 +359,54 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         "failed ticks are counted:\n{}",
         d.text
     );
+
+    // Every metric the shipped alert rules and dashboard query is one these binaries export
+    // (after this traffic, every series has been rendered by one of the two).
+    let rendered: std::collections::BTreeSet<String> = g
+        .samples
+        .iter()
+        .chain(&d.samples)
+        .map(|s| s.name.clone())
+        .collect();
+    for used in queried_metrics()? {
+        let exported = ["", "_bucket", "_count", "_sum"]
+            .iter()
+            .any(|suffix| rendered.contains(&format!("{used}{suffix}")));
+        assert!(
+            exported,
+            "{used} is queried by deploy/ but not on /metrics: {rendered:?}"
+        );
+    }
     Ok(())
+}
+
+/// Every `usher_…` metric name in the alert rules and the Grafana dashboards under deploy/.
+fn queried_metrics() -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let mut text = std::fs::read_to_string(deploy.join("prometheus/alerts.yml"))?;
+    for e in std::fs::read_dir(deploy.join("grafana/dashboards"))? {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            text.push_str(&std::fs::read_to_string(path)?);
+        }
+    }
+    let names: std::collections::BTreeSet<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("usher_"))
+        // A histogram's series are named after it.
+        .map(|w| {
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| w.strip_suffix(s))
+                .unwrap_or(w)
+                .to_owned()
+        })
+        .collect();
+    anyhow::ensure!(
+        names.len() > 10,
+        "too few metrics found in deploy/: {names:?}"
+    );
+    Ok(names)
 }
 
 /// The stream sample reads what a gateway has not read or not acknowledged, and the trace
