@@ -143,20 +143,39 @@ pub fn set_parent(span: &Span, traceparent: &str) {
 }
 
 /// A reference to a span that has ended, kept to link later spans to it (a browser's join
-/// span, linked from its delivery). A few bytes: trace id, span id, flags.
+/// span, linked from its delivery). Boxed: a connection holds an `Option<SpanLink>` for its
+/// whole life, and with traces off that is one pointer-sized `None`, not a span context.
 #[derive(Debug, Clone)]
-pub struct SpanLink(SpanContext);
+pub struct SpanLink(Box<SpanContext>);
 
 impl SpanLink {
     /// `span`'s reference; `None` when traces are off.
     pub fn of(span: &Span) -> Option<Self> {
         let cx = span.context();
         let sc = cx.span().span_context().clone();
-        sc.is_valid().then_some(Self(sc))
+        sc.is_valid().then(|| Self(Box::new(sc)))
     }
 
     /// Links `span` to the span this refers to.
     pub fn add_to(&self, span: &Span) {
-        span.add_link(self.0.clone());
+        span.add_link((*self.0).clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_traces_off_nothing_is_carried_or_kept() {
+        let span = tracing::info_span!("join");
+        assert!(traceparent(&span).is_none());
+        assert!(SpanLink::of(&span).is_none());
+        // A malformed context is ignored rather than failing the span.
+        set_parent(&span, "not-a-traceparent");
+        assert_eq!(
+            std::mem::size_of::<Option<SpanLink>>(),
+            std::mem::size_of::<usize>()
+        );
     }
 }
