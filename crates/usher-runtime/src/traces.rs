@@ -8,7 +8,8 @@
 //! `OTEL_TRACES_SAMPLER_ARG`, `OTEL_SERVICE_NAME` (the binary's name when unset),
 //! `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, the default, or `http/json`; `grpc` is
 //! not built in and refused at start-up rather than sent to the wrong port), and the OTLP
-//! headers and timeout variables.
+//! headers and timeout variables. The exporter has no TLS client: an `https://` endpoint is
+//! refused at start-up too (run a collector next to the servers and let it forward).
 //!
 //! Spans are exported in batches from the SDK's own thread, so exporting never blocks a
 //! request; [`TracesGuard`] flushes what is left when the process ends.
@@ -37,6 +38,8 @@ const TRACEPARENT: &str = "traceparent";
 pub enum TracesError {
     #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0:?} is not supported: use http/protobuf (port 4318) or http/json")]
     Protocol(String),
+    #[error("{0}={1:?}: only http:// collectors are supported (no TLS client is built in); run a collector next to the servers")]
+    Https(&'static str, String),
     #[error("cannot build the OTLP exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
@@ -71,6 +74,13 @@ fn enabled() -> bool {
 pub(crate) fn provider(service: &str) -> Result<Option<SdkTracerProvider>, TracesError> {
     if !enabled() {
         return Ok(None);
+    }
+    for var in ENDPOINT_VARS {
+        if let Ok(url) = std::env::var(var) {
+            if url.trim().to_ascii_lowercase().starts_with("https://") {
+                return Err(TracesError::Https(var, url));
+            }
+        }
     }
     // Chosen here: the exporter's own default is http/json when that is compiled in, and
     // the specification's default is http/protobuf.

@@ -156,6 +156,23 @@ async fn an_unsupported_protocol_stops_the_start_up() -> anyhow::Result<()> {
         err.contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\" is not supported"),
         "and says why: {err}"
     );
+    // An https collector is refused too: no TLS client is built in.
+    let https = Proc::start(
+        "usher-dispatcher",
+        &[
+            ("USHER_REDIS_URL", redis.url()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "https://127.0.0.1:1".to_owned(),
+            ),
+        ],
+    )
+    .await;
+    let err = match https {
+        Ok(_) => anyhow::bail!("a dispatcher with an https collector started anyway"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("only http:// collectors"), "{err}");
     // Without the endpoint, traces are off and the same setting is ignored.
     tokio::time::sleep(Duration::from_millis(10)).await;
     let off = Proc::start(
