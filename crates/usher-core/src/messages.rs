@@ -6,6 +6,10 @@ use crate::ids::{PlaceId, QueueId};
 
 /// The stream entry field that carries a [`StreamMessage`] as JSON.
 pub const STREAM_FIELD: &str = "m";
+/// The optional stream entry field that carries the W3C `traceparent` of the dispatcher span
+/// that wrote the entry (a tick), so the gateway's delivery joins its trace. Absent when
+/// traces are off, and in entries written before it existed: readers treat both alike.
+pub const TRACE_FIELD: &str = "tp";
 
 /// One admission, as delivered to the gateway holding the browser.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -238,6 +238,8 @@ async fn get_queue(
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
 }
 
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
 async fn put_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
@@ -373,6 +375,8 @@ fn close_reason(q: Result<Query<CloseQuery>, QueryRejection>) -> Result<CloseRea
     }
 }
 
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "close_queue", queue = %raw))]
 async fn close_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
@@ -425,6 +429,8 @@ pub struct NoticeSent {
 
 /// Sends an operator's message to every browser waiting in the queue: one stream message to
 /// each live gateway holding browsers of it (the gateways `state` goes to).
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "notice", queue = %raw))]
 async fn notice(
     State(st): State<AppState>,
     Path(raw): Path<String>,

@@ -58,6 +58,7 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
+    metrics::tick_period(cfg.tick());
     let store = Store::connect(&cfg.redis_url).await?;
     let keys = Arc::new(signing::load(&cfg, &store).await?);
     let key = keys.signer().clone();

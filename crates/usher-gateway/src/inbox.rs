@@ -41,8 +41,9 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                 }
                 let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
                 for e in entries {
+                    let trace = e.traceparent.map(Arc::<str>::from);
                     match e.message {
-                        Some(m) => apply(&gw, m),
+                        Some(m) => apply(&gw, m, trace.as_ref()),
                         None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
                     }
                 }
@@ -76,8 +77,9 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
     }
 }
 
-/// What a message from this gateway's stream does to the browsers held here.
-fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
+/// What a message from this gateway's stream does to the browsers held here. `trace`: the
+/// trace context of the tick that wrote it, handed to the admissions it delivers.
+fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
     let hub = gw.hub();
     match m {
         StreamMessage::State(s) => {
@@ -86,7 +88,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             }
         }
         StreamMessage::Admitted { queue, items } => {
-            hub.admit(&queue, &items);
+            hub.admit(&queue, &items, trace);
         }
         StreamMessage::Staged { queue, items } => hub.stage(&queue, items),
         StreamMessage::AdmittedStaged {
@@ -95,7 +97,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             expires_at_ms,
             places,
         } => {
-            let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places);
+            let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places, trace);
             if !missing.is_empty() {
                 tokio::spawn(fetch_admissions(gw.clone(), queue, missing));
             }

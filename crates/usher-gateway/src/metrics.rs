@@ -21,6 +21,14 @@ pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivere
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Entries of this gateway's own stream written and not yet read (sampled each heartbeat).
+pub(crate) const STREAM_LAG: &str = "usher_gateway_stream_lag";
+/// Entries of this gateway's own stream read and not yet acknowledged (each heartbeat).
+pub(crate) const STREAM_PENDING: &str = "usher_gateway_stream_pending";
+/// 1 while the gateway drains (after SIGTERM), else 0.
+pub(crate) const DRAINING: &str = "usher_gateway_draining";
+/// Streams still open while draining (0 when not draining): the drain's progress.
+pub(crate) const DRAIN_REMAINING: &str = "usher_gateway_drain_remaining_streams";
 
 /// Why a stream was refused (answered `retry:` so the browser tries again, maybe elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,13 +66,35 @@ pub(crate) fn describe() {
         "Streams answered with retry only, by reason (cap, redis, draining)."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_gauge!(
+        STREAM_LAG,
+        "Entries of this gateway's stream not yet read (sampled each heartbeat)."
+    );
+    describe_gauge!(
+        STREAM_PENDING,
+        "Entries of this gateway's stream read and not yet acknowledged."
+    );
+    describe_gauge!(DRAINING, "1 while the gateway drains, else 0.");
+    describe_gauge!(
+        DRAIN_REMAINING,
+        "Streams still open while draining (0 when not draining)."
+    );
+    usher_core::store::describe_redis_metrics();
 }
 
 /// Sets the connection gauges from the counts at scrape time: `open` client connections, of
-/// which `streaming` hold a stream.
-pub(crate) fn connections(open: u64, streaming: u64) {
+/// which `streaming` hold a stream; `draining` once the drain started.
+pub(crate) fn connections(open: u64, streaming: u64, draining: bool) {
     gauge!(CONNECTIONS, "state" => "streaming").set(streaming as f64);
     gauge!(CONNECTIONS, "state" => "idle").set(open.saturating_sub(streaming) as f64);
+    gauge!(DRAINING).set(f64::from(u8::from(draining)));
+    gauge!(DRAIN_REMAINING).set(if draining { streaming as f64 } else { 0.0 });
+}
+
+/// Sets the stream gauges from a sample of this gateway's stream.
+pub(crate) fn stream_sampled(lag: &usher_core::store::StreamLag) {
+    gauge!(STREAM_LAG).set(lag.lag as f64);
+    gauge!(STREAM_PENDING).set(lag.pending as f64);
 }
 
 pub(crate) fn joined() {

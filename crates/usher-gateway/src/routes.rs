@@ -51,7 +51,11 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             }
         }))
         .merge(usher_http::metrics::metrics_routes(move || {
-            metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
+            metrics::connections(
+                scraped_gw.open_sockets(),
+                scraped_gw.connections(),
+                scraped_gw.shutting_down(),
+            )
         }))
         .with_state(gw)
         .merge(page)

@@ -11,12 +11,14 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tracing::Instrument;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
+use usher_runtime::SpanLink;
 
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
@@ -36,6 +38,9 @@ pub(crate) enum Setup {
         ticket: String,
         holding: Holding,
         rx: watch::Receiver<Update>,
+        /// The browser's `join` span, when it joined here with traces on: its delivery
+        /// links to it.
+        joined: Option<SpanLink>,
     },
     /// One event, then the end (an admission re-sent on resume).
     Once(String),
@@ -129,6 +134,7 @@ async fn setup(
     ticket: Option<String>,
 ) -> Setup {
     let idx = gw.index();
+    let mut joined = None;
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
@@ -142,19 +148,24 @@ async fn setup(
                 Err(_) => return refused_by_redis(),
             }
         }
-        None => match gw.join(&q).await {
-            Ok(s) => {
-                let reserved = match &s {
-                    PlaceState::Waiting { place, .. } | PlaceState::AdmittedNow { place } => {
-                        metrics::joined();
-                        Some(Reserved::new(gw, &q, *place))
-                    }
-                    _ => None,
-                };
-                (s, reserved)
+        None => {
+            // The join's span (its queue; never its ticket, which is issued below).
+            let span = tracing::info_span!("join", queue = %q);
+            joined = SpanLink::of(&span);
+            match gw.join(&q).instrument(span).await {
+                Ok(s) => {
+                    let reserved = match &s {
+                        PlaceState::Waiting { place, .. } | PlaceState::AdmittedNow { place } => {
+                            metrics::joined();
+                            Some(Reserved::new(gw, &q, *place))
+                        }
+                        _ => None,
+                    };
+                    (s, reserved)
+                }
+                Err(_) => return refused_by_redis(),
             }
-            Err(_) => return refused_by_redis(),
-        },
+        }
     };
     let disarm = |r: Option<Reserved>| {
         if let Some(r) = r {
@@ -198,6 +209,7 @@ async fn setup(
                     attached,
                 },
                 rx,
+                joined,
             }
         }
         PlaceState::AdmittedNow { place } => {
@@ -217,6 +229,7 @@ async fn setup(
                     attached,
                 },
                 rx,
+                joined,
             }
         }
         PlaceState::Admitted(rec) => {
@@ -276,6 +289,25 @@ async fn resume(
     Ok(PlaceState::AdmissionPending)
 }
 
+/// The `deliver` span of an update about to be written: for an admission made by a traced
+/// tick, a child of that tick (through the stream message), linked to the browser's `join`
+/// span when it joined here. Otherwise no span. It names the queue only: never the ticket
+/// or the token.
+fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
+    let Update::Admitted(a) = u else {
+        return tracing::Span::none();
+    };
+    let Some(tick) = &a.trace else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!("deliver", queue = %a.event.queue);
+    usher_runtime::traces::set_parent(&span, tick);
+    if let Some(j) = joined {
+        j.add_to(&span);
+    }
+    span
+}
+
 /// Writes one chunk of a chunked body, after `prefix` (e.g. the response head) and before
 /// `suffix` (e.g. the last chunk), in one write.
 async fn chunk_with(
@@ -325,7 +357,8 @@ pub(crate) async fn pump(
             ticket,
             holding,
             rx,
-        } => return pump_live(gw, sock, ticket, holding, rx).await,
+            joined,
+        } => return pump_live(gw, sock, ticket, holding, rx, joined).await,
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
     };
@@ -342,6 +375,7 @@ async fn pump_live(
     ticket: String,
     holding: Holding,
     mut rx: watch::Receiver<Update>,
+    joined: Option<SpanLink>,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
@@ -350,7 +384,9 @@ async fn pump_live(
     let mut text = retry_frame(retry);
     text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
-    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
+    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" })
+        .instrument(deliver_span(&first, joined.as_ref()))
+        .await?;
     if let Update::Admitted(_) = &first {
         metrics::admission_delivered();
     }
@@ -367,7 +403,9 @@ async fn pump_live(
                 done = u.is_terminal();
                 let end = if done { LAST_CHUNK } else { "" };
                 let f = u.frame(&ticket).unwrap_or_default();
-                chunk_with(sock, "", &f, end).await?;
+                chunk_with(sock, "", &f, end)
+                    .instrument(deliver_span(&u, joined.as_ref()))
+                    .await?;
                 last_write = tokio::time::Instant::now();
                 if let Update::Admitted(_) = &u {
                     metrics::admission_delivered();

@@ -1,4 +1,5 @@
-//! The gateway's background tasks: the heartbeat, the flush of disconnects, and the drain.
+//! The gateway's background tasks: the heartbeat (with the stream-lag sample), the flush of
+//! disconnects, and the drain.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +74,18 @@ pub(crate) async fn heartbeat(gw: Arc<Gateway>) {
             }
         }
         gw.hub().sweep_orphans();
+        sample_stream(&gw).await;
+    }
+}
+
+/// Samples how far behind the reading of this gateway's own stream is, for `/metrics`.
+async fn sample_stream(gw: &Gateway) {
+    match gw.store().stream_lag(gw.id()).await {
+        Ok(lag) => metrics::stream_sampled(&lag),
+        Err(e) => {
+            metrics::redis_error();
+            tracing::debug!(error = %e, "could not sample the stream's lag");
+        }
     }
 }
 

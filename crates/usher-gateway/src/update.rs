@@ -88,17 +88,35 @@ impl Update {
 /// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
 /// half a tick before the admission, so an admission burst formats no JSON and copies no
 /// token. Shared: handing it to a connection is a reference count.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {
     pub event: AdmittedEvent,
     /// `event` as JSON (the `data:` of the SSE event).
     pub json: String,
+    /// The W3C `traceparent` of the tick that admitted the place, when traces are on: the
+    /// delivery's span is its child.
+    pub trace: Option<Arc<str>>,
 }
 
 impl Admitted {
     pub fn new(event: AdmittedEvent) -> Arc<Self> {
         let json = crate::frames::event_json(&event);
-        Arc::new(Self { event, json })
+        Arc::new(Self {
+            event,
+            json,
+            trace: None,
+        })
+    }
+
+    /// This event, admitted by the tick `trace` names (unchanged when `None`, as always
+    /// when traces are off: no copy then).
+    pub(crate) fn traced(self: Arc<Self>, trace: Option<&Arc<str>>) -> Arc<Self> {
+        let Some(t) = trace else {
+            return self;
+        };
+        let mut a = Arc::unwrap_or_clone(self);
+        a.trace = Some(t.clone());
+        Arc::new(a)
     }
 
     /// The event of an admission delivered through the stream.

@@ -1,10 +1,12 @@
 //! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
-//! only tests and benchmarks need ([`probe`]), and the browser tools the page's tests drive
-//! ([`tools`]).
+//! only tests and benchmarks need ([`probe`]), the browser tools the page's tests drive
+//! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
+//! ([`otlp`]).
 
 pub mod browser;
 pub mod config;
+pub mod otlp;
 pub mod probe;
 pub mod procs;
 pub mod redis_server;

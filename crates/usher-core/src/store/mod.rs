@@ -14,7 +14,8 @@
 //!   `dispatch::records` (the dispatcher).
 //!
 //! Underneath, `reply` names every status a script returns (the Lua reads the same list),
-//! `scripts` loads the Lua, and `decode` turns raw replies into values. The modules are
+//! `scripts` loads the Lua, `decode` turns raw replies into values, and `timed` measures
+//! every call. The modules are
 //! private: every type and constant is reached as `usher_core::store::X`, re-exported here.
 
 use std::time::Duration;
@@ -35,6 +36,7 @@ mod reply;
 mod scripts;
 mod sessions;
 mod streams;
+mod timed;
 
 pub use admin::{QueueConfig, QueueStats};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
@@ -46,7 +48,8 @@ pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::Wakes;
 pub use sessions::SessionState;
-pub use streams::{StreamEntry, STREAM_MAXLEN};
+pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
+pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
 
 /// Why a store operation failed. The messages do not say "redis" themselves: the callers'
 /// errors name the component that failed, so a message reads the word once.
@@ -105,9 +108,10 @@ impl Store {
         Ok(Self { conn })
     }
 
-    /// A handle on the shared connection for one command (cheap: the manager is shared).
-    fn c(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// A handle on the shared connection for one command (cheap: the manager is shared),
+    /// timed: every call's latency and failure is recorded ([`timed`]).
+    fn c(&self) -> timed::Timed<ConnectionManager> {
+        timed::Timed(self.conn.clone())
     }
 
     pub async fn ping(&self) -> Result<()> {

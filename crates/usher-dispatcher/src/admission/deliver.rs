@@ -245,7 +245,11 @@ impl Courier<'_> {
             };
             batches.push(((*id).clone(), msgs));
         }
-        self.store.send(&batches).await?;
+        // Within the tick's span: the entries carry its trace context to the gateways.
+        let traceparent = usher_runtime::traces::traceparent(&tracing::Span::current());
+        self.store
+            .send_traced(&batches, traceparent.as_deref())
+            .await?;
         Ok(records)
     }
 

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use usher_core::ids::QueueId;
 use usher_core::messages::{QueueState, StreamMessage};
 use usher_core::store::{
@@ -51,8 +53,15 @@ pub(super) struct QueueTick {
 }
 
 impl QueueTick {
-    /// Ticks `q`, acquiring its lease first unless `held` (this replica drives it already).
+    /// Ticks `q`, acquiring its lease first unless `held` (this replica drives it already),
+    /// in a `tick` span carrying the queue and the count admitted. The admissions' stream
+    /// entries carry the span's trace context, so each gateway's delivery joins its trace.
     pub(super) async fn run(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
+        let span = tracing::info_span!("tick", queue = %q, admitted = tracing::field::Empty);
+        self.run_traced(q, held).instrument(span).await
+    }
+
+    async fn run_traced(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
         let mut held = match held {
             Some(h) => h,
             None => {
@@ -122,6 +131,7 @@ impl QueueTick {
         let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
         let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
         crate::metrics::queue_ticked(q, &out);
+        tracing::Span::current().record("admitted", out.admitted);
         let delivered = match delivery {
             Delivery::Done(n) => n,
             Delivery::Closed(n) => {

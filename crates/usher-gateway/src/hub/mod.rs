@@ -210,10 +210,14 @@ impl Hub {
         }
     }
 
-    /// Delivers admissions. Returns how many went to browsers held here; the others are kept
-    /// briefly in case their browser attaches here soon.
-    pub fn admit(&self, queue: &QueueId, items: &[Admission]) -> usize {
-        let rendered: Vec<_> = items.iter().map(|a| Admitted::of(queue, a)).collect();
+    /// Delivers admissions (made by the tick `trace` names, when traces are on). Returns how
+    /// many went to browsers held here; the others are kept briefly in case their browser
+    /// attaches here soon.
+    pub fn admit(&self, queue: &QueueId, items: &[Admission], trace: Option<&Arc<str>>) -> usize {
+        let rendered: Vec<_> = items
+            .iter()
+            .map(|a| Admitted::of(queue, a).traced(trace))
+            .collect();
         let mut inner = self.lock();
         let mut n = 0;
         for (a, ev) in items.iter().zip(rendered) {
@@ -254,7 +258,7 @@ impl Hub {
     }
 
     /// Admits `places` with the tokens staged for them (admitted at `at_ms`, expiring at
-    /// `exp_ms`). Returns the places held here whose token is not staged (over the cap,
+    /// `exp_ms`, by the tick `trace` names). Returns the places held here whose token is not staged (over the cap,
     /// expired, or the `staged` message was lost from the stream): the caller fetches those
     /// admissions from Redis.
     pub fn admit_staged(
@@ -263,13 +267,14 @@ impl Hub {
         at_ms: u64,
         exp_ms: u64,
         places: &[PlaceId],
+        trace: Option<&Arc<str>>,
     ) -> Vec<PlaceId> {
         let mut inner = self.lock();
         let mut missing = Vec::new();
         for &place in places {
             match inner.staged.remove(&(queue.clone(), place)) {
                 Some(s) if s.admitted_at_ms == at_ms && s.expires_at_ms == exp_ms => {
-                    inner.admit_one(queue, place, s.admitted);
+                    inner.admit_one(queue, place, s.admitted.traced(trace));
                 }
                 _ if inner.holds(queue, place) => missing.push(place),
                 _ => {}

@@ -99,7 +99,7 @@ fn admissions_reach_reserved_and_not_yet_attached_places() {
         expires_at_ms: 2,
     };
     // Arrives before the reservation: kept as an orphan.
-    assert_eq!(hub.admit(&q(), &[adm(place(4))]), 0);
+    assert_eq!(hub.admit(&q(), &[adm(place(4))], None), 0);
     let r = hub.reserve(&q(), place(4));
     let (_a, rx) = hub
         .attach(r, Update::Waiting(waiting(1)))
@@ -107,7 +107,7 @@ fn admissions_reach_reserved_and_not_yet_attached_places() {
     assert!(matches!(&*rx.borrow(), Update::Admitted(e) if e.token == "t"));
     // Arrives while reserved: kept in the slot.
     let r = hub.reserve(&q(), place(5));
-    assert_eq!(hub.admit(&q(), &[adm(place(5))]), 1);
+    assert_eq!(hub.admit(&q(), &[adm(place(5))], None), 1);
     let (_a, rx) = hub
         .attach(r, Update::Waiting(waiting(1)))
         .expect("attached");
@@ -129,10 +129,15 @@ fn staged_tokens_are_shown_only_when_admitted_and_render_like_any_event() {
     hub.stage(&q(), vec![adm(place(7), 5), adm(place(8), 5)]);
     assert!(!rx.has_changed().unwrap_or(true), "staged is not admitted");
     // A tick that admits place 7 at another time than staged: its token is not used.
-    assert_eq!(hub.admit_staged(&q(), 6, 1006, &[place(7)]), vec![place(7)]);
+    assert_eq!(
+        hub.admit_staged(&q(), 6, 1006, &[place(7)], None),
+        vec![place(7)]
+    );
     assert!(matches!(&*rx.borrow(), Update::Waiting(_)));
     // Place 8 with the staged time gets the staged token, its JSON rendered once.
-    assert!(hub.admit_staged(&q(), 5, 1005, &[place(8)]).is_empty());
+    assert!(hub
+        .admit_staged(&q(), 5, 1005, &[place(8)], None)
+        .is_empty());
     let Update::Admitted(a) = &*rx_other.borrow() else {
         panic!("admitted expected");
     };
@@ -177,7 +182,7 @@ fn a_notice_waits_in_the_one_pending_update_and_never_displaces_an_admission() {
         admitted_at_ms: 1,
         expires_at_ms: 2,
     };
-    assert_eq!(hub.admit(&q(), &[admission]), 1);
+    assert_eq!(hub.admit(&q(), &[admission], None), 1);
     // Two notices before the browser reads: the newer replaces the older, and the
     // admitted connection keeps its admission.
     assert_eq!(hub.notify(&q(), "first"), 1);
