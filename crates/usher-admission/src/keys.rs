@@ -1,4 +1,4 @@
-//! The dispatcher's public keys, as a booking service keeps them.
+//! The dispatcher's public keys (its JWKS), as a booking service keeps them.
 //!
 //! The JWKS is fetched on first use and again whenever a token names a `kid` the cached set
 //! lacks, so a key rotation needs no restart here. Rules:
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::DecodingKey;
-use usher_http::ApiError;
 
 /// How long a kid found unknown after a fetch is refused without fetching again.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(3);
@@ -27,8 +26,22 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(3);
 /// and, if that is not enough, all of them.
 const NEGATIVE_MAX: usize = 10_000;
 
+/// Why no key could be found for a `kid`.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// No published key has this `kid` (after a fetch, or within [`NEGATIVE_TTL`] of one).
+    #[error("token signed by an unknown key")]
+    Unknown,
+    /// The JWKS could not be fetched (unreachable, timed out, not a JWKS).
+    #[error("cannot fetch the dispatcher's keys: {0}")]
+    Unavailable(#[source] reqwest::Error),
+    /// The published key cannot be used to verify.
+    #[error("unusable key: {0}")]
+    Unusable(#[source] jsonwebtoken::errors::Error),
+}
+
 /// The JWKS cache (see the module docs).
-pub struct Keys {
+pub(crate) struct Keys {
     url: String,
     http: reqwest::Client,
     /// The last fetched set. Never locked across an `.await`.
@@ -40,28 +53,24 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(url: String) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Self {
+    pub(crate) fn new(url: String, http: reqwest::Client) -> Self {
+        Self {
             url,
             http,
             cached: RwLock::new(Arc::new(JwkSet { keys: Vec::new() })),
             unknown: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(None),
-        })
+        }
     }
 
-    /// The decoding key for `kid`: `401` when no published key has it, `503` when the JWKS
-    /// cannot be fetched.
-    pub async fn key(&self, kid: &str) -> Result<DecodingKey, ApiError> {
+    /// The decoding key for `kid`.
+    pub(crate) async fn key(&self, kid: &str) -> Result<DecodingKey, KeyError> {
         let arrived = Instant::now();
         if let Some(key) = self.cached(kid) {
             return key;
         }
         if self.recently_unknown(kid, arrived) {
-            return Err(unknown_key());
+            return Err(KeyError::Unknown);
         }
         let mut last_start = self.fetching.lock().await;
         // The fetch this request waited for may have brought the key.
@@ -74,7 +83,7 @@ impl Keys {
             let started = Instant::now();
             let set = self.fetch().await.map_err(|e| {
                 tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
-                ApiError::unavailable("cannot fetch the dispatcher's keys")
+                KeyError::Unavailable(e)
             })?;
             *self.cached.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
             *last_start = Some(started);
@@ -84,21 +93,19 @@ impl Keys {
             Some(key) => key,
             None => {
                 self.remember_unknown(kid);
-                Err(unknown_key())
+                Err(KeyError::Unknown)
             }
         }
     }
 
-    fn cached(&self, kid: &str) -> Option<Result<DecodingKey, ApiError>> {
+    fn cached(&self, kid: &str) -> Option<Result<DecodingKey, KeyError>> {
         let set = self
             .cached
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        set.find(kid).map(|jwk| {
-            DecodingKey::from_jwk(jwk)
-                .map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")))
-        })
+        set.find(kid)
+            .map(|jwk| DecodingKey::from_jwk(jwk).map_err(KeyError::Unusable))
     }
 
     fn recently_unknown(&self, kid: &str, now: Instant) -> bool {
@@ -128,10 +135,6 @@ impl Keys {
             .json()
             .await
     }
-}
-
-fn unknown_key() -> ApiError {
-    ApiError::unauthorized("token signed by an unknown key")
 }
 
 #[cfg(test)]
@@ -185,7 +188,7 @@ mod tests {
             .route("/jwks", get(serve_jwks))
             .with_state(j.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok((j, Arc::new(Keys::new(url)?)))
+        Ok((j, Arc::new(Keys::new(url, reqwest::Client::new()))))
     }
 
     fn publish(j: &Jwks, kid: &'static str) {
@@ -203,7 +206,7 @@ mod tests {
         assert_eq!(j.fetches.load(Ordering::SeqCst), 1, "a known kid is cached");
 
         let err = keys.key("z").await.err();
-        assert!(err.is_some_and(|e| e.status == 401 && e.message.contains("unknown key")));
+        assert!(matches!(err, Some(KeyError::Unknown)));
         assert_eq!(
             j.fetches.load(Ordering::SeqCst),
             2,
