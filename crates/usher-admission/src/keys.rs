@@ -42,7 +42,7 @@ pub enum KeyError {
 
 /// The JWKS cache (see the module docs).
 pub(crate) struct Keys {
-    url: String,
+    pub(crate) url: String,
     http: reqwest::Client,
     /// The last fetched set. Never locked across an `.await`.
     cached: RwLock<Arc<JwkSet>>,

@@ -178,7 +178,12 @@ impl Builder {
     }
 
     pub fn build(self) -> Result<Admission, BuildError> {
-        let base = http_url(&self.dispatcher_url)?;
+        let mut base = http_url(&self.dispatcher_url)?;
+        // A base URL: joined paths go below its path prefix, if any.
+        if !base.path().ends_with('/') {
+            let p = format!("{}/", base.path());
+            base.set_path(&p);
+        }
         let jwks = match self.jwks_url {
             Some(u) => http_url(&u)?,
             None => base
@@ -207,18 +212,14 @@ impl Builder {
     }
 }
 
-/// Parses an `http://` or `https://` URL, as a base: a path prefix is kept.
+/// Parses an `http://` or `https://` URL.
 fn http_url(s: &str) -> Result<Url, BuildError> {
-    let mut url = Url::parse(s).map_err(|source| BuildError::Url {
+    let url = Url::parse(s).map_err(|source| BuildError::Url {
         url: s.to_owned(),
         source,
     })?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(BuildError::Scheme(s.to_owned()));
-    }
-    if !url.path().ends_with('/') {
-        let p = format!("{}/", url.path());
-        url.set_path(&p);
     }
     Ok(url)
 }
@@ -318,10 +319,31 @@ mod tests {
         }
     }
 
+    /// The session API's and the JWKS's URLs.
+    fn urls(a: &Admission) -> (String, String) {
+        (
+            a.inner.sessions.session.to_string(),
+            a.inner.keys.url.clone(),
+        )
+    }
+
     #[test]
     fn urls_keep_a_path_prefix_and_refuse_other_schemes() {
-        let b = http_url("http://d:8081/usher").map(|u| u.to_string());
-        assert_eq!(b.ok().as_deref(), Some("http://d:8081/usher/"));
+        let a = Admission::builder("http://d:8081/usher").build();
+        assert_eq!(
+            a.as_ref().ok().map(urls),
+            Some((
+                "http://d:8081/usher/api/session".to_owned(),
+                "http://d:8081/usher/.well-known/jwks.json".to_owned()
+            ))
+        );
+        let jwks = Admission::builder("https://d")
+            .jwks_url("https://keys.example/jwks.json")
+            .build();
+        assert_eq!(
+            jwks.as_ref().ok().map(|a| urls(a).1).as_deref(),
+            Some("https://keys.example/jwks.json")
+        );
         assert!(matches!(http_url("ftp://d/"), Err(BuildError::Scheme(_))));
         assert!(matches!(http_url("not a url"), Err(BuildError::Url { .. })));
     }

@@ -37,7 +37,7 @@ pub enum SessionStatus {
 /// The session API's URL and the client that calls it.
 pub(crate) struct SessionApi {
     pub(crate) http: reqwest::Client,
-    session: Url,
+    pub(crate) session: Url,
     touch: Url,
     base: Url,
 }

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod config;
+pub mod nginx;
 pub mod probe;
 pub mod procs;
 pub mod redis_server;
