@@ -7,7 +7,7 @@
 //!   fetch in progress.
 //! * One fetch at a time (single flight): requests with unknown kids wait for the fetch under
 //!   way, and every fetch that *started* after a request arrived answers it too, so a burst of
-//!   new tokens costs one fetch, not one each.
+//!   new tokens costs one fetch, not one each (a burst of one made-up kid costs exactly one).
 //! * A kid still unknown after such a fetch is refused, and refused again without a fetch for
 //!   [`NEGATIVE_TTL`] (a few seconds): tokens with made-up kids cannot make the service hammer
 //!   the dispatcher, and a kid published a moment later is accepted within seconds.
@@ -73,9 +73,13 @@ impl Keys {
             return Err(KeyError::Unknown);
         }
         let mut last_start = self.fetching.lock().await;
-        // The fetch this request waited for may have brought the key.
+        // The fetch this request waited for may have brought the key, or found it unknown
+        // (then it is refused like any kid in the negative cache).
         if let Some(key) = self.cached(kid) {
             return key;
+        }
+        if self.recently_unknown(kid, Instant::now()) {
+            return Err(KeyError::Unknown);
         }
         // A fetch that started after this request arrived has already answered it.
         // (Only a fetch that succeeded counts: after a failure, the next waiter tries again.)
@@ -88,14 +92,14 @@ impl Keys {
             *self.cached.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
             *last_start = Some(started);
         }
-        drop(last_start);
-        match self.cached(kid) {
-            Some(key) => key,
-            None => {
-                self.remember_unknown(kid);
-                Err(KeyError::Unknown)
-            }
+        let found = self.cached(kid);
+        if found.is_none() {
+            // Remembered before the single flight is released, so every request for this kid
+            // that waited behind the fetch is answered by it instead of fetching again.
+            self.remember_unknown(kid);
         }
+        drop(last_start);
+        found.unwrap_or(Err(KeyError::Unknown))
     }
 
     fn cached(&self, kid: &str) -> Option<Result<DecodingKey, KeyError>> {
