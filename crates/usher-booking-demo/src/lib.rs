@@ -96,7 +96,7 @@ pub struct Config {
 pub enum Error {
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
-    #[error("usher: {0}")]
+    #[error("usher-admission set-up: {0}")]
     Admission(#[from] usher_admission::BuildError),
 }
 
