@@ -78,15 +78,9 @@ impl SessionApi {
         if !load.is_finite() {
             return Err(Error::Rejected("the load must be a finite number".into()));
         }
-        // The backend name is one path segment, percent-encoded.
-        let mut url = self.base.clone();
-        url.path_segments_mut()
-            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
-            .pop_if_empty()
-            .extend(["api", "backends", backend, "load"]);
         let r = self
             .http
-            .put(url)
+            .put(self.load_url(backend)?)
             .bearer_auth(service_token)
             .json(&serde_json::json!({ "load": load }))
             .send()
@@ -98,6 +92,16 @@ impl SessionApi {
             StatusCode::BAD_REQUEST => Err(Error::Rejected(error_text(r).await)),
             status => Err(Error::Unexpected { status }),
         }
+    }
+
+    /// `PUT` URL of `backend`'s load: the name is one path segment, percent-encoded.
+    fn load_url(&self, backend: &str) -> Result<Url, Error> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
+            .pop_if_empty()
+            .extend(["api", "backends", backend, "load"]);
+        Ok(url)
     }
 }
 
@@ -124,4 +128,29 @@ async fn error_text(r: reqwest::Response) -> String {
         .ok()
         .and_then(|v| v["error"].as_str().map(str::to_owned))
         .unwrap_or(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_name_is_one_encoded_segment_below_the_base_path() -> Result<(), Error> {
+        for (base, backend, want) in [
+            (
+                "http://d:8081/",
+                "booking-main",
+                "http://d:8081/api/backends/booking-main/load",
+            ),
+            (
+                "http://d/usher/",
+                "a/b c",
+                "http://d/usher/api/backends/a%2Fb%20c/load",
+            ),
+        ] {
+            let api = SessionApi::new(&Url::parse(base)?, reqwest::Client::new())?;
+            assert_eq!(api.load_url(backend)?.as_str(), want);
+        }
+        Ok(())
+    }
 }
