@@ -21,8 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use clap::Parser;
@@ -141,7 +143,6 @@ async fn book(
     headers: HeaderMap,
     body: Result<Json<BookingRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Booking>), ApiError> {
-    app.requests.count();
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let token = usher_admission::bearer_token(&headers)
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
@@ -179,16 +180,20 @@ async fn book(
 
 /// The seats of the token's queue (pretend), behind the admission layer.
 async fn seats(
-    State(app): State<Arc<App>>,
     Extension(claims): Extension<Claims>,
     Extension(session): Extension<usher_admission::ActiveSession>,
 ) -> Json<serde_json::Value> {
-    app.requests.count();
     Json(serde_json::json!({
         "queue": claims.aud,
         "seats": ["A1", "A2", "B1"],
         "session_expires_at": session.expires_at.unix_timestamp(),
     }))
+}
+
+/// Counts every API request, refused ones included: the load is what the service handles.
+async fn count(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    app.requests.count();
+    next.run(req).await
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -198,6 +203,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/bookings", post(book))
         .merge(guarded)
+        // Health probes are not load.
+        .layer(middleware::from_fn_with_state(app.clone(), count))
         .merge(usher_http::health_routes(|_verbose| async {
             usher_http::Readiness {
                 ready: true,
