@@ -19,7 +19,8 @@
 #   cfn-lint (PyPI)                  lints the CloudFormation snippet against AWS's spec
 #   botocore (PyPI)                  its ECS API model checks the task definitions
 #                                    (deploy/ecs/check_ecs.py)
-#   nginx (Debian package)           `nginx -t` on deploy/nginx/nginx.conf
+#   nginx (Debian package)           `nginx -t` on deploy/nginx/nginx.conf and
+#                                    deploy/nginx/booking-auth.conf
 #   promtool (Debian `prometheus`)   checks and unit-tests the alert rules and checks the
 #                                    Prometheus config; only the .deb is downloaded and
 #                                    unpacked under target/ (nothing installed or started)
@@ -286,13 +287,16 @@ check "promtool check config deploy/prometheus/prometheus.yml" \
 check "alerts and dashboards query only exported metrics (check_metrics.py)" \
     "$BIN/python" deploy/prometheus/check_metrics.py "$ROOT"
 
-nginx_test() {
+nginx_test() { # CONF (default deploy/nginx/nginx.conf)
     command -v nginx >/dev/null 2>&1 || { echo "nginx is not installed"; return 1; }
     # A temporary prefix and error log: nothing under /var/log, no pid file, nothing started.
     mkdir -p "$TMP/nginx"
-    nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$ROOT/deploy/nginx/nginx.conf"
+    nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$ROOT/${1:-deploy/nginx/nginx.conf}"
 }
 check "nginx -t deploy/nginx/nginx.conf ($(nginx -v 2>&1 | sed 's/^nginx version: //'))" nginx_test
+# The booking-service guard (auth_request against the dispatcher's GET /api/session); its
+# behaviour is tested with the real nginx in crates/usher-testkit/tests/nginx_auth.rs.
+check "nginx -t deploy/nginx/booking-auth.conf" nginx_test deploy/nginx/booking-auth.conf
 
 check "hadolint Dockerfile (no findings; DL3008 ignored inline with its reason)" \
     "$BIN/hadolint" --no-color Dockerfile

@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod config;
 pub mod otlp;
+pub mod nginx;
 pub mod probe;
 pub mod procs;
 pub mod redis_server;

@@ -112,6 +112,9 @@ pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         jwks_url: format!("{dispatcher_url}/.well-known/jwks.json"),
         dispatcher_url: dispatcher_url.to_owned(),
+        load_backend: None,
+        service_token: None,
+        load_report_seconds: 2,
         log_format: Default::default(),
     };
     Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await

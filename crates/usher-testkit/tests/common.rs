@@ -158,3 +158,40 @@ pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core
         .await?
         .ok_or_else(|| anyhow::anyhow!("lease"))
 }
+
+/// Joins `queue` and waits for admission; returns (ticket, token).
+pub async fn admitted(
+    stack: &usher_testkit::Stack,
+    queue: &str,
+) -> anyhow::Result<(String, String)> {
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut conn = client
+        .open(&format!("/api/queues/{queue}/stream"), None)
+        .await?;
+    anyhow::ensure!(conn.status == 200, "join answered {}", conn.status);
+    let a = conn.wait_for("admitted", T).await?;
+    let token = data(&a)["token"].as_str().unwrap_or_default().to_owned();
+    Ok((a.id.clone(), token))
+}
+
+/// The claims of a token (its signature is checked elsewhere).
+pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
+    use base64::Engine;
+    let part = token.split('.').nth(1).unwrap_or_default();
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
+    Ok(serde_json::from_slice(&json)?)
+}
+
+/// The dispatcher's (development) signing key, to mint tokens it would never mint.
+pub async fn dispatcher_key(
+    stack: &usher_testkit::Stack,
+) -> anyhow::Result<usher_core::token::SigningKey> {
+    let store = Store::connect(&stack.redis.url()).await?;
+    let pem = store
+        .shared_dev_secret(
+            usher_core::store::DevSecret::JwtKey,
+            usher_core::token::SigningKey::generate_pem()?,
+        )
+        .await?;
+    Ok(usher_core::token::SigningKey::from_pkcs8_pem(&pem)?)
+}
