@@ -64,6 +64,10 @@ pub struct Config {
     )]
     pub dispatcher_url: String,
 
+    /// Deadlines and the connection cap for slow or idle clients.
+    #[command(flatten)]
+    pub serve: usher_http::ServeLimits,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -243,6 +247,6 @@ pub async fn run(
         sessions: Sessions::new(&cfg.dispatcher_url)?,
     });
     tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, dispatcher = %cfg.dispatcher_url, "demo booking service running");
-    usher_http::serve(listener, router(app), shutdown).await?;
+    usher_http::serve(listener, router(app), cfg.serve, shutdown).await?;
     Ok(())
 }

@@ -47,6 +47,7 @@ pub fn dispatcher(redis_url: &str, tick_ms: u64) -> usher_dispatcher::Config {
         ),
         lease_ttl_ms: (tick_ms * 3).max(300),
         worker_threads: 0,
+        serve: usher_http::ServeLimits::default(),
         log_format: LogFormat::Text,
     }
 }

@@ -113,6 +113,7 @@ pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
         jwks_url: format!("{dispatcher_url}/.well-known/jwks.json"),
         dispatcher_url: dispatcher_url.to_owned(),
         log_format: Default::default(),
+        serve: usher_http::ServeLimits::default(),
     };
     Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
 }
