@@ -51,6 +51,8 @@ pub(crate) fn router(gw: Arc<Gateway>) -> Router {
         .merge(usher_http::metrics::metrics_routes(move || {
             metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
         }))
+        // The router's own 404 and 405, and extractor rejections, answer JSON too.
+        .layer(axum::middleware::from_fn(usher_http::json_errors))
         .with_state(gw)
 }
 

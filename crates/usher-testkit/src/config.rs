@@ -24,6 +24,19 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         drain_secs: 1,
         worker_threads: 0,
         log_format: LogFormat::Text,
+        // Hardening (issue 14). Tests burst from one loopback address: the per-IP limits are
+        // off unless a test turns them on; the socket cap and deadlines are the defaults.
+        trusted_proxy_hops: 0,
+        proxy_protocol: false,
+        ip_join_rate: 0,
+        ip_join_burst: 0,
+        ip_max_streams: 0,
+        ip_max_places: 0,
+        max_sockets: 20_000,
+        health_reserve_sockets: 64,
+        header_timeout_secs: 10,
+        body_timeout_secs: 10,
+        idle_timeout_secs: 30,
     }
 }
 
