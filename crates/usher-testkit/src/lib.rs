@@ -6,6 +6,7 @@ pub mod browser;
 pub mod config;
 pub mod probe;
 pub mod procs;
+pub mod raw;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;

@@ -1,6 +1,5 @@
 //! Reading an HTTP/1.x request head strictly, and the error answers written without the
-//! router. Pure functions over bytes, so a property test can feed them anything
-//! (`tests` below and `tests/parse_props.rs`).
+//! router. Pure functions over bytes, so a property test can feed them anything (`props`).
 //!
 //! Strict where a lax reading lets two parsers disagree about where a request ends (request
 //! smuggling behind a front proxy): `Content-Length` headers that differ, or one with
@@ -226,6 +225,9 @@ pub(crate) fn error_bytes(e: &ApiError, retry_after: Option<u64>, keep_alive: bo
     }
     response_bytes(e.status, &headers, body.as_bytes(), keep_alive)
 }
+
+#[cfg(test)]
+mod props;
 
 #[cfg(test)]
 mod tests {
