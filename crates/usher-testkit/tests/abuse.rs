@@ -25,7 +25,7 @@ fn loopback(last: u8) -> IpAddr {
 
 /// What a stream request got: a place (its ticket, and the open stream), or only a `retry:`.
 enum Outcome {
-    Waiting(String, SseConn),
+    Waiting(String, Box<SseConn>),
     Retry(u64),
 }
 
@@ -50,7 +50,7 @@ async fn open(client: &SseClient, queue: &str, ticket: Option<&str>) -> anyhow::
     loop {
         match conn.next_item(T).await? {
             Some(SseItem::Event(e)) if e.event == "waiting" => {
-                return Ok(Outcome::Waiting(e.id, conn))
+                return Ok(Outcome::Waiting(e.id, Box::new(conn)))
             }
             Some(SseItem::Event(e)) => anyhow::bail!("unexpected {} event: {}", e.event, e.data),
             Some(SseItem::Retry(ms)) => retry = Some(ms),

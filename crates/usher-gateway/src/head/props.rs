@@ -161,7 +161,7 @@ proptest! {
         which in 0..VALID.len(),
         mutations in proptest::collection::vec(mutation(), 1..6),
     ) {
-        let bytes = mutations.iter().fold(VALID[which].to_vec(), |b, m| apply(b, m));
+        let bytes = mutations.iter().fold(VALID[which].to_vec(), apply);
         check(&bytes)?;
     }
 
