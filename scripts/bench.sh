@@ -92,8 +92,11 @@ GATEWAY_PIDS=()
 GATEWAYS=""
 for i in 1 2 3 4 5 6; do
     port=$((BASE + i))
+    # The load generator bursts from one loopback address: the per-IP limits are off here
+    # (0), and the socket cap leaves room above the 19,000 streams.
     USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 USHER_WORKER_THREADS=1 \
-        USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
+        USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 \
+        USHER_MAX_SOCKETS=20000 USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
         >"$OUT/gateway-$i.log" 2>&1 &
     PIDS+=($!)
     GATEWAY_PIDS+=($!)

@@ -93,6 +93,10 @@ pub struct Config {
     )]
     pub load_report_seconds: u64,
 
+    /// Deadlines and the connection cap for slow or idle clients.
+    #[command(flatten)]
+    pub serve: usher_http::ServeLimits,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -296,7 +300,7 @@ pub async fn run(
         )
     });
     tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, dispatcher = %cfg.dispatcher_url, "demo booking service running");
-    let served = usher_http::serve(listener, router(app), shutdown).await;
+    let served = usher_http::serve(listener, router(app), cfg.serve, shutdown).await;
     if let Some(r) = reporter {
         r.abort();
     }

@@ -90,6 +90,10 @@ pub struct Config {
     #[arg(long, env = "USHER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// Deadlines and the connection cap for slow or idle clients.
+    #[command(flatten)]
+    pub serve: usher_http::ServeLimits,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,

@@ -85,7 +85,7 @@ pub async fn run(
         hints: hint_tx,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
-    let served = usher_http::serve(listener, app, shutdown).await;
+    let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;
     // Stop ticking and release every lease, so other replicas take over at once.
     cancel.cancel();
     let _ = ticking.await;

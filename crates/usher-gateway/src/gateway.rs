@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
 use crate::keepalive::Keepalive;
+use crate::limits::{IpLimits, Limits};
 use crate::metrics;
 
 /// One gateway's shared state.
@@ -43,6 +44,8 @@ pub(crate) struct Gateway {
     draining: AtomicBool,
     /// Client connections open, streams or not (counted by [`crate::server`]).
     open_sockets: Arc<AtomicU64>,
+    /// What each client address holds here, against the per-IP limits.
+    ip_limits: Arc<IpLimits>,
 }
 
 impl Gateway {
@@ -55,7 +58,14 @@ impl Gateway {
         ticket_key: TicketKey,
     ) -> Self {
         let away = Arc::new(Away::default());
+        let ip_limits = Arc::new(IpLimits::new(Limits {
+            join_rate: config.ip_join_rate,
+            join_burst: config.ip_join_burst,
+            max_streams: config.ip_max_streams,
+            max_places: config.ip_max_places,
+        }));
         Self {
+            ip_limits,
             joins: Joiner::new(store.clone(), index, away.clone()),
             keepalive: Keepalive::new(config.keepalive()),
             hub: Hub::new(),
@@ -97,6 +107,10 @@ impl Gateway {
 
     pub(crate) fn keepalive(&self) -> &Keepalive {
         &self.keepalive
+    }
+
+    pub(crate) fn ip_limits(&self) -> &Arc<IpLimits> {
+        &self.ip_limits
     }
 
     pub(crate) fn away(&self) -> &Away {

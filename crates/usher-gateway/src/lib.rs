@@ -5,6 +5,10 @@
 //! * [`config`] — flags and `USHER_*` environment variables, and their validation.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
+//! * `client` — who a client is: its address (socket, PROXY protocol, trusted
+//!   `X-Forwarded-For` hops) and the key its limits count under.
+//! * `limits` — per-IP limits: join token bucket, streams, places held.
+//! * `head` — strict request-head parsing and error answers written without the router.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
 //! * `keepalive` — one timer for every stream's keepalive comments.
@@ -25,13 +29,16 @@
 pub mod config;
 
 mod away;
+mod client;
 mod errors;
 mod frames;
 mod gateway;
+mod head;
 mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
+mod limits;
 mod metrics;
 mod page;
 mod routes;

@@ -19,6 +19,10 @@ pub(crate) const LEAVES: &str = "usher_gateway_leaves_total";
 pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivered_total";
 /// Streams answered with `retry:` only, by `reason`.
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
+/// Client sockets closed, or requests refused, by a limit other than a stream's, by `reason`:
+/// `cap` (closed at accept: `--max-sockets` reached), `reserve` (a request other than a health
+/// check in the sockets kept for health checks), `head_timeout`, `body_timeout`, `bad_request`.
+pub(crate) const SOCKETS_REFUSED: &str = "usher_gateway_sockets_refused_total";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
 /// Entries of this gateway's own stream written and not yet read (sampled each heartbeat).
@@ -39,6 +43,14 @@ pub(crate) enum Refusal {
     Redis,
     /// The gateway is draining.
     Draining,
+    /// The client address used up its join bucket (`--ip-join-rate`, `--ip-join-burst`).
+    IpJoins,
+    /// The client address holds `--ip-max-streams` streams here.
+    IpStreams,
+    /// The client address holds `--ip-max-places` places through this gateway.
+    IpPlaces,
+    /// The socket is in the reserve kept for health checks (`--max-sockets`).
+    Sockets,
 }
 
 impl Refusal {
@@ -47,6 +59,10 @@ impl Refusal {
             Refusal::Cap => "cap",
             Refusal::Redis => "redis",
             Refusal::Draining => "draining",
+            Refusal::IpJoins => "ip_joins",
+            Refusal::IpStreams => "ip_streams",
+            Refusal::IpPlaces => "ip_places",
+            Refusal::Sockets => "sockets",
         }
     }
 }
@@ -63,7 +79,13 @@ pub(crate) fn describe() {
     describe_counter!(ADMISSIONS_DELIVERED, "Admitted events written to browsers.");
     describe_counter!(
         STREAMS_REFUSED,
-        "Streams answered with retry only, by reason (cap, redis, draining)."
+        "Streams answered with retry only, by reason (cap, redis, draining, ip_joins, \
+         ip_streams, ip_places, sockets)."
+    );
+    describe_counter!(
+        SOCKETS_REFUSED,
+        "Sockets closed or requests refused by a limit, by reason (cap, reserve, \
+         head_timeout, body_timeout, bad_request)."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
     describe_gauge!(
@@ -119,4 +141,25 @@ pub(crate) fn refused(reason: Refusal) {
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+/// Why a socket was closed or a request refused outside a stream (see [`SOCKETS_REFUSED`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SocketRefusal {
+    Cap,
+    Reserve,
+    HeadTimeout,
+    BodyTimeout,
+    BadRequest,
+}
+
+pub(crate) fn socket_refused(reason: SocketRefusal) {
+    let label = match reason {
+        SocketRefusal::Cap => "cap",
+        SocketRefusal::Reserve => "reserve",
+        SocketRefusal::HeadTimeout => "head_timeout",
+        SocketRefusal::BodyTimeout => "body_timeout",
+        SocketRefusal::BadRequest => "bad_request",
+    };
+    counter!(SOCKETS_REFUSED, "reason" => label).increment(1);
 }

@@ -20,10 +20,12 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
+use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
+use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
 use crate::update::{admitted_event, Update};
 
@@ -93,6 +95,27 @@ impl Drop for Reserved {
 pub(crate) struct Holding {
     gw: Arc<Gateway>,
     attached: Attached,
+    /// The place, counted for the client's address while the stream lasts (and a while after).
+    place: Option<PlaceHold>,
+    /// The stream, counted against the client address's cap.
+    _slot: StreamSlot,
+}
+
+impl Holding {
+    /// `u` ended the place for good (admitted, or closed for a reason other than a newer
+    /// connection taking it over): it stops counting for the client's address.
+    fn ended(&mut self, u: &Update) {
+        let over = match u {
+            Update::Admitted(_) => true,
+            Update::Closed(c) => c.reason != CloseReason::ResumedElsewhere,
+            _ => false,
+        };
+        if over {
+            if let Some(p) = self.place.take() {
+                p.finished();
+            }
+        }
+    }
 }
 
 impl Drop for Holding {
@@ -115,6 +138,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
         metrics::refused(Refusal::Draining);
@@ -124,7 +148,24 @@ pub(crate) async fn open(
         metrics::refused(Refusal::Cap);
         return Setup::TryLater;
     }
-    setup(gw, q, place, ticket).await
+    let limits = gw.ip_limits();
+    // The per-IP limits, before Redis is asked anything: a stream slot, then a join drawn
+    // from the bucket (or a resume of a place the address may hold).
+    let checked = limits.open_stream(client).and_then(|slot| {
+        match place {
+            Some(p) => limits.resume(client, &q, p),
+            None => limits.join(client),
+        }
+        .map(|()| slot)
+    });
+    match checked {
+        Ok(slot) => setup(gw, q, place, ticket, client, slot).await,
+        Err(exceeded) => {
+            metrics::refused(exceeded.refusal());
+            tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
+            Setup::TryLater
+        }
+    }
 }
 
 async fn setup(
@@ -132,9 +173,17 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    client: IpKey,
+    slot: StreamSlot,
 ) -> Setup {
     let idx = gw.index();
     let mut joined = None;
+    // A resumed place that turns out to be over no longer counts for the address.
+    let forget = |p: Option<PlaceId>| {
+        if let Some(p) = p {
+            gw.ip_limits().forget(client, &q, p);
+        }
+    };
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
@@ -207,6 +256,8 @@ async fn setup(
                 holding: Holding {
                     gw: gw.clone(),
                     attached,
+                    place: Some(gw.ip_limits().hold(client, &q, place)),
+                    _slot: slot,
                 },
                 rx,
                 joined,
@@ -234,6 +285,7 @@ async fn setup(
         }
         PlaceState::Admitted(rec) => {
             disarm(reserved);
+            forget(place);
             metrics::admission_delivered();
             let ticket = ticket.unwrap_or_default();
             Setup::Once(event_frame(
@@ -248,14 +300,17 @@ async fn setup(
         }
         PlaceState::QueueClosed(reason) => {
             disarm(reserved);
+            forget(place);
             Setup::Failed(closed_queue(&q, reason))
         }
         PlaceState::Gone => {
             disarm(reserved);
+            forget(place);
             Setup::Failed(place_gone())
         }
         PlaceState::SessionEnded => {
             disarm(reserved);
+            forget(place);
             let ended = Update::closed(&q, CloseReason::SessionEnded);
             Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
         }
@@ -308,10 +363,38 @@ fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
     span
 }
 
-/// Writes one chunk of a chunked body, after `prefix` (e.g. the response head) and before
-/// `suffix` (e.g. the last chunk), in one write.
+/// How a stream's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// HTTP/1.1: chunked, so the connection can serve another request after the stream.
+    Chunked,
+    /// HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    UntilClose,
+}
+
+impl Framing {
+    /// The response head.
+    fn head(self) -> &'static str {
+        match self {
+            Framing::Chunked => STREAM_HEAD,
+            Framing::UntilClose => STREAM_HEAD_UNTIL_CLOSE,
+        }
+    }
+
+    /// What ends the body.
+    fn last(self) -> &'static str {
+        match self {
+            Framing::Chunked => LAST_CHUNK,
+            Framing::UntilClose => "",
+        }
+    }
+}
+
+/// Writes `text` as one piece of the body (a chunk when chunked), after `prefix` (e.g. the
+/// response head) and before `suffix` (e.g. the last chunk), in one write.
 async fn chunk_with(
     sock: &mut TcpStream,
+    framing: Framing,
     prefix: &str,
     text: &str,
     suffix: &str,
@@ -319,11 +402,15 @@ async fn chunk_with(
     use std::fmt::Write as _;
     let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 20);
     framed.push_str(prefix);
-    if !text.is_empty() {
-        // Writing to a String cannot fail.
-        let _ = write!(framed, "{:x}\r\n", text.len());
-        framed.push_str(text);
-        framed.push_str("\r\n");
+    match framing {
+        Framing::Chunked if !text.is_empty() => {
+            // Writing to a String cannot fail.
+            let _ = write!(framed, "{:x}\r\n", text.len());
+            framed.push_str(text);
+            framed.push_str("\r\n");
+        }
+        Framing::Chunked => {}
+        Framing::UntilClose => framed.push_str(text),
     }
     framed.push_str(suffix);
     match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
@@ -332,15 +419,15 @@ async fn chunk_with(
     }
 }
 
-async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
-    chunk_with(sock, "", text, "").await
-}
-
 const LAST_CHUNK: &str = "0\r\n\r\n";
 
-/// The response head of every stream.
+/// The response head of every HTTP/1.1 stream.
 pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
     cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// The response head of an HTTP/1.0 stream: the body ends when the connection closes.
+const STREAM_HEAD_UNTIL_CLOSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
 /// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
 /// chunked; it ends after a terminal update, or when the browser goes away. `Ok(true)` when
@@ -350,6 +437,7 @@ pub(crate) async fn pump(
     gw: &Arc<Gateway>,
     sock: &mut TcpStream,
     setup: Setup,
+    framing: Framing,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     let text = match setup {
@@ -358,12 +446,12 @@ pub(crate) async fn pump(
             holding,
             rx,
             joined,
-        } => return pump_live(gw, sock, ticket, holding, rx, joined).await,
+        } => return pump_live(gw, sock, ticket, holding, rx, joined, framing).await,
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
     };
     // A whole response in one write: head, its only chunk, the last chunk.
-    chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
+    chunk_with(sock, framing, framing.head(), &text, framing.last())
         .await
         .map(|()| true)
 }
@@ -373,9 +461,10 @@ async fn pump_live(
     gw: &Arc<Gateway>,
     sock: &mut TcpStream,
     ticket: String,
-    holding: Holding,
+    mut holding: Holding,
     mut rx: watch::Receiver<Update>,
     joined: Option<SpanLink>,
+    framing: Framing,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
@@ -384,7 +473,9 @@ async fn pump_live(
     let mut text = retry_frame(retry);
     text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
-    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" })
+    holding.ended(&first);
+    let end = if done { framing.last() } else { "" };
+    chunk_with(sock, framing, framing.head(), &text, end)
         .instrument(deliver_span(&first, joined.as_ref()))
         .await?;
     if let Update::Admitted(_) = &first {
@@ -401,9 +492,10 @@ async fn pump_live(
                     Err(_) => Update::superseded(),
                 };
                 done = u.is_terminal();
-                let end = if done { LAST_CHUNK } else { "" };
+                holding.ended(&u);
+                let end = if done { framing.last() } else { "" };
                 let f = u.frame(&ticket).unwrap_or_default();
-                chunk_with(sock, "", &f, end)
+                chunk_with(sock, framing, "", &f, end)
                     .instrument(deliver_span(&u, joined.as_ref()))
                     .await?;
                 last_write = tokio::time::Instant::now();
@@ -417,7 +509,7 @@ async fn pump_live(
             _ = keepalive.changed() => {
                 let tick = *keepalive.borrow_and_update();
                 if gw.keepalive().due(last_write, tick) {
-                    chunk(sock, KEEPALIVE_FRAME).await?;
+                    chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
                     last_write = tokio::time::Instant::now();
                 }
             }

@@ -25,6 +25,19 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         worker_threads: 0,
         log_format: LogFormat::Text,
         page_dir: None,
+        // Hardening (issue 14). Tests burst from one loopback address: the per-IP limits are
+        // off unless a test turns them on; the socket cap and deadlines are the defaults.
+        trusted_proxy_hops: 0,
+        proxy_protocol: false,
+        ip_join_rate: 0,
+        ip_join_burst: 0,
+        ip_max_streams: 0,
+        ip_max_places: 0,
+        max_sockets: 20_000,
+        health_reserve_sockets: 64,
+        header_timeout_secs: 10,
+        body_timeout_secs: 10,
+        idle_timeout_secs: 30,
     }
 }
 
@@ -49,6 +62,7 @@ pub fn dispatcher(redis_url: &str, tick_ms: u64) -> usher_dispatcher::Config {
         ),
         lease_ttl_ms: (tick_ms * 3).max(300),
         worker_threads: 0,
+        serve: usher_http::ServeLimits::default(),
         log_format: LogFormat::Text,
     }
 }

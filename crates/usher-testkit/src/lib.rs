@@ -10,6 +10,7 @@ pub mod otlp;
 pub mod nginx;
 pub mod probe;
 pub mod procs;
+pub mod raw;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;

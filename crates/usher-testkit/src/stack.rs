@@ -116,6 +116,7 @@ pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
         service_token: None,
         load_report_seconds: 2,
         log_format: Default::default(),
+        serve: usher_http::ServeLimits::default(),
     };
     Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
 }
