@@ -33,6 +33,8 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
+//! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
 
 use crate::ids::{QueueId, ServerId};
 
@@ -76,6 +78,8 @@ pub const GW_NEXT: &str = "usher:{gw}:next";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
+pub const DEV_ADMIN_TOKEN: &str = "usher:dev:admin-token";
+pub const AUDIT: &str = "usher:audit";
 /// Consumer group every gateway uses on its own stream.
 pub const STREAM_GROUP: &str = "usher";
 

@@ -1,18 +1,14 @@
 //! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
 
-use std::net::SocketAddr;
-
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::store::{QueueConfig, QueueStats};
@@ -39,7 +35,16 @@ pub fn router(state: AppState) -> Router {
             get(get_queue).put(put_queue).delete(close_queue),
         )
         .route("/admin/queues/{queue}/notice", post(notice))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route("/admin/audit", get(crate::audit::list))
+        // The last layer runs first: authorize, then record the change.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::admin_auth::authorize,
+        ));
     let store = state.store.clone();
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
@@ -68,39 +73,6 @@ pub fn router(state: AppState) -> Router {
             }
         }))
         .with_state(state)
-}
-
-async fn authorize(
-    State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match &st.admin_token {
-        Some(expected) => {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            // Compare digests: constant time, and no length leak.
-            let (g, e) = (
-                Sha256::digest(given.as_bytes()),
-                Sha256::digest(expected.as_bytes()),
-            );
-            if bool::from(g[..].ct_eq(&e[..])) {
-                next.run(req).await
-            } else {
-                ApiError::unauthorized("missing or wrong admin bearer token").into_response()
-            }
-        }
-        None if peer.ip().is_loopback() => next.run(req).await,
-        None => ApiError::unauthorized(
-            "USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only",
-        )
-        .into_response(),
-    }
 }
 
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a

@@ -4,13 +4,16 @@
 //! * [`signing`] — where the entry-token keys come from.
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
+//! * [`admin_auth`] — the admin tokens and their labels; `audit` — the trail of admin changes.
 //! * [`sessions`] — the session API booking services call with an entry token.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod admin;
+pub mod admin_auth;
 pub mod admission;
+mod audit;
 pub mod config;
 mod metrics;
 pub mod sessions;
@@ -22,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use usher_core::store::{Store, StoreError};
+use usher_core::store::{DevSecret, Store, StoreError};
 use usher_core::token::KeyError;
 
 pub use config::Config;
@@ -59,9 +62,7 @@ pub async fn run(
     let store = Store::connect(&cfg.redis_url).await?;
     let keys = Arc::new(signing::load(&cfg, &store).await?);
     let key = keys.signer().clone();
-    if cfg.admin_token.is_none() {
-        tracing::warn!("USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only");
-    }
+    let admin_tokens = Arc::new(admin_tokens(&cfg, &store).await?);
     let cancel = CancellationToken::new();
     let settings = admission::Settings {
         replica: cfg.replica_id.clone(),
@@ -76,7 +77,7 @@ pub async fn run(
     let app = admin::router(admin::AppState {
         store,
         keys: keys.clone(),
-        admin_token: cfg.admin_token.as_deref().map(Arc::from),
+        admin_tokens,
         hints: hint_tx,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
@@ -86,4 +87,27 @@ pub async fn run(
     let _ = ticking.await;
     served?;
     Ok(())
+}
+
+/// The admin tokens: `USHER_ADMIN_TOKEN`, or with `USHER_DEV=1` a development token shared
+/// through Redis (the first dispatcher stores it, every one reads it back), logged once.
+async fn admin_tokens(cfg: &Config, store: &Store) -> Result<admin_auth::AdminTokens, Error> {
+    if let Some(spec) = &cfg.admin_token {
+        return Ok(admin_auth::AdminTokens::parse(spec).map_err(config::ConfigError::from)?);
+    }
+    if !cfg.dev {
+        return Err(config::ConfigError::NoAdminToken.into());
+    }
+    let generated: [u8; 24] = rand::random();
+    let generated: String = generated.iter().map(|b| format!("{b:02x}")).collect();
+    let token = store
+        .shared_dev_secret(DevSecret::AdminToken, generated)
+        .await?;
+    tracing::warn!(
+        admin_token = %token,
+        "USHER_DEV=1 and no USHER_ADMIN_TOKEN: development admin token (label \"{}\") shared \
+         through Redis; anyone with Redis access can read it",
+        admin_auth::DEV_LABEL
+    );
+    Ok(admin_auth::AdminTokens::dev(&token))
 }

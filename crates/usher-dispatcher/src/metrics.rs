@@ -27,6 +27,8 @@ pub(crate) const QUEUE_WAITING: &str = "usher_queue_waiting";
 pub(crate) const QUEUE_ACTIVE: &str = "usher_queue_active";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
@@ -46,6 +48,10 @@ pub(crate) fn describe() {
         "Admitted sessions active at the last tick, by queue."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
 }
 
 pub(crate) fn tick_took(elapsed: Duration) {
@@ -66,4 +72,8 @@ pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }

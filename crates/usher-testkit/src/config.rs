@@ -9,6 +9,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use usher_runtime::LogFormat;
 
+/// The admin token every test dispatcher accepts, labelled [`ADMIN_LABEL`]
+/// ([`dispatcher`], and [`crate::procs::Proc`] for the binary); [`admin_client`] sends it.
+pub const ADMIN_TOKEN: &str = "usher-test-admin-token-7d1c0e9a";
+/// The label of [`ADMIN_TOKEN`], as the audit trail names it.
+pub const ADMIN_LABEL: &str = "tests";
+
+/// `USHER_ADMIN_TOKEN` for test dispatchers: [`ADMIN_TOKEN`] labelled [`ADMIN_LABEL`].
+pub fn admin_token_spec() -> String {
+    format!("{ADMIN_LABEL}:{ADMIN_TOKEN}")
+}
+
+/// An HTTP client that sends [`ADMIN_TOKEN`] with every request: the admin API has no
+/// unauthenticated access.
+pub fn admin_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value = format!("Bearer {ADMIN_TOKEN}");
+    if let Ok(v) = reqwest::header::HeaderValue::from_str(&value) {
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap_or_default()
+}
+
 /// A gateway on an ephemeral loopback port with a fast heartbeat and a short drain.
 pub fn gateway(redis_url: &str) -> usher_gateway::Config {
     usher_gateway::Config {
@@ -38,7 +63,9 @@ pub fn dispatcher(redis_url: &str, tick_ms: u64) -> usher_dispatcher::Config {
         tick_ms,
         jwt_key_file: None,
         jwt_key: None,
-        admin_token: None,
+        admin_token: Some(admin_token_spec()),
+        dev: false,
+        queues_file: None,
         exact_positions: 1000,
         replica_id: format!(
             "test-{}-{}",

@@ -86,6 +86,7 @@ pub struct Stack {
     pub dispatcher: Server,
     pub gateways: Vec<Server>,
     pub booking: Option<Server>,
+    /// Sends the test admin token ([`crate::config::admin_client`]).
     pub http: reqwest::Client,
 }
 
@@ -137,7 +138,7 @@ impl Stack {
             dispatcher,
             gateways,
             booking,
-            http: reqwest::Client::new(),
+            http: crate::config::admin_client(),
         };
         stack.wait_ready().await?;
         Ok(stack)
@@ -171,7 +172,7 @@ impl Stack {
         self.gateways[i].url()
     }
 
-    /// `PUT /admin/queues/{queue}` on the dispatcher (loopback, no token).
+    /// `PUT /admin/queues/{queue}` on the dispatcher (with the test admin token).
     pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
         let r = self
             .http

@@ -23,9 +23,11 @@ use redis::Value;
 use crate::keys;
 
 mod admin;
+mod audit;
 mod decode;
 mod dispatch;
 mod gateways;
+mod oom;
 mod places;
 mod reply;
 mod scripts;
@@ -33,11 +35,13 @@ mod sessions;
 mod streams;
 
 pub use admin::{QueueConfig, QueueStats};
+pub use audit::{AuditRecord, AUDIT_MAXLEN};
 pub use dispatch::outbox::OutboxEntry;
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
+pub use oom::OomLog;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, STREAM_MAXLEN};
@@ -49,10 +53,32 @@ pub enum StoreError {
     /// The connection or the command failed (Redis' own message). The prefix is said here
     /// once; the crates that wrap a `StoreError` pass it through unchanged.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+    /// Redis refused a write because it reached `maxmemory` (policy `noeviction`): the
+    /// request can succeed once memory is freed (a queue closed, sessions expired), not by
+    /// retrying at once. Told apart so callers answer and log it as what it is.
+    #[error("redis is out of memory (maxmemory reached): {0}")]
+    OutOfMemory(redis::RedisError),
     /// Redis answered something the scripts never return (a bug, or a foreign writer).
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        if oom::is_oom(&e) {
+            Self::OutOfMemory(e)
+        } else {
+            Self::Redis(e)
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether Redis refused the request for lack of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::OutOfMemory(_))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -78,6 +104,8 @@ impl std::fmt::Debug for Store {
 pub enum DevSecret {
     JwtKey,
     TicketKey,
+    /// The dispatcher's admin token with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`.
+    AdminToken,
 }
 
 impl Store {
@@ -115,6 +143,7 @@ impl Store {
         let key = match which {
             DevSecret::JwtKey => keys::DEV_JWT_KEY,
             DevSecret::TicketKey => keys::DEV_TICKET_KEY,
+            DevSecret::AdminToken => keys::DEV_ADMIN_TOKEN,
         };
         let mut c = self.c();
         let _: Value = redis::cmd("SET")
