@@ -21,6 +21,8 @@ pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivere
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Why a stream was refused (answered `retry:` so the browser tries again, maybe elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +60,10 @@ pub(crate) fn describe() {
         "Streams answered with retry only, by reason (cap, redis, draining)."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
 }
 
 /// Sets the connection gauges from the counts at scrape time: `open` client connections, of
@@ -89,4 +95,8 @@ pub(crate) fn refused(reason: Refusal) {
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }
