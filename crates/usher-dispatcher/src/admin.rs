@@ -153,13 +153,9 @@ async fn get_queue(
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
 }
 
-async fn put_queue(
-    State(st): State<AppState>,
-    Path(raw): Path<String>,
-    body: Result<Json<QueueUpdate>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let q = parse_queue(&raw)?;
-    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+/// A queue's settings after `u` (a `PUT` body, or an entry of `USHER_QUEUES_FILE`) is
+/// applied to `existing` (the defaults for a new queue), or why `u` is refused.
+pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<QueueConfig, ApiError> {
     if let Some(r) = u.admit_per_second {
         if !(r > 0.0 && r <= MAX_ADMIT_PER_SECOND) {
             return Err(ApiError::bad_request(format!(
@@ -181,10 +177,6 @@ async fn put_queue(
             )));
         }
     }
-    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
-    let created = existing.is_none();
-    let existing_open = existing.as_ref().is_some_and(|c| c.open);
-    let before = existing.clone();
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -218,6 +210,21 @@ async fn put_queue(
     if let Some(p) = u.paused {
         cfg.paused = p;
     }
+    Ok(cfg)
+}
+
+async fn put_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<QueueUpdate>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let created = existing.is_none();
+    let existing_open = existing.as_ref().is_some_and(|c| c.open);
+    let before = existing.clone();
+    let cfg = configured(existing, &u)?;
     let closing = !cfg.open && existing_open;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     if closing {

@@ -49,6 +49,7 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         drain_secs: 1,
         worker_threads: 0,
         log_format: LogFormat::Text,
+        restore_window_secs: 120,
     }
 }
 

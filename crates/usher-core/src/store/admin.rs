@@ -11,6 +11,10 @@ use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
 
+/// Place ids a queue's epoch leaves room for per millisecond of its creation time (see
+/// [`Store::put_queue`]). Ids stay below 2^53 (exact in Lua) until the year 2255.
+pub const EPOCH_IDS_PER_MS: u64 = 1_000;
+
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueConfig {
@@ -129,9 +133,26 @@ impl Store {
                 .query_async(&mut c)
                 .await?;
         }
-        let _: () = redis::cmd("SADD")
+        // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
+        // place ids start above it: the epoch is the creation time in ms × 1,000, above every
+        // place id handed out before (that would take 1,000 places a millisecond since), so
+        // ids, tickets and token `jti`s are never reused after a loss. Both stay once set.
+        let epoch = crate::time::now_ms().saturating_mul(EPOCH_IDS_PER_MS);
+        let _: () = redis::pipe()
+            .cmd("HSETNX")
+            .arg(&k.meta)
+            .arg("epoch")
+            .arg(epoch)
+            .ignore()
+            .cmd("SET")
+            .arg(&k.seq)
+            .arg(epoch)
+            .arg("NX")
+            .ignore()
+            .cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
+            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())

@@ -380,6 +380,19 @@ impl Hub {
     pub fn queues(&self) -> Vec<QueueId> {
         self.lock().queues.keys().cloned().collect()
     }
+
+    /// The places of `queue` held here, in the order of their last known positions (the
+    /// place id breaks ties): the order they are put back in after a Redis data loss.
+    pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<PlaceId> {
+        let inner = self.lock();
+        let mut places: Vec<(u64, u64)> = inner
+            .queues
+            .get(queue)
+            .map(|slots| slots.iter().map(|(p, s)| (s.position, *p)).collect())
+            .unwrap_or_default();
+        places.sort_unstable();
+        places.into_iter().map(|(_, p)| PlaceId(p)).collect()
+    }
 }
 
 struct Slot {
