@@ -15,7 +15,11 @@ use usher_core::store::{DevSecret, Store};
 pub const KEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Writes `secrets` back until `cancel`.
-pub(crate) async fn keep(store: Store, secrets: Vec<(DevSecret, String)>, cancel: CancellationToken) {
+pub(crate) async fn keep(
+    store: Store,
+    secrets: Vec<(DevSecret, String)>,
+    cancel: CancellationToken,
+) {
     let mut warned = false;
     loop {
         tokio::select! {

@@ -15,8 +15,8 @@ pub mod admin;
 pub mod admin_auth;
 pub mod admission;
 mod audit;
-mod dev_secrets;
 pub mod config;
+mod dev_secrets;
 mod metrics;
 pub mod queues_file;
 pub mod sessions;
@@ -97,11 +97,20 @@ pub async fn run(
     let (hint_tx, hints) = tokio::sync::mpsc::unbounded_channel();
     if let Some(file) = queues_file {
         let created = queues_file::configure_missing(&store, &file).await?;
-        tracing::info!(queues = file.len(), created = created.len(), "USHER_QUEUES_FILE loaded");
+        tracing::info!(
+            queues = file.len(),
+            created = created.len(),
+            "USHER_QUEUES_FILE loaded"
+        );
         let hints = hint_tx.clone();
-        tokio::spawn(queues_file::watch(store.clone(), file, cancel.clone(), move |q| {
-            let _ = hints.send(q);
-        }));
+        tokio::spawn(queues_file::watch(
+            store.clone(),
+            file,
+            cancel.clone(),
+            move |q| {
+                let _ = hints.send(q);
+            },
+        ));
     }
     let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
     let app = admin::router(admin::AppState {

@@ -95,7 +95,10 @@ impl QueuesFile {
 }
 
 /// Configures every queue of `file` that Redis does not know; returns those it configured.
-pub async fn configure_missing(store: &Store, file: &QueuesFile) -> Result<Vec<QueueId>, StoreError> {
+pub async fn configure_missing(
+    store: &Store,
+    file: &QueuesFile,
+) -> Result<Vec<QueueId>, StoreError> {
     let mut configured = Vec::new();
     for (q, cfg) in &file.queues {
         if store.queue_config(q).await?.is_some() {
@@ -148,11 +151,17 @@ mod tests {
     #[test]
     fn yaml_and_json_files_parse_and_are_checked_like_put() {
         let p = Path::new("queues.yaml");
-        let f = QueuesFile::parse(p, "concert:\n  admit_per_second: 5\n  paused: true\nother: {}\n")
-            .expect("valid yaml");
+        let f = QueuesFile::parse(
+            p,
+            "concert:\n  admit_per_second: 5\n  paused: true\nother: {}\n",
+        )
+        .expect("valid yaml");
         assert_eq!(f.len(), 2);
         let (q, cfg) = &f.queues[0];
-        assert_eq!((q.as_str(), cfg.admit_per_second, cfg.paused), ("concert", 5.0, true));
+        assert_eq!(
+            (q.as_str(), cfg.admit_per_second, cfg.paused),
+            ("concert", 5.0, true)
+        );
         let f = QueuesFile::parse(p, r#"{"a": {"open": true, "grace_seconds": 10}}"#)
             .expect("valid json");
         assert_eq!(f.queues[0].1.grace_seconds, 10);

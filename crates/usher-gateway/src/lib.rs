@@ -31,8 +31,8 @@ mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
-mod recovery;
 mod metrics;
+mod recovery;
 mod routes;
 mod server;
 mod stream;
@@ -142,7 +142,14 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
     store.ensure_stream(&id, cfg.stream_ttl()).await?;
-    let gw = Arc::new(Gateway::new(id, index, cfg, store, ticket_key, dev_ticket_key));
+    let gw = Arc::new(Gateway::new(
+        id,
+        index,
+        cfg,
+        store,
+        ticket_key,
+        dev_ticket_key,
+    ));
     tokio::spawn({
         let gw = gw.clone();
         async move { gw.keepalive().run(gw.stopped().clone()).await }

@@ -39,7 +39,13 @@ struct Watch {
     lost_since: Option<Instant>,
     /// Restore at the next heartbeat, whatever the epoch says.
     restore: bool,
+    /// When the places were last put back.
+    restored_at: Option<Instant>,
 }
+
+/// A place found gone this soon after its queue was restored may have been read before the
+/// restore: it is checked again rather than given up.
+const RECENTLY_RESTORED: Duration = Duration::from_secs(10);
 
 /// Which queues this gateway watches for a loss.
 pub(crate) struct Recovery {
@@ -99,6 +105,7 @@ impl Recovery {
             q.clone(),
             Watch {
                 epoch,
+                restored_at: Some(Instant::now()),
                 ..Watch::default()
             },
         );
@@ -121,14 +128,22 @@ impl Recovery {
     }
 
     /// Whether a place of `q` that Redis does not know was lost with the queue rather than
-    /// removed: the queue's epoch is not the one seen before (`current`), or a loss is being
-    /// handled. If so, the queue is restored at the next heartbeat.
+    /// removed: the queue's epoch is not the one seen before (`current`), a loss is being
+    /// handled, or the queue was restored a moment ago (the place may have been read before).
+    /// If so, the queue is restored (again: it changes nothing for places already back) at
+    /// the next heartbeat.
     pub(crate) fn lost_with_queue(&self, q: &QueueId, current: Option<u64>) -> bool {
         let mut queues = self.lock();
         let Some(w) = queues.get_mut(q) else {
             return false;
         };
-        let lost = w.restore || w.lost_since.is_some() || (w.epoch.is_some() && w.epoch != current);
+        let recent = w
+            .restored_at
+            .is_some_and(|t| t.elapsed() < RECENTLY_RESTORED);
+        let lost = w.restore
+            || w.lost_since.is_some()
+            || recent
+            || (w.epoch.is_some() && w.epoch != current);
         if lost {
             w.restore = true;
         }

@@ -14,6 +14,9 @@ use crate::recovery::Action;
 
 /// How often disconnects are written to Redis.
 const AWAY_FLUSH: Duration = Duration::from_millis(50);
+/// How long after putting a queue's places back positions may go up (see
+/// [`crate::hub::Hub::allow_rise`]): the other gateways restore theirs meanwhile.
+const RISE_AFTER_RESTORE: Duration = Duration::from_secs(10);
 /// Draining ends connections in steps this far apart.
 const DRAIN_STEP: Duration = Duration::from_millis(100);
 
@@ -132,11 +135,14 @@ async fn restore(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
     {
         Restore::Unknown => gw.recovery().still_missing(q, Instant::now()),
         Restore::Closed(reason) => {
-            gw.recovery().observe(q, Interest::Closed(reason), Instant::now());
+            gw.recovery()
+                .observe(q, Interest::Closed(reason), Instant::now());
             gw.hub().close_queue(q, reason);
         }
         Restore::Done { restored, epoch } => {
             gw.recovery().restored(q, epoch);
+            // The other gateways put their places back within a heartbeat or two of this one.
+            gw.hub().allow_rise(q, Instant::now() + RISE_AFTER_RESTORE);
             tracing::warn!(queue = %q, held = places.len(), restored, "places put back after redis lost the queue");
         }
     }

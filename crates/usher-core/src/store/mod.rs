@@ -42,9 +42,9 @@ pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
-pub use recovery::{Restore, RESTORE_BATCH};
 pub use oom::OomLog;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use recovery::{Restore, RESTORE_BATCH};
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, STREAM_MAXLEN};
 
