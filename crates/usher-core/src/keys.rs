@@ -7,8 +7,8 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate` |
-//! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate` |
+//! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); starts at the queue's `epoch`, never reset; raised by `restore.lua` above the places gateways put back |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
