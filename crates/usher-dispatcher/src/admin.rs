@@ -1,12 +1,10 @@
 //! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
 
-use std::net::SocketAddr;
-
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -20,7 +18,7 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 
 pub use crate::state::AppState;
-use crate::state::{bearer_is, redis_down};
+use crate::state::redis_down;
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
@@ -39,7 +37,16 @@ pub fn router(state: AppState) -> Router {
             get(get_queue).put(put_queue).delete(close_queue),
         )
         .route("/admin/queues/{queue}/notice", post(notice))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route("/admin/audit", get(crate::audit::list))
+        // The last layer runs first: authorize, then record the change.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::admin_auth::authorize,
+        ));
     let store = state.store.clone();
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
@@ -69,28 +76,6 @@ pub fn router(state: AppState) -> Router {
             }
         }))
         .with_state(state)
-}
-
-async fn authorize(
-    State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match &st.admin_token {
-        Some(expected) => {
-            if bearer_is(req.headers(), expected) {
-                next.run(req).await
-            } else {
-                ApiError::unauthorized("missing or wrong admin bearer token").into_response()
-            }
-        }
-        None if peer.ip().is_loopback() => next.run(req).await,
-        None => ApiError::unauthorized(
-            "USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only",
-        )
-        .into_response(),
-    }
 }
 
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
@@ -238,15 +223,9 @@ async fn get_queue(
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
 }
 
-// A span per change (never its body or credentials: `skip_all`).
-#[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
-async fn put_queue(
-    State(st): State<AppState>,
-    Path(raw): Path<String>,
-    body: Result<Json<QueueUpdate>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let q = parse_queue(&raw)?;
-    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+/// A queue's settings after `u` (a `PUT` body, or an entry of `USHER_QUEUES_FILE`) is
+/// applied to `existing` (the defaults for a new queue), or why `u` is refused.
+pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<QueueConfig, ApiError> {
     if let Some(r) = u.admit_per_second {
         if !(r > 0.0 && r <= MAX_ADMIT_PER_SECOND) {
             return Err(ApiError::bad_request(format!(
@@ -268,7 +247,6 @@ async fn put_queue(
             )));
         }
     }
-    let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     if u.max_active == Some(Some(0)) {
         return Err(ApiError::bad_request(
             "max_active must be at least 1, or null for no cap (pause the queue to admit nobody)",
@@ -278,10 +256,6 @@ async fn put_queue(
         a.check(MAX_ADMIT_PER_SECOND)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
-    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
-    let created = existing.is_none();
-    let existing_open = existing.as_ref().is_some_and(|c| c.open);
-    let before = existing.clone();
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -321,9 +295,27 @@ async fn put_queue(
     if let Some(p) = u.passthrough {
         cfg.passthrough = p;
     }
-    if let Some(a) = u.adaptive {
-        cfg.adaptive = a;
+    if let Some(a) = &u.adaptive {
+        cfg.adaptive = a.clone();
     }
+    Ok(cfg)
+}
+
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
+async fn put_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<QueueUpdate>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
+    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let created = existing.is_none();
+    let existing_open = existing.as_ref().is_some_and(|c| c.open);
+    let before = existing.clone();
+    let cfg = configured(existing, &u)?;
     let closing = !cfg.open && existing_open;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     st.store
@@ -408,7 +400,12 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
         .into_values()
         .map(|id| (id, vec![msg.clone()]))
         .collect();
-    st.store.send(&batches).await.map_err(redis_down)?;
+    // The queue is closed in Redis already; a gateway not told now (Redis out of memory, a
+    // blip) learns it at its next heartbeat, so this failure fails nothing.
+    if let Err(e) = st.store.send(&batches).await {
+        let _ = redis_down(e);
+        tracing::warn!(queue = %q, "queue closed; gateways learn it at their next heartbeat");
+    }
     tracing::info!(queue = %q, %reason, gateways = batches.len(), "queue closed");
     Ok(true)
 }

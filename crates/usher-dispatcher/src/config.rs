@@ -54,8 +54,11 @@ pub struct Config {
     #[arg(long, env = "USHER_JWT_KEY", hide_env_values = true)]
     pub jwt_key: Option<String>,
 
-    /// Bearer token required by the admin API (`Authorization: Bearer <token>`). When unset,
-    /// the admin API answers loopback clients only and a warning is logged.
+    /// Bearer tokens of the admin API (`Authorization: Bearer <token>`): `label:token`, several
+    /// separated by commas (`alice:…,deploy-bot:…`), so the audit trail names who made each
+    /// change; a token without a label is labelled `admin`. Labels are 1 to 64 letters, digits,
+    /// `.`, `_` or `-`. Required: without it the dispatcher refuses to start, unless
+    /// `USHER_DEV=1`.
     #[arg(long, env = "USHER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
@@ -65,6 +68,21 @@ pub struct Config {
     /// refused with 401 (and a warning is logged once), so adaptive queues admit nobody.
     #[arg(long, env = "USHER_SERVICE_TOKEN", hide_env_values = true)]
     pub service_token: Option<String>,
+
+    /// Development mode: without `USHER_ADMIN_TOKEN`, generate an admin token, share it with the
+    /// other dispatchers through Redis (the first one stores it, every one reads it back) and
+    /// log it once at start. Never in production: anyone with Redis access can read it.
+    /// `make run` sets it.
+    #[arg(long, env = "USHER_DEV", default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub dev: bool,
+
+    /// Queue definitions to load at start and to apply again whenever Redis turns out to have
+    /// lost a queue (restarted empty, flushed): YAML or JSON, a map of queue id → the fields
+    /// `PUT /admin/queues/{queue}` takes. At start, only queues missing from Redis are
+    /// created (changes made through the admin API since are kept). README, "Security", has
+    /// what a loss keeps and what it cannot.
+    #[arg(long, env = "USHER_QUEUES_FILE")]
+    pub queues_file: Option<PathBuf>,
 
     /// How many places at the head of each line are published exactly in every `state`
     /// message. Beyond them, gateways interpolate between samples (error ≤ 1%).
@@ -110,6 +128,14 @@ pub enum ConfigError {
     EmptyAdminToken,
     #[error("USHER_SERVICE_TOKEN is set but empty; set a long random token or unset it")]
     EmptyServiceToken,
+    #[error(
+        "USHER_ADMIN_TOKEN is not set: the admin API has no unauthenticated access. Set it \
+         (`label:token`, comma-separated for several), or set USHER_DEV=1 for a development \
+         token shared through Redis"
+    )]
+    NoAdminToken,
+    #[error("USHER_ADMIN_TOKEN: {0}")]
+    BadAdminToken(#[from] crate::admin_auth::TokenSpecError),
 }
 
 impl Config {
@@ -125,12 +151,13 @@ impl Config {
                 tick_ms: self.tick_ms,
             });
         }
-        if self
-            .admin_token
-            .as_deref()
-            .is_some_and(|t| t.trim().is_empty())
-        {
-            return Err(ConfigError::EmptyAdminToken);
+        match self.admin_token.as_deref() {
+            Some(t) if t.trim().is_empty() => return Err(ConfigError::EmptyAdminToken),
+            Some(t) => {
+                crate::admin_auth::AdminTokens::parse(t)?;
+            }
+            None if !self.dev => return Err(ConfigError::NoAdminToken),
+            None => {}
         }
         if self
             .service_token

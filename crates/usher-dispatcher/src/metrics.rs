@@ -34,6 +34,8 @@ pub(crate) const QUEUE_ADMIT_RATE: &str = "usher_queue_admit_per_second";
 pub(crate) const QUEUE_PAUSED: &str = "usher_queue_paused";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
@@ -59,6 +61,10 @@ pub(crate) fn describe() {
         "The configured admissions per second at the last tick, by queue."
     );
     describe_gauge!(QUEUE_PAUSED, "1 while the queue is paused, by queue.");
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
     usher_core::store::describe_redis_metrics();
 }
 
@@ -86,4 +92,8 @@ pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }

@@ -156,6 +156,13 @@ pub struct Config {
     /// repository's `crates/usher-gateway/page/`) is the documented example.
     #[arg(long, env = "USHER_PAGE_DIR")]
     pub page_dir: Option<std::path::PathBuf>,
+
+    /// Seconds a gateway keeps the browsers of a queue that Redis lost (restarted empty,
+    /// flushed) while waiting for the queue to be configured again (by the dispatcher's
+    /// `USHER_QUEUES_FILE`, or an operator): once it is, their places are put back in their
+    /// order. Past this window they get `place_lost`.
+    #[arg(long, env = "USHER_RESTORE_WINDOW_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub restore_window_secs: u64,
 }
 
 // The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and
@@ -241,6 +248,11 @@ impl Config {
     pub fn keepalive(&self) -> Duration {
         Duration::from_secs(self.keepalive_secs)
     }
+    /// How long the browsers of a queue Redis lost are kept for it to come back.
+    pub fn restore_window(&self) -> Duration {
+        Duration::from_secs(self.restore_window_secs)
+    }
+
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms)
     }

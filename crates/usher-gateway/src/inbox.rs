@@ -173,6 +173,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
 /// lost `admitted` (or `closed`) message never leaves a browser waiting.
 async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
     let update = match gw.store().status(&q, place, now_ms()).await {
+        // Gone because Redis lost the queue (configured again since): the heartbeat puts the
+        // place back instead (see `crate::recovery`).
+        Ok(PlaceState::Gone) if lost_with_queue(&gw, &q).await => None,
         Ok(s) => settled(&q, s),
         Err(e) => {
             metrics::redis_error();
@@ -186,5 +189,13 @@ async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
             gw.hub().finish(&q, place, u);
         }
         None => gw.hub().resync_done(&q, place),
+    }
+}
+
+/// Whether `q` was lost and configured again since this gateway last saw it.
+async fn lost_with_queue(gw: &Gateway, q: &QueueId) -> bool {
+    match gw.store().queue_epoch(q).await {
+        Ok(epoch) => gw.recovery().lost_with_queue(q, epoch),
+        Err(_) => true, // ask again at the next snapshot
     }
 }

@@ -9,6 +9,7 @@
 //! is also what lifts one queue's ceiling, which a cluster cannot.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -42,7 +43,7 @@ type Reply = Result<PlaceState, JoinError>;
 struct Shared {
     store: Store,
     /// This gateway's index: the places taken are held here.
-    index: u16,
+    index: Arc<AtomicU16>,
     /// Where a place goes whose request vanished before it came back.
     away: Arc<Away>,
     /// The queues with a join call under way, and the joins waiting for the next one.
@@ -50,7 +51,7 @@ struct Shared {
 }
 
 impl Joiner {
-    pub(crate) fn new(store: Store, index: u16, away: Arc<Away>) -> Self {
+    pub(crate) fn new(store: Store, index: Arc<AtomicU16>, away: Arc<Away>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -99,7 +100,8 @@ impl Shared {
     /// is answered "try later" now, instead of one batch after another each waiting for its
     /// own failure (up to the response timeout each, behind a Redis that hangs).
     async fn call(&self, q: &QueueId, n: usize) -> Result<Joined, JoinError> {
-        match self.store.join_many(q, self.index, now_ms(), n).await {
+        let index = self.index.load(Ordering::Relaxed);
+        match self.store.join_many(q, index, now_ms(), n).await {
             Ok(j) => {
                 if let Joined::Places {
                     admitted_now: 1.., ..

@@ -41,6 +41,7 @@ mod keepalive;
 mod limits;
 mod metrics;
 mod page;
+mod recovery;
 mod routes;
 mod server;
 mod stream;
@@ -134,6 +135,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let reader =
         Store::connect_with_timeout(&cfg.redis_url, inbox::READ_BLOCK + Duration::from_secs(5))
             .await?;
+    let mut dev_ticket_key = None;
     let ticket_key = match cfg.ticket_key()? {
         Some(k) => k,
         None => {
@@ -144,6 +146,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
                 "no ticket key configured (USHER_TICKET_KEY): using a development key stored in \
                  Redis and shared by all gateways using it"
             );
+            dev_ticket_key = Some(k.clone());
             TicketKey::new(k.into_bytes())?
         }
     };
@@ -151,7 +154,14 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
     store.ensure_stream(&id, cfg.stream_ttl()).await?;
-    let gw = Arc::new(Gateway::new(id, index, cfg, store, ticket_key));
+    let gw = Arc::new(Gateway::new(
+        id,
+        index,
+        cfg,
+        store,
+        ticket_key,
+        dev_ticket_key,
+    ));
     tokio::spawn({
         let gw = gw.clone();
         async move { gw.keepalive().run(gw.stopped().clone()).await }

@@ -33,6 +33,8 @@ pub(crate) const STREAM_PENDING: &str = "usher_gateway_stream_pending";
 pub(crate) const DRAINING: &str = "usher_gateway_draining";
 /// Streams still open while draining (0 when not draining): the drain's progress.
 pub(crate) const DRAIN_REMAINING: &str = "usher_gateway_drain_remaining_streams";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Why a stream was refused (answered `retry:` so the browser tries again, maybe elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +103,10 @@ pub(crate) fn describe() {
         DRAIN_REMAINING,
         "Streams still open while draining (0 when not draining)."
     );
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
     usher_core::store::describe_redis_metrics();
 }
 
@@ -162,4 +168,8 @@ pub(crate) fn socket_refused(reason: SocketRefusal) {
         SocketRefusal::BadRequest => "bad_request",
     };
     counter!(SOCKETS_REFUSED, "reason" => label).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }

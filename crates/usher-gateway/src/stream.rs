@@ -26,8 +26,12 @@ use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
 use crate::limits::{PlaceHold, StreamSlot};
+use crate::joins::JoinError;
 use crate::metrics::{self, Refusal};
 use crate::update::{admitted_event, Update};
+
+/// How many times `retry:` a browser waits when Redis is out of memory.
+const OOM_BACKOFF: u64 = 10;
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept
 /// for the grace period).
@@ -48,6 +52,9 @@ pub(crate) enum Setup {
     Once(String),
     /// `retry:` with jitter, then the end: try again shortly, maybe elsewhere.
     TryLater,
+    /// Like `TryLater`, [`OOM_BACKOFF`] times later: Redis is out of memory, and a retry
+    /// helps only once memory is freed (a queue closed, sessions ended).
+    TryMuchLater,
     /// A permanent error status.
     Failed(ApiError),
 }
@@ -194,7 +201,7 @@ async fn setup(
                     metrics::resumed();
                     (s, Some(reserved))
                 }
-                Err(_) => return refused_by_redis(),
+                Err(e) => return refused_by_redis(&e),
             }
         }
         None => {
@@ -212,7 +219,11 @@ async fn setup(
                     };
                     (s, reserved)
                 }
-                Err(_) => return refused_by_redis(),
+                Err(JoinError::Store(e)) => return refused_by_redis(&e),
+                Err(JoinError::Abandoned) => {
+                    metrics::refused(Refusal::Redis);
+                    return Setup::TryLater;
+                }
             }
         }
     };
@@ -278,6 +289,9 @@ async fn setup(
                 holding: Holding {
                     gw: gw.clone(),
                     attached,
+                    // Counted like a waiting place until its `admitted` is written.
+                    place: Some(gw.ip_limits().hold(client, &q, place)),
+                    _slot: slot,
                 },
                 rx,
                 joined,
@@ -317,10 +331,15 @@ async fn setup(
     }
 }
 
-/// A stream Redis could not set up: `retry:`, counted as refused.
-fn refused_by_redis() -> Setup {
+/// A stream Redis could not set up: `retry:`, counted as refused; a longer one when Redis is
+/// out of memory.
+fn refused_by_redis(e: &StoreError) -> Setup {
     metrics::refused(Refusal::Redis);
-    Setup::TryLater
+    if e.is_out_of_memory() {
+        Setup::TryMuchLater
+    } else {
+        Setup::TryLater
+    }
 }
 
 /// Resumes a place; an admission whose token is still being minted is awaited briefly.
@@ -449,6 +468,7 @@ pub(crate) async fn pump(
         } => return pump_live(gw, sock, ticket, holding, rx, joined, framing).await,
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
+        Setup::TryMuchLater => retry_frame(jittered(retry * OOM_BACKOFF)),
     };
     // A whole response in one write: head, its only chunk, the last chunk.
     chunk_with(sock, framing, framing.head(), &text, framing.last())

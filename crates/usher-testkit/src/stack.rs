@@ -86,6 +86,7 @@ pub struct Stack {
     pub dispatcher: Server,
     pub gateways: Vec<Server>,
     pub booking: Option<Server>,
+    /// Sends the test admin token ([`crate::config::admin_client`]).
     pub http: reqwest::Client,
 }
 
@@ -108,16 +109,7 @@ pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server>
 /// Starts the demo booking service against the dispatcher at `dispatcher_url` (its JWKS and
 /// its session API).
 pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
-    let cfg = usher_booking_demo::Config {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        jwks_url: format!("{dispatcher_url}/.well-known/jwks.json"),
-        dispatcher_url: dispatcher_url.to_owned(),
-        load_backend: None,
-        service_token: None,
-        load_report_seconds: 2,
-        log_format: Default::default(),
-        serve: usher_http::ServeLimits::default(),
-    };
+    let cfg = crate::config::booking(dispatcher_url);
     Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
 }
 
@@ -141,7 +133,7 @@ impl Stack {
             dispatcher,
             gateways,
             booking,
-            http: reqwest::Client::new(),
+            http: crate::config::admin_client(),
         };
         stack.wait_ready().await?;
         Ok(stack)
@@ -175,7 +167,7 @@ impl Stack {
         self.gateways[i].url()
     }
 
-    /// `PUT /admin/queues/{queue}` on the dispatcher (loopback, no token).
+    /// `PUT /admin/queues/{queue}` on the dispatcher (with the test admin token).
     pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
         let r = self
             .http

@@ -74,7 +74,7 @@ impl Cluster {
             redis,
             dispatchers: ds,
             gateways: gs,
-            http: reqwest::Client::new(),
+            http: usher_testkit::config::admin_client(),
         })
     }
 
@@ -421,7 +421,7 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
         Proc::start("usher-dispatcher", &env("d0")).await?,
         Proc::start("usher-dispatcher", &env("d1")).await?,
     ];
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     http.put(format!("{}/admin/queues/handover", d[0].url()))
         .json(&json!({"admit_per_second": 10}))
         .send()

@@ -144,7 +144,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     )
     .await?;
     let (gw, ds) = (gateway.url(), dispatcher.url());
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     put_queue(
         &http,
         &ds,

@@ -162,13 +162,8 @@ async fn the_dispatcher_and_the_booking_service_cut_slow_clients_too() -> anyhow
         );
     }
     // The booking service serves through the same code.
-    let mut booking_cfg = usher_booking_demo::Config {
-        listen: "127.0.0.1:0".parse()?,
-        jwks_url: format!("{}/.well-known/jwks.json", dispatcher.url()),
-        dispatcher_url: dispatcher.url(),
-        log_format: Default::default(),
-        serve: limits,
-    };
+    let mut booking_cfg = usher_testkit::config::booking(&dispatcher.url());
+    booking_cfg.serve = limits;
     booking_cfg.serve.max_sockets = 4096;
     let booking = Server::spawn(|l, rx| {
         usher_booking_demo::run(booking_cfg, l, async move {

@@ -12,6 +12,11 @@ use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
 use crate::policy::Adaptive;
 
+/// Place ids a queue's epoch leaves room for per millisecond of its creation time (see
+/// [`Store::put_queue`]). Ids must stay below 10^14: the tick script's JSON (Redis' cjson)
+/// writes numbers with 14 significant digits. Creation ms × 10 does until the year 2286.
+pub const EPOCH_IDS_PER_MS: u64 = 10;
+
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueConfig {
@@ -163,9 +168,28 @@ impl Store {
                 .query_async(&mut c)
                 .await?;
         }
-        let _: () = redis::cmd("SADD")
+        // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
+        // place ids start above it: the epoch is the creation time in ms × 10, above every
+        // place id the queue's earlier incarnation handed out unless it handed out more than
+        // 10 places per millisecond (10,000/s) on average since it was created; gateways
+        // restoring places raise the counter above theirs too. So ids, tickets and token
+        // `jti`s are not reused after a loss. Both stay once set.
+        let epoch = crate::time::now_ms().saturating_mul(EPOCH_IDS_PER_MS);
+        let _: () = redis::pipe()
+            .cmd("HSETNX")
+            .arg(&k.meta)
+            .arg("epoch")
+            .arg(epoch)
+            .ignore()
+            .cmd("SET")
+            .arg(&k.seq)
+            .arg(epoch)
+            .arg("NX")
+            .ignore()
+            .cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
+            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())

@@ -26,27 +26,33 @@ use redis::Value;
 use crate::keys;
 
 mod admin;
+mod audit;
 mod decode;
 mod dispatch;
 mod gateways;
+mod oom;
 mod page;
 mod places;
 mod policy;
+mod recovery;
 mod reply;
 mod scripts;
 mod sessions;
 mod streams;
 mod timed;
 
-pub use admin::{QueueConfig, QueueStats};
+pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
+pub use audit::{AuditRecord, AUDIT_MAXLEN};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
-pub use gateways::{GatewayInfo, GWS_TTL_MS};
+pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
+pub use oom::OomLog;
 pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::Wakes;
+pub use recovery::{Restore, RESTORE_BATCH};
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
 pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
@@ -58,10 +64,32 @@ pub enum StoreError {
     /// The connection or the command failed (Redis' own message). The prefix is said here
     /// once; the crates that wrap a `StoreError` pass it through unchanged.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+    /// Redis refused a write because it reached `maxmemory` (policy `noeviction`): the
+    /// request can succeed once memory is freed (a queue closed, sessions expired), not by
+    /// retrying at once. Told apart so callers answer and log it as what it is.
+    #[error("redis is out of memory (maxmemory reached): {0}")]
+    OutOfMemory(redis::RedisError),
     /// Redis answered something the scripts never return (a bug, or a foreign writer).
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        if oom::is_oom(&e) {
+            Self::OutOfMemory(e)
+        } else {
+            Self::Redis(e)
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether Redis refused the request for lack of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::OutOfMemory(_))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -87,6 +115,8 @@ impl std::fmt::Debug for Store {
 pub enum DevSecret {
     JwtKey,
     TicketKey,
+    /// The dispatcher's admin token with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`.
+    AdminToken,
 }
 
 impl Store {
@@ -125,6 +155,7 @@ impl Store {
         let key = match which {
             DevSecret::JwtKey => keys::DEV_JWT_KEY,
             DevSecret::TicketKey => keys::DEV_TICKET_KEY,
+            DevSecret::AdminToken => keys::DEV_ADMIN_TOKEN,
         };
         let mut c = self.c();
         let _: Value = redis::cmd("SET")

@@ -52,6 +52,7 @@ scripts!(
     close,
     register_gateway,
     heartbeat_gateway,
+    restore,
     gateways,
     session,
     touch_session,

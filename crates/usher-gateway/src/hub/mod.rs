@@ -152,12 +152,17 @@ impl Hub {
     pub fn apply_state(&self, s: &QueueState) -> Vec<PlaceId> {
         let mut gone = Vec::new();
         let mut inner = self.lock();
+        let rising = inner
+            .rising
+            .get(&s.queue)
+            .is_some_and(|until| *until > Instant::now());
         let Some(conns) = inner.queues.get_mut(&s.queue) else {
             return gone;
         };
         for (&place, slot) in conns.iter_mut() {
             let Some(tx) = &slot.tx else { continue };
             let position = match s.standing(PlaceId(place).seq()) {
+                Standing::At(p) if rising => p,
                 Standing::At(p) => p.min(slot.position),
                 Standing::Gone => {
                     if !slot.resyncing {
@@ -391,6 +396,28 @@ impl Hub {
     pub fn queues(&self) -> Vec<QueueId> {
         self.lock().queues.keys().cloned().collect()
     }
+
+    /// Lets positions in `queue` go up until `until`: after a Redis data loss, places come
+    /// back gateway by gateway, and a snapshot taken before all were back showed positions
+    /// too low.
+    pub fn allow_rise(&self, queue: &QueueId, until: Instant) {
+        let mut inner = self.lock();
+        inner.rising.retain(|_, t| *t > Instant::now());
+        inner.rising.insert(queue.clone(), until);
+    }
+
+    /// The places of `queue` held here, in the order of their last known positions (the
+    /// place id breaks ties): the order they are put back in after a Redis data loss.
+    pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<PlaceId> {
+        let inner = self.lock();
+        let mut places: Vec<(u64, u64)> = inner
+            .queues
+            .get(queue)
+            .map(|slots| slots.iter().map(|(p, s)| (s.position, *p)).collect())
+            .unwrap_or_default();
+        places.sort_unstable();
+        places.into_iter().map(|(_, p)| PlaceId(p)).collect()
+    }
 }
 
 struct Slot {
@@ -429,6 +456,8 @@ const STAGED_CAP: usize = 100_000;
 #[derive(Default)]
 struct Inner {
     queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
+    /// Queues whose positions may go up until then (see [`Hub::allow_rise`]).
+    rising: HashMap<QueueId, Instant>,
     orphans: HashMap<(QueueId, PlaceId), Orphan>,
     staged: HashMap<(QueueId, PlaceId), Staged>,
     /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.
