@@ -56,7 +56,7 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
-    let store = Store::connect(&cfg.redis_url).await?;
+    let store = Store::open(&cfg.redis).await?;
     let keys = Arc::new(signing::load(&cfg, &store).await?);
     let key = keys.signer().clone();
     if cfg.admin_token.is_none() {

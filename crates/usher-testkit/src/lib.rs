@@ -6,11 +6,14 @@ pub mod browser;
 pub mod config;
 pub mod probe;
 pub mod procs;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
+pub mod tls;
 
 pub use probe::RedisProbe;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;

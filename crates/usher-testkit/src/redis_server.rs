@@ -18,9 +18,13 @@ pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
+    /// Killed by [`RedisServer::kill`] and not started again.
+    killed: bool,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -54,6 +58,34 @@ impl RedisServer {
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
     }
 
+    /// Starts a server that also listens for TLS (certificates from `pki`; clients must show
+    /// a certificate the CA signed when `auth_clients`). The plain port stays open for the
+    /// harness (readiness, probes); usher under test is given [`RedisServer::tls_url`].
+    pub fn start_tls(pki: &crate::tls::TestPki, auth_clients: bool) -> anyhow::Result<Self> {
+        let tls_port = free_port()?;
+        let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+        let args = [
+            "--save".to_owned(),
+            String::new(),
+            "--appendonly".to_owned(),
+            "no".to_owned(),
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(pki.server_cert()),
+            "--tls-key-file".to_owned(),
+            path(pki.server_key()),
+            "--tls-ca-cert-file".to_owned(),
+            path(pki.ca()),
+            "--tls-auth-clients".to_owned(),
+            if auth_clients { "yes" } else { "no" }.to_owned(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut server = Self::start_with(&args)?;
+        server.tls_port = Some(tls_port);
+        Ok(server)
+    }
+
     fn try_start(extra: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
@@ -64,6 +96,8 @@ impl RedisServer {
             port,
             dir,
             args,
+            tls_port: None,
+            killed: false,
         };
         server.wait_ready()?;
         Ok(server)
@@ -88,6 +122,12 @@ impl RedisServer {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.killed = true;
+    }
+
+    /// Whether [`RedisServer::kill`] stopped it (and it was not started again).
+    pub fn is_killed(&self) -> bool {
+        self.killed
     }
 
     /// Stops the server gracefully (SIGTERM: Redis flushes its AOF and exits) and waits.
@@ -112,7 +152,10 @@ impl RedisServer {
         loop {
             self.child = spawn(self.port, self.dir.path(), &self.args)?;
             match self.wait_ready() {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.killed = false;
+                    return Ok(());
+                }
                 Err(e) if Instant::now() > deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
@@ -136,6 +179,13 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` (a server from [`RedisServer::start_tls`]; panics
+    /// otherwise, a bug in the test).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("server started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     pub fn dir(&self) -> &std::path::Path {

@@ -158,3 +158,35 @@ pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core
         .await?
         .ok_or_else(|| anyhow::anyhow!("lease"))
 }
+
+/// The whole path against running servers, as a user sees it: creates an open queue `queue`
+/// on the dispatcher (loopback admin), joins it on the gateway, waits for `admitted`, and
+/// verifies the entry token against the dispatcher's JWKS; returns the token's claims.
+pub async fn join_and_admit(
+    http: &reqwest::Client,
+    dispatcher_url: &str,
+    gateway_url: &str,
+    queue: &str,
+) -> anyhow::Result<Value> {
+    let r = http
+        .put(format!("{dispatcher_url}/admin/queues/{queue}"))
+        .json(&serde_json::json!({"admit_per_second": 50.0, "open": true}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());
+    let client = SseClient::new(gateway_url.to_owned());
+    let (ticket, pos, mut conn) = join(&client, queue).await?;
+    anyhow::ensure!(pos >= 1, "a position: {pos}");
+    let admitted = conn.wait_for("admitted", T).await?;
+    anyhow::ensure!(admitted.id == ticket, "admitted names the ticket");
+    let token = data(&admitted)["token"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("admitted without a token"))?
+        .to_owned();
+    let claims = verify_token(&jwks_at(http, dispatcher_url).await?, &token, queue)?;
+    anyhow::ensure!(
+        claims["sub"] == place_of(&ticket).to_string(),
+        "the token is for this place: {claims}"
+    );
+    Ok(claims)
+}
