@@ -265,3 +265,28 @@ pub fn init_logs() {
             .try_init();
     }
 }
+
+/// Runs each scenario `name::<R: Backend>()` of a test file as two tests: `standalone::name`
+/// on one `redis-server` and `cluster::name` on a 3-master Redis Cluster. A suite written
+/// this way passes on both or fails.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        mod standalone {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name::<$crate::RedisServer>().await
+                }
+            )+
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name::<$crate::RedisCluster>().await
+                }
+            )+
+        }
+    };
+}

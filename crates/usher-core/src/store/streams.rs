@@ -139,10 +139,15 @@ impl Store {
     /// Appends messages to gateways' streams (pipelined; `MAXLEN ~` bounds each stream). A
     /// stream that no longer exists (its gateway is gone) is not recreated.
     pub async fn send(&self, batches: &[(ServerId, Vec<StreamMessage>)]) -> Result<()> {
-        let mut p = redis::pipe();
-        let mut any = false;
+        // One pipeline per stream, sent together: each stream is its own slot (`{gw:<id>}`),
+        // so in a cluster each goes to the master holding it.
+        let mut pipes = Vec::with_capacity(batches.len());
         for (gw, msgs) in batches {
+            if msgs.is_empty() {
+                continue;
+            }
             let key = keys::gateway_stream(gw);
+            let mut p = redis::pipe();
             for m in msgs {
                 let json = serde_json::to_vec(m).map_err(|e| protocol(e.to_string()))?;
                 p.cmd("XADD")
@@ -155,12 +160,14 @@ impl Store {
                     .arg(STREAM_FIELD)
                     .arg(json)
                     .ignore();
-                any = true;
             }
+            pipes.push(p);
         }
-        if any {
-            let _: () = p.query_async(&mut self.c()).await?;
-        }
+        futures::future::try_join_all(pipes.iter().map(|p| {
+            let mut c = self.c();
+            async move { p.query_async::<()>(&mut c).await }
+        }))
+        .await?;
         Ok(())
     }
 }
