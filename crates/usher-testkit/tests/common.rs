@@ -161,13 +161,13 @@ pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core
 
 /// The whole path against running servers, as a user sees it: creates an open queue `queue`
 /// on the dispatcher (loopback admin), joins it on the gateway, waits for `admitted`, and
-/// verifies the entry token against the dispatcher's JWKS; returns the token's claims.
+/// verifies the entry token against the dispatcher's JWKS.
 pub async fn join_and_admit(
     http: &reqwest::Client,
     dispatcher_url: &str,
     gateway_url: &str,
     queue: &str,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<Admitted> {
     let r = http
         .put(format!("{dispatcher_url}/admin/queues/{queue}"))
         .json(&serde_json::json!({"admit_per_second": 50.0, "open": true}))
@@ -188,5 +188,16 @@ pub async fn join_and_admit(
         claims["sub"] == place_of(&ticket).to_string(),
         "the token is for this place: {claims}"
     );
-    Ok(claims)
+    Ok(Admitted {
+        ticket,
+        token,
+        claims,
+    })
+}
+
+/// What [`join_and_admit`] saw: the ticket, its entry token and the token's verified claims.
+pub struct Admitted {
+    pub ticket: String,
+    pub token: String,
+    pub claims: Value,
 }

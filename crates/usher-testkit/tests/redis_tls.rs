@@ -20,8 +20,8 @@ async fn flow(env: &[(&str, String)], queue: &str) -> anyhow::Result<()> {
     let dispatcher = Proc::start("usher-dispatcher", env).await?;
     let gateway = Proc::start("usher-gateway", env).await?;
     let http = reqwest::Client::new();
-    let claims = join_and_admit(&http, &dispatcher.url(), &gateway.url(), queue).await?;
-    assert_eq!(claims["aud"], queue);
+    let admitted = join_and_admit(&http, &dispatcher.url(), &gateway.url(), queue).await?;
+    assert_eq!(admitted.claims["aud"], queue);
     Ok(())
 }
 
