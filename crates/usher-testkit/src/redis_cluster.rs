@@ -53,7 +53,8 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// Waits until every live node answers `cluster_state:ok` and knows every node.
+    /// Waits until every live node answers `cluster_state:ok` and knows every node, and every
+    /// replica's link to its master is up.
     pub fn wait_ok(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         loop {
@@ -90,8 +91,12 @@ impl RedisCluster {
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args)
             .output()?;
-        ensure!(out.status.success(), "redis-cli {args:?} failed");
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        ensure!(
+            out.status.success() && !text.starts_with("ERR") && !text.starts_with("(error)"),
+            "redis-cli {args:?} failed: {text}"
+        );
+        Ok(text)
     }
 
     /// The node serving `key` as master (by `CLUSTER KEYSLOT` and `CLUSTER NODES`).
@@ -132,7 +137,7 @@ impl RedisCluster {
                 return Ok(port.parse()?);
             }
         }
-        bail!("no master serves slot {slot}")
+        bail!("no master serves slot {slot}:\n{nodes}")
     }
 }
 
@@ -149,12 +154,17 @@ fn start_node(extra: &[&str]) -> anyhow::Result<RedisServer> {
         "1000",
         "--cluster-port",
         &bus,
+        // Replicas sync at once (the default waits 5 s for more replicas): a replica that has
+        // not synced yet cannot take over from its master.
+        "--repl-diskless-sync-delay",
+        "0",
     ];
     args.extend_from_slice(extra);
     RedisServer::start_with(&args)
 }
 
-/// Whether the node on `port` reports `cluster_state:ok` and knows every node.
+/// Whether the node on `port` reports `cluster_state:ok`, knows every node and, if it is a
+/// replica, has synced with its master.
 fn node_ok(port: u16) -> bool {
     let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
         return false;
@@ -166,5 +176,77 @@ fn node_ok(port: u16) -> bool {
         Ok(i) => i,
         Err(_) => return false,
     };
-    info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{NODES}"))
+    let repl: String = match redis::cmd("INFO").arg("replication").query(&mut c) {
+        Ok(i) => i,
+        Err(_) => return false,
+    };
+    let synced = repl.contains("role:master") || repl.contains("master_link_status:up");
+    synced
+        && info.contains("cluster_state:ok")
+        && info.contains(&format!("cluster_known_nodes:{NODES}"))
+}
+
+impl RedisCluster {
+    /// The node id of the node on `port` (`CLUSTER MYID`).
+    pub fn node_id(&self, port: u16) -> anyhow::Result<String> {
+        Ok(self.cli_on(port, &["CLUSTER", "MYID"])?.trim().to_owned())
+    }
+
+    /// Ports of the live masters.
+    pub fn master_ports(&self) -> anyhow::Result<Vec<u16>> {
+        let mut out = Vec::new();
+        for n in self.nodes.iter().filter(|n| !n.is_killed()) {
+            if self.cli_on(n.port(), &["ROLE"])?.starts_with("master") {
+                out.push(n.port());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves `slot` from the master on `from` to the master on `to` the way `redis-cli
+    /// --cluster reshard` does (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE` in batches
+    /// of `batch` keys, `CLUSTER SETSLOT … NODE` on every master), pausing `pause` between
+    /// batches so clients meet the slot half moved (`ASK`, `TRYAGAIN`). Returns the keys moved.
+    pub fn migrate_slot(
+        &self,
+        slot: u16,
+        from: u16,
+        to: u16,
+        batch: usize,
+        pause: Duration,
+    ) -> anyhow::Result<usize> {
+        let (from_id, to_id) = (self.node_id(from)?, self.node_id(to)?);
+        let slot_s = slot.to_string();
+        self.cli_on(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id])?;
+        self.cli_on(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id])?;
+        let mut moved = 0;
+        loop {
+            let keys = self.cli_on(
+                from,
+                &["CLUSTER", "GETKEYSINSLOT", &slot_s, &batch.to_string()],
+            )?;
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let to_s = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_s, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().copied());
+            let out = self.cli_on(from, &args)?;
+            ensure!(out.trim() == "OK", "MIGRATE answered {out}");
+            moved += keys.len();
+            std::thread::sleep(pause);
+        }
+        // The destination first, then the source, then the other masters (Redis' order).
+        let mut order = vec![to, from];
+        order.extend(
+            self.master_ports()?
+                .into_iter()
+                .filter(|p| *p != to && *p != from),
+        );
+        for port in order {
+            self.cli_on(port, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
+        }
+        Ok(moved)
+    }
 }
