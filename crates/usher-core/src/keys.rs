@@ -33,6 +33,23 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//!
+//! Redis Cluster. Every per-queue key carries the hash tag `{q:<id>}`, so a queue lives in one
+//! slot (on one master) and its scripts run there; queues spread over the masters by their
+//! ids. Nothing operates on two queues' keys at once: a gateway refreshing its interest in
+//! several queues sends one pipeline per queue. Of the global keys:
+//! * the gateway registry (`live`, `ids`, `next`) shares the tag `{gw}`, because its scripts
+//!   (register, heartbeat, prune) touch the three keys together;
+//! * each gateway stream has its own tag `{gw:<id>}`, so streams spread over the masters; a
+//!   dispatcher writing to several sends one pipeline per stream;
+//! * `usher:queues`, `usher:dispatchers` and `usher:dev:*` are untagged and need no tag: every
+//!   command on them names that one key alone (`SADD`/`SMEMBERS`; a `MULTI` of three commands
+//!   on `usher:dispatchers`; `SET NX` then `GET`).
+//!
+//! No script reads a key outside its tag: values from elsewhere (the live gateways, the lease
+//! value) arrive as arguments. The scripts name no key themselves
+//! (`store::scripts::tests::no_script_names_a_key_of_its_own`), and the cluster suites would
+//! see Redis refuse a call that crossed slots (`CROSSSLOT`).
 
 use crate::ids::{QueueId, ServerId};
 

@@ -185,7 +185,7 @@ pub async fn join_and_admit(
         .to_owned();
     let claims = verify_token(&jwks_at(http, dispatcher_url).await?, &token, queue)?;
     anyhow::ensure!(
-        claims["sub"] == place_of(&ticket).to_string(),
+        claims["sub"].as_str() == Some(place_of(&ticket).to_string().as_str()),
         "the token is for this place: {claims}"
     );
     Ok(Admitted {
