@@ -35,3 +35,51 @@ async fn queues_spread_over_the_masters_and_each_admits() -> anyhow::Result<()> 
     assert_eq!(listed["admitted_total"], 1, "{listed}");
     Ok(())
 }
+
+/// On a cluster, each binary runs as an ACL user with its README list plus
+/// `usher_core::acl::CLUSTER_EXTRA` (the slot map), set on every node; no node logs a denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_users_work_on_a_cluster_with_the_slot_map_rule() -> anyhow::Result<()> {
+    use usher_core::acl::{Component, CLUSTER_EXTRA};
+    use usher_testkit::stack;
+
+    const PASSWORD: &str = "cluster-acl-password";
+    let cluster = RedisCluster::start(&["--save", "", "--appendonly", "no"])?;
+    for node in &cluster.nodes {
+        for c in Component::ALL {
+            let line = format!(
+                "{} {}",
+                c.setuser(c.name(), PASSWORD),
+                CLUSTER_EXTRA.join(" ")
+            );
+            let args: Vec<&str> = line.split_whitespace().collect();
+            cluster.cli_on(node.port(), &args)?;
+        }
+        cluster.cli_on(node.port(), &["ACL", "LOG", "RESET"])?;
+    }
+    let urls = |c: Component| {
+        let list: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("redis://{}:{PASSWORD}@127.0.0.1:{}", c.name(), n.port()))
+            .collect();
+        usher_core::store::RedisArgs::cluster(&list)
+    };
+    let mut d = usher_testkit::config::dispatcher("", 100);
+    d.redis = urls(Component::Dispatcher);
+    let dispatcher = stack::dispatcher_with(d).await?;
+    let mut g = usher_testkit::config::gateway("");
+    g.redis = urls(Component::Gateway);
+    let gateway = stack::gateway_with(g).await?;
+    let http = reqwest::Client::new();
+    for name in ["a", "b", "c"] {
+        join_and_admit(&http, &dispatcher.url(), &gateway.url(), name).await?;
+    }
+    gateway.stop().await?;
+    dispatcher.stop().await?;
+    for node in &cluster.nodes {
+        let log = cluster.cli_on(node.port(), &["ACL", "LOG"])?;
+        assert!(log.trim().is_empty(), "node {} denied: {log}", node.port());
+    }
+    Ok(())
+}

@@ -98,3 +98,28 @@ async fn mutual_tls_works_with_the_client_certificate_and_fails_cleanly_without(
     refused("usher-gateway", &wrong).await?;
     Ok(())
 }
+
+/// Both binaries document every Redis flag in `--help`, under one heading.
+#[test]
+fn help_documents_the_redis_flags() -> anyhow::Result<()> {
+    for name in ["usher-dispatcher", "usher-gateway"] {
+        let out = std::process::Command::new(usher_testkit::procs::binary(name)?)
+            .arg("--help")
+            .output()?;
+        assert!(out.status.success(), "{name} --help exits 0");
+        let help = String::from_utf8_lossy(&out.stdout);
+        for var in [
+            "Redis:",
+            "USHER_REDIS_URL",
+            "USHER_REDIS_MODE",
+            "standalone",
+            "cluster",
+            "USHER_REDIS_CA_FILE",
+            "USHER_REDIS_CLIENT_CERT",
+            "USHER_REDIS_CLIENT_KEY",
+        ] {
+            assert!(help.contains(var), "{name} --help lacks {var}:\n{help}");
+        }
+    }
+    Ok(())
+}

@@ -42,6 +42,7 @@ pub struct RedisArgs {
     /// commands and keys each binary needs).
     #[arg(
         id = "redis_url",
+        value_name = "URL",
         long = "redis-url",
         env = "USHER_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
@@ -54,6 +55,7 @@ pub struct RedisArgs {
     /// one queue shares a hash slot, so queues spread over the cluster's masters.
     #[arg(
         id = "redis_mode",
+        value_name = "MODE",
         long = "redis-mode",
         env = "USHER_REDIS_MODE",
         value_enum,
@@ -66,6 +68,7 @@ pub struct RedisArgs {
     /// system's trusted roots. Needs a `rediss://` URL.
     #[arg(
         id = "redis_ca_file",
+        value_name = "FILE",
         long = "redis-ca-file",
         env = "USHER_REDIS_CA_FILE"
     )]
@@ -75,6 +78,7 @@ pub struct RedisArgs {
     /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` URL.
     #[arg(
         id = "redis_client_cert",
+        value_name = "FILE",
         long = "redis-client-cert",
         env = "USHER_REDIS_CLIENT_CERT",
         requires = "redis_client_key"
@@ -84,6 +88,7 @@ pub struct RedisArgs {
     /// PEM file of the private key of `USHER_REDIS_CLIENT_CERT` (PKCS#8, PKCS#1 or SEC1).
     #[arg(
         id = "redis_client_key",
+        value_name = "FILE",
         long = "redis-client-key",
         env = "USHER_REDIS_CLIENT_KEY",
         requires = "redis_client_cert"
