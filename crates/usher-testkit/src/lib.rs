@@ -7,6 +7,7 @@ pub mod config;
 pub mod probe;
 pub mod procs;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;

@@ -28,7 +28,7 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -38,6 +38,30 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 64];
     matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// The `process_id` of the Redis server answering on `port` (`INFO server`), if one answers.
+fn server_pid(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"INFO server\r\n").ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match s.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+        let text = String::from_utf8_lossy(&buf[..len]);
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some(pid) = rest.split("\r\n").next() {
+                if rest.contains("\r\n") {
+                    return pid.trim().parse().ok();
+                }
+            }
+        }
+    }
+    None
 }
 
 impl RedisServer {
@@ -106,7 +130,9 @@ impl RedisServer {
     fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if ping(self.port) {
+            // Our own child, not another test's server that took the same free port between
+            // `free_port` and our bind (ours then exits with "address in use").
+            if server_pid(self.port) == Some(self.child.id()) {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {

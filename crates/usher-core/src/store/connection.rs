@@ -6,12 +6,13 @@
 //! * Cluster: one redis-rs cluster-async connection: it routes each command by its key's slot,
 //!   follows `MOVED`/`ASK`, refreshes the slot map after a failover or a migration, and answers
 //!   `NOSCRIPT` by loading the script (`SCRIPT LOAD` goes to every node) and retrying.
+//! * Sentinel: the master the sentinels name, found again after a failover (`super::sentinel`).
 //!
 //! TLS is chosen by the URL (`rediss://`); a private CA and a client certificate (mutual TLS)
 //! come from PEM files. The credentials of an ACL user ride in the URL (`user:pass@`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -19,6 +20,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ClientTlsConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
+use super::sentinel::{self, SentinelConn};
 use super::{Result, StoreError};
 
 /// How Redis is deployed.
@@ -29,6 +31,9 @@ pub enum RedisMode {
     Standalone,
     /// Redis Cluster: the URL names one or more seed nodes; the client discovers the rest.
     Cluster,
+    /// Redis Sentinel: the URL (`redis+sentinel://host:port[,host:port…]/<master name>`) names
+    /// the sentinels and the master; usher follows the master across failovers.
+    Sentinel,
 }
 
 /// The Redis flags every usher binary takes (flattened into each one's configuration).
@@ -37,8 +42,9 @@ pub enum RedisMode {
 pub struct RedisArgs {
     /// Redis URL: `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. In
     /// cluster mode, one seed node or a comma-separated list of them
-    /// (`redis://10.0.0.1:6379,redis://10.0.0.2:6379`); the other nodes are discovered. An ACL
-    /// user's name and password go in the URL (README, "Running on managed Redis", lists the
+    /// (`redis://10.0.0.1:6379,redis://10.0.0.2:6379`); the other nodes are discovered. In
+    /// sentinel mode, `redis+sentinel://[user:password@]host:26379[,host:26379…]/<master name>`
+    /// (the credentials are the master's). An ACL user's name and password go in the URL (README, "Running on managed Redis", lists the
     /// commands and keys each binary needs).
     #[arg(
         id = "redis_url",
@@ -50,9 +56,10 @@ pub struct RedisArgs {
     )]
     pub url: String,
 
-    /// How Redis is deployed: `standalone` (one server or one managed endpoint) or `cluster`
-    /// (Redis Cluster, e.g. ElastiCache/MemoryDB with cluster mode enabled). Every usher key of
-    /// one queue shares a hash slot, so queues spread over the cluster's masters.
+    /// How Redis is deployed: `standalone` (one server or one managed endpoint), `cluster`
+    /// (Redis Cluster, e.g. ElastiCache/MemoryDB with cluster mode enabled; every usher key of
+    /// one queue shares a hash slot, so queues spread over the cluster's masters) or `sentinel`
+    /// (a master and replicas watched by Redis Sentinel; plain TCP only).
     #[arg(
         id = "redis_mode",
         value_name = "MODE",
@@ -147,6 +154,12 @@ impl RedisArgs {
         if urls.iter().any(|u| u.is_empty()) {
             return Err(config("USHER_REDIS_URL has an empty entry"));
         }
+        if self.mode == RedisMode::Sentinel {
+            if self.ca_file.is_some() || self.client_cert.is_some() {
+                return Err(config("sentinel mode does not support TLS files yet"));
+            }
+            return Ok(vec![self.url.trim()]);
+        }
         if self.mode == RedisMode::Standalone && urls.len() > 1 {
             return Err(config(
                 "USHER_REDIS_URL lists several nodes: set USHER_REDIS_MODE=cluster",
@@ -195,6 +208,7 @@ fn install_crypto_provider() {
 pub(super) enum Conn {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
 }
 
 impl Conn {
@@ -229,6 +243,10 @@ impl Conn {
                 let client = builder.build()?;
                 Ok(Self::Cluster(client.get_async_connection().await?))
             }
+            RedisMode::Sentinel => Ok(Self::Sentinel(
+                SentinelConn::open(urls[0], sentinel::config(CONNECT_TIMEOUT, response_timeout))
+                    .await?,
+            )),
         }
     }
 }
@@ -238,6 +256,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Standalone(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(s) => Box::pin(s.command(cmd)),
         }
     }
 
@@ -250,6 +269,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(s) => Box::pin(s.pipeline(pipeline, offset, count)),
         }
     }
 
@@ -257,6 +277,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Standalone(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(_) => 0,
         }
     }
 }

@@ -29,6 +29,7 @@ mod gateways;
 mod places;
 mod reply;
 mod scripts;
+mod sentinel;
 mod sessions;
 mod streams;
 
