@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context};
 use usher_core::store::RedisArgs;
 
-use crate::redis_server::{free_port, RedisServer};
+use crate::redis_server::{cli, free_port, redis_cli, RedisServer};
 
 /// Nodes of a test cluster; half of them masters.
 const NODES: usize = 6;
@@ -15,11 +15,6 @@ const NODES: usize = 6;
 /// A running cluster; every node is killed when dropped.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
-}
-
-/// The `redis-cli` binary: `$USHER_REDIS_CLI` or `redis-cli` from `PATH`.
-pub fn cli() -> String {
-    std::env::var("USHER_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
 }
 
 impl RedisCluster {
@@ -85,18 +80,9 @@ impl RedisCluster {
         RedisArgs::cluster(&self.urls())
     }
 
-    /// `CLUSTER INFO`/`ROLE`-style query on one node, by port (`redis-cli -p`).
+    /// A `redis-cli` command on the node on `port`.
     pub fn cli_on(&self, port: u16, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new(cli())
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(args)
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        ensure!(
-            out.status.success() && !text.starts_with("ERR") && !text.starts_with("(error)"),
-            "redis-cli {args:?} failed: {text}"
-        );
-        Ok(text)
+        redis_cli(port, args)
     }
 
     /// The node serving `key` as master (by `CLUSTER KEYSLOT` and `CLUSTER NODES`).

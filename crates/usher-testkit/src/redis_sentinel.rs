@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use usher_core::store::{RedisArgs, RedisMode};
 
-use crate::redis_server::{binary, free_port, ping, RedisServer};
+use crate::redis_server::{binary, free_port, ping, redis_cli as cli, RedisServer};
 
 /// The name the sentinel knows the master by.
 pub const MASTER_NAME: &str = "usher";
@@ -102,14 +102,6 @@ impl RedisSentinel {
     pub fn port(&self) -> u16 {
         self.port
     }
-}
-
-fn cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(crate::redis_cluster::cli())
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Polls `cond` every 50 ms until it holds, at most `within`.

@@ -12,6 +12,27 @@ pub fn binary() -> String {
     std::env::var("USHER_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The `redis-cli` binary: `$USHER_REDIS_CLI` or `redis-cli` from `PATH`.
+pub fn cli() -> String {
+    std::env::var("USHER_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
+/// Runs `redis-cli -p <port> <args>` against a loopback server; its output, or an error when
+/// it fails or Redis answers an error.
+pub fn redis_cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(cli())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {} (install redis-tools)", cli()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success() && !text.starts_with("ERR") && !text.starts_with("(error)"),
+        "redis-cli {args:?} failed: {text}"
+    );
+    Ok(text)
+}
+
 /// A running `redis-server`; killed when dropped.
 pub struct RedisServer {
     child: Child,

@@ -37,7 +37,8 @@ pub enum RedisMode {
 }
 
 /// The Redis flags every usher binary takes (flattened into each one's configuration).
-#[derive(Debug, Clone, clap::Args)]
+/// `Debug` hides the URL's password.
+#[derive(Clone, clap::Args)]
 #[command(next_help_heading = "Redis")]
 pub struct RedisArgs {
     /// Redis URL: `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. In
@@ -101,6 +102,33 @@ pub struct RedisArgs {
         requires = "redis_client_cert"
     )]
     pub client_key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for RedisArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArgs")
+            .field("url", &redact(&self.url))
+            .field("mode", &self.mode)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
+            .finish()
+    }
+}
+
+/// Each URL of a comma-separated list with the password of its `user:password@` replaced.
+fn redact(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| match (u.find("://"), u.rfind('@')) {
+            (Some(s), Some(at)) if at > s => {
+                let creds = &u[s + 3..at];
+                let user = creds.split_once(':').map_or(creds, |(user, _)| user);
+                format!("{}{user}:***{}", &u[..s + 3], &u[at..])
+            }
+            _ => u.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl RedisArgs {
@@ -293,6 +321,21 @@ mod tests {
         a.mode = RedisMode::Cluster;
         assert_eq!(a.urls().expect("cluster"), ["redis://a:1", "redis://b:2"]);
         assert!(RedisArgs::standalone("redis://a:1,").urls().is_err());
+    }
+
+    #[test]
+    fn debug_hides_passwords() {
+        let a = RedisArgs::cluster(&[
+            "redis://app:s3cret@a:1".to_owned(),
+            "rediss://:s3cret@b:2".to_owned(),
+            "redis://c:3".to_owned(),
+        ]);
+        let shown = format!("{a:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("redis://app:***@a:1,rediss://:***@b:2,redis://c:3"),
+            "{shown}"
+        );
     }
 
     #[test]
