@@ -42,14 +42,33 @@
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
 //! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
+//! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
+//! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
 //!
 //! Pub/sub: `usher:wake` carries a queue id each time a join admitted a place at once
 //! (passthrough), so the lease holder mints and delivers it without waiting for a tick.
 //! A channel is no key: the join script does not touch it (the gateway publishes after the
 //! script answered), and Redis Cluster forwards `PUBLISH` to every node. A lost wake costs
 //! one tick: the passthrough courier also drains every held queue once per tick.
-//! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
-//! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
+//!
+//! Redis Cluster. Every per-queue key carries the hash tag `{q:<id>}`, so a queue lives in one
+//! slot (on one master) and its scripts run there; queues spread over the masters by their
+//! ids. Nothing operates on two queues' keys at once: a gateway refreshing its interest in
+//! several queues sends one pipeline per queue. Of the global keys:
+//! * the gateway registry (`live`, `ids`, `next`) shares the tag `{gw}`, because its scripts
+//!   (register, heartbeat, prune) touch the three keys together;
+//! * each gateway stream has its own tag `{gw:<id>}`, so streams spread over the masters; a
+//!   dispatcher writing to several sends one pipeline per stream;
+//! * `usher:queues`, `usher:dispatchers`, `usher:audit` and `usher:dev:*` are untagged and need
+//!   no tag: every command on them names that one key alone (`SADD`/`SMEMBERS`; a `MULTI` of
+//!   three commands on `usher:dispatchers`; `XADD`/`XREVRANGE`; `SET NX` then `GET`);
+//! * each backend's load report has its own tag `{be:<name>}` and is read and written alone;
+//!   the dispatcher passes the rate it implies to the tick as an argument.
+//!
+//! No script reads a key outside its tag: values from elsewhere (the live gateways, the lease
+//! value) arrive as arguments. The scripts name no key themselves
+//! (`store::scripts::tests::no_script_names_a_key_of_its_own`), and the cluster suites would
+//! see Redis refuse a call that crossed slots (`CROSSSLOT`).
 
 use crate::ids::{QueueId, ServerId};
 

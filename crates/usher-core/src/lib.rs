@@ -14,6 +14,7 @@
 //! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
+pub mod acl;
 pub mod ids;
 pub mod keyring;
 pub mod keys;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use usher_core::store::RedisArgs;
 use usher_runtime::LogFormat;
 
 /// usher dispatcher — admits waiting browsers at a controlled rate.
@@ -23,14 +24,9 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8081")]
     pub listen: SocketAddr,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`).
-    #[arg(
-        long,
-        env = "USHER_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    pub redis_url: String,
+    /// How to reach Redis (URL, standalone or cluster, TLS files).
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// Milliseconds between admission ticks. Each tick admits `admit_per_second × elapsed`
     /// places per queue and publishes every queue's line to the gateways, so this is also how

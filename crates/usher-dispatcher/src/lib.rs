@@ -72,7 +72,7 @@ pub async fn run(
         .as_deref()
         .map(queues_file::QueuesFile::load)
         .transpose()?;
-    let store = Store::connect(&cfg.redis_url).await?;
+    let store = Store::open(&cfg.redis).await?;
     let (keys, dev_jwt_key) = signing::load(&cfg, &store).await?;
     let keys = Arc::new(keys);
     let key = keys.signer().clone();
@@ -84,7 +84,7 @@ pub async fn run(
         tick: cfg.tick(),
         lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
         exact_positions: cfg.exact_positions,
-        redis_url: cfg.redis_url.clone(),
+        redis: cfg.redis.clone(),
     };
     tracing::info!(replica = %settings.replica, "dispatcher replica starting");
     let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);

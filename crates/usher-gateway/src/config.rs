@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use usher_core::ids::ServerId;
 use usher_core::secret::{SecretError, TicketKey};
+use usher_core::store::RedisArgs;
 use usher_runtime::LogFormat;
 
 /// usher SSE gateway — holds browsers in line and tells them when it is their turn.
@@ -23,14 +24,9 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`).
-    #[arg(
-        long,
-        env = "USHER_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    pub redis_url: String,
+    /// How to reach Redis (URL, standalone or cluster, TLS files).
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// This gateway's identity: names its Redis Stream and its consumer. 1–128 characters of
     /// letters, digits, `.`, `-`, `_`. Defaults to a random id unique to this process.
@@ -280,7 +276,7 @@ mod tests {
     /// The defaults, as the binary parses them, against `redis_url`.
     fn config(redis_url: &str) -> Config {
         let mut cfg = Config::try_parse_from(["usher-gateway"]).expect("defaults parse");
-        cfg.redis_url = redis_url.to_owned();
+        cfg.redis = RedisArgs::standalone(redis_url);
         cfg
     }
 

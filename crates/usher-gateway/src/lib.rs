@@ -131,10 +131,10 @@ pub async fn run(
 /// Connects, registers this gateway, and starts its background tasks.
 async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let id = cfg.server_id.clone().unwrap_or_else(ServerId::random);
-    let store = Store::connect(&cfg.redis_url).await?;
+    let store = Store::open(&cfg.redis).await?;
+    // Its own connection: a blocked XREADGROUP would hold up every command behind it.
     let reader =
-        Store::connect_with_timeout(&cfg.redis_url, inbox::READ_BLOCK + Duration::from_secs(5))
-            .await?;
+        Store::open_with_timeout(&cfg.redis, inbox::READ_BLOCK + Duration::from_secs(5)).await?;
     let mut dev_ticket_key = None;
     let ticket_key = match cfg.ticket_key()? {
         Some(k) => k,

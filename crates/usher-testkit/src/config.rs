@@ -38,7 +38,7 @@ pub fn admin_client() -> reqwest::Client {
 pub fn gateway(redis_url: &str) -> usher_gateway::Config {
     usher_gateway::Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        redis_url: redis_url.to_owned(),
+        redis: usher_core::store::RedisArgs::standalone(redis_url),
         server_id: None,
         ticket_key: None,
         keepalive_secs: 15,
@@ -74,7 +74,7 @@ pub fn dispatcher(redis_url: &str, tick_ms: u64) -> usher_dispatcher::Config {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     usher_dispatcher::Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        redis_url: redis_url.to_owned(),
+        redis: usher_core::store::RedisArgs::standalone(redis_url),
         tick_ms,
         jwt_key_file: None,
         jwt_key: None,

@@ -11,12 +11,16 @@ pub mod nginx;
 pub mod probe;
 pub mod procs;
 pub mod raw;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
+pub mod tls;
 pub mod tools;
 
 pub use probe::RedisProbe;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;

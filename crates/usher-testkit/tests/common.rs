@@ -195,3 +195,46 @@ pub async fn dispatcher_key(
         .await?;
     Ok(usher_core::token::SigningKey::from_pkcs8_pem(&pem)?)
 }
+
+/// The whole path against running servers, as a user sees it: creates an open queue `queue`
+/// on the dispatcher (loopback admin), joins it on the gateway, waits for `admitted`, and
+/// verifies the entry token against the dispatcher's JWKS.
+pub async fn join_and_admit(
+    http: &reqwest::Client,
+    dispatcher_url: &str,
+    gateway_url: &str,
+    queue: &str,
+) -> anyhow::Result<Admitted> {
+    let r = http
+        .put(format!("{dispatcher_url}/admin/queues/{queue}"))
+        .json(&serde_json::json!({"admit_per_second": 50.0, "open": true}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());
+    let client = SseClient::new(gateway_url.to_owned());
+    let (ticket, pos, mut conn) = join(&client, queue).await?;
+    anyhow::ensure!(pos >= 1, "a position: {pos}");
+    let admitted = conn.wait_for("admitted", T).await?;
+    anyhow::ensure!(admitted.id == ticket, "admitted names the ticket");
+    let token = data(&admitted)["token"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("admitted without a token"))?
+        .to_owned();
+    let claims = verify_token(&jwks_at(http, dispatcher_url).await?, &token, queue)?;
+    anyhow::ensure!(
+        claims["sub"].as_str() == Some(place_of(&ticket).to_string().as_str()),
+        "the token is for this place: {claims}"
+    );
+    Ok(Admitted {
+        ticket,
+        token,
+        claims,
+    })
+}
+
+/// What [`join_and_admit`] saw: the ticket, its entry token and the token's verified claims.
+pub struct Admitted {
+    pub ticket: String,
+    pub token: String,
+    pub claims: Value,
+}

@@ -275,7 +275,7 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
         tick: Duration::from_millis(100),
         lease_ttl: Duration::from_secs(10),
         exact_positions: 100,
-        redis_url: _redis.url(),
+        redis: usher_core::store::RedisArgs::standalone(_redis.url()),
     };
     // The crashed holder: one call (1,000 of its 2,500), never delivered.
     let crashed_at = now_ms() - 100;

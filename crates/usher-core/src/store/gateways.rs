@@ -152,22 +152,30 @@ impl Store {
         if queues.is_empty() {
             return Ok(Vec::new());
         }
-        let mut p = redis::pipe();
-        for q in queues {
-            let k = QueueKeys::new(q);
-            p.cmd("ZADD")
-                .arg(&k.gws)
-                .arg(now_ms + GWS_TTL_MS)
-                .arg(gw)
-                .ignore()
-                .cmd("HMGET")
-                .arg(&k.meta)
-                .arg("open")
-                .arg("close_reason")
-                .arg("epoch");
-        }
+        // One pipeline per queue, sent together: each touches one queue's slot only, so in
+        // a cluster each goes to its own master (a pipeline spanning slots is refused).
         let state: Vec<(Option<String>, Option<String>, Option<String>)> =
-            p.query_async(&mut self.c()).await?;
+            futures::future::try_join_all(queues.iter().map(|q| {
+                let k = QueueKeys::new(q);
+                let mut c = self.c();
+                async move {
+                    redis::pipe()
+                        .cmd("ZADD")
+                        .arg(&k.gws)
+                        .arg(now_ms + GWS_TTL_MS)
+                        .arg(gw)
+                        .ignore()
+                        .cmd("HMGET")
+                        .arg(&k.meta)
+                        .arg("open")
+                        .arg("close_reason")
+                        .arg("epoch")
+                        .query_async::<((Option<String>, Option<String>, Option<String>),)>(&mut c)
+                        .await
+                        .map(|(s,)| s)
+                }
+            }))
+            .await?;
         Ok(state
             .into_iter()
             .map(|(open, reason, epoch)| match (open.as_deref(), reason) {

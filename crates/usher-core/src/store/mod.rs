@@ -13,20 +13,21 @@
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
-//! Underneath, `reply` names every status a script returns (the Lua reads the same list),
-//! `scripts` loads the Lua, `decode` turns raw replies into values, and `timed` measures
-//! every call. The modules are
+//! Underneath, `connection` reaches Redis (standalone, cluster or sentinel; TLS; ACL user),
+//! `reply` names every status a script returns (the Lua reads the same list), `scripts` loads
+//! the Lua, `decode` turns raw replies into values, and `timed` measures every call. The
+//! modules are
 //! private: every type and constant is reached as `usher_core::store::X`, re-exported here.
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use crate::keys;
 
 mod admin;
 mod audit;
+mod connection;
 mod decode;
 mod dispatch;
 mod gateways;
@@ -37,6 +38,7 @@ mod policy;
 mod recovery;
 mod reply;
 mod scripts;
+mod sentinel;
 mod sessions;
 mod streams;
 mod timed;
@@ -44,6 +46,7 @@ mod timed;
 pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
+pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
@@ -101,7 +104,7 @@ fn protocol(what: impl Into<String>) -> StoreError {
 /// The connection to Redis, shared by all tasks of a process. Reconnects by itself.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: connection::Conn,
 }
 
 impl std::fmt::Debug for Store {
@@ -120,32 +123,39 @@ pub enum DevSecret {
 }
 
 impl Store {
-    /// Connects for ordinary commands (each answered within `response_timeout`).
+    /// How long an ordinary command may take to be answered.
+    const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Connects to a standalone Redis at `url` for ordinary commands (each answered within
+    /// five seconds).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with_timeout(url, Duration::from_secs(5)).await
+        Self::open(&RedisArgs::standalone(url)).await
+    }
+
+    /// Connects as `args` say (standalone or cluster, TLS, ACL user) for ordinary commands.
+    pub async fn open(args: &RedisArgs) -> Result<Self> {
+        Self::open_with_timeout(args, Self::RESPONSE_TIMEOUT).await
     }
 
     /// Connects with a custom response timeout: use one longer than `BLOCK` for a connection
-    /// that runs blocking `XREADGROUP`.
-    pub async fn connect_with_timeout(url: &str, response_timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open(url)?;
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(response_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = client.get_connection_manager_with_config(cfg).await?;
-        Ok(Self { conn })
+    /// that runs blocking `XREADGROUP`. Such a connection must be its own (not shared with
+    /// ordinary commands): a blocked read holds up every command queued behind it on the
+    /// same socket, in cluster mode too.
+    pub async fn open_with_timeout(args: &RedisArgs, response_timeout: Duration) -> Result<Self> {
+        Ok(Self {
+            conn: connection::Conn::open(args, response_timeout).await?,
+        })
     }
 
-    /// A handle on the shared connection for one command (cheap: the manager is shared),
+    /// A handle on the shared connection for one command (cheap: the connection is shared),
     /// timed: every call's latency and failure is recorded ([`timed`]).
-    fn c(&self) -> timed::Timed<ConnectionManager> {
+    fn c(&self) -> timed::Timed<connection::Conn> {
         timed::Timed(self.conn.clone())
     }
 
     pub async fn ping(&self) -> Result<()> {
-        let _: String = redis::cmd("PING").query_async(&mut self.c()).await?;
+        // In cluster mode PING goes to every master; any reply means all answered.
+        let _: Value = redis::cmd("PING").query_async(&mut self.c()).await?;
         Ok(())
     }
 

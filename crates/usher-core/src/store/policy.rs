@@ -61,9 +61,9 @@ pub struct Wakes {
 }
 
 impl Wakes {
-    /// Subscribes to the wake channel at `url`.
-    pub async fn subscribe(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url)?;
+    /// Subscribes to the wake channel of the Redis `args` name.
+    pub async fn subscribe(args: &super::RedisArgs) -> Result<Self> {
+        let client = args.pubsub_client()?;
         let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
             .await
             .map_err(|_| super::protocol("timed out connecting for wake signals"))??;

@@ -214,10 +214,15 @@ impl Store {
         batches: &[(ServerId, Vec<StreamMessage>)],
         traceparent: Option<&str>,
     ) -> Result<()> {
-        let mut p = redis::pipe();
-        let mut any = false;
+        // One pipeline per stream, sent together: each stream is its own slot (`{gw:<id>}`),
+        // so in a cluster each goes to the master holding it.
+        let mut pipes = Vec::with_capacity(batches.len());
         for (gw, msgs) in batches {
+            if msgs.is_empty() {
+                continue;
+            }
             let key = keys::gateway_stream(gw);
+            let mut p = redis::pipe();
             for m in msgs {
                 let json = serde_json::to_vec(m).map_err(|e| protocol(e.to_string()))?;
                 p.cmd("XADD")
@@ -233,12 +238,14 @@ impl Store {
                     p.arg(TRACE_FIELD).arg(tp);
                 }
                 p.ignore();
-                any = true;
             }
+            pipes.push(p);
         }
-        if any {
-            let _: () = p.query_async(&mut self.c()).await?;
-        }
+        futures::future::try_join_all(pipes.iter().map(|p| {
+            let mut c = self.c();
+            async move { p.query_async::<()>(&mut c).await }
+        }))
+        .await?;
         Ok(())
     }
 }

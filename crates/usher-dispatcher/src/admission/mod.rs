@@ -97,7 +97,7 @@ impl Admitter {
         let courier = Passthrough {
             store: self.store.clone(),
             key: self.key.clone(),
-            redis_url: self.settings.redis_url.clone(),
+            redis: self.settings.redis.clone(),
             leases: self.leases.clone(),
             tick: self.settings.tick,
         };

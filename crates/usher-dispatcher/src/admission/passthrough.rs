@@ -52,7 +52,7 @@ impl HeldLeases {
 pub(super) struct Passthrough {
     pub(super) store: Store,
     pub(super) key: Arc<SigningKey>,
-    pub(super) redis_url: String,
+    pub(super) redis: usher_core::store::RedisArgs,
     pub(super) leases: HeldLeases,
     pub(super) tick: Duration,
 }
@@ -70,7 +70,7 @@ impl Passthrough {
                 _ = sweep.tick() => {
                     if wakes.is_none() {
                         // (Re)subscribe; until then, the sweep alone delivers.
-                        match Wakes::subscribe(&self.redis_url).await {
+                        match Wakes::subscribe(&self.redis).await {
                             Ok(w) => wakes = Some(w),
                             Err(e) if !warned => {
                                 warned = true;

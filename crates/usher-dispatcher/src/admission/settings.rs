@@ -11,5 +11,5 @@ pub struct Settings {
     pub lease_ttl: Duration,
     pub exact_positions: u64,
     /// Where the passthrough courier subscribes to wake signals (its own connection).
-    pub redis_url: String,
+    pub redis: usher_core::store::RedisArgs,
 }
