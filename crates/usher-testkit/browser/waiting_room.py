@@ -51,7 +51,8 @@ def call(method, url, body=None, headers=None):
 
 
 def admin(method, path, body=None):
-    status, out = call(method, DISPATCHER + path, body)
+    auth = {"authorization": "Bearer " + os.environ["USHER_TEST_ADMIN_TOKEN"]}
+    status, out = call(method, DISPATCHER + path, body, auth)
     assert status < 300, f"{method} {path}: {status} {out}"
     return out
 

@@ -19,13 +19,13 @@ use usher_testkit::{probe, RedisServer, SseClient};
 const SERVICE_TOKEN: &str = "service-token-for-tests-0123456789";
 const STALE_SECS: u64 = 2;
 
+/// A load report as a booking service sends it: with `token` as its bearer, or none.
 async fn report(
-    http: &reqwest::Client,
     base: &str,
     token: Option<&str>,
     body: &str,
 ) -> anyhow::Result<u16> {
-    let mut r = http
+    let mut r = reqwest::Client::new()
         .put(format!("{base}/api/backends/booking-main/load"))
         .header("content-type", "application/json")
         .body(body.to_owned());
@@ -59,7 +59,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
     };
     let d = Proc::start("usher-dispatcher", &env(Some(SERVICE_TOKEN))).await?;
     let gw = Proc::start("usher-gateway", &env(None)).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let base = d.url();
     let adaptive = json!({"backend": "booking-main", "load_low": 0, "load_high": 100,
         "min_per_second": 2, "max_per_second": 20, "stale_after_seconds": STALE_SECS});
@@ -105,9 +105,9 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
     let watcher = Watcher::spawn_with(conn, vec![w]);
 
     // Reports without the right token are refused; bad reports too.
-    assert_eq!(report(&http, &base, None, r#"{"load": 1}"#).await?, 401);
+    assert_eq!(report(&base, None, r#"{"load": 1}"#).await?, 401);
     assert_eq!(
-        report(&http, &base, Some("wrong"), r#"{"load": 1}"#).await?,
+        report(&base, Some("wrong"), r#"{"load": 1}"#).await?,
         401
     );
     let ok = Some(SERVICE_TOKEN);
@@ -117,7 +117,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         "not json",
         r#"{"lod": 1}"#,
     ] {
-        assert_eq!(report(&http, &base, ok, bad).await?, 400, "{bad}");
+        assert_eq!(report(&base, ok, bad).await?, 400, "{bad}");
     }
     assert_eq!(queue(&http, &base).await?["rate_reason"], "load_missing");
 
@@ -131,7 +131,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         (-0.0, 20.0),
     ] {
         assert_eq!(
-            report(&http, &base, ok, &format!(r#"{{"load": {load}}}"#)).await?,
+            report(&base, ok, &format!(r#"{{"load": {load}}}"#)).await?,
             204
         );
         let q = queue(&http, &base).await?;
@@ -162,14 +162,14 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
     let mut conn = client.open("/api/queues/adapt/stream", None).await?;
     let w = conn.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["eta_seconds"], Value::Null, "{}", w.data);
-    assert_eq!(report(&http, &base, ok, r#"{"load": 10}"#).await?, 204);
+    assert_eq!(report(&base, ok, r#"{"load": 10}"#).await?, 204);
     conn.wait_for("admitted", T).await?;
 
     // A dispatcher without USHER_SERVICE_TOKEN refuses every report.
     let bare = Proc::start("usher-dispatcher", &env(None)).await?;
-    assert_eq!(report(&http, &bare.url(), ok, r#"{"load": 1}"#).await?, 401);
+    assert_eq!(report(&bare.url(), ok, r#"{"load": 1}"#).await?, 401);
     assert_eq!(
-        report(&http, &bare.url(), None, r#"{"load": 1}"#).await?,
+        report(&bare.url(), None, r#"{"load": 1}"#).await?,
         401
     );
     Ok(())

@@ -50,6 +50,7 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
         .arg(workspace().join("crates/usher-testkit/browser/waiting_room.py"))
         .env("USHER_TEST_GATEWAY", gateway.url())
         .env("USHER_TEST_DISPATCHER", dispatcher.url())
+        .env("USHER_TEST_ADMIN_TOKEN", usher_testkit::config::ADMIN_TOKEN)
         .env("USHER_TEST_BOOKING", booking.url())
         .env("USHER_TEST_SCREENSHOTS", &shots)
         .stdin(Stdio::piped())

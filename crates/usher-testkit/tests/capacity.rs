@@ -156,7 +156,7 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
         Proc::start("usher-dispatcher", &env(&[])).await?,
     ];
     let gw = Proc::start("usher-gateway", &env(&[])).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let put = http
         .put(format!("{}/admin/queues/prop", ds[0].url()))
         .json(&json!({"admit_per_second": 40.0, "max_active": MAX_ACTIVE,

@@ -71,7 +71,7 @@ async fn acl_users_work_on_a_cluster_with_the_slot_map_rule() -> anyhow::Result<
     let mut g = usher_testkit::config::gateway("");
     g.redis = urls(Component::Gateway);
     let gateway = stack::gateway_with(g).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     for name in ["a", "b", "c"] {
         join_and_admit(&http, &dispatcher.url(), &gateway.url(), name).await?;
     }

@@ -42,7 +42,7 @@ async fn stack() -> anyhow::Result<Stack> {
 }
 
 async fn put_queue(s: &Stack, queue: &str, body: Value) -> anyhow::Result<()> {
-    reqwest::Client::new()
+    usher_testkit::config::admin_client()
         .put(format!("{}/admin/queues/{queue}", s.dispatcher.url()))
         .json(&body)
         .send()

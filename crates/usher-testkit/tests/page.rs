@@ -122,7 +122,7 @@ async fn the_page_is_served_with_its_settings_and_a_strict_policy() -> anyhow::R
 async fn page_settings_must_be_safe_urls() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("safe", PAUSED).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     for body in [
         json!({"booking_url": "http://tickets.example/entry"}),
         json!({"booking_url": "javascript:alert(1)"}),

@@ -62,7 +62,7 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
         ("USHER_DRAIN_SECS", "1".to_owned()),
     ];
     let mut gateway = Proc::start("usher-gateway", &gateway_env).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let (d, g) = (dispatcher.url(), gateway.url());
 
     // Join → admitted → token; then the session API a booking service calls.

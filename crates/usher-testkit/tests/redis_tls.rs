@@ -19,7 +19,7 @@ fn path(p: std::path::PathBuf) -> String {
 async fn flow(env: &[(&str, String)], queue: &str) -> anyhow::Result<()> {
     let dispatcher = Proc::start("usher-dispatcher", env).await?;
     let gateway = Proc::start("usher-gateway", env).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let admitted = join_and_admit(&http, &dispatcher.url(), &gateway.url(), queue).await?;
     assert_eq!(admitted.claims["aud"], queue);
     Ok(())

@@ -21,7 +21,7 @@ async fn usher_follows_the_master_across_a_sentinel_failover() -> anyhow::Result
     let mut g = usher_testkit::config::gateway("");
     g.redis = args.clone();
     let gateway = stack::gateway_with(g).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     join_and_admit(&http, &dispatcher.url(), &gateway.url(), "before").await?;
 
     let old = s.master.port();

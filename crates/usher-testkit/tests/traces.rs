@@ -48,7 +48,7 @@ async fn join_tick_and_deliver_form_one_linked_trace() -> anyhow::Result<()> {
         ]),
     )
     .await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let resp = http
         .put(format!("{}/admin/queues/fast", dispatcher.url()))
         .json(&json!({"admit_per_second": 50}))
