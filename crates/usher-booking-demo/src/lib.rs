@@ -151,17 +151,13 @@ fn unreachable(e: usher_admission::Error) -> ApiError {
 async fn require_active(app: &App, token: &str) -> Result<(), ApiError> {
     match app.admission.check(token).await.map_err(unreachable)? {
         SessionStatus::Active(_) => Ok(()),
-        SessionStatus::Ended => {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the entry token's session has ended",
-            ))
-        }
-        SessionStatus::Invalid => {
-            Err(ApiError::unauthorized(
-                "the dispatcher does not know this entry token",
-            ))
-        }
+        SessionStatus::Ended => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the entry token's session has ended",
+        )),
+        SessionStatus::Invalid => Err(ApiError::unauthorized(
+            "the dispatcher does not know this entry token",
+        )),
     }
 }
 

@@ -17,8 +17,8 @@ use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-pub use crate::state::AppState;
 use crate::state::redis_down;
+pub use crate::state::AppState;
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;

@@ -25,8 +25,8 @@ use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
-use crate::limits::{PlaceHold, StreamSlot};
 use crate::joins::JoinError;
+use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
 use crate::update::{admitted_event, Update};
 

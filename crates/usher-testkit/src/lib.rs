@@ -6,8 +6,8 @@
 
 pub mod browser;
 pub mod config;
-pub mod otlp;
 pub mod nginx;
+pub mod otlp;
 pub mod probe;
 pub mod procs;
 pub mod raw;

@@ -20,11 +20,7 @@ const SERVICE_TOKEN: &str = "service-token-for-tests-0123456789";
 const STALE_SECS: u64 = 2;
 
 /// A load report as a booking service sends it: with `token` as its bearer, or none.
-async fn report(
-    base: &str,
-    token: Option<&str>,
-    body: &str,
-) -> anyhow::Result<u16> {
+async fn report(base: &str, token: Option<&str>, body: &str) -> anyhow::Result<u16> {
     let mut r = reqwest::Client::new()
         .put(format!("{base}/api/backends/booking-main/load"))
         .header("content-type", "application/json")
@@ -106,10 +102,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
 
     // Reports without the right token are refused; bad reports too.
     assert_eq!(report(&base, None, r#"{"load": 1}"#).await?, 401);
-    assert_eq!(
-        report(&base, Some("wrong"), r#"{"load": 1}"#).await?,
-        401
-    );
+    assert_eq!(report(&base, Some("wrong"), r#"{"load": 1}"#).await?, 401);
     let ok = Some(SERVICE_TOKEN);
     for bad in [
         r#"{"load": -1}"#,
@@ -168,10 +161,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
     // A dispatcher without USHER_SERVICE_TOKEN refuses every report.
     let bare = Proc::start("usher-dispatcher", &env(None)).await?;
     assert_eq!(report(&bare.url(), ok, r#"{"load": 1}"#).await?, 401);
-    assert_eq!(
-        report(&bare.url(), None, r#"{"load": 1}"#).await?,
-        401
-    );
+    assert_eq!(report(&bare.url(), None, r#"{"load": 1}"#).await?, 401);
     Ok(())
 }
 

@@ -489,7 +489,7 @@ async fn drain_progress_is_exported() -> anyhow::Result<()> {
         ],
     )
     .await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     put_queue(
         &http,
         &dispatcher.url(),

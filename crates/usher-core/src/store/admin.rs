@@ -186,10 +186,13 @@ impl Store {
             .arg(epoch)
             .arg("NX")
             .ignore()
-            .cmd("SADD")
+            .query_async(&mut c)
+            .await?;
+        // The registry is another slot: its own command (a cluster refuses a pipeline that
+        // spans slots).
+        let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
-            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())

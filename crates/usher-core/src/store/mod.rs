@@ -45,8 +45,8 @@ mod timed;
 
 pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
-pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use connection::{RedisArgs, RedisMode};
+pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
