@@ -40,11 +40,13 @@ pub fn router(state: AppState) -> Router {
             get(get_queue).put(put_queue).delete(close_queue),
         )
         .route("/admin/queues/{queue}/notice", post(notice))
+        .route("/admin/gateways", get(crate::gateway_list::list_gateways))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let store = state.store.clone();
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
+        .merge(crate::dashboard::routes())
         .merge(crate::sessions::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {

@@ -5,6 +5,8 @@
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
 //! * [`sessions`] — the session API booking services call with an entry token.
+//! * [`dashboard`] — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
+//! * [`gateway_list`] — `GET /admin/gateways`: the registered gateways and their queues.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
@@ -12,6 +14,8 @@
 pub mod admin;
 pub mod admission;
 pub mod config;
+pub mod dashboard;
+pub mod gateway_list;
 mod metrics;
 pub mod sessions;
 pub mod signing;
