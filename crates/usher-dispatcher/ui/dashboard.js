@@ -320,7 +320,7 @@ function card(id) {
     stats.append(el("div", {}, el("dt", { text: label }), fields[name]));
   }
   const badge = el("span", { class: "badge", "data-field": "state" });
-  const chart = svg("svg", { viewBox: "0 0 600 140", role: "img", "aria-label": "Waiting and admissions per second over the last hour" });
+  const chart = svg("svg", { viewBox: "0 0 600 160", role: "img", "aria-label": "Waiting and admissions per second, over the chart window" });
   const reason = el("select", { "aria-label": "Close reason" },
     el("option", { value: "queue_closed", text: "queue closed" }),
     el("option", { value: "sold_out", text: "sold out" }));
@@ -340,11 +340,12 @@ function card(id) {
   const path = queuePath(id);
   entry.card = el("article", { class: "queue", "data-queue": id, "aria-labelledby": "q-" + id },
     el("header", {}, el("h3", { id: "q-" + id, text: id }), badge),
-    stats,
-    el("div", { class: "chart" }, chart,
-      el("p", { class: "legend" },
-        el("span", { class: "w", text: "— waiting" }), "  ",
-        el("span", { class: "r", text: "— admissions/s (measured)" }), "  over the last hour")),
+    el("div", { class: "glance" },
+      stats,
+      el("div", { class: "chart" }, chart,
+        el("p", { class: "legend" },
+          el("span", { class: "w", text: "— waiting" }), "  ",
+          el("span", { class: "r", text: "— admissions/s (measured)" })))),
     el("div", { class: "controls" },
       el("div", { class: "row" },
         button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true })),
@@ -382,13 +383,19 @@ function update(entry, q, now) {
   draw(entry, now);
 }
 
+// The chart's window in milliseconds (the history always keeps the last hour).
+function windowMs() {
+  return Number($("window").value) * 60000;
+}
+
 // The chart: waiting (left scale) and measured admissions per second (right scale).
 function draw(entry, now) {
-  const W = 600, H = 140, L = 44, R = 44, T = 8, B = 20;
-  const h = entry.history;
+  const W = 600, H = 160, L = 44, R = 44, T = 8, B = 20;
+  const span = windowMs();
+  const h = entry.history.filter((p) => p.t >= now - span);
   const maxW = Math.max(1, ...h.map((p) => p.waiting));
   const maxR = Math.max(1, ...h.map((p) => p.rate || 0));
-  const x = (t) => L + (W - L - R) * (1 - (now - t) / HISTORY_MS);
+  const x = (t) => L + (W - L - R) * (1 - (now - t) / span);
   const y = (v, max) => T + (H - T - B) * (1 - v / max);
   const line = (pick, max, color, name) => svg("polyline", {
     points: h.filter((p) => pick(p) !== null).map((p) => x(p.t).toFixed(1) + "," + y(pick(p), max).toFixed(1)).join(" "),
@@ -406,7 +413,7 @@ function draw(entry, now) {
     text(L - 4, H - B, "0", "end", "#0b5cad"),
     text(W - R + 4, T + 10, maxR.toFixed(1), "start", "#b3261e"),
     text(W - R + 4, H - B, "0", "start", "#b3261e"),
-    text(L, H - 4, "−60 min", "start", "#545c66"),
+    text(L, H - 4, "−" + span / 60000 + " min", "start", "#545c66"),
     text(W - R, H - 4, "now", "end", "#545c66"),
     line((p) => p.waiting, maxW, "#0b5cad", "waiting"),
     line((p) => p.rate, maxR, "#b3261e", "rate"));
@@ -514,6 +521,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("confirm-ok").addEventListener("click", () => $("confirm").close("ok"));
   $("confirm-cancel").addEventListener("click", () => $("confirm").close("cancel"));
   $("create-form").addEventListener("submit", createQueue);
+  $("window").addEventListener("change", () => {
+    for (const entry of queues.values()) draw(entry, Date.now());
+  });
   const t = token();
   if (t !== null) signIn(t);
   else $("token").focus();
