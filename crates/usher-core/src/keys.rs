@@ -33,6 +33,7 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//! | `usher:{gw}:connections` | hash | gateway process index → `<streams>\|<open client connections>`, its last heartbeat's report (read by the admin API; one field per index ever handed out, so at most 65,535) |
 
 use crate::ids::{QueueId, ServerId};
 
@@ -73,6 +74,8 @@ pub const QUEUES: &str = "usher:queues";
 pub const GW_LIVE: &str = "usher:{gw}:live";
 pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";
+/// Each gateway's connection counts ([`crate::store::GatewayConnections`]).
+pub const GW_CONNECTIONS: &str = "usher:{gw}:connections";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
@@ -144,7 +147,7 @@ mod tests {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
-        for key in [GW_LIVE, GW_IDS, GW_NEXT] {
+        for key in [GW_LIVE, GW_IDS, GW_NEXT, GW_CONNECTIONS] {
             assert_eq!(hash_slot(key), hash_slot(GW_LIVE));
         }
         // Known value from the Redis Cluster specification.

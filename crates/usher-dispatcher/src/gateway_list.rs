@@ -1,7 +1,6 @@
 //! `GET /admin/gateways`: the gateway processes registered in Redis (live, or dead within the
 //! last day) and, for each, the queues it holds browsers of (the per-queue interest the
-//! gateways refresh). The registry does not hold connection counts: each gateway exports its
-//! own (`usher_gateway_connections` on its `/metrics`).
+//! gateways refresh), with the connection counts of its last heartbeat.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +25,11 @@ pub struct GatewayView {
     pub alive_until_ms: u64,
     /// The queues it holds waiting browsers of.
     pub queues: Vec<QueueId>,
+    /// Event streams it served at its last heartbeat (`null` when it never reported, or is
+    /// gone).
+    pub streams: Option<u64>,
+    /// Client connections it had open at its last heartbeat, streams or not (`null` likewise).
+    pub sockets: Option<u64>,
 }
 
 /// `GET /admin/gateways` answer.
@@ -44,18 +48,25 @@ pub(crate) async fn list_gateways(
             queues.entry(gw).or_default().push(q.clone());
         }
     }
+    let counts = st.store.gateway_connections().await.map_err(redis_down)?;
     let mut gateways: Vec<GatewayView> = st
         .store
         .gateways(now)
         .await
         .map_err(redis_down)?
         .into_iter()
-        .map(|g| GatewayView {
-            alive: g.is_alive(now),
-            queues: queues.remove(&g.index).unwrap_or_default(),
-            index: g.index,
-            server_id: g.server_id.to_string(),
-            alive_until_ms: g.alive_until_ms,
+        .map(|g| {
+            let alive = g.is_alive(now);
+            let reported = counts.get(&g.index).filter(|_| alive);
+            GatewayView {
+                alive,
+                streams: reported.map(|c| c.streams),
+                sockets: reported.map(|c| c.sockets),
+                queues: queues.remove(&g.index).unwrap_or_default(),
+                index: g.index,
+                server_id: g.server_id.to_string(),
+                alive_until_ms: g.alive_until_ms,
+            }
         })
         .collect();
     gateways.sort_by_key(|g| (!g.alive, g.index));

@@ -460,9 +460,11 @@ function renderGateways(list) {
     el("td", { text: String(g.index) }),
     el("td", { text: g.server_id }),
     el("td", { text: g.alive ? "alive" : "gone" }),
+    el("td", { "data-field": "streams", text: shown(g.streams) }),
+    el("td", { "data-field": "sockets", text: shown(g.sockets) }),
     el("td", { text: new Date(g.alive_until_ms).toLocaleTimeString() }),
     el("td", { text: g.queues.length ? g.queues.join(", ") : "—" }))));
-  if (!list.length) body.append(el("tr", {}, el("td", { colspan: "5", text: "No gateway registered." })));
+  if (!list.length) body.append(el("tr", {}, el("td", { colspan: "7", text: "No gateway registered." })));
 }
 
 // ---- signing in and out -----------------------------------------------------------------

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
-use usher_core::store::StoreError;
+use usher_core::store::{GatewayConnections, StoreError};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
@@ -84,6 +84,11 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         .heartbeat_gateway(gw.index(), gw.id(), now, config.registry_ttl())
         .await?;
     store.ensure_stream(gw.id(), config.stream_ttl()).await?;
+    let counts = GatewayConnections {
+        streams: gw.connections(),
+        sockets: gw.open_sockets(),
+    };
+    store.report_gateway_connections(gw.index(), counts).await?;
     let queues = gw.hub().queues();
     let closed = store.refresh_interest(&queues, gw.index(), now).await?;
     for (q, closed) in queues.iter().zip(closed) {

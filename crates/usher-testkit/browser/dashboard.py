@@ -171,6 +171,7 @@ def main():
             assert points >= 3, points
             until(page, f"[...document.querySelectorAll('#gateways tbody tr')].some(r => r.textContent.includes('{Q}'))")
             assert "alive" in page.inner_text("#gateways tbody")
+            until(page, "Number(document.querySelector(\"#gateways [data-field='streams']\").textContent) > 0")
             page.select_option("#window", "5")
             assert "−5 min" in page.text_content(f"{CARD} svg")
             shot(page, "dashboard", full_page=True)

@@ -108,7 +108,13 @@ async fn the_dashboard_is_served_with_a_strict_policy() -> anyhow::Result<()> {
     assert_eq!(refused.status(), 401);
     let wrong = http.get(&gws).bearer_auth("wrong").send().await?;
     assert_eq!(wrong.status(), 401);
-    let body: serde_json::Value = http.get(&gws).bearer_auth(TOKEN).send().await?.json().await?;
+    let body: serde_json::Value = http
+        .get(&gws)
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
     assert_eq!(body, serde_json::json!({ "gateways": [] }));
     Ok(())
 }
@@ -137,6 +143,35 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
     })
     .await;
     assert!(listed, "the browser waits");
+    // The counts come with the gateway's next heartbeat.
+    let mut body = serde_json::Value::Null;
+    for _ in 0..50 {
+        body = http
+            .get(format!("{}/admin/gateways", d.url()))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if body["gateways"][0]["streams"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(body["gateways"][0]["streams"], 1, "{body}");
+    assert!(body["gateways"][0]["sockets"].as_u64() >= Some(1), "{body}");
+    let gateways = body["gateways"].as_array().context("gateways")?;
+    assert_eq!(gateways.len(), 1, "{body}");
+    assert_eq!(gateways[0]["alive"], true, "{body}");
+    assert_eq!(gateways[0]["queues"], serde_json::json!(["gwq"]), "{body}");
+    assert!(gateways[0]["server_id"].is_string(), "{body}");
+    // A gateway that stops is listed as gone, without counts.
+    let mut gw = gw;
+    gw.term()?;
+    assert!(
+        gw.wait_exit(Duration::from_secs(10)).await?,
+        "the gateway exits"
+    );
     let body: serde_json::Value = http
         .get(format!("{}/admin/gateways", d.url()))
         .bearer_auth(TOKEN)
@@ -144,11 +179,12 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
         .await?
         .json()
         .await?;
-    let gateways = body["gateways"].as_array().context("gateways")?;
-    assert_eq!(gateways.len(), 1, "{body}");
-    assert_eq!(gateways[0]["alive"], true, "{body}");
-    assert_eq!(gateways[0]["queues"], serde_json::json!(["gwq"]), "{body}");
-    assert!(gateways[0]["server_id"].is_string(), "{body}");
+    assert_eq!(body["gateways"][0]["alive"], false, "{body}");
+    assert_eq!(
+        body["gateways"][0]["streams"],
+        serde_json::Value::Null,
+        "{body}"
+    );
     Ok(())
 }
 
