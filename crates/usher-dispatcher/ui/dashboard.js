@@ -450,7 +450,8 @@ async function poll() {
   }
   $("no-queues").hidden = queues.size > 0;
   renderGateways(gws.gateways || []);
-  setStatus("Updated " + new Date(now).toLocaleTimeString());
+  // Not in the live region: screen readers would announce it every poll.
+  $("updated").textContent = "Updated " + new Date(now).toLocaleTimeString();
   return true;
 }
 

@@ -156,6 +156,11 @@ def main():
             # Fields this dispatcher may not report yet read "—", never "undefined".
             assert field(page, "max_active") == "—"
             assert "undefined" not in page.inner_text(CARD)
+            unlabelled = page.evaluate("""[...document.querySelectorAll('input, select, button')]
+                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                             && !e.textContent.trim())
+                .map(e => e.name || e.id || e.outerHTML)""")
+            assert not unlabelled, f"controls without a label: {unlabelled}"
 
         @scenario("the numbers move while browsers wait")
         def numbers():
