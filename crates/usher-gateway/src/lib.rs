@@ -5,6 +5,10 @@
 //! * [`config`] — flags and `USHER_*` environment variables, and their validation.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
+//! * `client` — who a client is: its address (socket, PROXY protocol, trusted
+//!   `X-Forwarded-For` hops) and the key its limits count under.
+//! * `limits` — per-IP limits: join token bucket, streams, places held.
+//! * `head` — strict request-head parsing and error answers written without the router.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
 //! * `keepalive` — one timer for every stream's keepalive comments.
@@ -25,15 +29,19 @@
 pub mod config;
 
 mod away;
+mod client;
 mod errors;
 mod frames;
 mod gateway;
+mod head;
 mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
+mod limits;
 mod metrics;
 mod page;
+mod recovery;
 mod routes;
 mod server;
 mod stream;
@@ -123,10 +131,11 @@ pub async fn run(
 /// Connects, registers this gateway, and starts its background tasks.
 async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let id = cfg.server_id.clone().unwrap_or_else(ServerId::random);
-    let store = Store::connect(&cfg.redis_url).await?;
+    let store = Store::open(&cfg.redis).await?;
+    // Its own connection: a blocked XREADGROUP would hold up every command behind it.
     let reader =
-        Store::connect_with_timeout(&cfg.redis_url, inbox::READ_BLOCK + Duration::from_secs(5))
-            .await?;
+        Store::open_with_timeout(&cfg.redis, inbox::READ_BLOCK + Duration::from_secs(5)).await?;
+    let mut dev_ticket_key = None;
     let ticket_key = match cfg.ticket_key()? {
         Some(k) => k,
         None => {
@@ -137,6 +146,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
                 "no ticket key configured (USHER_TICKET_KEY): using a development key stored in \
                  Redis and shared by all gateways using it"
             );
+            dev_ticket_key = Some(k.clone());
             TicketKey::new(k.into_bytes())?
         }
     };
@@ -144,7 +154,14 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
     store.ensure_stream(&id, cfg.stream_ttl()).await?;
-    let gw = Arc::new(Gateway::new(id, index, cfg, store, ticket_key));
+    let gw = Arc::new(Gateway::new(
+        id,
+        index,
+        cfg,
+        store,
+        ticket_key,
+        dev_ticket_key,
+    ));
     tokio::spawn({
         let gw = gw.clone();
         async move { gw.keepalive().run(gw.stopped().clone()).await }

@@ -51,8 +51,14 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             }
         }))
         .merge(usher_http::metrics::metrics_routes(move || {
-            metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
+            metrics::connections(
+                scraped_gw.open_sockets(),
+                scraped_gw.connections(),
+                scraped_gw.shutting_down(),
+            )
         }))
+        // The router's own 404 and 405, and extractor rejections, answer JSON too.
+        .layer(axum::middleware::from_fn(usher_http::json_errors))
         .with_state(gw)
         .merge(page)
 }
@@ -102,7 +108,9 @@ async fn status_handler(
             v["state"] = "admitted".into();
             v
         }
-        PlaceState::AdmissionPending => serde_json::json!({"queue": q, "state": "admitting"}),
+        PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {
+            serde_json::json!({"queue": q, "state": "admitting"})
+        }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
         PlaceState::Gone => return Err(place_gone()),
         PlaceState::SessionEnded => serde_json::json!({

@@ -14,6 +14,9 @@ use crate::frames::{event_frame, json_frame, retry_frame};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Waiting(WaitingEvent),
+    /// Admitted by the join itself (passthrough): its token is on its way from the
+    /// dispatcher, and nothing is shown until it arrives, so the first event is `admitted`.
+    Admitting,
     /// An operator's notice (its rendered `notice` frame, shared by every connection it goes
     /// to), then the browser's current `waiting` event. A notice takes the place of a pending
     /// position update and carries it along, and a later position update changes `waiting`
@@ -37,7 +40,10 @@ pub enum Update {
 
 impl Update {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_) | Update::Notice { .. })
+        !matches!(
+            self,
+            Update::Waiting(_) | Update::Notice { .. } | Update::Admitting
+        )
     }
 
     pub fn superseded() -> Self {
@@ -74,7 +80,7 @@ impl Update {
             Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
             Update::Closed(c) => Some(event_frame("closed", None, c)),
             Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
-            Update::Ended { retry_ms: None } => None,
+            Update::Ended { retry_ms: None } | Update::Admitting => None,
         }
     }
 }
@@ -82,17 +88,35 @@ impl Update {
 /// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
 /// half a tick before the admission, so an admission burst formats no JSON and copies no
 /// token. Shared: handing it to a connection is a reference count.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {
     pub event: AdmittedEvent,
     /// `event` as JSON (the `data:` of the SSE event).
     pub json: String,
+    /// The W3C `traceparent` of the tick that admitted the place, when traces are on: the
+    /// delivery's span is its child.
+    pub trace: Option<Arc<str>>,
 }
 
 impl Admitted {
     pub fn new(event: AdmittedEvent) -> Arc<Self> {
         let json = crate::frames::event_json(&event);
-        Arc::new(Self { event, json })
+        Arc::new(Self {
+            event,
+            json,
+            trace: None,
+        })
+    }
+
+    /// This event, admitted by the tick `trace` names (unchanged when `None`, as always
+    /// when traces are off: no copy then).
+    pub(crate) fn traced(self: Arc<Self>, trace: Option<&Arc<str>>) -> Arc<Self> {
+        let Some(t) = trace else {
+            return self;
+        };
+        let mut a = Arc::unwrap_or_clone(self);
+        a.trace = Some(t.clone());
+        Arc::new(a)
     }
 
     /// The event of an admission delivered through the stream.

@@ -173,7 +173,7 @@ async fn at_the_connection_cap_browsers_are_told_to_retry_not_turned_away() -> a
         })
     })
     .await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     http.put(format!("{}/admin/queues/cap", d.url()))
         .json(&json!({"admit_per_second": PAUSED}))
         .send()

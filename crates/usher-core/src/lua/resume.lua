@@ -8,7 +8,7 @@
 --   {PLACE_QUEUE_CLOSED, reason or false}  queue closed (for reason) or unknown
 --   {PLACE_GONE}                 the place no longer exists (left, grace expired, session over)
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
---    admit_per_second}
+--    the bucket's rate (see eta_rates in prelude.lua)}
 local now = tonumber(ARGV[3])
 local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], ARGV[1], now)
 if adm then return adm end
@@ -34,5 +34,5 @@ redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
 local rank = redis.call('ZRANK', KEYS[3], mine)
 local w = redis.call('ZCARD', KEYS[3])
-local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {PLACE_WAITING, rank + 1, w, before, m[1], m[2]}
+local rate, configured = eta_rates(KEYS[1])
+return {PLACE_WAITING, rank + 1, w, before, rate, configured}

@@ -10,6 +10,12 @@ use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
+use crate::policy::Adaptive;
+
+/// Place ids a queue's epoch leaves room for per millisecond of its creation time (see
+/// [`Store::put_queue`]). Ids must stay below 10^14: the tick script's JSON (Redis' cjson)
+/// writes numbers with 14 significant digits. Creation ms × 10 does until the year 2286.
+pub const EPOCH_IDS_PER_MS: u64 = 10;
 
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +37,13 @@ pub struct QueueConfig {
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
+    /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
+    pub max_active: Option<u64>,
+    /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
+    /// the token bucket (shared with the tick) has a token.
+    pub passthrough: bool,
+    /// The rate follows a backend's reported load instead of `admit_per_second` (`None`: off).
+    pub adaptive: Option<Adaptive>,
 }
 
 impl Default for QueueConfig {
@@ -43,6 +56,9 @@ impl Default for QueueConfig {
             open: true,
             grace_seconds: 300,
             paused: false,
+            max_active: None,
+            passthrough: true,
+            adaptive: None,
         }
     }
 }
@@ -96,6 +112,10 @@ impl Store {
             open: flag("open"),
             grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
             paused: flag("paused"),
+            max_active: v.get("max_active").and_then(|s| s.parse().ok()),
+            // Queues stored before the field existed keep queueing everyone.
+            passthrough: flag("passthrough"),
+            adaptive: v.get("adaptive").and_then(|s| serde_json::from_str(s).ok()),
         }))
     }
 
@@ -119,8 +139,27 @@ impl Store {
             .arg(cfg.grace_seconds)
             .arg("paused")
             .arg(if cfg.paused { "1" } else { "0" })
+            .arg("passthrough")
+            .arg(if cfg.passthrough { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
+        // Optional settings: stored when set, deleted when `null`.
+        let adaptive = cfg
+            .adaptive
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        for (field, value) in [
+            ("max_active", cfg.max_active.map(|m| m.to_string())),
+            ("adaptive", adaptive),
+        ] {
+            let cmd = match &value {
+                Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
+                None => redis::cmd("HDEL").arg(&k.meta).arg(field).clone(),
+            };
+            let _: () = cmd.query_async(&mut c).await?;
+        }
         if cfg.open {
             // Reopened (or open): the reason of an earlier close no longer applies.
             let _: () = redis::cmd("HDEL")
@@ -129,9 +168,28 @@ impl Store {
                 .query_async(&mut c)
                 .await?;
         }
-        let _: () = redis::cmd("SADD")
+        // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
+        // place ids start above it: the epoch is the creation time in ms × 10, above every
+        // place id the queue's earlier incarnation handed out unless it handed out more than
+        // 10 places per millisecond (10,000/s) on average since it was created; gateways
+        // restoring places raise the counter above theirs too. So ids, tickets and token
+        // `jti`s are not reused after a loss. Both stay once set.
+        let epoch = crate::time::now_ms().saturating_mul(EPOCH_IDS_PER_MS);
+        let _: () = redis::pipe()
+            .cmd("HSETNX")
+            .arg(&k.meta)
+            .arg("epoch")
+            .arg(epoch)
+            .ignore()
+            .cmd("SET")
+            .arg(&k.seq)
+            .arg(epoch)
+            .arg("NX")
+            .ignore()
+            .cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
+            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())

@@ -34,6 +34,12 @@ pub enum PlaceState {
     /// The place was admitted and its session ended (released or expired): its token is
     /// never shown again.
     SessionEnded,
+    /// Admitted by the join itself (passthrough): nobody was waiting. The dispatcher mints
+    /// its token and sends `admitted` to the gateway that holds it, once woken
+    /// ([`Store::wake`]).
+    AdmittedNow {
+        place: PlaceId,
+    },
 }
 
 /// What one join call took: see [`Store::join_many`].
@@ -42,12 +48,14 @@ pub enum Joined {
     /// The queue is closed or unknown: no place was taken.
     QueueClosed,
     /// Places `last - count + 1 ..= last`, one per browser in the order of the batch; the
-    /// last is at position `waiting`.
+    /// first `admitted_now` were admitted at once (passthrough), and the last is at position
+    /// `waiting`.
     Places {
         last: u64,
         count: u64,
         waiting: u64,
         rate: f64,
+        admitted_now: u64,
     },
 }
 
@@ -61,7 +69,13 @@ impl Joined {
                 count,
                 waiting,
                 rate,
+                admitted_now,
             } => {
+                if (i as u64) < admitted_now {
+                    return PlaceState::AdmittedNow {
+                        place: PlaceId(last + 1 - count + i as u64),
+                    };
+                }
                 let behind = count.saturating_sub(1).saturating_sub(i as u64);
                 PlaceState::Waiting {
                     place: PlaceId(last - behind),
@@ -106,6 +120,9 @@ impl Store {
             .key(&k.seq)
             .key(&k.waiting)
             .key(&k.gws)
+            .key(&k.active)
+            .key(&k.passed)
+            .key(&k.away)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
@@ -115,11 +132,12 @@ impl Store {
         let a = array(v)?;
         match status(&a, PlaceStatus::from_code) {
             Some(PlaceStatus::QueueClosed) => Ok(Joined::QueueClosed),
-            Some(PlaceStatus::Waiting) if a.len() >= 5 => {
+            Some(PlaceStatus::Waiting) if a.len() >= 6 => {
                 let last = u(&a[1])?;
                 let waiting = u(&a[2])?;
                 let n = n as u64;
-                if last < n || waiting < n {
+                let admitted_now = u(&a[5])?;
+                if last < n || admitted_now > n || waiting < n - admitted_now {
                     return Err(protocol(format!("join reply {a:?} for {n} places")));
                 }
                 Ok(Joined::Places {
@@ -127,6 +145,7 @@ impl Store {
                     count: n,
                     waiting,
                     rate: rate_of(&a[3], &a[4]),
+                    admitted_now,
                 })
             }
             _ => Err(protocol(format!("join reply {a:?}"))),
@@ -224,7 +243,8 @@ impl Store {
         }
     }
 
-    /// The browser leaves the line (or gives up its admitted session).
+    /// The browser leaves the line (or gives up its admitted session, which then ends: its
+    /// slot frees and a resume hears `session_ended`).
     pub async fn leave(&self, q: &QueueId, place: PlaceId) -> Result<LeaveOutcome> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
@@ -233,7 +253,10 @@ impl Store {
             .key(&k.active)
             .key(&k.tokens)
             .key(&k.away)
+            .key(&k.meta)
+            .key(&k.ended)
             .arg(place.0)
+            .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
