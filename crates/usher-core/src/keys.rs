@@ -41,6 +41,7 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//! | `usher:{gw}:connections` | hash | gateway process index → `<streams>\|<open client connections>`, its last heartbeat's report (read by the admin API; one field per index ever handed out, so at most 65,535) |
 //! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
 //! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
 //! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
@@ -111,6 +112,8 @@ pub const QUEUES: &str = "usher:queues";
 pub const GW_LIVE: &str = "usher:{gw}:live";
 pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";
+/// Each gateway's connection counts ([`crate::store::GatewayConnections`]).
+pub const GW_CONNECTIONS: &str = "usher:{gw}:connections";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
@@ -192,7 +195,7 @@ mod tests {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
-        for key in [GW_LIVE, GW_IDS, GW_NEXT] {
+        for key in [GW_LIVE, GW_IDS, GW_NEXT, GW_CONNECTIONS] {
             assert_eq!(hash_slot(key), hash_slot(GW_LIVE));
         }
         // Known value from the Redis Cluster specification.

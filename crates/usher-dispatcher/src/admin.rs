@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router {
             get(get_queue).put(put_queue).delete(close_queue),
         )
         .route("/admin/queues/{queue}/notice", post(notice))
+        .route("/admin/gateways", get(crate::gateway_list::list_gateways))
         .route("/admin/audit", get(crate::audit::list))
         // The last layer runs first: authorize, then record the change.
         .route_layer(middleware::from_fn_with_state(
@@ -51,6 +52,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
+        .merge(crate::dashboard::routes())
         .merge(crate::sessions::routes())
         .merge(crate::backends::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))

@@ -20,7 +20,7 @@ use usher_runtime::LogFormat;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "usher-dispatcher", version, about, long_about)]
 pub struct Config {
-    /// Address the HTTP server (admin API, JWKS, health) listens on.
+    /// Address the HTTP server (admin API and dashboard, JWKS, health) listens on.
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8081")]
     pub listen: SocketAddr,
 

@@ -7,6 +7,8 @@
 //! * [`admin_auth`] — the admin tokens and their labels; `audit` — the trail of admin changes.
 //! * [`queues_file`] — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
 //! * [`sessions`] — the session API booking services call with an entry token.
+//! * [`dashboard`] — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
+//! * [`gateway_list`] — `GET /admin/gateways`: the registered gateways and their queues.
 //! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
@@ -18,7 +20,9 @@ pub mod admission;
 mod audit;
 pub mod backends;
 pub mod config;
+pub mod dashboard;
 mod dev_secrets;
+pub mod gateway_list;
 mod metrics;
 pub mod queues_file;
 pub mod sessions;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use usher_core::ids::QueueId;
-use usher_core::store::{DevSecret, Interest, Restore, StoreError};
+use usher_core::store::{DevSecret, GatewayConnections, Interest, Restore, StoreError};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
@@ -123,6 +123,11 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         }
     }
     store.ensure_stream(gw.id(), config.stream_ttl()).await?;
+    let counts = GatewayConnections {
+        streams: gw.connections(),
+        sockets: gw.open_sockets(),
+    };
+    store.report_gateway_connections(gw.index(), counts).await?;
     let queues = gw.hub().queues();
     gw.recovery().retain(&queues);
     let interests = store.refresh_interest(&queues, gw.index(), now).await?;

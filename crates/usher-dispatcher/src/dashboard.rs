@@ -1,0 +1,97 @@
+//! The operator dashboard: `GET /admin/ui` and its assets at `/admin/ui/assets/{name}`.
+//!
+//! Plain HTML, CSS and JS compiled into the binary (`crates/usher-dispatcher/ui/`): no CDN, no
+//! build step. The page itself holds no data and is served without the admin token; every
+//! number and every control goes through the admin API, whose calls the page makes with the
+//! token the operator typed (kept in `sessionStorage`, sent as `Authorization: Bearer`; no
+//! cookie, so no cross-site request can act with it). The policy allows scripts, styles and
+//! requests to this origin only, no inline script, no forms and no framing (no clickjacking of
+//! the controls).
+
+use axum::extract::Path;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use usher_http::ApiError;
+
+/// The dashboard's Content-Security-Policy.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'none'; \
+     frame-ancestors 'none'; base-uri 'none'";
+
+/// One embedded file.
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+const INDEX: &str = include_str!("../ui/index.html");
+
+const ASSETS: [Asset; 2] = [
+    Asset {
+        name: "dashboard.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../ui/dashboard.js"),
+    },
+    Asset {
+        name: "dashboard.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_str!("../ui/dashboard.css"),
+    },
+];
+
+/// `GET /admin/ui` and `GET /admin/ui/assets/{name}`.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/admin/ui", get(index))
+        .route("/admin/ui/assets/{name}", get(asset))
+}
+
+/// A static response with the dashboard's security headers. `no-cache`: the assets carry no
+/// version in their URL, so a browser revalidates them and never runs an old script against a
+/// newer admin API.
+fn respond(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn index() -> Response {
+    respond("text/html; charset=utf-8", INDEX)
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    match ASSETS.iter().find(|a| a.name == name) {
+        Some(a) => respond(a.content_type, a.body),
+        None => ApiError::not_found(format!("no asset {name:?}")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_names_only_embedded_assets() {
+        for a in &ASSETS {
+            assert!(
+                INDEX.contains(&format!("/admin/ui/assets/{}", a.name)),
+                "{}",
+                a.name
+            );
+        }
+        assert!(!INDEX.contains("<script>"), "no inline script");
+        assert!(!INDEX.contains("style="), "no inline style");
+    }
+}

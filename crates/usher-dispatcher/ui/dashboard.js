@@ -1,0 +1,533 @@
+// usher's operator dashboard. It speaks the admin API only, with the token the operator typed
+// (sessionStorage, this tab only; sent as a bearer, never as a cookie). Numbers are polled every
+// POLL_MS; the chart's history (the last hour) is kept here, in the page, not on the server.
+// Fields the dispatcher may not have yet (max_active, effective_per_second, rate_reason,
+// opens_at, adaptive, passthrough) are shown as "—" when absent, and a change sends only the
+// fields the operator changed, since the admin API refuses fields it does not know.
+"use strict";
+
+const TOKEN_KEY = "usher-admin-token";
+const POLL_MS = 2000;
+const HISTORY_MS = 3600 * 1000;
+const SVG = "http://www.w3.org/2000/svg";
+const ADAPTIVE_FIELDS = [
+  ["backend", "Backend", "text"],
+  ["load_low", "Load low", "number"],
+  ["load_high", "Load high", "number"],
+  ["min_per_second", "Min per second", "number"],
+  ["max_per_second", "Max per second", "number"],
+  ["stale_after_seconds", "Stale after (s)", "number"],
+];
+const STATS = [
+  ["waiting", "Waiting"],
+  ["away", "Away"],
+  ["active", "Active"],
+  ["max_active", "Max active"],
+  ["admit_per_second", "Configured rate /s"],
+  ["effective_per_second", "Effective rate /s"],
+  ["measured_per_second", "Measured rate /s"],
+  ["rate_reason", "Rate reason"],
+  ["eta_last", "ETA of the last in line"],
+  ["opens_at", "Opens at"],
+  ["admitted_total", "Admitted in total"],
+  ["dropped_total", "Dropped in total"],
+];
+
+const $ = (id) => document.getElementById(id);
+const queues = new Map(); // queue id -> {card, fields, history, last}
+let timer = null;
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === false || v == null) continue;
+    if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) if (c != null) e.append(c);
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// ---- the admin API ----------------------------------------------------------------------
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+class ApiFailure extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  const t = token();
+  if (t) headers.authorization = "Bearer " + t;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  let r;
+  try {
+    r = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "omit",
+      cache: "no-store",
+    });
+  } catch (e) {
+    throw new ApiFailure(0, "the dispatcher cannot be reached");
+  }
+  const text = await r.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch (e) {
+    json = null;
+  }
+  if (!r.ok) {
+    throw new ApiFailure(r.status, (json && json.error) || r.statusText || "request failed");
+  }
+  return json;
+}
+
+function describeCall(method, path, body) {
+  const lines = [method + " " + path, "Authorization: Bearer [redacted]"];
+  if (body !== undefined) lines.push("", JSON.stringify(body, null, 2));
+  return lines.join("\n");
+}
+
+function logCall(method, path, body, outcome, failed) {
+  const line = method + " " + path + (body === undefined ? "" : " " + JSON.stringify(body)) +
+    "  →  " + outcome;
+  const li = el("li", { text: new Date().toLocaleTimeString() + "  " + line, class: failed ? "failed" : null });
+  $("calls").prepend(li);
+  while ($("calls").children.length > 50) $("calls").lastElementChild.remove();
+}
+
+// Asks the operator, then makes the call and logs it. Returns whether it succeeded.
+function confirmCall(what, method, path, body) {
+  const dialog = $("confirm");
+  $("confirm-text").textContent = what;
+  $("confirm-call").textContent = describeCall(method, path, body);
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", async function onClose() {
+      dialog.removeEventListener("close", onClose);
+      if (dialog.returnValue !== "ok") {
+        resolve(false);
+        return;
+      }
+      try {
+        await api(method, path, body);
+        logCall(method, path, body, "ok", false);
+        setStatus(what + ": done");
+        resolve(true);
+        poll();
+      } catch (e) {
+        logCall(method, path, body, (e.status || "network") + " " + e.message, true);
+        setStatus(what + " failed: " + e.message);
+        if (e.status === 401) signOut("The dispatcher refused the token: " + e.message);
+        resolve(false);
+      }
+    });
+    dialog.showModal();
+    $("confirm-ok").focus();
+  });
+}
+
+function setStatus(s) {
+  $("status").textContent = s;
+}
+
+// ---- numbers ----------------------------------------------------------------------------
+
+function shown(v, digits) {
+  if (v === undefined || v === null || v === "") return "—";
+  if (typeof v === "number") return digits === undefined ? String(v) : v.toFixed(digits);
+  if (typeof v === "boolean") return v ? "yes" : "no";
+  return String(v);
+}
+
+function humanSeconds(s) {
+  if (!isFinite(s)) return "never (not admitting)";
+  if (s < 1) return "now";
+  if (s < 90) return "about " + Math.round(s) + " s";
+  if (s < 5400) return "about " + Math.round(s / 60) + " min";
+  return "about " + (s / 3600).toFixed(1) + " h";
+}
+
+function opensAt(q) {
+  const t = q.opens_at ? Date.parse(q.opens_at) : NaN;
+  return isNaN(t) ? null : t;
+}
+
+function state(q) {
+  if (!q.open) return ["closed", "closed" + (q.close_reason ? " (" + q.close_reason + ")" : "")];
+  if (q.paused) return ["paused", "paused"];
+  const o = opensAt(q);
+  if (o && o > Date.now()) return ["scheduled", "scheduled"];
+  return ["open", "open"];
+}
+
+// The rate people leave the line at now: the effective rate when the dispatcher reports one,
+// else the configured rate; zero while paused or closed.
+function admittingRate(q) {
+  if (!q.open || q.paused) return 0;
+  const r = typeof q.effective_per_second === "number" ? q.effective_per_second : q.admit_per_second;
+  return r > 0 ? r : 0;
+}
+
+function etaLast(q) {
+  if (!q.waiting) return "nobody waiting";
+  const wait = q.waiting / admittingRate(q);
+  const o = opensAt(q);
+  const delay = o && o > Date.now() ? (o - Date.now()) / 1000 : 0;
+  return humanSeconds(delay + wait);
+}
+
+// ---- one queue --------------------------------------------------------------------------
+
+function button(text, onclick, cls) {
+  return el("button", { type: "button", text, onclick, class: cls });
+}
+
+function markChanged(form) {
+  const mark = (e) => { if (e.target.name) e.target.dataset.changed = "1"; };
+  form.addEventListener("input", mark);
+  form.addEventListener("change", mark);
+}
+
+function numberOrNull(v) {
+  return v === "" ? null : Number(v);
+}
+
+function isoFromLocal(v) {
+  return v === "" ? null : new Date(v).toISOString();
+}
+
+function localFromIso(iso) {
+  const t = iso ? Date.parse(iso) : NaN;
+  if (isNaN(t)) return "";
+  const d = new Date(t - new Date(t).getTimezoneOffset() * 60000);
+  return d.toISOString().slice(0, 16);
+}
+
+function settingsForm(id, entry) {
+  const adaptive = el("fieldset", {},
+    el("legend", { text: "Adaptive rate (follows the booking backend's load)" }),
+    el("label", { class: "check" },
+      el("input", { type: "checkbox", name: "adaptive_on" }), " Adaptive on"));
+  const row = el("div", { class: "row" });
+  for (const [name, label, type] of ADAPTIVE_FIELDS) {
+    row.append(el("label", {}, label, el("input", { name: "adaptive." + name, type, step: "any" })));
+  }
+  adaptive.append(row);
+  const form = el("form", { class: "controls", autocomplete: "off" },
+    el("div", { class: "row" },
+      el("label", {}, "Admissions per second",
+        el("input", { name: "admit_per_second", type: "number", min: "0.001", step: "any" })),
+      el("label", {}, "Max active (empty: no cap)",
+        el("input", { name: "max_active", type: "number", min: "0", step: "1" })),
+      el("label", {}, "Passthrough",
+        el("select", { name: "passthrough" },
+          el("option", { value: "", text: "—" }),
+          el("option", { value: "true", text: "on" }),
+          el("option", { value: "false", text: "off" }))),
+      el("label", {}, "Opens at (local time; empty: no schedule)",
+        el("input", { name: "opens_at", type: "datetime-local" }))),
+    adaptive,
+    el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Apply changes…" })));
+  markChanged(form);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = changedSettings(form);
+    if (!Object.keys(body).length) {
+      setStatus("Nothing changed in " + id + "'s settings");
+      return;
+    }
+    if (await confirmCall("Change the settings of " + id, "PUT", queuePath(id), body)) {
+      fillSettings(form, entry.last, true);
+    }
+  });
+  return form;
+}
+
+// The body of a settings change: only the fields the operator touched.
+function changedSettings(form) {
+  const body = {};
+  const changed = (name) => form.elements[name] && form.elements[name].dataset.changed === "1";
+  if (changed("admit_per_second") && form.elements.admit_per_second.value !== "") {
+    body.admit_per_second = Number(form.elements.admit_per_second.value);
+  }
+  if (changed("max_active")) body.max_active = numberOrNull(form.elements.max_active.value);
+  if (changed("passthrough") && form.elements.passthrough.value !== "") {
+    body.passthrough = form.elements.passthrough.value === "true";
+  }
+  if (changed("opens_at")) body.opens_at = isoFromLocal(form.elements.opens_at.value);
+  const adaptiveTouched = changed("adaptive_on") ||
+    ADAPTIVE_FIELDS.some(([n]) => changed("adaptive." + n));
+  if (adaptiveTouched) {
+    if (!form.elements.adaptive_on.checked) {
+      body.adaptive = null;
+    } else {
+      const a = {};
+      for (const [n, , type] of ADAPTIVE_FIELDS) {
+        const v = form.elements["adaptive." + n].value;
+        if (v !== "") a[n] = type === "number" ? Number(v) : v;
+      }
+      body.adaptive = a;
+    }
+  }
+  return body;
+}
+
+// Fills the settings form from the queue's current view (all of it when `all`, else only the
+// fields the operator has not touched).
+function fillSettings(form, q, all) {
+  const set = (name, value) => {
+    const input = form.elements[name];
+    if (!input || (!all && input.dataset.changed === "1")) return;
+    delete input.dataset.changed;
+    if (input.type === "checkbox") input.checked = !!value;
+    else input.value = value == null ? "" : String(value);
+  };
+  set("admit_per_second", q.admit_per_second);
+  set("max_active", q.max_active);
+  set("passthrough", typeof q.passthrough === "boolean" ? String(q.passthrough) : "");
+  set("opens_at", localFromIso(q.opens_at));
+  const a = q.adaptive && typeof q.adaptive === "object" ? q.adaptive : null;
+  set("adaptive_on", !!a);
+  for (const [n] of ADAPTIVE_FIELDS) set("adaptive." + n, a ? a[n] : "");
+}
+
+function queuePath(id) {
+  return "/admin/queues/" + encodeURIComponent(id);
+}
+
+function card(id) {
+  const fields = {};
+  const stats = el("dl", { class: "stats" });
+  for (const [name, label] of STATS) {
+    fields[name] = el("dd", { "data-field": name, text: "—" });
+    stats.append(el("div", {}, el("dt", { text: label }), fields[name]));
+  }
+  const badge = el("span", { class: "badge", "data-field": "state" });
+  const chart = svg("svg", { viewBox: "0 0 600 160", role: "img", "aria-label": "Waiting and admissions per second, over the chart window" });
+  const reason = el("select", { "aria-label": "Close reason" },
+    el("option", { value: "queue_closed", text: "queue closed" }),
+    el("option", { value: "sold_out", text: "sold out" }));
+  const notice = el("input", { name: "message", maxlength: "500", required: true });
+  const entry = { id, fields, badge, chart, history: [], last: null };
+  entry.settings = settingsForm(id, entry);
+  const noticeForm = el("form", { class: "row", autocomplete: "off" },
+    el("label", {}, "Notice to everyone waiting", notice),
+    el("button", { type: "submit", text: "Send notice…" }));
+  noticeForm.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = { message: notice.value };
+    if (await confirmCall("Send a notice to everyone waiting in " + id, "POST", queuePath(id) + "/notice", body)) {
+      notice.value = "";
+    }
+  });
+  const path = queuePath(id);
+  entry.card = el("article", { class: "queue", "data-queue": id, "aria-labelledby": "q-" + id },
+    el("header", {}, el("h3", { id: "q-" + id, text: id }), badge),
+    el("div", { class: "glance" },
+      stats,
+      el("div", { class: "chart" }, chart,
+        el("p", { class: "legend" },
+          el("span", { class: "w", text: "— waiting" }), "  ",
+          el("span", { class: "r", text: "— admissions/s (measured)" })))),
+    el("div", { class: "controls" },
+      el("div", { class: "row" },
+        button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true })),
+        button("Pause…", () => confirmCall("Pause admission in " + id + " (everyone keeps their place)", "PUT", path, { paused: true })),
+        button("Resume…", () => confirmCall("Resume admission in " + id, "PUT", path, { paused: false })),
+        el("label", {}, "Reason", reason),
+        button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
+      noticeForm,
+      el("details", {}, el("summary", { text: "Rate, capacity, adaptive rate and schedule" }), entry.settings)));
+  return entry;
+}
+
+function update(entry, q, now) {
+  const prev = entry.history[entry.history.length - 1];
+  let measured = null;
+  if (prev && now > prev.t && q.admitted_total >= prev.admitted) {
+    measured = (q.admitted_total - prev.admitted) / ((now - prev.t) / 1000);
+  }
+  entry.history.push({ t: now, waiting: q.waiting, admitted: q.admitted_total, rate: measured });
+  while (entry.history.length && entry.history[0].t < now - HISTORY_MS) entry.history.shift();
+  const [cls, text] = state(q);
+  entry.badge.className = "badge " + cls;
+  entry.badge.textContent = text;
+  const values = Object.assign({}, q, {
+    measured_per_second: measured === null ? null : measured.toFixed(1),
+    eta_last: etaLast(q),
+    opens_at: opensAt(q) ? new Date(opensAt(q)).toLocaleString() : q.opens_at,
+  });
+  for (const [name] of STATS) {
+    const v = values[name];
+    entry.fields[name].textContent = shown(typeof v === "number" && !Number.isInteger(v) ? Number(v.toFixed(2)) : v);
+  }
+  fillSettings(entry.settings, q, entry.last === null);
+  entry.last = q;
+  draw(entry, now);
+}
+
+// The chart's window in milliseconds (the history always keeps the last hour).
+function windowMs() {
+  return Number($("window").value) * 60000;
+}
+
+// The chart: waiting (left scale) and measured admissions per second (right scale).
+function draw(entry, now) {
+  const W = 600, H = 160, L = 44, R = 44, T = 8, B = 20;
+  const span = windowMs();
+  const h = entry.history.filter((p) => p.t >= now - span);
+  const maxW = Math.max(1, ...h.map((p) => p.waiting));
+  const maxR = Math.max(1, ...h.map((p) => p.rate || 0));
+  const x = (t) => L + (W - L - R) * (1 - (now - t) / span);
+  const y = (v, max) => T + (H - T - B) * (1 - v / max);
+  const line = (pick, max, color, name) => svg("polyline", {
+    points: h.filter((p) => pick(p) !== null).map((p) => x(p.t).toFixed(1) + "," + y(pick(p), max).toFixed(1)).join(" "),
+    fill: "none", stroke: color, "stroke-width": "2", "data-series": name,
+  });
+  const text = (x0, y0, s, anchor, color) => {
+    const t = svg("text", { x: x0, y: y0, "font-size": "11", "text-anchor": anchor, fill: color });
+    t.textContent = s;
+    return t;
+  };
+  const c = entry.chart;
+  c.replaceChildren(
+    svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#8b949e" }),
+    text(L - 4, T + 10, String(maxW), "end", "#0b5cad"),
+    text(L - 4, H - B, "0", "end", "#0b5cad"),
+    text(W - R + 4, T + 10, maxR.toFixed(1), "start", "#b3261e"),
+    text(W - R + 4, H - B, "0", "start", "#b3261e"),
+    text(L, H - 4, "−" + span / 60000 + " min", "start", "#545c66"),
+    text(W - R, H - 4, "now", "end", "#545c66"),
+    line((p) => p.waiting, maxW, "#0b5cad", "waiting"),
+    line((p) => p.rate, maxR, "#b3261e", "rate"));
+}
+
+// ---- polling ----------------------------------------------------------------------------
+
+async function poll() {
+  let list, gws;
+  try {
+    [list, gws] = await Promise.all([api("GET", "/admin/queues"), api("GET", "/admin/gateways")]);
+  } catch (e) {
+    if (e.status === 401) signOut("The dispatcher refused the token: " + e.message);
+    else setStatus("Cannot refresh: " + e.message);
+    return false;
+  }
+  const now = Date.now();
+  const seen = new Set();
+  for (const q of list.queues || []) {
+    seen.add(q.queue);
+    let entry = queues.get(q.queue);
+    if (!entry) {
+      entry = card(q.queue);
+      queues.set(q.queue, entry);
+      $("queues").append(entry.card);
+    }
+    update(entry, q, now);
+  }
+  for (const [id, entry] of queues) {
+    if (!seen.has(id)) {
+      entry.card.remove();
+      queues.delete(id);
+    }
+  }
+  $("no-queues").hidden = queues.size > 0;
+  renderGateways(gws.gateways || []);
+  // Not in the live region: screen readers would announce it every poll.
+  $("updated").textContent = "Updated " + new Date(now).toLocaleTimeString();
+  return true;
+}
+
+function renderGateways(list) {
+  const body = $("gateways").tBodies[0];
+  body.replaceChildren(...list.map((g) => el("tr", { "data-gateway": g.index },
+    el("td", { text: String(g.index) }),
+    el("td", { text: g.server_id }),
+    el("td", { text: g.alive ? "alive" : "gone" }),
+    el("td", { "data-field": "streams", text: shown(g.streams) }),
+    el("td", { "data-field": "sockets", text: shown(g.sockets) }),
+    el("td", { text: new Date(g.alive_until_ms).toLocaleTimeString() }),
+    el("td", { text: g.queues.length ? g.queues.join(", ") : "—" }))));
+  if (!list.length) body.append(el("tr", {}, el("td", { colspan: "7", text: "No gateway registered." })));
+}
+
+// ---- signing in and out -----------------------------------------------------------------
+
+async function signIn(t) {
+  sessionStorage.setItem(TOKEN_KEY, t);
+  $("login-error").textContent = "";
+  if (!(await poll())) {
+    if (token() !== null) {
+      signOut("Cannot reach the admin API: " + $("status").textContent);
+    }
+    return;
+  }
+  $("login").hidden = true;
+  $("app").hidden = false;
+  $("logout").hidden = false;
+  $("create-title").focus();
+  clearInterval(timer);
+  timer = setInterval(poll, POLL_MS);
+}
+
+function signOut(why) {
+  clearInterval(timer);
+  timer = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  for (const entry of queues.values()) entry.card.remove();
+  queues.clear();
+  $("app").hidden = true;
+  $("logout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = why || "";
+  $("token").value = "";
+  $("token").focus();
+}
+
+function createQueue(e) {
+  e.preventDefault();
+  const f = e.target;
+  const id = f.elements.queue.value.trim();
+  const body = {};
+  if (f.elements.admit_per_second.value !== "") body.admit_per_second = Number(f.elements.admit_per_second.value);
+  if (f.elements.max_active.value !== "") body.max_active = Number(f.elements.max_active.value);
+  if (f.elements.opens_at.value !== "") body.opens_at = isoFromLocal(f.elements.opens_at.value);
+  if (f.elements.paused.checked) body.paused = true;
+  const what = queues.has(id) ? "Update the existing queue " + id : "Create the queue " + id;
+  confirmCall(what, "PUT", queuePath(id), body).then((ok) => { if (ok) f.reset(); });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    signIn($("token").value);
+  });
+  $("logout").addEventListener("click", () => signOut("Signed out."));
+  // Buttons, not a `method="dialog"` form: the policy allows no form submission at all.
+  $("confirm-ok").addEventListener("click", () => $("confirm").close("ok"));
+  $("confirm-cancel").addEventListener("click", () => $("confirm").close("cancel"));
+  $("create-form").addEventListener("submit", createQueue);
+  $("window").addEventListener("change", () => {
+    for (const entry of queues.values()) draw(entry, Date.now());
+  });
+  const t = token();
+  if (t !== null) signIn(t);
+  else $("token").focus();
+});

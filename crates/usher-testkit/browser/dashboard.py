@@ -1,0 +1,258 @@
+"""Browser tests of the operator dashboard (`/admin/ui` on the dispatcher), on Debian's
+Chromium driven by Playwright.
+
+Run by crates/usher-testkit/tests/dashboard.rs, which starts Redis, a dispatcher (with an admin
+token) and a gateway as real processes and passes in the environment:
+
+  USHER_TEST_DISPATCHER, USHER_TEST_GATEWAY  base URLs
+  USHER_TEST_ADMIN_TOKEN                     the dispatcher's admin token
+  USHER_TEST_SCREENSHOTS                     where screenshots go
+
+Control lines go to stdout (`CONTROL join <queue> <n>`: the Rust test starts n simulated
+browsers waiting in the queue, and answers `OK` on stdin). The last stdout line is
+`RESULT ok <scenarios>`. Any failed check raises, which exits non-zero with the traceback on
+stderr.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+DISPATCHER = os.environ["USHER_TEST_DISPATCHER"]
+TOKEN = os.environ["USHER_TEST_ADMIN_TOKEN"]
+SHOTS = os.environ["USHER_TEST_SCREENSHOTS"]
+UI = DISPATCHER + "/admin/ui"
+T = 20_000  # ms: the longest any single wait may take
+LAPTOP = {"width": 1280, "height": 800}
+Q = "dash"
+CARD = f"[data-queue='{Q}']"
+passed = []
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def admin(method, path):
+    """The admin API as the test sees it (checks what the dashboard's calls did)."""
+    req = urllib.request.Request(DISPATCHER + path, method=method,
+                                 headers={"authorization": "Bearer " + TOKEN})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def control(cmd):
+    print("CONTROL " + cmd, flush=True)
+    assert sys.stdin.readline().strip() == "OK", cmd
+
+
+def shot(page, name, **kw):
+    page.screenshot(path=os.path.join(SHOTS, name + ".png"), **kw)
+
+
+def until(page, expr, timeout=T):
+    """Polls `expr` in the page until it is true (evaluate, not wait_for_function: the
+    dashboard's CSP forbids compiling strings in the page)."""
+    deadline = time.time() + timeout / 1000
+    while True:
+        try:
+            if page.evaluate(expr):
+                return
+        except Exception:  # a navigation under way
+            pass
+        assert time.time() < deadline, f"not true within {timeout} ms: {expr}"
+        time.sleep(0.05)
+
+
+def field(page, name):
+    return page.inner_text(f"{CARD} [data-field='{name}']")
+
+
+def number(page, name):
+    return int(field(page, name))
+
+
+def calls(page):
+    return page.eval_on_selector_all("#calls li", "ls => ls.map(l => l.textContent)")
+
+
+def confirm(page, expect_call):
+    """Checks the confirmation dialog shows the call (token redacted) and confirms it; returns
+    the body it showed (None without one)."""
+    until(page, "document.getElementById('confirm').open")
+    shown = page.inner_text("#confirm-call")
+    assert shown.startswith(expect_call), shown
+    assert "Bearer [redacted]" in shown and TOKEN not in shown, shown
+    before = len(calls(page))
+    page.click("#confirm-ok")
+    until(page, f"document.querySelectorAll('#calls li').length > {before}")
+    last = calls(page)[0]
+    assert expect_call in last and last.endswith("ok"), last
+    assert TOKEN not in page.inner_text("body")
+    body = shown.split("\n\n", 1)
+    return json.loads(body[1]) if len(body) == 2 else None
+
+
+def scenario(name):
+    def wrap(f):
+        def run(*a):
+            log(f"--- {name}")
+            f(*a)
+            passed.append(name)
+        return run
+    return wrap
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"]
+        )
+        ctx = browser.new_context(viewport=LAPTOP, locale="en-US")
+        page = ctx.new_page()
+        errors = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        @scenario("a wrong token shows an error")
+        def wrong_token():
+            page.goto(UI)
+            until(page, "document.activeElement && document.activeElement.id === 'token'")
+            page.keyboard.type("not-the-token")
+            page.keyboard.press("Enter")
+            until(page, "document.getElementById('login-error').textContent.includes('refused')")
+            assert page.is_hidden("#app")
+            assert page.evaluate("sessionStorage.length") == 0, "a refused token is not kept"
+            shot(page, "dashboard-login-error")
+            # The refused calls are the only console errors (401s).
+            errors.clear()
+
+        @scenario("sign in keeps the token in sessionStorage, no cookie")
+        def sign_in():
+            page.fill("#token", TOKEN)
+            page.click("#login-form button")
+            until(page, "!document.getElementById('app').hidden")
+            assert page.evaluate("sessionStorage.getItem('usher-admin-token')") == TOKEN
+            assert page.evaluate("document.cookie") == ""
+            page.reload()
+            until(page, "!document.getElementById('app').hidden")
+
+        @scenario("create a queue through the UI")
+        def create():
+            page.fill("#create-form [name=queue]", Q)
+            page.fill("#create-form [name=admit_per_second]", "2")
+            page.click("#create-form button[type=submit]")
+            body = confirm(page, f"PUT /admin/queues/{Q}")
+            assert body == {"admit_per_second": 2}, body
+            until(page, f"document.querySelector(\"{CARD}\") !== null")
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 2
+            assert field(page, "state") == "open"
+            # Fields this dispatcher may not report yet read "—", never "undefined".
+            assert field(page, "max_active") == "—"
+            assert "undefined" not in page.inner_text(CARD)
+            unlabelled = page.evaluate("""[...document.querySelectorAll('input, select, button')]
+                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                             && !e.textContent.trim())
+                .map(e => e.name || e.id || e.outerHTML)""")
+            assert not unlabelled, f"controls without a label: {unlabelled}"
+
+        @scenario("the numbers move while browsers wait")
+        def numbers():
+            control(f"join {Q} 40")
+            until(page, f"Number(document.querySelector(\"{CARD} [data-field='waiting']\").textContent) > 10")
+            first = number(page, "waiting")
+            until(page, f"Number(document.querySelector(\"{CARD} [data-field='waiting']\").textContent) < {first}")
+            until(page, f"Number(document.querySelector(\"{CARD} [data-field='admitted_total']\").textContent) > 0")
+            until(page, f"parseFloat(document.querySelector(\"{CARD} [data-field='measured_per_second']\").textContent) > 0")
+            assert field(page, "eta_last").startswith("about"), field(page, "eta_last")
+            points = page.eval_on_selector(f"{CARD} polyline[data-series='waiting']",
+                                           "p => p.getAttribute('points').split(' ').length")
+            assert points >= 3, points
+            until(page, f"[...document.querySelectorAll('#gateways tbody tr')].some(r => r.textContent.includes('{Q}'))")
+            assert "alive" in page.inner_text("#gateways tbody")
+            until(page, "Number(document.querySelector(\"#gateways [data-field='streams']\").textContent) > 0")
+            page.select_option("#window", "5")
+            assert "−5 min" in page.text_content(f"{CARD} svg")
+            shot(page, "dashboard", full_page=True)
+
+        @scenario("a cancelled dialog makes no call")
+        def cancel():
+            before = len(calls(page))
+            page.click(f"{CARD} button:text('Pause…')")
+            until(page, "document.getElementById('confirm').open")
+            page.keyboard.press("Escape")
+            until(page, "!document.getElementById('confirm').open")
+            time.sleep(0.5)
+            assert len(calls(page)) == before
+            assert admin("GET", f"/admin/queues/{Q}")["paused"] is False
+
+        @scenario("pause stops admission while the line keeps its place")
+        def pause():
+            page.click(f"{CARD} button:text('Pause…')")
+            shot(page, "dashboard-confirm")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"paused": True}
+            until(page, f"document.querySelector(\"{CARD} [data-field='state']\").textContent === 'paused'")
+            assert admin("GET", f"/admin/queues/{Q}")["paused"] is True
+            time.sleep(1)  # admissions minted before the pause are delivered
+            admitted = admin("GET", f"/admin/queues/{Q}")["admitted_total"]
+            time.sleep(4)  # two polls
+            view = admin("GET", f"/admin/queues/{Q}")
+            assert view["admitted_total"] == admitted and view["waiting"] > 0, view
+            assert field(page, "eta_last").startswith("never"), field(page, "eta_last")
+            assert number(page, "waiting") == view["waiting"]
+            shot(page, "dashboard-paused")
+
+        @scenario("send a notice")
+        def notice():
+            page.fill(f"{CARD} [name=message]", "Section A is sold out")
+            page.click(f"{CARD} button:text('Send notice…')")
+            assert confirm(page, f"POST /admin/queues/{Q}/notice") == {"message": "Section A is sold out"}
+
+        @scenario("change the rate: only the changed field is sent")
+        def rate():
+            page.click(f"{CARD} summary")
+            page.fill(f"{CARD} [name=admit_per_second]", "50")
+            page.click(f"{CARD} button:text('Apply changes…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"admit_per_second": 50}
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 50
+            until(page, f"document.querySelector(\"{CARD} [data-field='admit_per_second']\").textContent === '50'")
+
+        @scenario("resume admits everyone")
+        def resume():
+            page.click(f"{CARD} button:text('Resume…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"paused": False}
+            until(page, f"document.querySelector(\"{CARD} [data-field='waiting']\").textContent === '0'")
+            assert field(page, "eta_last") == "nobody waiting"
+
+        @scenario("close with a reason")
+        def close():
+            page.select_option(f"{CARD} select[aria-label='Close reason']", "sold_out")
+            page.click(f"{CARD} button:text('Close…')")
+            assert confirm(page, f"DELETE /admin/queues/{Q}?reason=sold_out") is None
+            until(page, f"document.querySelector(\"{CARD} [data-field='state']\").textContent.startsWith('closed')")
+            assert admin("GET", f"/admin/queues/{Q}")["open"] is False
+
+        @scenario("sign out forgets the token")
+        def sign_out():
+            page.click("#logout")
+            until(page, "!document.getElementById('login').hidden")
+            assert page.evaluate("sessionStorage.length") == 0
+            assert page.query_selector(CARD) is None
+
+        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, rate, resume,
+                  close, sign_out]:
+            s()
+        unexpected = [e for e in errors if "401" not in e]
+        assert not unexpected, f"console errors: {unexpected}"
+        browser.close()
+    print("RESULT ok " + json.dumps(passed), flush=True)
+
+
+if __name__ == "__main__":
+    main()
