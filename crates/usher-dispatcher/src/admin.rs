@@ -45,7 +45,7 @@ pub fn router(state: AppState) -> Router {
             crate::audit::record,
         ))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.admin_tokens.clone(),
             crate::admin_auth::authorize,
         ));
     let store = state.store.clone();

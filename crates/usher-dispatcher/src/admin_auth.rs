@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_http::ApiError;
 
-use crate::state::AppState;
 
 /// The label of a token given without one.
 pub const DEFAULT_LABEL: &str = "admin";
@@ -132,7 +131,7 @@ impl AdminTokens {
 
 /// Lets a request through only with one of the admin tokens; records the token's label.
 pub(crate) async fn authorize(
-    State(st): State<AppState>,
+    State(tokens): State<Arc<AdminTokens>>,
     mut req: Request,
     next: Next,
 ) -> Response {
@@ -142,7 +141,7 @@ pub(crate) async fn authorize(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    match st.admin_tokens.check(given) {
+    match tokens.check(given) {
         Some(label) => {
             req.extensions_mut().insert(AdminLabel(label));
             next.run(req).await
