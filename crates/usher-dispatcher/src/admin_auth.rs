@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_http::ApiError;
 
-
 /// The label of a token given without one.
 pub const DEFAULT_LABEL: &str = "admin";
 /// The label of the development token.

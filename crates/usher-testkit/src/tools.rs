@@ -39,3 +39,19 @@ pub async fn booking_demo(dispatcher: &crate::procs::Proc) -> anyhow::Result<cra
     )
     .await
 }
+
+/// The scenarios a Playwright driver reported passing: waits for it to exit, and fails unless
+/// it exited cleanly and its `RESULT` line (`RESULT ok ["scenario", ...]`) says so.
+pub async fn driver_passed(
+    driver: &mut tokio::process::Child,
+    result: Option<String>,
+) -> anyhow::Result<Vec<String>> {
+    let status = driver.wait().await?;
+    anyhow::ensure!(status.success(), "the Playwright driver failed: {status}");
+    let result = result.context("the driver reported no result")?;
+    Ok(serde_json::from_str(
+        result
+            .strip_prefix("RESULT ok ")
+            .context("the driver reported a failure")?,
+    )?)
+}

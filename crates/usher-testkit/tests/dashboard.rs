@@ -234,14 +234,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(240), run)
         .await
         .context("the dashboard tests took longer than 4 minutes")??;
-    let status = driver.wait().await?;
-    anyhow::ensure!(status.success(), "the Playwright driver failed: {status}");
-    let result = result.context("the driver reported no result")?;
-    let passed: Vec<String> = serde_json::from_str(
-        result
-            .strip_prefix("RESULT ok ")
-            .context("the driver reported a failure")?,
-    )?;
+    let passed = usher_testkit::tools::driver_passed(&mut driver, result).await?;
     assert_eq!(passed, SCENARIOS, "every scenario ran and passed");
     // The simulated browsers the dashboard watched were all admitted (it resumed the queue
     // and saw nobody waiting before closing it).
