@@ -18,6 +18,26 @@
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
 //!
+//!
+//! Scheduled sale (README, "Scheduled sale and the draw"; `lua/draw.lua`):
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `usher:{q:<id>}:meta` | hash | also `opens_at_ms`, `draw` (`pending` from scheduling until the draw ran, then `done`), `draw_seed` (hex; never shown before the draw), `draw_commitment` (hex SHA-256 of the seed) |
+//! | `usher:{q:<id>}:pre` | zset | the pre-queue: places taken while the draw is pending, as in `waiting` (6-byte member, score = place id); emptied by the draw |
+//! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
+//! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
+//! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
+//!
+//! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
+//! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.
+//!
+//! Positions stay "score = place id": the draw does not re-score places, it gives every
+//! pre-queue place a *new* place id, `seq + 1 ..= seq + n` in drawn order (`INCRBY seq n`), then
+//! the pre-queue places without an entrant hash (joined while the draw was computed) FIFO
+//! behind them; later joins take ids after those. So the tick, the snapshots and the
+//! gateways' positions are unchanged, and `drawn` maps a pre-queue ticket to its place.
+//!
 //! Memory: `ended` holds the sessions that ended in the last `max_session_seconds` (at most
 //! the admissions of that window, about 20 bytes each plus zset overhead); the tick trims at
 //! most 2,000 forgotten ones per call, like its other prunes.
@@ -49,6 +69,11 @@ pub struct QueueKeys {
     pub away: String,
     pub lease: String,
     pub ended: String,
+    /// Scheduled sale (see the table above).
+    pub pre: String,
+    pub entrants: String,
+    pub drawn: String,
+    pub draw: String,
 }
 
 impl QueueKeys {
@@ -65,6 +90,10 @@ impl QueueKeys {
             away: k("away"),
             lease: k("lease"),
             ended: k("ended"),
+            pre: k("pre"),
+            entrants: k("entrants"),
+            drawn: k("drawn"),
+            draw: k("draw"),
         }
     }
 }
@@ -138,8 +167,19 @@ mod tests {
             let k = QueueKeys::new(&QueueId::new(name).expect("valid"));
             let slot = hash_slot(&k.meta);
             for key in [
-                &k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws, &k.away, &k.lease,
+                &k.seq,
+                &k.waiting,
+                &k.active,
+                &k.tokens,
+                &k.outbox,
+                &k.gws,
+                &k.away,
+                &k.lease,
                 &k.ended,
+                &k.pre,
+                &k.entrants,
+                &k.drawn,
+                &k.draw,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

@@ -4,6 +4,7 @@
 //! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
 //! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
 //! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
+//! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
 //! * [`position`] — turning a queue `state` snapshot into each browser's position.
 //! * [`store`] — the only place that knows Redis key names and Lua scripts.
@@ -11,6 +12,7 @@
 //! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
+pub mod draw;
 pub mod ids;
 pub mod keyring;
 pub mod keys;

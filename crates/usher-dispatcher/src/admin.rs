@@ -138,6 +138,10 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
+    /// Absent: unchanged; `null`: unscheduled; a time: the sale opens then (see
+    /// [`crate::schedule`]).
+    #[serde(default, deserialize_with = "crate::schedule::present")]
+    pub opens_at: Option<Option<String>>,
 }
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -210,6 +214,7 @@ async fn put_queue(
         }
     }
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let scheduling = crate::schedule::check(&st.store, &q, u.opens_at.as_ref()).await?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();
@@ -247,6 +252,8 @@ async fn put_queue(
         cfg.paused = p;
     }
     let closing = !cfg.open && existing_open;
+    // Before the settings: a new queue must not take joins into its line before its schedule.
+    crate::schedule::apply(&st.store, &q, scheduling).await?;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does.

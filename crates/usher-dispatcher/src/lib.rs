@@ -5,6 +5,7 @@
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
 //! * [`sessions`] — the session API booking services call with an entry token.
+//! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
@@ -13,6 +14,7 @@ pub mod admin;
 pub mod admission;
 pub mod config;
 mod metrics;
+mod schedule;
 pub mod sessions;
 pub mod signing;
 mod state;

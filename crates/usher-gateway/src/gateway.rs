@@ -29,6 +29,7 @@ pub(crate) struct Gateway {
     config: Config,
     store: Store,
     ticket_key: TicketKey,
+    draws: crate::draw::Draws,
     /// The browsers held here.
     hub: Hub,
     /// Joins waiting for the Redis call under way for their queue.
@@ -56,7 +57,7 @@ impl Gateway {
     ) -> Self {
         let away = Arc::new(Away::default());
         Self {
-            joins: Joiner::new(store.clone(), index, away.clone()),
+            joins: Joiner::new(store.clone(), index, away.clone(), ticket_key.clone()),
             keepalive: Keepalive::new(config.keepalive()),
             hub: Hub::new(),
             away,
@@ -65,6 +66,7 @@ impl Gateway {
             config,
             store,
             ticket_key,
+            draws: Default::default(),
             stopped: CancellationToken::new(),
             draining: AtomicBool::new(false),
             open_sockets: Arc::default(),
@@ -85,6 +87,11 @@ impl Gateway {
 
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Rendered records of finished draws (`GET /api/queues/{q}/draw`).
+    pub(crate) fn draws(&self) -> &crate::draw::Draws {
+        &self.draws
     }
 
     pub(crate) fn ticket_key(&self) -> &TicketKey {

@@ -107,6 +107,11 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             let n = hub.notify(&queue, &message);
             tracing::debug!(queue = %queue, browsers = n, "notice passed on");
         }
+        StreamMessage::Drawn { queue } => {
+            let retry = gw.config().retry_ms;
+            let n = hub.end_scheduled(&queue, || crate::frames::jittered(retry));
+            tracing::info!(queue = %queue, browsers = n, "draw done; pre-queue streams resume");
+        }
         StreamMessage::Ended {
             queue,
             place,
@@ -160,7 +165,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::QueueClosed(reason) => Some(Update::closed(q, reason)),
         PlaceState::Gone => Some(Update::closed(q, CloseReason::PlaceLost)),
         PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
-        PlaceState::Waiting { .. } | PlaceState::AdmissionPending => None,
+        PlaceState::Waiting { .. }
+        | PlaceState::AdmissionPending
+        | PlaceState::Scheduled { .. } => None,
     }
 }
 

@@ -24,6 +24,7 @@
 pub mod config;
 
 mod away;
+mod draw;
 mod errors;
 mod frames;
 mod gateway;

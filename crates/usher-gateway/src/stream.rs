@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
+use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
@@ -68,9 +68,14 @@ impl Reserved {
         }
     }
 
-    fn attach(mut self, first: WaitingEvent) -> Option<(Attached, watch::Receiver<Update>)> {
+    fn attach(mut self, first: Update) -> Option<(Attached, watch::Receiver<Update>)> {
         let r = self.r.take()?;
-        self.gw.hub().attach(r, first)
+        self.gw.hub().attach_with(r, first)
+    }
+
+    /// The place reserved (`None` once given up).
+    fn place(&self) -> Option<PlaceId> {
+        self.r.as_ref().map(|r| r.place)
     }
 }
 
@@ -145,7 +150,7 @@ async fn setup(
         None => match gw.join(&q).await {
             Ok(s) => {
                 let reserved = match &s {
-                    PlaceState::Waiting { place, .. } => {
+                    PlaceState::Waiting { place, .. } | PlaceState::Scheduled { place, .. } => {
                         metrics::joined();
                         Some(Reserved::new(gw, &q, *place))
                     }
@@ -169,36 +174,34 @@ async fn setup(
             rate,
             previous_gateway,
         } => {
-            let Some(reserved) = reserved else {
-                return Setup::TryLater;
+            let reserved = match reserved {
+                // A pre-queue ticket resumed after the draw: its place has a new id in line.
+                Some(r) if r.place() != Some(place) => {
+                    r.disarm();
+                    Reserved::new(gw, &q, place)
+                }
+                Some(r) => r,
+                None => return Setup::TryLater,
             };
-            let ticket = Ticket::issue(gw.ticket_key(), &q, place);
-            let first = WaitingEvent {
+            let first = Update::Waiting(WaitingEvent {
                 queue: q.clone(),
                 position,
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
-            };
-            let Some((attached, rx)) = reserved.attach(first) else {
-                // A newer connection took the place over meanwhile.
+            });
+            live(gw, &q, place, ticket, reserved, first, previous_gateway)
+        }
+        PlaceState::Scheduled {
+            place,
+            opens_at_ms,
+            previous_gateway,
+        } => {
+            let Some(reserved) = reserved else {
                 return Setup::TryLater;
             };
-            if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
-                let (gw, q) = (gw.clone(), q.clone());
-                tokio::spawn(async move {
-                    gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
-                        .await;
-                });
-            }
-            Setup::Live {
-                ticket,
-                holding: Holding {
-                    gw: gw.clone(),
-                    attached,
-                },
-                rx,
-            }
+            let first = Update::Scheduled(ScheduledEvent::new(q.clone(), opens_at_ms));
+            live(gw, &q, place, ticket, reserved, first, previous_gateway)
         }
         PlaceState::Admitted(rec) => {
             disarm(reserved);
@@ -227,6 +230,39 @@ async fn setup(
             let ended = Update::closed(&q, CloseReason::SessionEnded);
             Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
         }
+    }
+}
+
+/// Holds a browser whose place is reserved: its stream starts with `first`. The ticket is the
+/// one the browser presented (a pre-queue ticket keeps naming its drawn place), or a new one.
+fn live(
+    gw: &Arc<Gateway>,
+    q: &QueueId,
+    place: PlaceId,
+    ticket: Option<String>,
+    reserved: Reserved,
+    first: Update,
+    previous_gateway: Option<u16>,
+) -> Setup {
+    let ticket = ticket.unwrap_or_else(|| Ticket::issue(gw.ticket_key(), q, place));
+    let Some((attached, rx)) = reserved.attach(first) else {
+        // A newer connection took the place over meanwhile.
+        return Setup::TryLater;
+    };
+    if let Some(holder) = previous_gateway.filter(|h| *h != gw.index()) {
+        let (gw, q) = (gw.clone(), q.clone());
+        tokio::spawn(async move {
+            gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
+                .await;
+        });
+    }
+    Setup::Live {
+        ticket,
+        holding: Holding {
+            gw: gw.clone(),
+            attached,
+        },
+        rx,
     }
 }
 

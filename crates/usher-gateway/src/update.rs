@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use usher_core::ids::QueueId;
 use usher_core::messages::{
-    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, WaitingEvent,
+    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, ScheduledEvent, WaitingEvent,
 };
 use usher_core::store::TokenRecord;
 
@@ -14,6 +14,9 @@ use crate::frames::{event_frame, json_frame, retry_frame};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Waiting(WaitingEvent),
+    /// In a scheduled sale's pre-queue until the draw (which ends the stream with a `retry:`:
+    /// the browser resumes into its drawn place). No position updates meanwhile.
+    Scheduled(ScheduledEvent),
     /// An operator's notice (its rendered `notice` frame, shared by every connection it goes
     /// to), then the browser's current `waiting` event. A notice takes the place of a pending
     /// position update and carries it along, and a later position update changes `waiting`
@@ -37,7 +40,10 @@ pub enum Update {
 
 impl Update {
     pub fn is_terminal(&self) -> bool {
-        !matches!(self, Update::Waiting(_) | Update::Notice { .. })
+        !matches!(
+            self,
+            Update::Waiting(_) | Update::Notice { .. } | Update::Scheduled(_)
+        )
     }
 
     pub fn superseded() -> Self {
@@ -67,6 +73,7 @@ impl Update {
     pub fn frame(&self, ticket: &str) -> Option<String> {
         match self {
             Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
+            Update::Scheduled(e) => Some(event_frame("scheduled", Some(ticket), e)),
             Update::Notice { notice, waiting } => Some(format!(
                 "{notice}{}",
                 event_frame("waiting", Some(ticket), waiting)

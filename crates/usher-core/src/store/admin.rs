@@ -31,6 +31,11 @@ pub struct QueueConfig {
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
+    /// A scheduled sale's opening time (RFC 3339): joins before it wait in a pre-queue, put
+    /// in line in a random order at the draw. Set through [`Store::schedule`], not
+    /// [`Store::put_queue`].
+    #[serde(default)]
+    pub opens_at: Option<String>,
 }
 
 impl Default for QueueConfig {
@@ -43,6 +48,7 @@ impl Default for QueueConfig {
             open: true,
             grace_seconds: 300,
             paused: false,
+            opens_at: None,
         }
     }
 }
@@ -96,6 +102,10 @@ impl Store {
             open: flag("open"),
             grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
             paused: flag("paused"),
+            opens_at: v
+                .get("opens_at_ms")
+                .and_then(|t| t.parse().ok())
+                .map(crate::time::rfc3339_ms),
         }))
     }
 

@@ -8,6 +8,7 @@
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
+//! * `draw` — a scheduled sale: its schedule, entrant hashes, the draw and its record;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
@@ -25,6 +26,7 @@ use crate::keys;
 mod admin;
 mod decode;
 mod dispatch;
+mod draw;
 mod gateways;
 mod places;
 mod reply;
@@ -37,6 +39,7 @@ pub use dispatch::outbox::OutboxEntry;
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
+pub use draw::{DrawOutcome, DrawPhase, Schedule};
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use sessions::SessionState;

@@ -56,4 +56,6 @@ scripts!(
     session,
     touch_session,
     end_session,
+    schedule,
+    draw,
 );

@@ -3,6 +3,7 @@
 //! * `lease` — which replica drives which queue (rendezvous hashing over live replicas).
 //! * `schedule` — when a tick reads, admits and stores its token records.
 //! * `queue` — one queue's tick: lease, tick script calls, state, next pre-mint.
+//! * `draw` — a scheduled sale's draw, run by `queue` when it is due, before the tick.
 //! * `premint` — tokens minted and staged on the gateways ahead of the tick.
 //! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
@@ -12,6 +13,7 @@
 //! Imports run one way: this file uses its submodules, and none of them uses it.
 
 mod deliver;
+mod draw;
 mod gateways;
 mod lease;
 mod premint;

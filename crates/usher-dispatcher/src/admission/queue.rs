@@ -67,6 +67,10 @@ impl QueueTick {
                 }
             }
         };
+        // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
+        if !super::draw::draw_if_due(&self.store, &self.gateways, q, &held.lease, self.now).await? {
+            return Ok(Outcome::NotHeld);
+        }
         let tick_ms = self.settings.tick.as_millis() as u64;
         let lease = held.lease.clone();
         let args = TickArgs {

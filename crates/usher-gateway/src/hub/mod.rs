@@ -93,10 +93,20 @@ impl Hub {
     /// Turns a reservation into a connection. The receiver starts with `first`, or with a
     /// terminal update that arrived meanwhile (an admission included). `None` when a newer
     /// connection took the place over in between.
+    #[cfg(test)]
     pub fn attach(
         &self,
         r: Reservation,
         first: WaitingEvent,
+    ) -> Option<(Attached, watch::Receiver<Update>)> {
+        self.attach_with(r, Update::Waiting(first))
+    }
+
+    /// [`Hub::attach`] with any first update: `scheduled` for a pre-queue place.
+    pub fn attach_with(
+        &self,
+        r: Reservation,
+        first: Update,
     ) -> Option<(Attached, watch::Receiver<Update>)> {
         let mut inner = self.lock();
         let orphan = inner.orphans.remove(&(r.queue.clone(), r.place));
@@ -119,8 +129,10 @@ impl Hub {
             let (_tx, rx) = watch::channel(t);
             return Some((a, rx));
         }
-        slot.position = first.position;
-        let (tx, rx) = watch::channel(Update::Waiting(first));
+        if let Update::Waiting(w) = &first {
+            slot.position = w.position;
+        }
+        let (tx, rx) = watch::channel(first);
         slot.tx = Some(tx);
         Some((a, rx))
     }
@@ -151,6 +163,10 @@ impl Hub {
         };
         for (&place, slot) in conns.iter_mut() {
             let Some(tx) = &slot.tx else { continue };
+            // A pre-queue place is not in the line yet: it hears of the draw, not of positions.
+            if matches!(*tx.borrow(), Update::Scheduled(_)) {
+                continue;
+            }
             let position = match s.standing(PlaceId(place).seq()) {
                 Standing::At(p) => p.min(slot.position),
                 Standing::Gone => {
@@ -372,6 +388,32 @@ impl Hub {
         for (q, place) in &picked {
             let retry_ms = Some(retry_ms());
             inner.deliver(q, PlaceId(*place), Update::Ended { retry_ms });
+        }
+        picked.len()
+    }
+
+    /// A scheduled sale's draw ran: ends every pre-queue stream of `queue` without an event,
+    /// each with its own `retry:` from `retry_ms`, so the browsers resume into their drawn
+    /// places. Returns how many were ended.
+    pub fn end_scheduled(&self, queue: &QueueId, mut retry_ms: impl FnMut() -> u64) -> usize {
+        let mut inner = self.lock();
+        let picked: Vec<u64> = inner
+            .queues
+            .get(queue)
+            .map(|conns| {
+                conns
+                    .iter()
+                    .filter(|(_, s)| {
+                        s.tx.as_ref()
+                            .is_some_and(|tx| matches!(*tx.borrow(), Update::Scheduled(_)))
+                    })
+                    .map(|(&p, _)| p)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for &p in &picked {
+            let retry_ms = Some(retry_ms());
+            inner.deliver(queue, PlaceId(p), Update::Ended { retry_ms });
         }
         picked.len()
     }
