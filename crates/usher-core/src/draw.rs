@@ -61,7 +61,7 @@ impl Seed {
             .into_iter()
             .map(|(h, t)| (self.sort_key(&h), h, t))
             .collect();
-        keyed.sort_by(|a, b| (a.0, a.1 .0).cmp(&(b.0, b.1 .0)));
+        keyed.sort_by_key(|a| (a.0, a.1));
         keyed.into_iter().map(|(_, h, t)| (h, t)).collect()
     }
 }

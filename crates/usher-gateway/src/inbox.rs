@@ -108,8 +108,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             tracing::debug!(queue = %queue, browsers = n, "notice passed on");
         }
         StreamMessage::Drawn { queue } => {
-            let retry = gw.config().retry_ms;
-            let n = hub.end_scheduled(&queue, || crate::frames::jittered(retry));
+            let n = hub.end_scheduled(&queue, || gw.jittered_retry_ms());
             tracing::info!(queue = %queue, browsers = n, "draw done; pre-queue streams resume");
         }
         StreamMessage::Ended {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
-use usher_core::store::StoreError;
+use usher_core::store::{DrawPhase, StoreError};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
@@ -89,6 +89,17 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     for (q, closed) in queues.iter().zip(closed) {
         if let Some(reason) = closed {
             gw.hub().close_queue(q, reason);
+        }
+    }
+    // A draw whose message this gateway missed (sent while it was away, or lost): its
+    // pre-queue streams end all the same, within a heartbeat.
+    for q in gw.hub().scheduled_queues() {
+        if store
+            .schedule_of(&q)
+            .await?
+            .is_none_or(|s| s.phase == DrawPhase::Done)
+        {
+            gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
         }
     }
     Ok(())

@@ -32,7 +32,12 @@ async fn put(stack: &Stack, queue: &str, body: Value) -> anyhow::Result<(u16, Va
 
 /// Schedules `queue`'s sale `in_ms` from now; returns `opens_at` as the admin API shows it.
 async fn schedule(stack: &Stack, queue: &str, in_ms: u64) -> anyhow::Result<String> {
-    let (status, v) = put(stack, queue, json!({"opens_at": rfc3339_ms(now_ms() + in_ms)})).await?;
+    let (status, v) = put(
+        stack,
+        queue,
+        json!({"opens_at": rfc3339_ms(now_ms() + in_ms)}),
+    )
+    .await?;
     anyhow::ensure!(status == 200, "schedule answered {status}: {v}");
     v["opens_at"]
         .as_str()
@@ -148,10 +153,19 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     assert_eq!(status, 200, "{before}");
     assert_eq!(before["queue"], Q);
     assert_eq!(before["opens_at"], opens_at.as_str());
-    assert!(before["seed"].is_null() && before["entrants"].is_null(), "{before}");
-    let commitment = before["commitment"].as_str().expect("commitment").to_owned();
     assert!(
-        commitment.len() == 64 && commitment.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')),
+        before["seed"].is_null() && before["entrants"].is_null(),
+        "{before}"
+    );
+    let commitment = before["commitment"]
+        .as_str()
+        .expect("commitment")
+        .to_owned();
+    assert!(
+        commitment.len() == 64
+            && commitment
+                .chars()
+                .all(|c| matches!(c, '0'..='9' | 'a'..='f')),
         "lowercase hex SHA-256: {commitment}"
     );
 
@@ -194,7 +208,11 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     assert_eq!(after["opens_at"], opens_at.as_str());
     let seed = hex::decode(after["seed"].as_str().expect("seed"))?;
     assert_eq!(seed.len(), 32);
-    assert_eq!(hex::encode(Sha256::digest(&seed)), commitment, "the seed is the committed one");
+    assert_eq!(
+        hex::encode(Sha256::digest(&seed)),
+        commitment,
+        "the seed is the committed one"
+    );
     let entrants: Vec<String> = serde_json::from_value(after["entrants"].clone())?;
     let tickets: Vec<String> = early
         .iter()
@@ -222,13 +240,24 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
         }))
         .await,
         "each early browser stands at its drawn rank: {:?}",
-        early.iter().map(|b| (b.seen().ticket, position(b))).collect::<Vec<_>>()
+        early
+            .iter()
+            .map(|b| (b.seen().ticket, position(b)))
+            .collect::<Vec<_>>()
     );
     let mut late_positions: Vec<u64> = late.iter().filter_map(position).collect();
     late_positions.sort_unstable();
-    assert_eq!(late_positions, vec![11, 12, 13], "late arrivals queue behind the draw");
+    assert_eq!(
+        late_positions,
+        vec![11, 12, 13],
+        "late arrivals queue behind the draw"
+    );
     for (b, t) in early.iter().zip(&tickets) {
-        assert_eq!(b.seen().ticket.as_ref(), Some(t), "the pre-queue ticket stays");
+        assert_eq!(
+            b.seen().ticket.as_ref(),
+            Some(t),
+            "the pre-queue ticket stays"
+        );
     }
 
     // Open the gates: all are admitted, in line order.
@@ -244,12 +273,19 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     );
     let keys = jwks(&stack).await?;
     let mut line: Vec<(u64, String, bool)> = Vec::new();
-    for (b, is_late) in early.iter().map(|b| (b, false)).chain(late.iter().map(|b| (b, true))) {
+    for (b, is_late) in early
+        .iter()
+        .map(|b| (b, false))
+        .chain(late.iter().map(|b| (b, true)))
+    {
         let s = b.seen();
         let admitted = &s.admitted[0];
         line.push((
             admitted_place(&keys, admitted, Q),
-            admitted["admitted_at"].as_str().expect("admitted_at").to_owned(),
+            admitted["admitted_at"]
+                .as_str()
+                .expect("admitted_at")
+                .to_owned(),
             is_late,
         ));
         let position = |t: &String| rank.get(&entrant(t)).copied();
@@ -261,7 +297,10 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     let early_places: Vec<u64> = entrants
         .iter()
         .map(|h| {
-            let i = tickets.iter().position(|t| &entrant(t) == h).expect("an early ticket");
+            let i = tickets
+                .iter()
+                .position(|t| &entrant(t) == h)
+                .expect("an early ticket");
             admitted_place(&keys, &early[i].seen().admitted[0], Q)
         })
         .collect();
@@ -322,7 +361,10 @@ async fn pre_queue_places_resume_and_leave() -> anyhow::Result<()> {
     // Leave: the stream hears it, and the place is gone.
     let r = stack
         .http
-        .delete(format!("{}/api/queues/{Q}/tickets/{leaver}", stack.gateway_url(0)))
+        .delete(format!(
+            "{}/api/queues/{Q}/tickets/{leaver}",
+            stack.gateway_url(0)
+        ))
         .send()
         .await?;
     assert_eq!(r.status().as_u16(), 204);
@@ -338,10 +380,16 @@ async fn pre_queue_places_resume_and_leave() -> anyhow::Result<()> {
 
     // The draw ends the pre-queue stream without an event; the same ticket resumes in line.
     let record = drawn(&stack, 0, Q).await?;
-    assert_eq!(record["entrants"], json!([entrant(&ticket)]), "the leaver is not an entrant");
-    while let Some(e) = a.next_event(T).await? {
-        panic!("the pre-queue stream ends without an event, got {e:?}");
-    }
+    assert_eq!(
+        record["entrants"],
+        json!([entrant(&ticket)]),
+        "the leaver is not an entrant"
+    );
+    let end = a.next_event(T).await?;
+    assert!(
+        end.is_none(),
+        "the pre-queue stream ends without an event: {end:?}"
+    );
     let mut a = c.open(&path, Some(&ticket)).await?;
     let e = a.next_event(T).await?.expect("an event");
     assert!(
@@ -395,5 +443,77 @@ async fn bad_schedules_are_refused_and_unknown_draws_are_404() -> anyhow::Result
     assert_eq!(second["opens_at"], moved.as_str());
     let v = stack.queue(Q).await?;
     assert_eq!(v["opens_at"], moved.as_str());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_draw_is_performed_by_the_next_lease_holder() -> anyhow::Result<()> {
+    const Q: &str = "handover";
+    let Stack {
+        redis,
+        dispatcher: first,
+        gateways,
+        http,
+        ..
+    } = Stack::start(StackOptions::default()).await?;
+    let second = usher_testkit::stack::dispatcher(&redis.url(), 100).await?;
+    let r = http
+        .put(format!("{}/admin/queues/{Q}", second.url()))
+        .json(&json!({"admit_per_second": 50.0, "opens_at": rfc3339_ms(now_ms() + 2500)}))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 201);
+    let clients = vec![SseClient::new(gateways[0].url())];
+    let browsers: Vec<Browser> = (0..5)
+        .map(|i| Browser::spawn(clients.clone(), Q, i, Duration::from_secs(60)))
+        .collect();
+    assert!(
+        eventually(T, || browsers
+            .iter()
+            .all(|b| !b.seen().scheduled.is_empty()))
+        .await,
+        "all in the pre-queue"
+    );
+    // Whichever replica drove the queue, only `second` is left to draw.
+    first.stop().await?;
+    assert!(
+        eventually(Duration::from_secs(20), || browsers
+            .iter()
+            .all(|b| !b.seen().admitted.is_empty()))
+        .await,
+        "the remaining replica draws and admits"
+    );
+    let v: Value = http
+        .get(format!("{}/api/queues/{Q}/draw", gateways[0].url()))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let seed = hex::decode(v["seed"].as_str().expect("seed"))?;
+    assert_eq!(
+        hex::encode(Sha256::digest(&seed)),
+        v["commitment"].as_str().expect("commitment")
+    );
+    let tickets: Vec<String> = browsers
+        .iter()
+        .map(|b| entrant(&b.seen().ticket.expect("ticket")))
+        .collect();
+    let entrants: Vec<String> = serde_json::from_value(v["entrants"].clone())?;
+    assert_eq!(
+        entrants,
+        drawn_order(&seed, tickets),
+        "drawn once, in the seed's order"
+    );
+    let admitted: Value = http
+        .get(format!("{}/admin/queues/{Q}", second.url()))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        admitted["admitted_total"], 5,
+        "each place admitted once: {admitted}"
+    );
+    second.stop().await?;
     Ok(())
 }

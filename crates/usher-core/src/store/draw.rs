@@ -235,7 +235,7 @@ impl Store {
             .query_async(&mut self.c())
             .await?;
         let blob = blob.unwrap_or_default();
-        if blob.len() % 32 != 0 {
+        if !blob.len().is_multiple_of(32) {
             return Err(protocol(format!("draw record of {} bytes", blob.len())));
         }
         Ok(blob

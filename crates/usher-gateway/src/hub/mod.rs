@@ -162,11 +162,11 @@ impl Hub {
             return gone;
         };
         for (&place, slot) in conns.iter_mut() {
-            let Some(tx) = &slot.tx else { continue };
             // A pre-queue place is not in the line yet: it hears of the draw, not of positions.
-            if matches!(*tx.borrow(), Update::Scheduled(_)) {
+            if slot.is_scheduled() {
                 continue;
             }
+            let Some(tx) = &slot.tx else { continue };
             let position = match s.standing(PlaceId(place).seq()) {
                 Standing::At(p) => p.min(slot.position),
                 Standing::Gone => {
@@ -403,10 +403,7 @@ impl Hub {
             .map(|conns| {
                 conns
                     .iter()
-                    .filter(|(_, s)| {
-                        s.tx.as_ref()
-                            .is_some_and(|tx| matches!(*tx.borrow(), Update::Scheduled(_)))
-                    })
+                    .filter(|(_, s)| s.is_scheduled())
                     .map(|(&p, _)| p)
                     .collect()
             })
@@ -416,6 +413,16 @@ impl Hub {
             inner.deliver(queue, PlaceId(p), Update::Ended { retry_ms });
         }
         picked.len()
+    }
+
+    /// Queues with pre-queue streams held here.
+    pub fn scheduled_queues(&self) -> Vec<QueueId> {
+        self.lock()
+            .queues
+            .iter()
+            .filter(|(_, conns)| conns.values().any(Slot::is_scheduled))
+            .map(|(q, _)| q.clone())
+            .collect()
     }
 
     /// Queues this gateway holds browsers of.
@@ -433,6 +440,15 @@ struct Slot {
     position: u64,
     /// A re-check against Redis is under way (see [`Hub::apply_state`]).
     resyncing: bool,
+}
+
+impl Slot {
+    /// A pre-queue stream: its current update is `scheduled`.
+    fn is_scheduled(&self) -> bool {
+        self.tx
+            .as_ref()
+            .is_some_and(|tx| matches!(*tx.borrow(), Update::Scheduled(_)))
+    }
 }
 
 /// Admissions that arrived for places not held here (a browser between two connections).
