@@ -5,7 +5,8 @@
 //! * the seed is 32 random bytes; `commitment` = lowercase hex of SHA-256(seed bytes);
 //! * an entrant's hash = lowercase hex of SHA-256(the ticket string, UTF-8), 64 characters;
 //! * each entrant's key = HMAC-SHA256(key = the 32 seed bytes, message = its hash as the 64
-//!   ASCII bytes of its lowercase hex);
+//!   ASCII bytes of its lowercase hex); with a public randomness beacon (a drand round named
+//!   in advance), the HMAC key is the seed bytes followed by the beacon's bytes;
 //! * entrants are placed in ascending order of their keys compared as bytes (ties, which
 //!   need a SHA-256 collision, fall back to the hashes' order).
 //!
@@ -47,23 +48,30 @@ impl Seed {
         hex::encode(Sha256::digest(self.0))
     }
 
-    /// The key an entrant sorts by: HMAC-SHA256(seed, the entrant hash's 64 hex characters).
-    fn sort_key(&self, entrant: &EntrantHash) -> [u8; 32] {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-        m.update(entrant.to_hex().as_bytes());
-        m.finalize().into_bytes().into()
-    }
-
-    /// `entrants` in drawn order (each with whatever the caller keeps beside its hash).
-    pub fn order<T>(&self, entrants: Vec<(EntrantHash, T)>) -> Vec<(EntrantHash, T)> {
+    /// `entrants` in drawn order (each with whatever the caller keeps beside its hash), with
+    /// the bytes of a public randomness `beacon` mixed in when the sale names one.
+    pub fn order<T>(
+        &self,
+        beacon: Option<&[u8]>,
+        entrants: Vec<(EntrantHash, T)>,
+    ) -> Vec<(EntrantHash, T)> {
+        let mut key = self.0.to_vec();
+        key.extend_from_slice(beacon.unwrap_or_default());
         let mut keyed: Vec<_> = entrants
             .into_iter()
-            .map(|(h, t)| (self.sort_key(&h), h, t))
+            .map(|(h, t)| (sort_key(&key, &h), h, t))
             .collect();
         keyed.sort_by_key(|a| (a.0, a.1));
         keyed.into_iter().map(|(_, h, t)| (h, t)).collect()
     }
+}
+
+/// The key an entrant sorts by: HMAC-SHA256(key, the entrant hash's 64 hex characters).
+fn sort_key(key: &[u8], entrant: &EntrantHash) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    m.update(entrant.to_hex().as_bytes());
+    m.finalize().into_bytes().into()
 }
 
 impl std::fmt::Debug for Seed {
@@ -114,13 +122,22 @@ mod tests {
             .map(|i| (EntrantHash::of_ticket(&format!("q.{i}.mac")), i))
             .collect();
         let a = Seed::generate();
-        let once = a.order(entrants.clone());
+        let once = a.order(None, entrants.clone());
         let mut reversed = entrants.clone();
         reversed.reverse();
-        assert_eq!(a.order(reversed), once, "the input order does not matter");
+        assert_eq!(
+            a.order(None, reversed),
+            once,
+            "the input order does not matter"
+        );
         let mut ids: Vec<_> = once.iter().map(|e| e.1).collect();
         ids.sort_unstable();
         assert_eq!(ids, (0..50).collect::<Vec<_>>());
-        assert_ne!(Seed::generate().order(entrants), once);
+        assert_ne!(Seed::generate().order(None, entrants.clone()), once);
+        assert_ne!(
+            a.order(Some(b"beacon"), entrants),
+            once,
+            "a beacon changes the order"
+        );
     }
 }

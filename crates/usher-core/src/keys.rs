@@ -23,7 +23,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | also `opens_at_ms`, `draw` (`pending` from scheduling until the draw ran, then `done`), `draw_seed` (hex; never shown before the draw), `draw_commitment` (hex SHA-256 of the seed) |
+//! | `usher:{q:<id>}:meta` | hash | also `opens_at_ms`, `draw` (`pending` from scheduling until the draw ran, then `done`), `draw_seed` (hex; never shown before the draw), `draw_commitment` (hex SHA-256 of the seed), `draw_beacon_round` (a drand round named in advance), `draw_beacon` (its randomness, hex, recorded by the operator; the draw waits for it) |
 //! | `usher:{q:<id>}:pre` | zset | the pre-queue: places taken while the draw is pending, as in `waiting` (6-byte member, score = place id); emptied by the draw |
 //! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |

@@ -39,6 +39,10 @@ pub fn router(state: AppState) -> Router {
             get(get_queue).put(put_queue).delete(close_queue),
         )
         .route("/admin/queues/{queue}/notice", post(notice))
+        .route(
+            "/admin/queues/{queue}/draw/beacon",
+            post(crate::schedule::post_beacon),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     let store = state.store.clone();
     Router::new()
@@ -142,6 +146,10 @@ pub struct QueueUpdate {
     /// [`crate::schedule`]).
     #[serde(default, deserialize_with = "crate::schedule::present")]
     pub opens_at: Option<Option<String>>,
+    /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
+    /// mixes in that round's randomness.
+    #[serde(default, deserialize_with = "crate::schedule::present")]
+    pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
 }
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -254,6 +262,7 @@ async fn put_queue(
     let closing = !cfg.open && existing_open;
     // Before the settings: a new queue must not take joins into its line before its schedule.
     crate::schedule::apply(&st.store, &q, scheduling).await?;
+    crate::schedule::apply_beacon(&st.store, &q, u.draw_beacon).await?;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does.

@@ -5,14 +5,18 @@
 //! pending one cannot be: its pre-queue is waiting for the draw). The draw itself is
 //! [`crate::admission`]'s (`admission/draw.rs`).
 
-use serde::{Deserialize, Deserializer};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Deserializer, Serialize};
 use usher_core::draw::Seed;
 use usher_core::ids::QueueId;
-use usher_core::store::{DrawPhase, Store};
+use usher_core::store::{BeaconChange, BeaconOutcome, DrawPhase, Store};
 use usher_core::time::{now_ms, parse_rfc3339_ms};
 use usher_http::ApiError;
 
-use crate::state::redis_down;
+use crate::state::{redis_down, AppState};
 
 /// For `Option<Option<T>>` fields: a present `null` is `Some(None)`, an absent field `None`
 /// (with `#[serde(default)]`).
@@ -89,4 +93,99 @@ pub(crate) async fn apply(store: &Store, q: &QueueId, s: Scheduling) -> Result<(
             "opens_at cannot be removed while its draw is pending",
         ))
     }
+}
+
+/// `"draw_beacon"` in `PUT /admin/queues/{queue}`: the drand round whose randomness the draw
+/// mixes in.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeaconSpec {
+    pub drand_round: u64,
+}
+
+/// Names (or, with `null`, drops) a pending sale's beacon round; absent: unchanged.
+pub(crate) async fn apply_beacon(
+    store: &Store,
+    q: &QueueId,
+    asked: Option<Option<BeaconSpec>>,
+) -> Result<(), ApiError> {
+    let Some(spec) = asked else {
+        return Ok(());
+    };
+    let round = BeaconChange::Round(spec.map(|s| s.drand_round));
+    match store.set_beacon(q, round).await.map_err(redis_down)? {
+        BeaconOutcome::Set => Ok(()),
+        _ => Err(ApiError::bad_request(
+            "draw_beacon needs a scheduled sale whose draw is pending (set opens_at)",
+        )),
+    }
+}
+
+/// `POST /admin/queues/{queue}/draw/beacon` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeaconBody {
+    pub randomness: String,
+}
+
+/// The beacon as recorded.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BeaconView {
+    pub queue: QueueId,
+    pub drand_round: u64,
+    pub randomness: String,
+}
+
+/// Bytes a beacon's randomness may have (drand's is 32).
+const BEACON_BYTES: std::ops::RangeInclusive<usize> = 16..=64;
+
+/// `POST /admin/queues/{queue}/draw/beacon`: records the named round's randomness.
+pub(crate) async fn post_beacon(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<BeaconBody>, JsonRejection>,
+) -> Result<Json<BeaconView>, ApiError> {
+    let q = QueueId::new(&raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let ok = hex::decode(&b.randomness).is_ok_and(|v| BEACON_BYTES.contains(&v.len()));
+    if !ok {
+        return Err(ApiError::bad_request(format!(
+            "randomness must be {} to {} bytes of hex",
+            BEACON_BYTES.start(),
+            BEACON_BYTES.end()
+        )));
+    }
+    let Some(sale) = st.store.schedule_of(&q).await.map_err(redis_down)? else {
+        return Err(ApiError::not_found(format!(
+            "no scheduled sale for queue {raw:?}"
+        )));
+    };
+    let change = BeaconChange::Randomness(&b.randomness);
+    match st.store.set_beacon(&q, change).await.map_err(redis_down)? {
+        BeaconOutcome::Set => {}
+        BeaconOutcome::NoRound => {
+            return Err(ApiError::bad_request(
+                "this sale names no beacon round (set draw_beacon first)",
+            ))
+        }
+        BeaconOutcome::NotPending => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "the draw already ran: its beacon can no longer change",
+            ))
+        }
+        BeaconOutcome::Conflict => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "other randomness is already recorded for this round",
+            ))
+        }
+    }
+    let drand_round = sale.beacon.map(|b| b.drand_round).unwrap_or_default();
+    tracing::info!(queue = %q, drand_round, "draw beacon recorded");
+    Ok(Json(BeaconView {
+        queue: q,
+        drand_round,
+        randomness: b.randomness.to_ascii_lowercase(),
+    }))
 }

@@ -1,8 +1,10 @@
 //! `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record, for anyone to check
 //! the order (README, "Scheduled sale and the draw").
 //!
-//! `{"queue","opens_at","commitment","seed","entrants"}`: the commitment from the moment the
-//! sale is scheduled, the seed and the entrant hashes (in drawn order) once the draw ran. A
+//! `{"queue","opens_at","commitment","seed","entrants","beacon"}`: the commitment from the
+//! moment the sale is scheduled, the seed and the entrant hashes (in drawn order) once the
+//! draw ran, and the public randomness beacon mixed in (`{"drand_round","randomness"}`, or
+//! `null` when the sale names none). A
 //! drawn record never changes, and 100,000 entrants make 6.6 MB of JSON, so each gateway
 //! renders it once and serves the same bytes to every request (the commitment, read on every
 //! request, tells a new sale's record from the last one).
@@ -54,6 +56,13 @@ struct DrawRecord<'a> {
     commitment: &'a str,
     seed: Option<&'a str>,
     entrants: Option<Vec<String>>,
+    beacon: Option<BeaconRecord<'a>>,
+}
+
+#[derive(Serialize)]
+struct BeaconRecord<'a> {
+    drand_round: u64,
+    randomness: Option<&'a str>,
 }
 
 pub(crate) async fn draw_handler(
@@ -91,6 +100,10 @@ fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
         commitment: &s.commitment,
         seed: s.seed.as_deref(),
         entrants,
+        beacon: s.beacon.as_ref().map(|b| BeaconRecord {
+            drand_round: b.drand_round,
+            randomness: b.randomness.as_deref(),
+        }),
     };
     Bytes::from(serde_json::to_vec(&record).unwrap_or_default())
 }

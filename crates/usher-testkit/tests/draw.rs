@@ -77,11 +77,11 @@ fn entrant(ticket: &str) -> String {
     hex::encode(Sha256::digest(ticket.as_bytes()))
 }
 
-/// The drawn order of `entrants` under `seed`, as the README defines it: ascending
-/// HMAC-SHA256(key = seed bytes, message = the hash's hex text), ties by the hash.
-fn drawn_order(seed: &[u8], mut entrants: Vec<String>) -> Vec<String> {
+/// The drawn order of `entrants` under `key` (the seed's bytes, then a beacon's), as the
+/// README defines it: ascending HMAC-SHA256(key, the hash's hex text), ties by the hash.
+fn drawn_order(mac_key: &[u8], mut entrants: Vec<String>) -> Vec<String> {
     let key = |h: &String| {
-        let mut m = Hmac::<Sha256>::new_from_slice(seed).expect("any key length");
+        let mut m = Hmac::<Sha256>::new_from_slice(mac_key).expect("any key length");
         m.update(h.as_bytes());
         (m.finalize().into_bytes().to_vec(), h.clone())
     };
@@ -515,5 +515,112 @@ async fn a_pending_draw_is_performed_by_the_next_lease_holder() -> anyhow::Resul
         "each place admitted once: {admitted}"
     );
     second.stop().await?;
+    Ok(())
+}
+
+/// `POST /admin/queues/{queue}/draw/beacon` with `body`: (status, JSON answer).
+async fn post_beacon(stack: &Stack, queue: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+    let r = stack
+        .http
+        .post(format!(
+            "{}/admin/queues/{queue}/draw/beacon",
+            stack.dispatcher.url()
+        ))
+        .json(&body)
+        .send()
+        .await?;
+    Ok((r.status().as_u16(), r.json().await?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Result<()> {
+    const Q: &str = "beaconed";
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue(Q, 50.0).await?;
+    // Randomness before any round is named, or for a queue with no sale: refused.
+    let beacon = hex::encode(rand::random::<[u8; 32]>());
+    let (status, _) = post_beacon(&stack, Q, json!({"randomness": beacon})).await?;
+    assert_eq!(status, 404, "no sale yet");
+    let (status, v) = put(&stack, Q, json!({"draw_beacon": {"drand_round": 7}})).await?;
+    assert_eq!(status, 400, "a beacon needs a pending sale: {v}");
+    let (status, v) = put(
+        &stack,
+        Q,
+        json!({"opens_at": rfc3339_ms(now_ms() + 1500), "draw_beacon": {"drand_round": 42}}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{v}");
+    for bad in [
+        json!({"randomness": "zz"}),
+        json!({"randomness": "abcd"}),
+        json!({"value": beacon}),
+    ] {
+        let (status, v) = post_beacon(&stack, Q, bad.clone()).await?;
+        assert_eq!(status, 400, "{bad} → {v}");
+        assert!(v["error"].is_string());
+    }
+
+    let clients = vec![SseClient::new(stack.gateway_url(0))];
+    let browsers: Vec<Browser> = (0..6)
+        .map(|i| Browser::spawn(clients.clone(), Q, i, Duration::from_secs(60)))
+        .collect();
+    assert!(
+        eventually(T, || browsers
+            .iter()
+            .all(|b| !b.seen().scheduled.is_empty()))
+        .await,
+        "all in the pre-queue"
+    );
+    // Past opens_at without the round's randomness: the draw waits.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (_, waiting) = record(&stack, 0, Q).await?;
+    assert!(
+        waiting["seed"].is_null(),
+        "no draw without the beacon: {waiting}"
+    );
+    assert_eq!(
+        waiting["beacon"],
+        json!({"drand_round": 42, "randomness": null})
+    );
+    assert!(browsers.iter().all(|b| b.seen().positions.is_empty()));
+
+    let (status, v) = post_beacon(&stack, Q, json!({"randomness": beacon.to_uppercase()})).await?;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"queue": Q, "drand_round": 42, "randomness": beacon})
+    );
+    let record = drawn(&stack, 0, Q).await?;
+    assert_eq!(
+        record["beacon"],
+        json!({"drand_round": 42, "randomness": beacon})
+    );
+    let mut mac_key = hex::decode(record["seed"].as_str().expect("seed"))?;
+    mac_key.extend(hex::decode(&beacon)?);
+    let hashes: Vec<String> = browsers
+        .iter()
+        .map(|b| entrant(&b.seen().ticket.expect("ticket")))
+        .collect();
+    let entrants: Vec<String> = serde_json::from_value(record["entrants"].clone())?;
+    assert_eq!(
+        entrants,
+        drawn_order(&mac_key, hashes),
+        "seed and beacon fix the order"
+    );
+    assert_eq!(python_check(&record)?.trim(), "draw verified: 6 entrants");
+
+    // The beacon cannot change once drawn.
+    let other = hex::encode(rand::random::<[u8; 32]>());
+    let (status, _) = post_beacon(&stack, Q, json!({"randomness": other})).await?;
+    assert_eq!(status, 409);
+    let (status, _) = put(&stack, Q, json!({"draw_beacon": {"drand_round": 43}})).await?;
+    assert_eq!(status, 400);
+    assert!(
+        eventually(Duration::from_secs(20), || browsers
+            .iter()
+            .all(|b| !b.seen().admitted.is_empty()))
+        .await,
+        "everyone is admitted after the draw"
+    );
     Ok(())
 }

@@ -9,7 +9,8 @@
 local m = redis.call('HMGET', KEYS[1], 'draw', 'opens_at_ms')
 if ARGV[1] == '' then
   if m[1] == 'pending' then return {SCHEDULE_DRAW_PENDING} end
-  redis.call('HDEL', KEYS[1], 'opens_at_ms', 'draw', 'draw_seed', 'draw_commitment')
+  redis.call('HDEL', KEYS[1], 'opens_at_ms', 'draw', 'draw_seed', 'draw_commitment',
+    'draw_beacon_round', 'draw_beacon')
   redis.call('DEL', KEYS[4], KEYS[5])
   return {SCHEDULE_SET}
 end
@@ -19,6 +20,7 @@ if m[1] == 'pending' then
 end
 if m[1] == 'done' and m[2] == ARGV[1] then return {SCHEDULE_SET} end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HDEL', KEYS[1], 'draw_beacon_round', 'draw_beacon')
 redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[1], 'draw', 'pending', 'draw_seed', ARGV[2],
   'draw_commitment', ARGV[3])
 return {SCHEDULE_SET}

@@ -8,7 +8,7 @@ use redis::Value;
 
 use super::decode::{array, status, text, u};
 use super::dispatch::Lease;
-use super::reply::{DrawStatus, ScheduleStatus};
+use super::reply::{BeaconStatus, DrawStatus, ScheduleStatus};
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::draw::{EntrantHash, Seed};
@@ -33,6 +33,47 @@ pub struct Schedule {
     pub commitment: String,
     /// The seed (hex): `None` until the draw ran.
     pub seed: Option<String>,
+    /// The public randomness mixed into the order, when the sale names one.
+    pub beacon: Option<Beacon>,
+}
+
+/// A public randomness beacon named in advance: a drand round, and its randomness (hex)
+/// once the operator recorded it. The draw waits for the randomness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beacon {
+    pub drand_round: u64,
+    pub randomness: Option<String>,
+}
+
+/// What [`Store::set_beacon`] is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub enum BeaconChange<'a> {
+    /// Name a drand round (`None`: no beacon).
+    Round(Option<u64>),
+    /// Record the named round's randomness (hex).
+    Randomness(&'a str),
+}
+
+/// What [`Store::set_beacon`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconOutcome {
+    Set,
+    /// No draw is pending.
+    NotPending,
+    /// Randomness for a sale that names no round.
+    NoRound,
+    /// Other randomness is already recorded.
+    Conflict,
+}
+
+/// A draw that is due: see [`Store::due_draw`].
+#[derive(Debug)]
+pub struct DueDraw {
+    pub seed: Seed,
+    /// The beacon's randomness, when the sale names one.
+    pub beacon: Option<Vec<u8>>,
+    /// Pre-queue places with their entrant hashes, in no particular order.
+    pub entrants: Vec<(EntrantHash, PlaceId)>,
 }
 
 /// What [`Store::run_draw`] did.
@@ -90,17 +131,22 @@ impl Store {
     /// The schedule with its seed, secret or not (for the draw).
     async fn schedule_fields(&self, q: &QueueId) -> Result<Option<(Schedule, Option<Seed>)>> {
         let k = QueueKeys::new(q);
-        let (at, phase, seed, commitment): (
+        type Fields = (
             Option<u64>,
             Option<String>,
             Option<String>,
             Option<String>,
-        ) = redis::cmd("HMGET")
+            Option<u64>,
+            Option<String>,
+        );
+        let (at, phase, seed, commitment, round, randomness): Fields = redis::cmd("HMGET")
             .arg(&k.meta)
             .arg("opens_at_ms")
             .arg("draw")
             .arg("draw_seed")
             .arg("draw_commitment")
+            .arg("draw_beacon_round")
+            .arg("draw_beacon")
             .query_async(&mut self.c())
             .await?;
         let phase = match phase.as_deref() {
@@ -118,6 +164,10 @@ impl Store {
                 phase,
                 commitment,
                 seed,
+                beacon: round.map(|drand_round| Beacon {
+                    drand_round,
+                    randomness,
+                }),
             },
             parsed,
         )))
@@ -143,19 +193,54 @@ impl Store {
         Ok(())
     }
 
-    /// A pending draw of `q` that is due at `now_ms`: its seed and its entrants (pre-queue
-    /// places with an entrant hash). `None` when no draw is pending or it is not yet time.
-    pub async fn due_draw(
-        &self,
-        q: &QueueId,
-        now_ms: u64,
-    ) -> Result<Option<(Seed, Vec<(EntrantHash, PlaceId)>)>> {
+    /// Names a pending sale's beacon round, or records its randomness (see `lua/beacon.lua`).
+    pub async fn set_beacon(&self, q: &QueueId, change: BeaconChange<'_>) -> Result<BeaconOutcome> {
+        let k = QueueKeys::new(q);
+        let (what, value) = match change {
+            BeaconChange::Round(r) => ("round", r.map(|r| r.to_string()).unwrap_or_default()),
+            BeaconChange::Randomness(hex) => ("randomness", hex.to_ascii_lowercase()),
+        };
+        let v: Value = SCRIPTS
+            .beacon
+            .key(&k.meta)
+            .arg(what)
+            .arg(value)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, BeaconStatus::from_code) {
+            Some(BeaconStatus::Set) => Ok(BeaconOutcome::Set),
+            Some(BeaconStatus::NotPending) => Ok(BeaconOutcome::NotPending),
+            Some(BeaconStatus::NoRound) => Ok(BeaconOutcome::NoRound),
+            Some(BeaconStatus::Conflict) => Ok(BeaconOutcome::Conflict),
+            None => Err(protocol(format!("beacon reply {a:?}"))),
+        }
+    }
+
+    /// A pending draw of `q` that is due at `now_ms`: its seed, the beacon's randomness (when
+    /// the sale names a round) and its entrants (pre-queue places with an entrant hash).
+    /// `None` when no draw is pending, it is not yet time, or the named beacon's randomness
+    /// is not recorded yet.
+    pub async fn due_draw(&self, q: &QueueId, now_ms: u64) -> Result<Option<DueDraw>> {
         let Some((s, seed)) = self.schedule_fields(q).await? else {
             return Ok(None);
         };
         if s.phase != DrawPhase::Pending || now_ms < s.opens_at_ms {
             return Ok(None);
         }
+        let beacon = match s.beacon {
+            None => None,
+            Some(Beacon {
+                randomness: None, ..
+            }) => return Ok(None),
+            Some(Beacon {
+                randomness: Some(hex),
+                ..
+            }) => Some(
+                hex::decode(&hex)
+                    .map_err(|_| protocol(format!("queue {q}: draw_beacon is not hex")))?,
+            ),
+        };
         let seed =
             seed.ok_or_else(|| protocol(format!("queue {q}: draw_seed is not 32 bytes of hex")))?;
         let k = QueueKeys::new(q);
@@ -178,7 +263,11 @@ impl Store {
                 entrants.push((h, PlaceId(place)));
             }
         }
-        Ok(Some((seed, entrants)))
+        Ok(Some(DueDraw {
+            seed,
+            beacon,
+            entrants,
+        }))
     }
 
     /// Runs the draw of `q`: `order` (entrant hashes and pre-queue places, in drawn order)

@@ -39,7 +39,7 @@ pub use dispatch::outbox::OutboxEntry;
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
-pub use draw::{DrawOutcome, DrawPhase, Schedule};
+pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule};
 pub use gateways::{GatewayInfo, GWS_TTL_MS};
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use sessions::SessionState;

@@ -125,6 +125,18 @@ statuses! {
         Set = 1 => "SCHEDULE_SET",
     }
 
+    /// What a `beacon` call did.
+    pub enum BeaconStatus {
+        /// No draw is pending: the beacon can no longer change.
+        NotPending = 0 => "BEACON_NOT_PENDING",
+        /// Done as asked.
+        Set = 1 => "BEACON_SET",
+        /// Randomness for a sale that names no round.
+        NoRound = 2 => "BEACON_NO_ROUND",
+        /// Other randomness is already recorded for the round.
+        Conflict = 3 => "BEACON_CONFLICT",
+    }
+
     /// What a `trim_outbox` call did.
     pub enum TrimStatus {
         /// Another replica holds the queue's lease: nothing was trimmed.
@@ -167,6 +179,9 @@ mod tests {
         }
         for s in ScheduleStatus::ALL {
             assert_eq!(ScheduleStatus::from_code(s.code()), Some(*s));
+        }
+        for s in BeaconStatus::ALL {
+            assert_eq!(BeaconStatus::from_code(s.code()), Some(*s));
         }
         for s in SessionStatus::ALL {
             assert_eq!(SessionStatus::from_code(s.code()), Some(*s));

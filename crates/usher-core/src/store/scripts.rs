@@ -58,4 +58,5 @@ scripts!(
     end_session,
     schedule,
     draw,
+    beacon,
 );

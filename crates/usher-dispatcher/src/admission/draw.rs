@@ -1,5 +1,6 @@
 //! A scheduled sale's draw, run by the replica holding the queue's lease at the first tick at
-//! or after `opens_at`.
+//! or after `opens_at` (and, when the sale names a beacon round, once the operator recorded
+//! that round's randomness).
 //!
 //! The order is computed here (Lua has no HMAC: `usher_core::draw`) from the seed and the
 //! pre-queue read just before, and applied in one atomic script that checks the lease, so a
@@ -22,10 +23,11 @@ pub(super) async fn draw_if_due(
     lease: &Lease,
     now: u64,
 ) -> Result<bool, StoreError> {
-    let Some((seed, entrants)) = store.due_draw(q, now).await? else {
+    let Some(due) = store.due_draw(q, now).await? else {
         return Ok(true);
     };
-    let order = seed.order(entrants);
+    let (seed, beacon) = (due.seed, due.beacon);
+    let order = seed.order(beacon.as_deref(), due.entrants);
     match store.run_draw(q, lease, now, &order).await? {
         DrawOutcome::LeaseLost => return Ok(false),
         DrawOutcome::NotPending => return Ok(true),
@@ -34,7 +36,7 @@ pub(super) async fn draw_if_due(
             after,
             first,
         } => {
-            tracing::info!(queue = %q, drawn, after, first_place = first, commitment = %seed.commitment(), "draw done");
+            tracing::info!(queue = %q, drawn, after, first_place = first, commitment = %seed.commitment(), beacon = beacon.is_some(), "draw done");
         }
     }
     let msg = StreamMessage::Drawn { queue: q.clone() };

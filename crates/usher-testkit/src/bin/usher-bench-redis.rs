@@ -206,10 +206,10 @@ async fn measure_draw(store: &Store, n: u64) -> anyhow::Result<serde_json::Value
         .await?
         .context("lease")?;
     let t = Instant::now();
-    let (seed, entrants) = store.due_draw(&q, now_ms()).await?.context("draw due")?;
+    let due = store.due_draw(&q, now_ms()).await?.context("draw due")?;
     let read_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    let order = seed.order(entrants);
+    let order = due.seed.order(None, due.entrants);
     let order_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
     let outcome = store.run_draw(&q, &lease, now_ms(), &order).await?;
