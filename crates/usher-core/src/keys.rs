@@ -47,6 +47,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `usher:queues` | set | every configured queue id (the dispatcher's registry; no `SCAN`) |
+//! | `usher:draws` | set | queue ids with a scheduled sale whose draw may be pending: the only queues whose schedule the dispatcher reads before a tick (added when a sale is scheduled, removed once its draw ran) |
 //! | `usher:{gw}:live` | zset | gateway process index (1–65535) → heartbeat expiry (ms); dead ones kept a day |
 //! | `usher:{gw}:ids` | hash | gateway process index → server id (names its stream) |
 //! | `usher:{gw}:next` | string | last gateway index handed out (one per process start) |
@@ -99,6 +100,7 @@ impl QueueKeys {
 }
 
 pub const QUEUES: &str = "usher:queues";
+pub const DRAWS: &str = "usher:draws";
 pub const GW_LIVE: &str = "usher:{gw}:live";
 pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";

@@ -13,7 +13,7 @@ use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::draw::{EntrantHash, Seed};
 use crate::ids::{PlaceId, QueueId};
-use crate::keys::QueueKeys;
+use crate::keys::{self, QueueKeys};
 
 /// Where a scheduled sale stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,15 +112,45 @@ impl Store {
             .await?;
         let a = array(v)?;
         match status(&a, ScheduleStatus::from_code) {
-            Some(ScheduleStatus::Set) => Ok(true),
+            Some(ScheduleStatus::Set) => {
+                // Outside the script: another slot. Removed by the dispatcher after the draw.
+                if opens_at_ms.is_some() {
+                    self.mark_sale(q, true).await?;
+                }
+                Ok(true)
+            }
             Some(ScheduleStatus::DrawPending) => Ok(false),
             None => Err(protocol(format!("schedule reply {a:?}"))),
         }
     }
 
+    /// Queues whose draw may be pending (`usher:draws`): the dispatcher reads their schedule
+    /// before a tick, and no other queue's.
+    pub async fn sale_queues(&self) -> Result<Vec<QueueId>> {
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::DRAWS)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| QueueId::new(n).ok())
+            .collect())
+    }
+
+    /// Adds `q` to (or, `false`, removes it from) the queues whose draw may be pending.
+    pub async fn mark_sale(&self, q: &QueueId, pending: bool) -> Result<()> {
+        let cmd = if pending { "SADD" } else { "SREM" };
+        let _: () = redis::cmd(cmd)
+            .arg(keys::DRAWS)
+            .arg(q.as_str())
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
     /// The scheduled sale of `q`, if any (the seed only once drawn).
     pub async fn schedule_of(&self, q: &QueueId) -> Result<Option<Schedule>> {
-        Ok(self.schedule_fields(q).await?.map(|(mut s, _)| {
+        Ok(self.schedule_fields(q).await?.map(|(mut s, _, _)| {
             if s.phase == DrawPhase::Pending {
                 s.seed = None;
             }
@@ -128,10 +158,11 @@ impl Store {
         }))
     }
 
-    /// The schedule with its seed, secret or not (for the draw).
-    async fn schedule_fields(&self, q: &QueueId) -> Result<Option<(Schedule, Option<Seed>)>> {
+    /// The schedule with its seed, secret or not (for the draw), and whether the queue is open.
+    async fn schedule_fields(&self, q: &QueueId) -> Result<Option<(Schedule, Option<Seed>, bool)>> {
         let k = QueueKeys::new(q);
         type Fields = (
+            Option<String>,
             Option<u64>,
             Option<String>,
             Option<String>,
@@ -139,8 +170,9 @@ impl Store {
             Option<u64>,
             Option<String>,
         );
-        let (at, phase, seed, commitment, round, randomness): Fields = redis::cmd("HMGET")
+        let (open, at, phase, seed, commitment, round, randomness): Fields = redis::cmd("HMGET")
             .arg(&k.meta)
+            .arg("open")
             .arg("opens_at_ms")
             .arg("draw")
             .arg("draw_seed")
@@ -170,6 +202,7 @@ impl Store {
                 }),
             },
             parsed,
+            open.as_deref() == Some("1"),
         )))
     }
 
@@ -222,10 +255,11 @@ impl Store {
     /// `None` when no draw is pending, it is not yet time, or the named beacon's randomness
     /// is not recorded yet.
     pub async fn due_draw(&self, q: &QueueId, now_ms: u64) -> Result<Option<DueDraw>> {
-        let Some((s, seed)) = self.schedule_fields(q).await? else {
+        let Some((s, seed, open)) = self.schedule_fields(q).await? else {
             return Ok(None);
         };
-        if s.phase != DrawPhase::Pending || now_ms < s.opens_at_ms {
+        // A closed queue's draw waits until it reopens (draw.lua would refuse it).
+        if s.phase != DrawPhase::Pending || now_ms < s.opens_at_ms || !open {
             return Ok(None);
         }
         let beacon = match s.beacon {

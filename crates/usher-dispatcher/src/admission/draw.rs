@@ -11,7 +11,7 @@
 
 use usher_core::ids::QueueId;
 use usher_core::messages::StreamMessage;
-use usher_core::store::{DrawOutcome, GatewayInfo, Lease, Store, StoreError};
+use usher_core::store::{DrawOutcome, DrawPhase, GatewayInfo, Lease, Store, StoreError};
 
 use super::gateways::live_at;
 
@@ -38,6 +38,16 @@ pub(super) async fn draw_if_due(
         } => {
             tracing::info!(queue = %q, drawn, after, first_place = first, commitment = %seed.commitment(), beacon = beacon.is_some(), "draw done");
         }
+    }
+    // Drawn: no more schedule reads before this queue's ticks, unless a new sale was
+    // scheduled meanwhile.
+    store.mark_sale(q, false).await?;
+    if store
+        .schedule_of(q)
+        .await?
+        .is_some_and(|s| s.phase == DrawPhase::Pending)
+    {
+        store.mark_sale(q, true).await?;
     }
     let msg = StreamMessage::Drawn { queue: q.clone() };
     let batches: Vec<_> = live_at(gateways, now)

@@ -44,6 +44,8 @@ pub(super) struct QueueTick {
     pub(super) gateways: Arc<Vec<GatewayInfo>>,
     pub(super) settings: Settings,
     pub(super) now: u64,
+    /// The queue has a scheduled sale whose draw may be pending (`usher:draws`).
+    pub(super) sale: bool,
 }
 
 impl QueueTick {
@@ -68,7 +70,10 @@ impl QueueTick {
             }
         };
         // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
-        if !super::draw::draw_if_due(&self.store, &self.gateways, q, &held.lease, self.now).await? {
+        if self.sale
+            && !super::draw::draw_if_due(&self.store, &self.gateways, q, &held.lease, self.now)
+                .await?
+        {
             return Ok(Outcome::NotHeld);
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
