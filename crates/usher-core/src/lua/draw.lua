@@ -19,17 +19,22 @@ local m = redis.call('HMGET', KEYS[1], 'draw', 'open', 'grace_seconds')
 if m[1] ~= 'pending' or m[2] ~= '1' then return {DRAW_NOT_PENDING} end
 local now = tonumber(ARGV[2])
 local grace_ms = (tonumber(m[3]) or 300) * 1000
-local order, listed = {}, {}
+-- The pre-queue, read once (a call per entrant would cost more than the rest of the draw).
+local pre = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+local member_of_id = {}
+for i = 1, #pre, 2 do member_of_id[pre[i + 1]] = pre[i] end
+local order = {}
 for id in string.gmatch(ARGV[3], '%d+') do
-  listed[id] = true
-  local member = find_member(KEYS[3], id)
-  if member then order[#order + 1] = {id, member} end
+  local member = member_of_id[id]
+  if member then
+    order[#order + 1] = {id, member}
+    member_of_id[id] = nil
+  end
 end
 local drawn = #order
-local rest = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-for i = 1, #rest, 2 do
-  local id = rest[i + 1]
-  if not listed[id] then order[#order + 1] = {id, rest[i]} end
+for i = 1, #pre, 2 do
+  local id = pre[i + 1]
+  if member_of_id[id] then order[#order + 1] = {id, pre[i]} end
 end
 local n = #order
 local first = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
