@@ -20,9 +20,10 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 # The debug binaries are built first: tests in usher-testkit run usher-dispatcher and
 # usher-gateway as child processes from target/debug, and `cargo test` alone does not build
 # the binaries of other packages.
-test: ## Validate deploy/ (scripts/validate-deploy.sh), install redis-server if missing, build, run every test
+test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test
 	bash scripts/validate-deploy.sh
 	bash scripts/ensure-redis.sh
+	bash scripts/ensure-browser.sh >/dev/null
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --all-targets
 

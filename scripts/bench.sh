@@ -85,15 +85,19 @@ PIDS+=($!)
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 export USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-USHER_LISTEN="127.0.0.1:$((BASE + 81))" USHER_TICK_MS=1000 nice -n "$NICE_DISPATCHER" "$BIN/usher-dispatcher" \
+BENCH_ADMIN_TOKEN="bench:bench-admin-token-$RANDOM$RANDOM"
+USHER_ADMIN_TOKEN="$BENCH_ADMIN_TOKEN" USHER_LISTEN="127.0.0.1:$((BASE + 81))" USHER_TICK_MS=1000 nice -n "$NICE_DISPATCHER" "$BIN/usher-dispatcher" \
     >"$OUT/dispatcher.log" 2>&1 &
 PIDS+=($!)
 GATEWAY_PIDS=()
 GATEWAYS=""
 for i in 1 2 3 4 5 6; do
     port=$((BASE + i))
+    # The load generator bursts from one loopback address: the per-IP limits are off here
+    # (0), and the socket cap leaves room above the 19,000 streams.
     USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 USHER_WORKER_THREADS=1 \
-        USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
+        USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 \
+        USHER_MAX_SOCKETS=20000 USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
         >"$OUT/gateway-$i.log" 2>&1 &
     PIDS+=($!)
     GATEWAY_PIDS+=($!)
@@ -115,9 +119,10 @@ for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS" | tr , ' '); do
     curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
 done
 
-queue() { curl -fsS -X PUT "$DISPATCHER/admin/queues/$1" -H 'content-type: application/json' -d "$2" >/dev/null; }
-close() { curl -fsS -X DELETE "$DISPATCHER/admin/queues/$1" >/dev/null || true; }
-field() { curl -fsS "$DISPATCHER/admin/queues/$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+ADMIN_AUTH="Authorization: Bearer ${BENCH_ADMIN_TOKEN#bench:}"
+queue() { curl -fsS -X PUT "$DISPATCHER/admin/queues/$1" -H "$ADMIN_AUTH" -H 'content-type: application/json' -d "$2" >/dev/null; }
+close() { curl -fsS -X DELETE "$DISPATCHER/admin/queues/$1" -H "$ADMIN_AUTH" >/dev/null || true; }
+field() { curl -fsS "$DISPATCHER/admin/queues/$1" -H "$ADMIN_AUTH" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 gateway_rss_kb() {
     local total=0
     for pid in "${GATEWAY_PIDS[@]}"; do

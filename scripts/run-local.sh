@@ -208,8 +208,11 @@ log "redis     ready  redis://$HOST:$REDIS_PORT        log: $TMP/redis.log"
 REDIS_URL="redis://$HOST:$REDIS_PORT"
 
 # --- usher servers -------------------------------------------------------------------------
+# Development mode: without USHER_ADMIN_TOKEN the dispatcher shares a generated admin token
+# through Redis (usher:dev:admin-token) and logs it once; it is read back below.
 start dispatcher env USHER_LISTEN="$HOST:$DISPATCHER_PORT" USHER_REDIS_URL="$REDIS_URL" \
-    USHER_TICK_MS=1000 "$BIN/usher-dispatcher"
+    USHER_TICK_MS=1000 USHER_DEV=1 ${USHER_ADMIN_TOKEN:+USHER_ADMIN_TOKEN="$USHER_ADMIN_TOKEN"} \
+    "$BIN/usher-dispatcher"
 wait_ready dispatcher "$DISPATCHER_URL/readyz"
 log "dispatcher ready $DISPATCHER_URL    log: $TMP/dispatcher.log"
 
@@ -228,9 +231,12 @@ wait_ready booking-demo "$BOOKING_URL/readyz"
 log "booking   ready  $BOOKING_URL    log: $TMP/booking-demo.log"
 
 # --- The demo queue ------------------------------------------------------------------------
-# The admin API needs no token from loopback when USHER_ADMIN_TOKEN is unset.
+# The admin API always needs a token: the one given, or the development token in Redis.
+ADMIN_TOKEN="${USHER_ADMIN_TOKEN:-$(redis-cli -h "$HOST" -p "$REDIS_PORT" --raw GET usher:dev:admin-token)}"
+[ -n "$ADMIN_TOKEN" ] || die "no development admin token in redis (see $TMP/dispatcher.log)"
 curl -fsS -X PUT "$DISPATCHER_URL/admin/queues/$QUEUE" -H 'content-type: application/json' \
-    -d '{"admit_per_second": 2, "session_ttl_seconds": 600, "open": true}' >/dev/null ||
+    -H "Authorization: Bearer $ADMIN_TOKEN" \
+    -d "{\"admit_per_second\": 2, \"session_ttl_seconds\": 600, \"open\": true, \"title\": \"usher demo\", \"booking_url\": \"http://127.0.0.1:$BOOKING_PORT/entry\"}" >/dev/null ||
     die "could not create the queue '$QUEUE' (see $TMP/dispatcher.log)"
 log "queue '$QUEUE' created: 2 admissions per second, sessions of 600 s"
 
@@ -287,12 +293,15 @@ cat <<EOF
 
   usher is running locally (logs in $TMP).
 
+  The waiting-room page (admitted browsers land on the booking demo's /entry):
+    $GATEWAY1_URL/q/$QUEUE      ($GATEWAY1_URL/q/$QUEUE?lang=ko in Korean)
+
   Join the line (each open stream is one browser; it ends after 'admitted'):
     curl -N $GATEWAY1_URL/api/queues/$QUEUE/stream
     curl -N $GATEWAY2_URL/api/queues/$QUEUE/stream
 
   Admin:   $DISPATCHER_URL/admin/queues/$QUEUE
-             curl -X PUT $DISPATCHER_URL/admin/queues/$QUEUE -H 'content-type: application/json' -d '{"admit_per_second": 5}'
+             curl -X PUT $DISPATCHER_URL/admin/queues/$QUEUE -H "Authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' -d '{"admit_per_second": 5}'
   JWKS:    $DISPATCHER_URL/.well-known/jwks.json
   Booking: POST $BOOKING_URL/api/bookings   (TOKEN = the "token" of the admitted event)
              curl -X POST $BOOKING_URL/api/bookings -H "Authorization: Bearer \$TOKEN" -H 'content-type: application/json' -d '{"queue":"$QUEUE"}'

@@ -19,7 +19,11 @@
 #   cfn-lint (PyPI)                  lints the CloudFormation snippet against AWS's spec
 #   botocore (PyPI)                  its ECS API model checks the task definitions
 #                                    (deploy/ecs/check_ecs.py)
-#   nginx (Debian package)           `nginx -t` on deploy/nginx/nginx.conf
+#   nginx (Debian package)           `nginx -t` on deploy/nginx/nginx.conf and
+#                                    deploy/nginx/booking-auth.conf
+#   promtool (Debian `prometheus`)   checks and unit-tests the alert rules and checks the
+#                                    Prometheus config; only the .deb is downloaded and
+#                                    unpacked under target/ (nothing installed or started)
 # The Python tools go into a venv under target/ ($USHER_DEPLOY_VENV, default
 # target/deploy-venv), reinstalled only when the pinned list below changes. nginx comes from
 # apt-get when missing (as root, or with passwordless sudo).
@@ -134,6 +138,18 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c '' 2>/dev/null ||
 fi
 BIN=$VENV/bin
 
+# promtool: from PATH, or unpacked from Debian's prometheus package into target/ (the package
+# is not installed: installing it would start a Prometheus server).
+PROMTOOL_DIR=$ROOT/target/promtool
+PROMTOOL=$(command -v promtool || echo "$PROMTOOL_DIR/usr/bin/promtool")
+if [ ! -x "$PROMTOOL" ]; then
+    say "promtool not found; unpacking it from Debian's prometheus package"
+    { as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        (cd "$TMP" && apt-get download prometheus) &&
+        rm -rf "$PROMTOOL_DIR" && dpkg-deb -x "$TMP"/prometheus_*.deb "$PROMTOOL_DIR"; } \
+        >"$TMP/promtool.log" 2>&1 || { sed 's/^/      /' "$TMP/promtool.log" >&2; say "could not get promtool"; }
+fi
+
 # ---- Kubernetes ----------------------------------------------------------------------------
 
 k8s_render_validate() { # DIR: render with kustomize, validate every object at --strict
@@ -242,22 +258,45 @@ check "docker compose --profile observability config" \
     "$BIN/docker-compose" -f docker-compose.yml --profile observability config -q
 
 observability_yaml() {
-    "$BIN/python" - deploy/prometheus/prometheus.yml deploy/grafana/provisioning/*/*.yml <<'PY'
-import sys, yaml
+    "$BIN/python" - deploy/prometheus/prometheus.yml deploy/grafana/provisioning/*/*.yml \
+        deploy/grafana/dashboards/*.json deploy/k8s/prometheus-adapter/values.yaml <<'PY'
+import json, sys, yaml
 for f in sys.argv[1:]:
-    yaml.safe_load(open(f))
+    if f.endswith(".json"):
+        d = json.load(open(f))
+        assert d.get("uid") and d.get("title") and d.get("panels"), f"{f}: not a dashboard"
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids)), f"{f}: panel ids repeat"
+    else:
+        yaml.safe_load(open(f))
 print("parsed:", " ".join(sys.argv[1:]))
 PY
 }
-check "Prometheus and Grafana provisioning files parse as YAML" observability_yaml
+check "Prometheus, Grafana, dashboard and prometheus-adapter files parse" observability_yaml
 
-nginx_test() {
+promtool_in() { # promtool with its paths relative to deploy/prometheus, as Prometheus reads them
+    (cd deploy/prometheus && "$PROMTOOL" "$@")
+}
+PROMTOOL_VERSION=$("$PROMTOOL" --version 2>/dev/null | head -n 1 | sed 's/^promtool, //')
+check "promtool check rules deploy/prometheus/alerts.yml ($PROMTOOL_VERSION)" \
+    promtool_in check rules alerts.yml
+check "promtool test rules deploy/prometheus/alerts.test.yml (each alert fires, look-alikes don't)" \
+    promtool_in test rules alerts.test.yml
+check "promtool check config deploy/prometheus/prometheus.yml" \
+    promtool_in check config prometheus.yml
+check "alerts and dashboards query only exported metrics (check_metrics.py)" \
+    "$BIN/python" deploy/prometheus/check_metrics.py "$ROOT"
+
+nginx_test() { # CONF (default deploy/nginx/nginx.conf)
     command -v nginx >/dev/null 2>&1 || { echo "nginx is not installed"; return 1; }
     # A temporary prefix and error log: nothing under /var/log, no pid file, nothing started.
     mkdir -p "$TMP/nginx"
-    nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$ROOT/deploy/nginx/nginx.conf"
+    nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$ROOT/${1:-deploy/nginx/nginx.conf}"
 }
 check "nginx -t deploy/nginx/nginx.conf ($(nginx -v 2>&1 | sed 's/^nginx version: //'))" nginx_test
+# The booking-service guard (auth_request against the dispatcher's GET /api/session); its
+# behaviour is tested with the real nginx in crates/usher-testkit/tests/nginx_auth.rs.
+check "nginx -t deploy/nginx/booking-auth.conf" nginx_test deploy/nginx/booking-auth.conf
 
 check "hadolint Dockerfile (no findings; DL3008 ignored inline with its reason)" \
     "$BIN/hadolint" --no-color Dockerfile

@@ -8,6 +8,10 @@
 // stream after `admitted` (or `closed`). If a stream ends early (a bare `retry:` answer
 // from a gateway at its connection cap, draining, or without Redis), the script does what
 // EventSource does: waits `retry` and asks again with `Last-Event-ID`, on the next gateway.
+// A stream that outlives STREAM_TIMEOUT is not final either: k6 keeps the part of the body
+// that arrived, so the journey takes the ticket from it and resumes its place with
+// `Last-Event-ID` (counted in `usher_resumes`), as EventSource does after a dropped
+// connection, instead of joining again at the back.
 //
 // Environment (all optional):
 //   BASE_URLS       gateways, comma-separated     (http://127.0.0.1:8080,http://127.0.0.1:8090)
@@ -15,7 +19,7 @@
 //   BOOKING_URL     booking endpoint              (http://127.0.0.1:8082/api/bookings)
 //   VUS             virtual users                 (10)
 //   DURATION        how long new journeys start   (1m)
-//   STREAM_TIMEOUT  longest wait in the line      (300s)
+//   STREAM_TIMEOUT  longest single stream request (300s); a longer wait resumes the place
 //   MAX_ATTEMPTS    stream requests per journey   (20)
 //
 // Example: k6 run -e VUS=5 -e DURATION=20s loadtest/k6/queue.js
@@ -45,7 +49,9 @@ export const options = {
   },
   thresholds: {
     checks: ["rate>0.99"],
-    http_req_failed: ["rate<0.01"],
+    // Stream requests that hit STREAM_TIMEOUT count as failed requests in k6, but the journey
+    // resumes them: only the booking requests are held to the failure rate.
+    "http_req_failed{name:booking}": ["rate<0.01"],
     usher_admitted: ["rate>0.99"],
   },
 };
@@ -53,6 +59,8 @@ export const options = {
 const admittedRate = new Rate("usher_admitted");
 const waitTime = new Trend("usher_wait_ms", true);
 const reconnects = new Counter("usher_reconnects");
+const resumes = new Counter("usher_resumes");
+const streamTimeouts = new Counter("usher_stream_timeouts");
 const bookingDuration = new Trend("usher_booking_ms", true);
 
 /** Parses a text/event-stream body into [{event, data, id}] and the last `retry:`. */
@@ -97,14 +105,19 @@ export default function () {
   let status200 = true;
   let retryMs = 3000;
   let gw = (__VU + __ITER) % BASE_URLS.length;
+  let lastTimedOut = false;
 
   for (let attempt = 0; attempt < MAX_ATTEMPTS && !admitted && !closed; attempt++) {
     if (attempt > 0) {
       reconnects.add(1);
-      sleep(retryMs / 1000);
+      // A timed-out stream was cut by us, not by the gateway: reconnect at once.
+      if (!lastTimedOut) sleep(retryMs / 1000);
     }
     const headers = { Accept: "text/event-stream" };
-    if (ticket) headers["Last-Event-ID"] = ticket;
+    if (ticket) {
+      headers["Last-Event-ID"] = ticket;
+      resumes.add(1);
+    }
     const url = `${BASE_URLS[gw]}/api/queues/${QUEUE}/stream`;
     gw = (gw + 1) % BASE_URLS.length;
     const res = http.get(url, {
@@ -112,11 +125,15 @@ export default function () {
       timeout: STREAM_TIMEOUT,
       tags: { name: "stream" },
     });
-    if (res.status !== 200) {
+    // k6's request timeout (error code 1050): the body so far is kept; resume below.
+    const timedOut = res.status === 0 && res.error_code === 1050;
+    if (timedOut) streamTimeouts.add(1);
+    else if (res.status !== 200) {
       // EventSource gives up on any other status; so do we.
       status200 = false;
       break;
     }
+    lastTimedOut = timedOut;
     const { events, retry } = parseSse(res.body);
     if (retry !== null) retryMs = retry;
     for (const e of events) {

@@ -1,42 +1,50 @@
-//! A demo booking service: the other side of usher.
+//! A demo booking service: the other side of usher, built on `usher-admission`.
 //!
 //! `POST /api/bookings` with `Authorization: Bearer <entry token>` and a JSON body naming the
-//! `queue` books a (pretend) seat — but only when the token verifies against the dispatcher's
-//! JWKS (`alg: EdDSA`, by `kid`) with `aud` = that queue and is not expired. It uses a stock JWT
-//! library (`jsonwebtoken`), as a real booking service in any language would; it holds no key
-//! that could mint tokens. [`keys`] keeps the JWKS: refetched when a token names an unknown
-//! `kid`, so key rotation needs no restart.
+//! `queue` books a (pretend) seat — but only when the token verifies offline against the
+//! dispatcher's JWKS with `aud` = that queue ([`Admission::verify_for`]) and the dispatcher
+//! says its session is still active ([`Admission::check`]). After booking it releases the
+//! session ([`Admission::release`]), so the same token cannot book twice (`403`) and the slot
+//! frees at once. It holds no key that could mint tokens.
 //!
-//! A token verified offline is only "a genuine usher token within its cap": before booking it
-//! asks the dispatcher whether the session is still active (`GET /api/session`, `403` when it
-//! has ended), and after booking it releases the session (`DELETE /api/session`), so the same
-//! token cannot book twice and the slot frees at once.
+//! `GET /api/seats` shows the guard for whole routes: [`Admission::layer`], touching the
+//! session on each call so a browsing user's sliding session stays alive.
+//!
+//! With `USHER_LOAD_BACKEND` set it reports its own request rate as that backend's load
+//! ([`load`]).
+//!
+//! `POST /entry` is where usher's waiting-room page sends an admitted browser (the queue's
+//! `booking_url`): an auto-submitted form with the fields `token`, `queue` and `expires_at`.
+//! It verifies the token the same way and answers a small HTML page naming the place.
 
-pub mod keys;
+pub mod load;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::rejection::{FormRejection, JsonRejection};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Form, Json, Router};
 use clap::Parser;
-use jsonwebtoken::{Algorithm, Validation};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use usher_admission::{Admission, Claims, SessionStatus, VerifyError};
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
-pub use keys::Keys;
+use load::RequestCounter;
 
 /// usher demo booking service — accepts bookings only with a valid entry token.
 ///
 /// Verifies `Authorization: Bearer <entry token>` against the dispatcher's JWKS, with `aud`
-/// equal to the `queue` named in the request body.
+/// equal to the `queue` named in the request body, and asks the dispatcher whether the
+/// token's session is still active.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "usher-booking-demo", version, about, long_about)]
 pub struct Config {
@@ -44,9 +52,10 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8082")]
     pub listen: SocketAddr,
 
-    /// Where the dispatcher publishes its public keys. Fetched on the first booking and again
-    /// whenever a token names a key id not seen yet (one fetch at a time; a key id still
-    /// unknown after a fetch is refused without fetching again for a few seconds).
+    /// Where the dispatcher publishes its public keys (`http://` or `https://`). Fetched on
+    /// the first booking and again whenever a token names a key id not seen yet (one fetch at
+    /// a time; a key id still unknown after a fetch is refused without fetching again for a
+    /// few seconds).
     #[arg(
         long,
         env = "USHER_JWKS_URL",
@@ -64,6 +73,30 @@ pub struct Config {
     )]
     pub dispatcher_url: String,
 
+    /// Report this service's request rate (requests per second) as the load of this named
+    /// backend (`PUT /api/backends/{name}/load` on the dispatcher), for queues whose adaptive
+    /// rate follows it. Unset: no reports. Needs `--service-token`.
+    #[arg(long, env = "USHER_LOAD_BACKEND", requires = "service_token")]
+    pub load_backend: Option<String>,
+
+    /// The dispatcher's service token (its `USHER_SERVICE_TOKEN`), sent with load reports.
+    #[arg(long, env = "USHER_SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: Option<String>,
+
+    /// Seconds between load reports. Keep it well under the queue's `stale_after_seconds`, or
+    /// the dispatcher reads the backend as down between reports.
+    #[arg(
+        long,
+        env = "USHER_LOAD_REPORT_SECONDS",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub load_report_seconds: u64,
+
+    /// Deadlines and the connection cap for slow or idle clients.
+    #[command(flatten)]
+    pub serve: usher_http::ServeLimits,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -73,18 +106,8 @@ pub struct Config {
 pub enum Error {
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
-    #[error("http client: {0}")]
-    Client(#[from] reqwest::Error),
-}
-
-/// Entry-token claims as the booking service reads them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EntryClaims {
-    pub sub: String,
-    pub aud: String,
-    pub iat: u64,
-    pub exp: u64,
-    pub jti: String,
+    #[error("usher-admission set-up: {0}")]
+    Admission(#[from] usher_admission::BuildError),
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,95 +126,39 @@ pub struct Booking {
     pub seat: Option<String>,
 }
 
-/// Verifies an entry token for `queue`.
-pub async fn verify(keys: &Keys, token: &str, queue: &str) -> Result<EntryClaims, ApiError> {
-    let header = jsonwebtoken::decode_header(token)
-        .map_err(|e| ApiError::unauthorized(format!("malformed token: {e}")))?;
-    if header.alg != Algorithm::EdDSA {
-        return Err(ApiError::unauthorized("token must be signed with EdDSA"));
-    }
-    let kid = header
-        .kid
-        .ok_or_else(|| ApiError::unauthorized("token has no kid"))?;
-    let key = keys.key(&kid).await?;
-    let mut v = Validation::new(Algorithm::EdDSA);
-    v.set_audience(&[queue]);
-    v.set_required_spec_claims(&["exp", "aud", "sub"]);
-    v.leeway = 5;
-    jsonwebtoken::decode::<EntryClaims>(token, &key, &v)
-        .map(|d| d.claims)
-        .map_err(|e| ApiError::unauthorized(format!("invalid entry token: {e}")))
+/// What the routes share.
+pub struct App {
+    pub admission: Admission,
+    pub requests: Arc<RequestCounter>,
 }
 
-/// The dispatcher's session API, called with the entry token itself.
-pub struct Sessions {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Sessions {
-    pub fn new(base: &str) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Self {
-            base: format!("{}/api/session", base.trim_end_matches('/')),
-            http,
-        })
-    }
-
-    /// `Ok` while the token's session is active; `403` once it has ended.
-    async fn check(&self, token: &str) -> Result<(), ApiError> {
-        let r = self
-            .http
-            .get(&self.base)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(unreachable)?;
-        match r.status() {
-            StatusCode::OK => Ok(()),
-            StatusCode::GONE => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "the entry token's session has ended",
-            )),
-            StatusCode::UNAUTHORIZED => Err(ApiError::unauthorized(
-                "the dispatcher does not know this entry token",
-            )),
-            s => {
-                tracing::warn!(status = %s, "the dispatcher's session API failed");
-                Err(ApiError::unavailable("cannot check the session"))
-            }
-        }
-    }
-
-    /// Ends the token's session (idempotent on the dispatcher's side).
-    async fn release(&self, token: &str) -> Result<(), ApiError> {
-        let r = self
-            .http
-            .delete(&self.base)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(unreachable)?;
-        if r.status() == StatusCode::NO_CONTENT {
-            Ok(())
-        } else {
-            tracing::warn!(status = %r.status(), "could not release a session");
-            Err(ApiError::unavailable("cannot release the session"))
-        }
+/// `401` for a token that does not verify, `503` when the keys cannot be fetched.
+fn refused(e: VerifyError) -> ApiError {
+    if e.is_unavailable() {
+        ApiError::unavailable("cannot fetch the dispatcher's keys")
+    } else {
+        ApiError::unauthorized(format!("invalid entry token: {e}"))
     }
 }
 
-fn unreachable(e: reqwest::Error) -> ApiError {
-    tracing::warn!(error = %e, "the dispatcher's session API is unreachable");
+fn unreachable(e: usher_admission::Error) -> ApiError {
+    tracing::warn!(error = %e, "the dispatcher's session API failed");
     ApiError::unavailable("cannot reach the dispatcher")
 }
 
-/// What the routes share.
-pub struct App {
-    pub keys: Keys,
-    pub sessions: Sessions,
+/// `Ok` while the token's session is active: `403` once it has ended, `401` when the
+/// dispatcher does not know the token.
+async fn require_active(app: &App, token: &str) -> Result<(), ApiError> {
+    match app.admission.check(token).await.map_err(unreachable)? {
+        SessionStatus::Active(_) => Ok(()),
+        SessionStatus::Ended => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the entry token's session has ended",
+        )),
+        SessionStatus::Invalid => Err(ApiError::unauthorized(
+            "the dispatcher does not know this entry token",
+        )),
+    }
 }
 
 async fn book(
@@ -200,13 +167,14 @@ async fn book(
     body: Result<Json<BookingRequest>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Booking>), ApiError> {
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+    let token = usher_admission::bearer_token(&headers)
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
-    let claims = verify(&app.keys, token, &req.queue).await?;
-    app.sessions.check(token).await?;
+    let claims = app
+        .admission
+        .verify_for(token, &req.queue)
+        .await
+        .map_err(refused)?;
+    require_active(&app, token).await?;
     let booking = Booking {
         booking_id: format!("bk-{:016x}", rand::random::<u64>()),
         queue: req.queue,
@@ -215,14 +183,86 @@ async fn book(
         seat: req.seat,
     };
     // One booking per session: release it, so the token cannot book again and the slot frees.
-    app.sessions.release(token).await?;
+    app.admission.release(token).await.map_err(unreachable)?;
     tracing::info!(queue = %booking.queue, place = %booking.place, "booked");
     Ok((StatusCode::CREATED, Json(booking)))
 }
 
+/// The form usher's waiting-room page POSTs to the queue's `booking_url` on admission.
+#[derive(Debug, Deserialize)]
+pub struct EntryForm {
+    pub token: String,
+    pub queue: String,
+    pub expires_at: Option<String>,
+}
+
+/// `POST /entry`: a browser arriving from the waiting-room page. The token is checked like a
+/// booking's (offline, then the session); the answer is the booking site's landing page.
+async fn entry(
+    State(app): State<Arc<App>>,
+    form: Result<Form<EntryForm>, FormRejection>,
+) -> Result<Response, ApiError> {
+    let Form(f) = form.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let claims = app
+        .admission
+        .verify_for(&f.token, &f.queue)
+        .await
+        .map_err(refused)?;
+    require_active(&app, &f.token).await?;
+    tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
+    // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
+    let html = format!(
+        "<!doctype html><meta charset=utf-8><title>Booking</title>\
+         <h1 id=entry data-queue=\"{q}\" data-place=\"{p}\">Welcome: entry verified for queue \
+         {q}, place {p}</h1>",
+        q = id_chars(&f.queue),
+        p = id_chars(&claims.sub),
+    );
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response())
+}
+
+/// Only the characters of an id: safe in HTML text and attributes.
+fn id_chars(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect()
+}
+
+/// The seats of the token's queue (pretend), behind the admission layer.
+async fn seats(
+    Extension(claims): Extension<Claims>,
+    Extension(session): Extension<usher_admission::ActiveSession>,
+) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "queue": claims.aud,
+        "seats": ["A1", "A2", "B1"],
+        "session_expires_at": session.expires_at.unix_timestamp(),
+    }))
+}
+
+/// Counts every API request, refused ones included: the load is what the service handles.
+async fn count(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    app.requests.count();
+    next.run(req).await
+}
+
 pub fn router(app: Arc<App>) -> Router {
+    let guarded = Router::new()
+        .route("/api/seats", get(seats))
+        .route_layer(app.admission.layer().touching());
     Router::new()
         .route("/api/bookings", post(book))
+        .route("/entry", post(entry))
+        .merge(guarded)
+        // Health probes are not load.
+        .layer(middleware::from_fn_with_state(app.clone(), count))
         .merge(usher_http::health_routes(|_verbose| async {
             usher_http::Readiness {
                 ready: true,
@@ -238,11 +278,27 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    let mut admission = Admission::builder(&cfg.dispatcher_url).jwks_url(&cfg.jwks_url);
+    if let Some(t) = &cfg.service_token {
+        admission = admission.service_token(t);
+    }
     let app = Arc::new(App {
-        keys: Keys::new(cfg.jwks_url.clone())?,
-        sessions: Sessions::new(&cfg.dispatcher_url)?,
+        admission: admission.build()?,
+        requests: Arc::default(),
+    });
+    let reporter = cfg.load_backend.clone().map(|backend| {
+        tracing::info!(%backend, every_seconds = cfg.load_report_seconds, "reporting load");
+        load::spawn_reporter(
+            app.admission.clone(),
+            backend,
+            Duration::from_secs(cfg.load_report_seconds),
+            app.requests.clone(),
+        )
     });
     tracing::info!(listen = %listener.local_addr()?, jwks = %cfg.jwks_url, dispatcher = %cfg.dispatcher_url, "demo booking service running");
-    usher_http::serve(listener, router(app), shutdown).await?;
-    Ok(())
+    let served = usher_http::serve(listener, router(app), cfg.serve, shutdown).await;
+    if let Some(r) = reporter {
+        r.abort();
+    }
+    Ok(served?)
 }

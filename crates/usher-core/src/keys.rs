@@ -7,8 +7,8 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), counters (`admitted_total`, `dropped_total`, `fence`), budget (`carry`, `last_tick_ms`), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate` |
-//! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); never reset |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate`; waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
+//! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); starts at the queue's `epoch`, never reset; raised by `restore.lua` above the places gateways put back |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
@@ -17,6 +17,14 @@
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
+//! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
+//!
+//! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
+//! `adaptive` (the [`crate::policy::Adaptive`] setting as JSON, absent = off), and the token
+//! bucket shared by the tick and passthrough joins: `bucket` (tokens, a float), `bucket_ms`
+//! (when it was last refilled), `bucket_rate` (tokens per second, set by every tick: the
+//! effective rate) and `bucket_burst` (its size while nobody waits: one tick's worth, at
+//! least 1).
 //!
 //!
 //! Scheduled sale (README, "Scheduled sale and the draw"; `lua/draw.lua`):
@@ -54,6 +62,34 @@
 //! | `usher:dispatchers` | zset | dispatcher replica id → heartbeat expiry (ms) |
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
+//! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
+//! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
+//! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
+//!
+//! Pub/sub: `usher:wake` carries a queue id each time a join admitted a place at once
+//! (passthrough), so the lease holder mints and delivers it without waiting for a tick.
+//! A channel is no key: the join script does not touch it (the gateway publishes after the
+//! script answered), and Redis Cluster forwards `PUBLISH` to every node. A lost wake costs
+//! one tick: the passthrough courier also drains every held queue once per tick.
+//!
+//! Redis Cluster. Every per-queue key carries the hash tag `{q:<id>}`, so a queue lives in one
+//! slot (on one master) and its scripts run there; queues spread over the masters by their
+//! ids. Nothing operates on two queues' keys at once: a gateway refreshing its interest in
+//! several queues sends one pipeline per queue. Of the global keys:
+//! * the gateway registry (`live`, `ids`, `next`) shares the tag `{gw}`, because its scripts
+//!   (register, heartbeat, prune) touch the three keys together;
+//! * each gateway stream has its own tag `{gw:<id>}`, so streams spread over the masters; a
+//!   dispatcher writing to several sends one pipeline per stream;
+//! * `usher:queues`, `usher:dispatchers`, `usher:audit` and `usher:dev:*` are untagged and need
+//!   no tag: every command on them names that one key alone (`SADD`/`SMEMBERS`; a `MULTI` of
+//!   three commands on `usher:dispatchers`; `XADD`/`XREVRANGE`; `SET NX` then `GET`);
+//! * each backend's load report has its own tag `{be:<name>}` and is read and written alone;
+//!   the dispatcher passes the rate it implies to the tick as an argument.
+//!
+//! No script reads a key outside its tag: values from elsewhere (the live gateways, the lease
+//! value) arrive as arguments. The scripts name no key themselves
+//! (`store::scripts::tests::no_script_names_a_key_of_its_own`), and the cluster suites would
+//! see Redis refuse a call that crossed slots (`CROSSSLOT`).
 
 use crate::ids::{QueueId, ServerId};
 
@@ -70,6 +106,7 @@ pub struct QueueKeys {
     pub away: String,
     pub lease: String,
     pub ended: String,
+    pub passed: String,
     /// Scheduled sale (see the table above).
     pub pre: String,
     pub entrants: String,
@@ -91,6 +128,7 @@ impl QueueKeys {
             away: k("away"),
             lease: k("lease"),
             ended: k("ended"),
+            passed: k("passed"),
             pre: k("pre"),
             entrants: k("entrants"),
             drawn: k("drawn"),
@@ -107,6 +145,16 @@ pub const GW_NEXT: &str = "usher:{gw}:next";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
+/// Pub/sub channel: a queue id per passthrough admission (see the schema above).
+pub const WAKE_CHANNEL: &str = "usher:wake";
+
+/// A booking backend's last load report.
+pub fn backend_load(name: &crate::policy::BackendName) -> String {
+    format!("usher:{{be:{name}}}:load")
+}
+
+pub const DEV_ADMIN_TOKEN: &str = "usher:dev:admin-token";
+pub const AUDIT: &str = "usher:audit";
 /// Consumer group every gateway uses on its own stream.
 pub const STREAM_GROUP: &str = "usher";
 
@@ -182,6 +230,7 @@ mod tests {
                 &k.entrants,
                 &k.drawn,
                 &k.draw,
+                &k.passed,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

@@ -6,6 +6,10 @@ use crate::ids::{PlaceId, QueueId};
 
 /// The stream entry field that carries a [`StreamMessage`] as JSON.
 pub const STREAM_FIELD: &str = "m";
+/// The optional stream entry field that carries the W3C `traceparent` of the dispatcher span
+/// that wrote the entry (a tick), so the gateway's delivery joins its trace. Absent when
+/// traces are off, and in entries written before it existed: readers treat both alike.
+pub const TRACE_FIELD: &str = "tp";
 
 /// One admission, as delivered to the gateway holding the browser.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,8 +82,9 @@ pub enum CloseReason {
     /// The place was admitted and its session has ended (the booking service released it, or
     /// it expired): a resume never shows the old token again.
     SessionEnded,
-    /// A newer connection for the place was opened on another gateway. Never shown to a
-    /// browser: the old connection just ends.
+    /// A newer connection for the place was opened (on this or another gateway): the older
+    /// connection gets `closed` with this reason, so it does not reconnect and take the place
+    /// back (two tabs sharing a ticket would otherwise take turns forever).
     ResumedElsewhere,
 }
 
@@ -167,7 +172,9 @@ pub struct WaitingEvent {
     /// 1-based; 1 = next to be admitted.
     pub position: u64,
     pub waiting: u64,
-    pub eta_seconds: u64,
+    /// Seconds until admission at the current rate; `null` while the queue admits nobody
+    /// (an adaptive queue whose backend is silent, or whose rate is 0).
+    pub eta_seconds: Option<u64>,
     /// When this position was computed (ms since the epoch): the dispatcher's snapshot time,
     /// or the moment of joining or resuming.
     pub as_of_ms: u64,
@@ -248,12 +255,13 @@ pub fn check_notice(message: &str) -> Result<(), BadNotice> {
     Ok(())
 }
 
-/// Seconds until admission at `rate` per second for `position`.
-pub fn eta_seconds(position: u64, rate: f64) -> u64 {
+/// Seconds until admission at `rate` per second for `position`; `None` at a rate of 0 (no
+/// estimate, rather than a huge number).
+pub fn eta_seconds(position: u64, rate: f64) -> Option<u64> {
     if rate <= 0.0 || !rate.is_finite() {
-        return 0;
+        return None;
     }
-    (position as f64 / rate).ceil() as u64
+    Some((position as f64 / rate).ceil() as u64)
 }
 
 impl AdmittedEvent {
@@ -330,8 +338,8 @@ mod tests {
 
     #[test]
     fn eta_rounds_up() {
-        assert_eq!(eta_seconds(10, 4.0), 3);
-        assert_eq!(eta_seconds(0, 4.0), 0);
-        assert_eq!(eta_seconds(10, 0.0), 0);
+        assert_eq!(eta_seconds(10, 4.0), Some(3));
+        assert_eq!(eta_seconds(0, 4.0), Some(0));
+        assert_eq!(eta_seconds(10, 0.0), None);
     }
 }

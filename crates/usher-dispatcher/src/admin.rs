@@ -1,20 +1,18 @@
 //! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
 
-use std::net::SocketAddr;
-
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
+use usher_core::page::PageSettings;
+use usher_core::policy::{Adaptive, RateReason, RateSource};
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
@@ -43,12 +41,22 @@ pub fn router(state: AppState) -> Router {
             "/admin/queues/{queue}/draw/beacon",
             post(crate::schedule::post_beacon),
         )
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route("/admin/audit", get(crate::audit::list))
+        // The last layer runs first: authorize, then record the change.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::admin_auth::authorize,
+        ));
     let store = state.store.clone();
     Router::new()
         .route("/.well-known/jwks.json", get(jwks))
         .merge(admin)
         .merge(crate::sessions::routes())
+        .merge(crate::backends::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();
@@ -74,39 +82,6 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn authorize(
-    State(st): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match &st.admin_token {
-        Some(expected) => {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .unwrap_or("");
-            // Compare digests: constant time, and no length leak.
-            let (g, e) = (
-                Sha256::digest(given.as_bytes()),
-                Sha256::digest(expected.as_bytes()),
-            );
-            if bool::from(g[..].ct_eq(&e[..])) {
-                next.run(req).await
-            } else {
-                ApiError::unauthorized("missing or wrong admin bearer token").into_response()
-            }
-        }
-        None if peer.ip().is_loopback() => next.run(req).await,
-        None => ApiError::unauthorized(
-            "USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only",
-        )
-        .into_response(),
-    }
-}
-
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
 /// verifier meeting an unknown `kid` re-fetches anyway (rotation publishes a key on every
 /// replica before any replica signs with it).
@@ -128,6 +103,14 @@ pub struct QueueView {
     pub config: QueueConfig,
     #[serde(flatten)]
     pub stats: QueueStats,
+    /// The waiting-room page's settings (fields left out while unset).
+    #[serde(flatten)]
+    pub page: PageSettings,
+    /// The rate the queue admits at now (0 while paused, full, or adaptive without a fresh
+    /// load report) ...
+    pub effective_per_second: f64,
+    /// ... and why.
+    pub rate_reason: RateReason,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -144,12 +127,54 @@ pub struct QueueUpdate {
     pub paused: Option<bool>,
     /// Absent: unchanged; `null`: unscheduled; a time: the sale opens then (see
     /// [`crate::schedule`]).
-    #[serde(default, deserialize_with = "crate::schedule::present")]
+    #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
     /// mixes in that round's randomness.
-    #[serde(default, deserialize_with = "crate::schedule::present")]
+    #[serde(default, deserialize_with = "present")]
     pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
+    /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
+    pub booking_url: Option<String>,
+    pub embed_origin: Option<String>,
+    pub title: Option<String>,
+    pub logo_url: Option<String>,
+    /// Absent: unchanged; `null`: no cap.
+    #[serde(default, deserialize_with = "present")]
+    pub max_active: Option<Option<u64>>,
+    pub passthrough: Option<bool>,
+    /// Absent: unchanged; `null`: off.
+    #[serde(default, deserialize_with = "present")]
+    pub adaptive: Option<Option<Adaptive>>,
+}
+
+impl QueueUpdate {
+    /// `current` with this update's page settings applied (`""` unsets one), checked.
+    fn page_settings(&self, mut current: PageSettings) -> Result<PageSettings, ApiError> {
+        for (given, field) in [
+            (&self.booking_url, &mut current.booking_url),
+            (&self.embed_origin, &mut current.embed_origin),
+            (&self.title, &mut current.title),
+            (&self.logo_url, &mut current.logo_url),
+        ] {
+            if let Some(v) = given {
+                *field = Some(v.clone()).filter(|v| !v.is_empty());
+            }
+        }
+        current
+            .check()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        Ok(current)
+    }
+}
+
+/// A field that is present, `null` included (`Some(None)`); an absent one is `None` through
+/// `#[serde(default)]`.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -160,15 +185,32 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let Some(config) = st.store.queue_config(&q).await.map_err(redis_down)? else {
         return Ok(None);
     };
-    let stats = st
-        .store
-        .queue_stats(&q, now_ms())
-        .await
-        .map_err(redis_down)?;
+    let now = now_ms();
+    let stats = st.store.queue_stats(&q, now).await.map_err(redis_down)?;
+    let report = match &config.adaptive {
+        Some(a) => st
+            .store
+            .backend_load(&a.backend)
+            .await
+            .map_err(redis_down)?,
+        None => None,
+    };
+    let source = RateSource::of(
+        config.admit_per_second,
+        config.adaptive.as_ref(),
+        report,
+        now,
+    );
+    let full = config.max_active.is_some_and(|m| stats.active >= m);
+    let (effective_per_second, rate_reason) = source.effective(config.paused, full);
+    let page = st.store.page_settings(&q).await.map_err(redis_down)?;
     Ok(Some(QueueView {
         queue: q,
         config,
         stats,
+        page,
+        effective_per_second,
+        rate_reason,
     }))
 }
 
@@ -193,13 +235,9 @@ async fn get_queue(
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
 }
 
-async fn put_queue(
-    State(st): State<AppState>,
-    Path(raw): Path<String>,
-    body: Result<Json<QueueUpdate>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let q = parse_queue(&raw)?;
-    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+/// A queue's settings after `u` (a `PUT` body, or an entry of `USHER_QUEUES_FILE`) is
+/// applied to `existing` (the defaults for a new queue), or why `u` is refused.
+pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<QueueConfig, ApiError> {
     if let Some(r) = u.admit_per_second {
         if !(r > 0.0 && r <= MAX_ADMIT_PER_SECOND) {
             return Err(ApiError::bad_request(format!(
@@ -221,11 +259,15 @@ async fn put_queue(
             )));
         }
     }
-    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
-    let scheduling = crate::schedule::check(&st.store, &q, u.opens_at.as_ref()).await?;
-    let created = existing.is_none();
-    let existing_open = existing.as_ref().is_some_and(|c| c.open);
-    let before = existing.clone();
+    if u.max_active == Some(Some(0)) {
+        return Err(ApiError::bad_request(
+            "max_active must be at least 1, or null for no cap (pause the queue to admit nobody)",
+        ));
+    }
+    if let Some(Some(a)) = &u.adaptive {
+        a.check(MAX_ADMIT_PER_SECOND)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -259,11 +301,43 @@ async fn put_queue(
     if let Some(p) = u.paused {
         cfg.paused = p;
     }
+    if let Some(m) = u.max_active {
+        cfg.max_active = m;
+    }
+    if let Some(p) = u.passthrough {
+        cfg.passthrough = p;
+    }
+    if let Some(a) = &u.adaptive {
+        cfg.adaptive = a.clone();
+    }
+    Ok(cfg)
+}
+
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
+async fn put_queue(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    body: Result<Json<QueueUpdate>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
+    let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let scheduling = crate::schedule::check(&st.store, &q, u.opens_at.as_ref()).await?;
+    let created = existing.is_none();
+    let existing_open = existing.as_ref().is_some_and(|c| c.open);
+    let before = existing.clone();
+    let cfg = configured(existing, &u)?;
     let closing = !cfg.open && existing_open;
     // Before the settings: a new queue must not take joins into its line before its schedule.
     crate::schedule::apply(&st.store, &q, scheduling).await?;
     crate::schedule::apply_beacon(&st.store, &q, u.draw_beacon).await?;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
+    st.store
+        .put_page_settings(&q, &page)
+        .await
+        .map_err(redis_down)?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does.
         close(&st, &q, CloseReason::QueueClosed).await?;
@@ -272,11 +346,12 @@ async fn put_queue(
         (b.paused && !cfg.paused)
             || (!b.open && cfg.open)
             || cfg.admit_per_second > b.admit_per_second
+            || cfg.max_active.unwrap_or(u64::MAX) > b.max_active.unwrap_or(u64::MAX)
     });
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;
@@ -308,6 +383,8 @@ fn close_reason(q: Result<Query<CloseQuery>, QueryRejection>) -> Result<CloseRea
     }
 }
 
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "close_queue", queue = %raw))]
 async fn close_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
@@ -339,7 +416,12 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
         .into_values()
         .map(|id| (id, vec![msg.clone()]))
         .collect();
-    st.store.send(&batches).await.map_err(redis_down)?;
+    // The queue is closed in Redis already; a gateway not told now (Redis out of memory, a
+    // blip) learns it at its next heartbeat, so this failure fails nothing.
+    if let Err(e) = st.store.send(&batches).await {
+        let _ = redis_down(e);
+        tracing::warn!(queue = %q, "queue closed; gateways learn it at their next heartbeat");
+    }
     tracing::info!(queue = %q, %reason, gateways = batches.len(), "queue closed");
     Ok(true)
 }
@@ -360,6 +442,8 @@ pub struct NoticeSent {
 
 /// Sends an operator's message to every browser waiting in the queue: one stream message to
 /// each live gateway holding browsers of it (the gateways `state` goes to).
+// A span per change (never its body or credentials: `skip_all`).
+#[tracing::instrument(name = "admin", skip_all, fields(action = "notice", queue = %raw))]
 async fn notice(
     State(st): State<AppState>,
     Path(raw): Path<String>,

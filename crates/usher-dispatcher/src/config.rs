@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use usher_core::store::RedisArgs;
 use usher_runtime::LogFormat;
 
 /// usher dispatcher — admits waiting browsers at a controlled rate.
@@ -23,14 +24,9 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8081")]
     pub listen: SocketAddr,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`).
-    #[arg(
-        long,
-        env = "USHER_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    pub redis_url: String,
+    /// How to reach Redis (URL, standalone or cluster, TLS files).
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// Milliseconds between admission ticks. Each tick admits `admit_per_second × elapsed`
     /// places per queue and publishes every queue's line to the gateways, so this is also how
@@ -54,10 +50,35 @@ pub struct Config {
     #[arg(long, env = "USHER_JWT_KEY", hide_env_values = true)]
     pub jwt_key: Option<String>,
 
-    /// Bearer token required by the admin API (`Authorization: Bearer <token>`). When unset,
-    /// the admin API answers loopback clients only and a warning is logged.
+    /// Bearer tokens of the admin API (`Authorization: Bearer <token>`): `label:token`, several
+    /// separated by commas (`alice:…,deploy-bot:…`), so the audit trail names who made each
+    /// change; a token without a label is labelled `admin`. Labels are 1 to 64 letters, digits,
+    /// `.`, `_` or `-`. Required: without it the dispatcher refuses to start, unless
+    /// `USHER_DEV=1`.
     #[arg(long, env = "USHER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// Bearer token booking services send with their load reports (`PUT
+    /// /api/backends/{name}/load`, for queues with an adaptive rate); separate from the admin
+    /// token, so a booking service cannot reconfigure queues. When unset, every load report is
+    /// refused with 401 (and a warning is logged once), so adaptive queues admit nobody.
+    #[arg(long, env = "USHER_SERVICE_TOKEN", hide_env_values = true)]
+    pub service_token: Option<String>,
+
+    /// Development mode: without `USHER_ADMIN_TOKEN`, generate an admin token, share it with the
+    /// other dispatchers through Redis (the first one stores it, every one reads it back) and
+    /// log it once at start. Never in production: anyone with Redis access can read it.
+    /// `make run` sets it.
+    #[arg(long, env = "USHER_DEV", default_value_t = false, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub dev: bool,
+
+    /// Queue definitions to load at start and to apply again whenever Redis turns out to have
+    /// lost a queue (restarted empty, flushed): YAML or JSON, a map of queue id → the fields
+    /// `PUT /admin/queues/{queue}` takes. At start, only queues missing from Redis are
+    /// created (changes made through the admin API since are kept). README, "Security", has
+    /// what a loss keeps and what it cannot.
+    #[arg(long, env = "USHER_QUEUES_FILE")]
+    pub queues_file: Option<PathBuf>,
 
     /// How many places at the head of each line are published exactly in every `state`
     /// message. Beyond them, gateways interpolate between samples (error ≤ 1%).
@@ -83,6 +104,10 @@ pub struct Config {
     #[arg(long, env = "USHER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// Deadlines and the connection cap for slow or idle clients.
+    #[command(flatten)]
+    pub serve: usher_http::ServeLimits,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -97,6 +122,16 @@ pub enum ConfigError {
     ReplicaId,
     #[error("USHER_ADMIN_TOKEN is set but empty; set a long random token or unset it")]
     EmptyAdminToken,
+    #[error("USHER_SERVICE_TOKEN is set but empty; set a long random token or unset it")]
+    EmptyServiceToken,
+    #[error(
+        "USHER_ADMIN_TOKEN is not set: the admin API has no unauthenticated access. Set it \
+         (`label:token`, comma-separated for several), or set USHER_DEV=1 for a development \
+         token shared through Redis"
+    )]
+    NoAdminToken,
+    #[error("USHER_ADMIN_TOKEN: {0}")]
+    BadAdminToken(#[from] crate::admin_auth::TokenSpecError),
 }
 
 impl Config {
@@ -112,12 +147,20 @@ impl Config {
                 tick_ms: self.tick_ms,
             });
         }
+        match self.admin_token.as_deref() {
+            Some(t) if t.trim().is_empty() => return Err(ConfigError::EmptyAdminToken),
+            Some(t) => {
+                crate::admin_auth::AdminTokens::parse(t)?;
+            }
+            None if !self.dev => return Err(ConfigError::NoAdminToken),
+            None => {}
+        }
         if self
-            .admin_token
+            .service_token
             .as_deref()
             .is_some_and(|t| t.trim().is_empty())
         {
-            return Err(ConfigError::EmptyAdminToken);
+            return Err(ConfigError::EmptyServiceToken);
         }
         let id = &self.replica_id;
         if id.is_empty() || id.len() > 128 || id.contains('|') {

@@ -4,16 +4,24 @@
 //! * [`signing`] — where the entry-token keys come from.
 //! * [`admission`] — the tick loop.
 //! * [`admin`] — HTTP routes: admin API, JWKS, health.
+//! * [`admin_auth`] — the admin tokens and their labels; `audit` — the trail of admin changes.
+//! * [`queues_file`] — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
 //! * [`sessions`] — the session API booking services call with an entry token.
 //! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
+//! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod admin;
+pub mod admin_auth;
 pub mod admission;
+mod audit;
+pub mod backends;
 pub mod config;
+mod dev_secrets;
 mod metrics;
+pub mod queues_file;
 mod schedule;
 pub mod sessions;
 pub mod signing;
@@ -24,7 +32,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use usher_core::store::{Store, StoreError};
+use usher_core::store::{DevSecret, Store, StoreError};
 use usher_core::token::KeyError;
 
 pub use config::Config;
@@ -47,6 +55,8 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    QueuesFile(#[from] queues_file::QueuesFileError),
 }
 
 /// Runs the dispatcher on `listener` until `shutdown` resolves.
@@ -58,34 +68,97 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
-    let store = Store::connect(&cfg.redis_url).await?;
-    let keys = Arc::new(signing::load(&cfg, &store).await?);
+    metrics::tick_period(cfg.tick());
+    let queues_file = cfg
+        .queues_file
+        .as_deref()
+        .map(queues_file::QueuesFile::load)
+        .transpose()?;
+    let store = Store::open(&cfg.redis).await?;
+    let (keys, dev_jwt_key) = signing::load(&cfg, &store).await?;
+    let keys = Arc::new(keys);
     let key = keys.signer().clone();
-    if cfg.admin_token.is_none() {
-        tracing::warn!("USHER_ADMIN_TOKEN is not set: the admin API answers loopback clients only");
-    }
+    let (admin_tokens, dev_admin_token) = admin_tokens(&cfg, &store).await?;
+    let admin_tokens = Arc::new(admin_tokens);
     let cancel = CancellationToken::new();
     let settings = admission::Settings {
         replica: cfg.replica_id.clone(),
         tick: cfg.tick(),
         lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
         exact_positions: cfg.exact_positions,
+        redis: cfg.redis.clone(),
     };
     tracing::info!(replica = %settings.replica, "dispatcher replica starting");
     let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);
+    let dev: Vec<_> = [
+        dev_jwt_key.map(|k| (DevSecret::JwtKey, k)),
+        dev_admin_token.map(|t| (DevSecret::AdminToken, t)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !dev.is_empty() {
+        tokio::spawn(dev_secrets::keep(store.clone(), dev, cancel.clone()));
+    }
     let (hint_tx, hints) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(file) = queues_file {
+        let created = queues_file::configure_missing(&store, &file).await?;
+        tracing::info!(
+            queues = file.len(),
+            created = created.len(),
+            "USHER_QUEUES_FILE loaded"
+        );
+        let hints = hint_tx.clone();
+        tokio::spawn(queues_file::watch(
+            store.clone(),
+            file,
+            cancel.clone(),
+            move |q| {
+                let _ = hints.send(q);
+            },
+        ));
+    }
     let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
     let app = admin::router(admin::AppState {
         store,
         keys: keys.clone(),
-        admin_token: cfg.admin_token.as_deref().map(Arc::from),
+        admin_tokens,
+        service_token: cfg.service_token.as_deref().map(Arc::from),
         hints: hint_tx,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
-    let served = usher_http::serve(listener, app, shutdown).await;
+    let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;
     // Stop ticking and release every lease, so other replicas take over at once.
     cancel.cancel();
     let _ = ticking.await;
     served?;
     Ok(())
+}
+
+/// The admin tokens: `USHER_ADMIN_TOKEN`, or with `USHER_DEV=1` a development token shared
+/// through Redis (the first dispatcher stores it, every one reads it back), logged once.
+/// The development token is returned too, to be written back after a loss.
+async fn admin_tokens(
+    cfg: &Config,
+    store: &Store,
+) -> Result<(admin_auth::AdminTokens, Option<String>), Error> {
+    if let Some(spec) = &cfg.admin_token {
+        let tokens = admin_auth::AdminTokens::parse(spec).map_err(config::ConfigError::from)?;
+        return Ok((tokens, None));
+    }
+    if !cfg.dev {
+        return Err(config::ConfigError::NoAdminToken.into());
+    }
+    let generated: [u8; 24] = rand::random();
+    let generated: String = generated.iter().map(|b| format!("{b:02x}")).collect();
+    let token = store
+        .shared_dev_secret(DevSecret::AdminToken, generated)
+        .await?;
+    tracing::warn!(
+        admin_token = %token,
+        "USHER_DEV=1 and no USHER_ADMIN_TOKEN: development admin token (label \"{}\") shared \
+         through Redis; anyone with Redis access can read it",
+        admin_auth::DEV_LABEL
+    );
+    Ok((admin_auth::AdminTokens::dev(&token), Some(token)))
 }

@@ -9,7 +9,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     let cfg = Config::parse();
-    usher_runtime::init_tracing(cfg.log_format);
+    // Declared before the runtime, so dropped after it: the last spans are flushed at exit.
+    let _traces = usher_runtime::init_tracing(cfg.log_format, "usher-dispatcher")
+        .context("cannot set traces up")?;
     usher_runtime::disable_transparent_huge_pages();
     let rt = usher_runtime::runtime(cfg.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {

@@ -25,8 +25,17 @@ pub(crate) const ADMITTED: &str = "usher_admitted_total";
 pub(crate) const QUEUE_WAITING: &str = "usher_queue_waiting";
 /// Admitted sessions active at the last tick, by `queue`.
 pub(crate) const QUEUE_ACTIVE: &str = "usher_queue_active";
+/// The configured tick period (`--tick-ms`), so ticks can be compared with it.
+pub(crate) const TICK_PERIOD: &str = "usher_tick_period_seconds";
+/// The configured admission rate at the last tick, by `queue`. (The effective rate and its
+/// reason, once admission policies exist, belong beside it.)
+pub(crate) const QUEUE_ADMIT_RATE: &str = "usher_queue_admit_per_second";
+/// 1 while the queue is paused at the last tick, else 0, by `queue`.
+pub(crate) const QUEUE_PAUSED: &str = "usher_queue_paused";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
@@ -46,6 +55,21 @@ pub(crate) fn describe() {
         "Admitted sessions active at the last tick, by queue."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_gauge!(TICK_PERIOD, Unit::Seconds, "The configured tick period.");
+    describe_gauge!(
+        QUEUE_ADMIT_RATE,
+        "The configured admissions per second at the last tick, by queue."
+    );
+    describe_gauge!(QUEUE_PAUSED, "1 while the queue is paused, by queue.");
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
+    usher_core::store::describe_redis_metrics();
+}
+
+pub(crate) fn tick_period(period: Duration) {
+    gauge!(TICK_PERIOD).set(period.as_secs_f64());
 }
 
 pub(crate) fn tick_took(elapsed: Duration) {
@@ -61,9 +85,15 @@ pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
     let queue = q.to_string();
     counter!(ADMITTED, "queue" => queue.clone()).increment(out.admitted);
     gauge!(QUEUE_WAITING, "queue" => queue.clone()).set(out.waiting as f64);
-    gauge!(QUEUE_ACTIVE, "queue" => queue).set(out.active as f64);
+    gauge!(QUEUE_ACTIVE, "queue" => queue.clone()).set(out.active as f64);
+    gauge!(QUEUE_ADMIT_RATE, "queue" => queue.clone()).set(out.admit_per_second);
+    gauge!(QUEUE_PAUSED, "queue" => queue).set(f64::from(u8::from(out.paused)));
 }
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }

@@ -9,7 +9,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use usher_core::draw::Seed;
 use usher_core::ids::QueueId;
 use usher_core::store::{BeaconChange, BeaconOutcome, DrawPhase, Store};
@@ -17,16 +17,6 @@ use usher_core::time::{now_ms, parse_rfc3339_ms};
 use usher_http::ApiError;
 
 use crate::state::{redis_down, AppState};
-
-/// For `Option<Option<T>>` fields: a present `null` is `Some(None)`, an absent field `None`
-/// (with `#[serde(default)]`).
-pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
 
 /// What a `PUT` does to the schedule, once checked.
 #[derive(Debug)]

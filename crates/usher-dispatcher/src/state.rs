@@ -4,25 +4,61 @@
 
 use std::sync::Arc;
 
+use axum::http::{header, HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
 use usher_core::keyring::KeyRing;
-use usher_core::store::{Store, StoreError};
+use usher_core::store::{OomLog, Store, StoreError};
 use usher_http::ApiError;
+
+use crate::admin_auth::AdminTokens;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
     /// The published keys (the signing key first).
     pub keys: Arc<KeyRing>,
-    pub admin_token: Option<Arc<str>>,
+    /// The tokens the admin API accepts, with their labels.
+    pub admin_tokens: Arc<AdminTokens>,
+    /// The bearer token of booking services' load reports (`None`: every report gets 401).
+    pub service_token: Option<Arc<str>>,
     /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
     /// tick's tokens ahead of time.
     pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
 }
 
-/// A Redis failure behind a request: logged, answered `503` (the client may retry).
+/// Out-of-memory failures of this process, logged at most once per 10 s.
+pub(crate) static OOM_LOG: OomLog = OomLog::new(10_000);
+
+/// A Redis failure behind a request: logged, answered `503` (the client may retry), or
+/// `507` when Redis is out of memory (retrying does not help until memory is freed; closing
+/// a queue still works and frees its line).
 pub(crate) fn redis_down(e: StoreError) -> ApiError {
     crate::metrics::redis_error();
+    if e.is_out_of_memory() {
+        crate::metrics::redis_out_of_memory();
+        OOM_LOG.report("an admin or session request", &e);
+        return ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "redis is out of memory (maxmemory reached): close queues or raise maxmemory",
+        );
+    }
     tracing::warn!(error = %e, "admin request failed on redis");
     ApiError::unavailable("redis is unavailable")
+}
+
+/// Whether the request's `Authorization: Bearer` token is `expected`. Compares digests:
+/// constant time, and no length leak.
+pub(crate) fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let (g, e) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(expected.as_bytes()),
+    );
+    bool::from(g[..].ct_eq(&e[..]))
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use usher_core::ids::ServerId;
 use usher_core::secret::{SecretError, TicketKey};
+use usher_core::store::RedisArgs;
 use usher_runtime::LogFormat;
 
 /// usher SSE gateway — holds browsers in line and tells them when it is their turn.
@@ -23,14 +24,9 @@ pub struct Config {
     #[arg(long, env = "USHER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
-    /// Redis URL (`redis://[user:password@]host:port[/db]`).
-    #[arg(
-        long,
-        env = "USHER_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    pub redis_url: String,
+    /// How to reach Redis (URL, standalone or cluster, TLS files).
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
     /// This gateway's identity: names its Redis Stream and its consumer. 1–128 characters of
     /// letters, digits, `.`, `-`, `_`. Defaults to a random id unique to this process.
@@ -80,9 +76,89 @@ pub struct Config {
     #[arg(long, env = "USHER_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// Trusted proxies in front of the gateway that append the address they saw to
+    /// `X-Forwarded-For` (ingress-nginx, an ALB, nginx: 1 each). The client is the entry this
+    /// many from the right; entries further left are written by the client and never believed.
+    /// `0` (the default): the socket's peer address is the client, and the header is ignored.
+    #[arg(long, env = "USHER_TRUSTED_PROXY_HOPS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(TRUSTED_PROXY_HOPS))]
+    pub trusted_proxy_hops: u64,
+
+    /// Every connection starts with a PROXY protocol v1 or v2 header (an AWS NLB with proxy
+    /// protocol on, HAProxy `send-proxy`): the client is the address it names. A connection
+    /// without a valid header within the head timeout is closed, so set this only when the
+    /// load balancer always sends one. `1`/`true` or `0`/`false`.
+    #[arg(long, env = "USHER_PROXY_PROTOCOL", default_value = "false", action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub proxy_protocol: bool,
+
+    /// Joins (streams without a ticket: each takes a new place) per second one client address
+    /// may make, on average; `0` turns the limit off. Resumes draw nothing. Over it, the stream
+    /// answers `200` with a jittered `retry:`. An IPv6 address counts as its /64.
+    #[arg(long, env = "USHER_IP_JOIN_RATE", default_value_t = 5)]
+    pub ip_join_rate: u32,
+
+    /// Joins one client address may make at once before the rate applies (the token bucket's
+    /// size); `0` turns the join limit off. The default lets a carrier-grade NAT put a crowd
+    /// in line at a sale's opening.
+    #[arg(long, env = "USHER_IP_JOIN_BURST", default_value_t = 100)]
+    pub ip_join_burst: u32,
+
+    /// Streams one client address may hold open on this gateway; `0` turns the limit off.
+    #[arg(long, env = "USHER_IP_MAX_STREAMS", default_value_t = 1000)]
+    pub ip_max_streams: u32,
+
+    /// Places one client address may hold through this gateway, connected or kept alive by
+    /// resuming (a place counts until admitted or closed, or for 5 minutes after its last
+    /// stream here ended); `0` turns the limit off. Past it, joins and resumes of other places
+    /// answer a jittered `retry:`.
+    #[arg(long, env = "USHER_IP_MAX_PLACES", default_value_t = 1000)]
+    pub ip_max_places: u32,
+
+    /// Most client sockets open at once, streams and others. The last
+    /// `--health-reserve-sockets` of them serve only `/healthz`, `/readyz` and `/metrics`
+    /// (other requests answer `429`, streams a jittered `retry:`); past the cap a new
+    /// connection is closed at once. Keep it below the process's open-file limit.
+    #[arg(long, env = "USHER_MAX_SOCKETS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sockets: u64,
+
+    /// Sockets at the top of `--max-sockets` kept for health checks and metrics scrapes,
+    /// which get a short head timeout there (`2 s`) so slow clients cannot hold them.
+    #[arg(long, env = "USHER_HEALTH_RESERVE_SOCKETS", default_value_t = 64)]
+    pub health_reserve_sockets: u64,
+
+    /// Seconds a client has to send a whole request head (and a PROXY protocol header),
+    /// counted from the connection's start, or from the first byte of a later request on a
+    /// keep-alive connection. A slower client is disconnected.
+    #[arg(long, env = "USHER_HEADER_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
+    pub header_timeout_secs: u64,
+
+    /// Seconds a client has to send a whole request body, however it trickles in. Past it the
+    /// request is answered `408` and the connection closes.
+    #[arg(long, env = "USHER_BODY_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
+    pub body_timeout_secs: u64,
+
+    /// Seconds a keep-alive connection may sit idle between requests before it is closed.
+    #[arg(long, env = "USHER_IDLE_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
+    pub idle_timeout_secs: u64,
+
     /// Log format: `text` or `json`. Filter with `RUST_LOG` (default `info`).
     #[arg(long, env = "USHER_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+
+    /// A template directory that replaces the built-in waiting-room page served at
+    /// `GET /q/{queue}`. It holds `index.html` (with the placeholders `{{lang}}`, `{{title}}`,
+    /// `{{config}}` and `{{v}}`), `i18n/<lang>.json` (one file of strings per language; `en`
+    /// is required) and any assets (`.js`, `.css`, `.svg`, `.png`, `.webp`, `.ico`, `.woff2`),
+    /// served at `/q/assets/<name>`. It is read once at startup. The built-in page (the
+    /// repository's `crates/usher-gateway/page/`) is the documented example.
+    #[arg(long, env = "USHER_PAGE_DIR")]
+    pub page_dir: Option<std::path::PathBuf>,
+
+    /// Seconds a gateway keeps the browsers of a queue that Redis lost (restarted empty,
+    /// flushed) while waiting for the queue to be configured again (by the dispatcher's
+    /// `USHER_QUEUES_FILE`, or an operator): once it is, their places are put back in their
+    /// order. Past this window they get `place_lost`.
+    #[arg(long, env = "USHER_RESTORE_WINDOW_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub restore_window_secs: u64,
 }
 
 // The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and
@@ -93,6 +169,8 @@ const RETRY_MS: RangeInclusive<u64> = 100..=600_000;
 const HEARTBEAT_MS: RangeInclusive<u64> = 100..=60_000;
 const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
 const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
+const TRUSTED_PROXY_HOPS: RangeInclusive<u64> = 0..=16;
+const TIMEOUT_SECS: RangeInclusive<u64> = 1..=300;
 
 /// A configuration that cannot work. Each error names the variable and its bad value (a
 /// secret's length only).
@@ -119,6 +197,27 @@ impl Config {
             ("USHER_HEARTBEAT_MS", self.heartbeat_ms, HEARTBEAT_MS),
             ("USHER_DRAIN_DELAY_MS", self.drain_delay_ms, DRAIN_DELAY_MS),
             ("USHER_DRAIN_SECS", self.drain_secs, DRAIN_SECS),
+            (
+                "USHER_TRUSTED_PROXY_HOPS",
+                self.trusted_proxy_hops,
+                TRUSTED_PROXY_HOPS,
+            ),
+            (
+                "USHER_HEADER_TIMEOUT_SECS",
+                self.header_timeout_secs,
+                TIMEOUT_SECS,
+            ),
+            (
+                "USHER_BODY_TIMEOUT_SECS",
+                self.body_timeout_secs,
+                TIMEOUT_SECS,
+            ),
+            (
+                "USHER_IDLE_TIMEOUT_SECS",
+                self.idle_timeout_secs,
+                TIMEOUT_SECS,
+            ),
+            ("USHER_MAX_SOCKETS", self.max_sockets, 1..=u64::MAX),
         ] {
             if !range.contains(&value) {
                 return Err(ConfigError::OutOfRange {
@@ -145,8 +244,22 @@ impl Config {
     pub fn keepalive(&self) -> Duration {
         Duration::from_secs(self.keepalive_secs)
     }
+    /// How long the browsers of a queue Redis lost are kept for it to come back.
+    pub fn restore_window(&self) -> Duration {
+        Duration::from_secs(self.restore_window_secs)
+    }
+
     pub fn heartbeat(&self) -> Duration {
         Duration::from_millis(self.heartbeat_ms)
+    }
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_secs(self.header_timeout_secs)
+    }
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_secs(self.body_timeout_secs)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
     }
     pub fn registry_ttl(&self) -> Duration {
         self.heartbeat() * 5
@@ -163,7 +276,7 @@ mod tests {
     /// The defaults, as the binary parses them, against `redis_url`.
     fn config(redis_url: &str) -> Config {
         let mut cfg = Config::try_parse_from(["usher-gateway"]).expect("defaults parse");
-        cfg.redis_url = redis_url.to_owned();
+        cfg.redis = RedisArgs::standalone(redis_url);
         cfg
     }
 

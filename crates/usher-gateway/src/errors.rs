@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::CloseReason;
 use usher_core::secret::TicketKey;
-use usher_core::store::StoreError;
+use usher_core::store::{OomLog, StoreError};
 use usher_core::ticket::Ticket;
 use usher_http::ApiError;
 
@@ -51,13 +51,26 @@ pub(crate) fn place_gone() -> ApiError {
 
 /// 503 for a request Redis could not answer (logged: the browser only learns to retry).
 pub(crate) fn redis_unavailable(e: StoreError) -> ApiError {
-    logged(e);
+    let e = logged(e);
+    if e.is_out_of_memory() {
+        return ApiError::unavailable("the waiting room is full right now; try again later");
+    }
     ApiError::unavailable("redis is unavailable; try again shortly")
 }
 
-/// Logs a failed Redis request and passes the error on.
+/// Out-of-memory failures of this process, logged at most once per 10 s: under `noeviction`
+/// every join fails the same way, and one line says it.
+static OOM_LOG: OomLog = OomLog::new(10_000);
+
+/// Logs a failed Redis request (out of memory: counted, and logged once per period) and
+/// passes the error on.
 pub(crate) fn logged(e: StoreError) -> StoreError {
-    tracing::warn!(error = %e, "redis request failed");
     metrics::redis_error();
+    if e.is_out_of_memory() {
+        metrics::redis_out_of_memory();
+        OOM_LOG.report("a browser's request", &e);
+    } else {
+        tracing::warn!(error = %e, "redis request failed");
+    }
     e
 }

@@ -3,7 +3,7 @@
 //! [`Keepalive`]); the gateway holds them together with the identity and the Redis connection
 //! they share, and is itself only read after startup, apart from its draining flag.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -18,14 +18,22 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
 use crate::keepalive::Keepalive;
+use crate::limits::{IpLimits, Limits};
 use crate::metrics;
+use crate::recovery::Recovery;
 
 /// One gateway's shared state.
 pub(crate) struct Gateway {
     id: ServerId,
-    /// This process's index in the gateway registry (base 36); it appears in waiting-set
-    /// members.
-    index: u16,
+    /// This process's index in the gateway registry; it appears in waiting-set members.
+    /// Changes only when the process must register again (another process took the index
+    /// while Redis had lost the registry: see [`crate::recovery`]). Shared with [`Joiner`].
+    index: Arc<AtomicU16>,
+    /// After a Redis data loss: which queues' places to put back.
+    recovery: Recovery,
+    /// The development ticket key this process uses, when none is configured: written back
+    /// to Redis at every heartbeat, so processes started after a loss read the same one.
+    dev_ticket_key: Option<String>,
     config: Config,
     store: Store,
     ticket_key: TicketKey,
@@ -44,6 +52,8 @@ pub(crate) struct Gateway {
     draining: AtomicBool,
     /// Client connections open, streams or not (counted by [`crate::server`]).
     open_sockets: Arc<AtomicU64>,
+    /// What each client address holds here, against the per-IP limits.
+    ip_limits: Arc<IpLimits>,
 }
 
 impl Gateway {
@@ -54,10 +64,26 @@ impl Gateway {
         config: Config,
         store: Store,
         ticket_key: TicketKey,
+        dev_ticket_key: Option<String>,
     ) -> Self {
         let away = Arc::new(Away::default());
+        let ip_limits = Arc::new(IpLimits::new(Limits {
+            join_rate: config.ip_join_rate,
+            join_burst: config.ip_join_burst,
+            max_streams: config.ip_max_streams,
+            max_places: config.ip_max_places,
+        }));
+        let index = Arc::new(AtomicU16::new(index));
         Self {
-            joins: Joiner::new(store.clone(), index, away.clone(), ticket_key.clone()),
+            ip_limits,
+            joins: Joiner::new(
+                store.clone(),
+                index.clone(),
+                away.clone(),
+                ticket_key.clone(),
+            ),
+            recovery: Recovery::new(config.restore_window()),
+            dev_ticket_key,
             keepalive: Keepalive::new(config.keepalive()),
             hub: Hub::new(),
             away,
@@ -78,7 +104,20 @@ impl Gateway {
     }
 
     pub(crate) fn index(&self) -> u16 {
-        self.index
+        self.index.load(Ordering::Relaxed)
+    }
+
+    /// Takes the new registry index this process registered again with.
+    pub(crate) fn set_index(&self, index: u16) {
+        self.index.store(index, Ordering::Relaxed);
+    }
+
+    pub(crate) fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    pub(crate) fn dev_ticket_key(&self) -> Option<&str> {
+        self.dev_ticket_key.as_deref()
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -104,6 +143,10 @@ impl Gateway {
 
     pub(crate) fn keepalive(&self) -> &Keepalive {
         &self.keepalive
+    }
+
+    pub(crate) fn ip_limits(&self) -> &Arc<IpLimits> {
+        &self.ip_limits
     }
 
     pub(crate) fn away(&self) -> &Away {

@@ -41,8 +41,9 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                 }
                 let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
                 for e in entries {
+                    let trace = e.traceparent.map(Arc::<str>::from);
                     match e.message {
-                        Some(m) => apply(&gw, m),
+                        Some(m) => apply(&gw, m, trace.as_ref()),
                         None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
                     }
                 }
@@ -76,8 +77,9 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
     }
 }
 
-/// What a message from this gateway's stream does to the browsers held here.
-fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
+/// What a message from this gateway's stream does to the browsers held here. `trace`: the
+/// trace context of the tick that wrote it, handed to the admissions it delivers.
+fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
     let hub = gw.hub();
     match m {
         StreamMessage::State(s) => {
@@ -86,7 +88,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             }
         }
         StreamMessage::Admitted { queue, items } => {
-            hub.admit(&queue, &items);
+            hub.admit(&queue, &items, trace);
         }
         StreamMessage::Staged { queue, items } => hub.stage(&queue, items),
         StreamMessage::AdmittedStaged {
@@ -95,7 +97,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             expires_at_ms,
             places,
         } => {
-            let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places);
+            let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places, trace);
             if !missing.is_empty() {
                 tokio::spawn(fetch_admissions(gw.clone(), queue, missing));
             }
@@ -116,10 +118,11 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage) {
             place,
             reason,
         } => {
-            // A browser that left hears why; one that went to another gateway is gone from
-            // here already, and its old connection just ends.
+            // A browser that left hears why, and so does the old connection of a place resumed
+            // on another gateway (`resumed_elsewhere`: it must not reconnect and take the place
+            // back). Any other reason just ends the connection.
             let update = match reason {
-                CloseReason::Left => Update::closed(&queue, CloseReason::Left),
+                CloseReason::Left | CloseReason::ResumedElsewhere => Update::closed(&queue, reason),
                 _ => Update::superseded(),
             };
             hub.finish(&queue, place, update);
@@ -166,7 +169,8 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
         PlaceState::Waiting { .. }
         | PlaceState::AdmissionPending
-        | PlaceState::Scheduled { .. } => None,
+        | PlaceState::Scheduled { .. }
+        | PlaceState::AdmittedNow { .. } => None,
     }
 }
 
@@ -174,6 +178,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
 /// lost `admitted` (or `closed`) message never leaves a browser waiting.
 async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
     let update = match gw.store().status(&q, place, now_ms()).await {
+        // Gone because Redis lost the queue (configured again since): the heartbeat puts the
+        // place back instead (see `crate::recovery`).
+        Ok(PlaceState::Gone) if lost_with_queue(&gw, &q).await => None,
         Ok(s) => settled(&q, s),
         Err(e) => {
             metrics::redis_error();
@@ -187,5 +194,13 @@ async fn resync(gw: Arc<Gateway>, q: QueueId, place: PlaceId) {
             gw.hub().finish(&q, place, u);
         }
         None => gw.hub().resync_done(&q, place),
+    }
+}
+
+/// Whether `q` was lost and configured again since this gateway last saw it.
+async fn lost_with_queue(gw: &Gateway, q: &QueueId) -> bool {
+    match gw.store().queue_epoch(q).await {
+        Ok(epoch) => gw.recovery().lost_with_queue(q, epoch),
+        Err(_) => true, // ask again at the next snapshot
     }
 }

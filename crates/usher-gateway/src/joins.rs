@@ -9,6 +9,7 @@
 //! is also what lifts one queue's ceiling, which a cluster cannot.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
@@ -45,7 +46,7 @@ type Reply = Result<PlaceState, JoinError>;
 struct Shared {
     store: Store,
     /// This gateway's index: the places taken are held here.
-    index: u16,
+    index: Arc<AtomicU16>,
     /// Signs tickets: a pre-queue place's entrant hash is that of its ticket.
     ticket_key: TicketKey,
     /// Where a place goes whose request vanished before it came back.
@@ -55,7 +56,12 @@ struct Shared {
 }
 
 impl Joiner {
-    pub(crate) fn new(store: Store, index: u16, away: Arc<Away>, ticket_key: TicketKey) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        index: Arc<AtomicU16>,
+        away: Arc<Away>,
+        ticket_key: TicketKey,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -106,7 +112,22 @@ impl Shared {
     /// own failure (up to the response timeout each, behind a Redis that hangs).
     async fn call(&self, q: &QueueId, n: usize) -> Result<Joined, JoinError> {
         match self.take(q, n).await {
-            Ok(j) => Ok(j),
+            Ok(j) => {
+                if let Joined::Places {
+                    admitted_now: 1.., ..
+                } = j
+                {
+                    // Passthrough: the dispatcher mints and delivers these at once when woken
+                    // (a lost wake costs one tick: it also drains them every tick).
+                    let (store, q) = (self.store.clone(), q.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = store.wake(&q).await {
+                            logged(e);
+                        }
+                    });
+                }
+                Ok(j)
+            }
             Err(e) => {
                 let e = JoinError::Store(Arc::new(logged(e)));
                 let waiters = self
@@ -129,7 +150,8 @@ impl Shared {
     /// place whose hashes failed to record goes in line after the drawn ones, and its browser
     /// is told to try again).
     async fn take(&self, q: &QueueId, n: usize) -> Result<Joined, StoreError> {
-        let joined = self.store.join_many(q, self.index, now_ms(), n).await?;
+        let index = self.index.load(Ordering::Relaxed);
+        let joined = self.store.join_many(q, index, now_ms(), n).await?;
         if let Joined::Scheduled { last, count, .. } = joined {
             let entrants: Vec<_> = (last + 1 - count..=last)
                 .map(|p| {
@@ -190,10 +212,20 @@ async fn drive(shared: Arc<Shared>, q: QueueId) {
         let joined = shared.call(&q, batch.len()).await;
         for (i, tx) in batch.into_iter().enumerate() {
             let reply = joined.as_ref().map(|j| j.state(i)).map_err(Clone::clone);
-            if let Err(Ok(PlaceState::Waiting { place, .. })) = tx.send(reply) {
+            match tx.send(reply) {
                 // The request went away before its place came back: let the place lapse after
                 // the grace period instead of waiting in line for nobody.
-                shared.away.mark(q.clone(), place);
+                Err(Ok(PlaceState::Waiting { place, .. })) => shared.away.mark(q.clone(), place),
+                // ... or give back the session its join admitted, so its slot frees.
+                Err(Ok(PlaceState::AdmittedNow { place })) => {
+                    let (store, q) = (shared.store.clone(), q.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = store.leave(&q, place).await {
+                            logged(e);
+                        }
+                    });
+                }
+                _ => {}
             }
         }
     }

@@ -5,6 +5,10 @@
 //! * [`config`] — flags and `USHER_*` environment variables, and their validation.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
+//! * `client` — who a client is: its address (socket, PROXY protocol, trusted
+//!   `X-Forwarded-For` hops) and the key its limits count under.
+//! * `limits` — per-IP limits: join token bucket, streams, places held.
+//! * `head` — strict request-head parsing and error answers written without the router.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
 //! * `keepalive` — one timer for every stream's keepalive comments.
@@ -15,7 +19,8 @@
 //! * `inbox` — this gateway's Redis Stream, read and applied to the browsers held here.
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
-//! * `routes` — the other HTTP routes: status, leave, health.
+//! * `page` — the waiting-room page at `/q/{queue}` (built in, or `USHER_PAGE_DIR`).
+//! * `routes` — the other HTTP routes: status, leave, health, the page.
 //! * `server` — the HTTP/1.1 accept loop: streams served directly, the rest by `routes`.
 //! * this module — startup and shutdown ([`run`]).
 //!
@@ -24,15 +29,20 @@
 pub mod config;
 
 mod away;
+mod client;
 mod draw;
 mod errors;
 mod frames;
 mod gateway;
+mod head;
 mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
+mod limits;
 mod metrics;
+mod page;
+mod recovery;
 mod routes;
 mod server;
 mod stream;
@@ -64,6 +74,8 @@ pub enum Error {
     TicketKey(#[from] SecretError),
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Page(#[from] page::PageError),
 }
 
 /// How long after the drain window the process gives up on streams that are still open.
@@ -81,10 +93,11 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
+    let page = Arc::new(page::Page::load(cfg.page_dir.as_deref())?);
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
     tracing::info!(listen = %addr, server_id = %gw.id(), index = %gw.index(), "gateway running");
-    let app = routes::router(gw.clone());
+    let app = routes::router(gw.clone(), page);
     let drain_started = Arc::new(tokio::sync::Notify::new());
     let (stopping, started) = (gw.clone(), drain_started.clone());
     let serve = server::serve(listener, gw.clone(), app, async move {
@@ -119,10 +132,11 @@ pub async fn run(
 /// Connects, registers this gateway, and starts its background tasks.
 async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let id = cfg.server_id.clone().unwrap_or_else(ServerId::random);
-    let store = Store::connect(&cfg.redis_url).await?;
+    let store = Store::open(&cfg.redis).await?;
+    // Its own connection: a blocked XREADGROUP would hold up every command behind it.
     let reader =
-        Store::connect_with_timeout(&cfg.redis_url, inbox::READ_BLOCK + Duration::from_secs(5))
-            .await?;
+        Store::open_with_timeout(&cfg.redis, inbox::READ_BLOCK + Duration::from_secs(5)).await?;
+    let mut dev_ticket_key = None;
     let ticket_key = match cfg.ticket_key()? {
         Some(k) => k,
         None => {
@@ -133,6 +147,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
                 "no ticket key configured (USHER_TICKET_KEY): using a development key stored in \
                  Redis and shared by all gateways using it"
             );
+            dev_ticket_key = Some(k.clone());
             TicketKey::new(k.into_bytes())?
         }
     };
@@ -140,7 +155,14 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
     store.ensure_stream(&id, cfg.stream_ttl()).await?;
-    let gw = Arc::new(Gateway::new(id, index, cfg, store, ticket_key));
+    let gw = Arc::new(Gateway::new(
+        id,
+        index,
+        cfg,
+        store,
+        ticket_key,
+        dev_ticket_key,
+    ));
     tokio::spawn({
         let gw = gw.clone();
         async move { gw.keepalive().run(gw.stopped().clone()).await }

@@ -19,8 +19,22 @@ pub(crate) const LEAVES: &str = "usher_gateway_leaves_total";
 pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivered_total";
 /// Streams answered with `retry:` only, by `reason`.
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
+/// Client sockets closed, or requests refused, by a limit other than a stream's, by `reason`:
+/// `cap` (closed at accept: `--max-sockets` reached), `reserve` (a request other than a health
+/// check in the sockets kept for health checks), `head_timeout`, `body_timeout`, `bad_request`.
+pub(crate) const SOCKETS_REFUSED: &str = "usher_gateway_sockets_refused_total";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
+/// Entries of this gateway's own stream written and not yet read (sampled each heartbeat).
+pub(crate) const STREAM_LAG: &str = "usher_gateway_stream_lag";
+/// Entries of this gateway's own stream read and not yet acknowledged (each heartbeat).
+pub(crate) const STREAM_PENDING: &str = "usher_gateway_stream_pending";
+/// 1 while the gateway drains (after SIGTERM), else 0.
+pub(crate) const DRAINING: &str = "usher_gateway_draining";
+/// Streams still open while draining (0 when not draining): the drain's progress.
+pub(crate) const DRAIN_REMAINING: &str = "usher_gateway_drain_remaining_streams";
+/// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
+pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
 /// Why a stream was refused (answered `retry:` so the browser tries again, maybe elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +45,14 @@ pub(crate) enum Refusal {
     Redis,
     /// The gateway is draining.
     Draining,
+    /// The client address used up its join bucket (`--ip-join-rate`, `--ip-join-burst`).
+    IpJoins,
+    /// The client address holds `--ip-max-streams` streams here.
+    IpStreams,
+    /// The client address holds `--ip-max-places` places through this gateway.
+    IpPlaces,
+    /// The socket is in the reserve kept for health checks (`--max-sockets`).
+    Sockets,
 }
 
 impl Refusal {
@@ -39,6 +61,10 @@ impl Refusal {
             Refusal::Cap => "cap",
             Refusal::Redis => "redis",
             Refusal::Draining => "draining",
+            Refusal::IpJoins => "ip_joins",
+            Refusal::IpStreams => "ip_streams",
+            Refusal::IpPlaces => "ip_places",
+            Refusal::Sockets => "sockets",
         }
     }
 }
@@ -55,16 +81,48 @@ pub(crate) fn describe() {
     describe_counter!(ADMISSIONS_DELIVERED, "Admitted events written to browsers.");
     describe_counter!(
         STREAMS_REFUSED,
-        "Streams answered with retry only, by reason (cap, redis, draining)."
+        "Streams answered with retry only, by reason (cap, redis, draining, ip_joins, \
+         ip_streams, ip_places, sockets)."
+    );
+    describe_counter!(
+        SOCKETS_REFUSED,
+        "Sockets closed or requests refused by a limit, by reason (cap, reserve, \
+         head_timeout, body_timeout, bad_request)."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_gauge!(
+        STREAM_LAG,
+        "Entries of this gateway's stream not yet read (sampled each heartbeat)."
+    );
+    describe_gauge!(
+        STREAM_PENDING,
+        "Entries of this gateway's stream read and not yet acknowledged."
+    );
+    describe_gauge!(DRAINING, "1 while the gateway drains, else 0.");
+    describe_gauge!(
+        DRAIN_REMAINING,
+        "Streams still open while draining (0 when not draining)."
+    );
+    describe_counter!(
+        REDIS_OOM,
+        "Redis requests refused because Redis is out of memory."
+    );
+    usher_core::store::describe_redis_metrics();
 }
 
 /// Sets the connection gauges from the counts at scrape time: `open` client connections, of
-/// which `streaming` hold a stream.
-pub(crate) fn connections(open: u64, streaming: u64) {
+/// which `streaming` hold a stream; `draining` once the drain started.
+pub(crate) fn connections(open: u64, streaming: u64, draining: bool) {
     gauge!(CONNECTIONS, "state" => "streaming").set(streaming as f64);
     gauge!(CONNECTIONS, "state" => "idle").set(open.saturating_sub(streaming) as f64);
+    gauge!(DRAINING).set(f64::from(u8::from(draining)));
+    gauge!(DRAIN_REMAINING).set(if draining { streaming as f64 } else { 0.0 });
+}
+
+/// Sets the stream gauges from a sample of this gateway's stream.
+pub(crate) fn stream_sampled(lag: &usher_core::store::StreamLag) {
+    gauge!(STREAM_LAG).set(lag.lag as f64);
+    gauge!(STREAM_PENDING).set(lag.pending as f64);
 }
 
 pub(crate) fn joined() {
@@ -89,4 +147,29 @@ pub(crate) fn refused(reason: Refusal) {
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);
+}
+
+/// Why a socket was closed or a request refused outside a stream (see [`SOCKETS_REFUSED`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SocketRefusal {
+    Cap,
+    Reserve,
+    HeadTimeout,
+    BodyTimeout,
+    BadRequest,
+}
+
+pub(crate) fn socket_refused(reason: SocketRefusal) {
+    let label = match reason {
+        SocketRefusal::Cap => "cap",
+        SocketRefusal::Reserve => "reserve",
+        SocketRefusal::HeadTimeout => "head_timeout",
+        SocketRefusal::BodyTimeout => "body_timeout",
+        SocketRefusal::BadRequest => "bad_request",
+    };
+    counter!(SOCKETS_REFUSED, "reason" => label).increment(1);
+}
+
+pub(crate) fn redis_out_of_memory() {
+    counter!(REDIS_OOM).increment(1);
 }

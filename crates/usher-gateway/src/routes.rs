@@ -1,5 +1,5 @@
 //! The browser-facing HTTP routes other than the SSE stream (which [`crate::server`] serves
-//! itself): status, leave, the health checks and the metrics.
+//! itself): status, leave, the health checks, the metrics and the waiting-room page.
 
 use std::sync::Arc;
 
@@ -20,12 +20,14 @@ use crate::errors::{
 };
 use crate::gateway::Gateway;
 use crate::metrics;
+use crate::page::Page;
 use crate::update::{admitted_event, Update};
 
 /// Every route but `GET /api/queues/{queue}/stream`.
-pub(crate) fn router(gw: Arc<Gateway>) -> Router {
+pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
     let ready_gw = gw.clone();
     let scraped_gw = gw.clone();
+    let page = crate::page::routes(gw.clone(), page);
     Router::new()
         .route("/api/queues/{queue}/status", get(status_handler))
         .route(
@@ -50,9 +52,16 @@ pub(crate) fn router(gw: Arc<Gateway>) -> Router {
             }
         }))
         .merge(usher_http::metrics::metrics_routes(move || {
-            metrics::connections(scraped_gw.open_sockets(), scraped_gw.connections())
+            metrics::connections(
+                scraped_gw.open_sockets(),
+                scraped_gw.connections(),
+                scraped_gw.shutting_down(),
+            )
         }))
+        // The router's own 404 and 405, and extractor rejections, answer JSON too.
+        .layer(axum::middleware::from_fn(usher_http::json_errors))
         .with_state(gw)
+        .merge(page)
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,7 +109,9 @@ async fn status_handler(
             v["state"] = "admitted".into();
             v
         }
-        PlaceState::AdmissionPending => serde_json::json!({"queue": q, "state": "admitting"}),
+        PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {
+            serde_json::json!({"queue": q, "state": "admitting"})
+        }
         PlaceState::Scheduled { opens_at_ms, .. } => {
             let mut v =
                 serde_json::to_value(ScheduledEvent::new(q, opens_at_ms)).unwrap_or_default();

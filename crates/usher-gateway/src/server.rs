@@ -1,41 +1,50 @@
 //! The gateway's HTTP/1.1 server.
 //!
 //! A small accept loop: each connection's request head is read into a short-lived buffer and
-//! parsed with `httparse`. `GET /api/queues/{queue}/stream` is served right here (see
-//! [`crate::stream`]): after the head is written, the connection holds no buffers at all, which
-//! keeps a waiting browser to a few KiB of gateway memory. Every other request is handed to the
-//! axum router ([`crate::routes`]) and answered with a `Content-Length` body; connections stay
-//! alive between such requests.
+//! parsed strictly ([`crate::head`]). `GET /api/queues/{queue}/stream` is served right here
+//! (see [`crate::stream`]): after the head is written, the connection holds no buffers at all,
+//! which keeps a waiting browser to a few KiB of gateway memory. Every other request is handed
+//! to the axum router ([`crate::routes`]) and answered with a `Content-Length` body;
+//! connections stay alive between such requests.
+//!
+//! Slow clients get deadlines, not per-read timeouts: the whole head (and PROXY protocol
+//! header) within `--header-timeout-secs` of the connection's start (or of a later request's
+//! first byte), the whole body within `--body-timeout-secs`, and an idle keep-alive connection
+//! closes after `--idle-timeout-secs`. Sockets are capped (`--max-sockets`), the last few kept
+//! for health checks.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::StatusCode;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use usher_http::ApiError;
 
+use crate::client::{forwarded_for, proxy_header, IpKey, ProxyHeader};
 use crate::errors::{check_ticket, parse_queue};
 use crate::gateway::Gateway;
-use crate::stream::{self, Setup};
+use crate::head::{self, percent_decode, stream_target, ticket_param, Head, Parsed, MAX_HEAD};
+use crate::metrics::{self, Refusal, SocketRefusal};
+use crate::stream::{self, Framing, Setup};
 
-/// Longest request head accepted.
-const MAX_HEAD: usize = 16 * 1024;
-/// Longest request body accepted (the API takes none; this is generous).
-const MAX_BODY: usize = 64 * 1024;
 /// Longest response body forwarded from the router.
 const MAX_RESPONSE: usize = 1024 * 1024;
-/// Time allowed for a request head to arrive on a new connection.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read at a time.
 const READ_CHUNK: usize = 1024;
-/// An idle keep-alive connection is closed after this long.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The head timeout of a connection in the sockets kept for health checks: a health check
+/// sends its request at once, and a slow client must not hold the reserve.
+const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// `Retry-After` (seconds) of a request refused by the socket cap.
+const RETRY_AFTER_SECS: u64 = 5;
 
 /// Accepts connections until `stop` resolves, then stops accepting and waits for open
 /// connections to finish (streams are ended by the drain; idle connections close at once).
@@ -45,26 +54,41 @@ pub(crate) async fn serve(
     app: Router,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let sockets = Arc::new(Sockets::new(
-        gw.config().max_connections,
-        gw.open_sockets_counter(),
-    ));
+    let cfg = gw.config();
+    let sockets = Arc::new(Sockets {
+        open: gw.open_sockets_counter(),
+        max_streams: cfg.max_connections,
+        max: cfg.max_sockets,
+        reserve_from: cfg.max_sockets.saturating_sub(cfg.health_reserve_sockets),
+        sheds: AtomicU64::new(0),
+        shed_idle: Notify::new(),
+    });
     let tracker = TaskTracker::new();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((sock, _)) => {
+                Ok((sock, peer)) => {
                     // On Linux the socket inherits TCP_NODELAY from the listener
                     // (usher_http::listen).
                     #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
                     let open = OpenSocket::new(&sockets);
-                    if sockets.over_cap() {
+                    let zone = sockets.zone();
+                    if zone != Zone::Normal || sockets.over_stream_cap() {
                         sockets.shed();
                     }
-                    tracker.spawn(connection(gw.clone(), sockets.clone(), app.clone(), sock, open));
+                    if zone == Zone::Over {
+                        // Closed at once: the descriptor goes back at once, and the client
+                        // sees a closed connection rather than one that hangs.
+                        metrics::socket_refused(SocketRefusal::Cap);
+                        drop(sock);
+                        continue;
+                    }
+                    let conn = Conn { gw: gw.clone(), sockets: sockets.clone(), app: app.clone(),
+                        peer, reserve: zone == Zone::Reserve, _open: open };
+                    tracker.spawn(conn.run(sock));
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off instead of spinning.
@@ -79,11 +103,26 @@ pub(crate) async fn serve(
     tracker.wait().await;
 }
 
-/// The client connections open, against the cap on streams.
+/// Where a new connection falls against `--max-sockets`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Zone {
+    Normal,
+    /// In the sockets kept for health checks.
+    Reserve,
+    /// Past the cap: closed at once.
+    Over,
+}
+
+/// The client connections open, against the caps on sockets and on streams.
 struct Sockets {
     /// Shared with the gateway, which reports it on `/metrics`.
     open: Arc<AtomicU64>,
+    /// `--max-connections`: streams.
+    max_streams: u64,
+    /// `--max-sockets`.
     max: u64,
+    /// Past this many open sockets, a new one is in the health-check reserve.
+    reserve_from: u64,
     /// How many times idle connections were told to close: a connection compares it with
     /// the count it saw when its last request began (see [`Sockets::shed`]).
     sheds: AtomicU64,
@@ -92,15 +131,6 @@ struct Sockets {
 }
 
 impl Sockets {
-    fn new(max: u64, open: Arc<AtomicU64>) -> Self {
-        Self {
-            open,
-            max,
-            sheds: AtomicU64::new(0),
-            shed_idle: Notify::new(),
-        }
-    }
-
     /// Tells every connection that is idle now, or that turns idle after the request it is
     /// serving, to close. The count goes up before the wake-up, and an idle connection
     /// registers for the wake-up before it reads the count (`read_head`), so a connection
@@ -118,8 +148,20 @@ impl Sockets {
     /// Whether more connections are open than the stream cap allows (a new one counted). Then
     /// the new connection tells the idle ones to close ([`Sockets::shed`]), so idle keep-alive
     /// connections never keep descriptors from streams.
-    fn over_cap(&self) -> bool {
-        self.open.load(Ordering::Relaxed) > self.max
+    fn over_stream_cap(&self) -> bool {
+        self.open.load(Ordering::Relaxed) > self.max_streams
+    }
+
+    /// Where the newest connection (counted) falls against the socket cap.
+    fn zone(&self) -> Zone {
+        let open = self.open.load(Ordering::Relaxed);
+        if open > self.max {
+            Zone::Over
+        } else if open > self.reserve_from {
+            Zone::Reserve
+        } else {
+            Zone::Normal
+        }
     }
 }
 
@@ -139,291 +181,310 @@ impl Drop for OpenSocket {
     }
 }
 
-struct Head {
-    method: String,
-    target: String,
-    keep_alive: bool,
-    last_event_id: Option<String>,
-    headers: Vec<(String, Vec<u8>)>,
-    content_length: usize,
-    head_len: usize,
-}
-
 enum Read {
     Head(Head),
-    /// The connection ended or timed out: close quietly.
+    /// The connection ended, or sat idle past its timeout: close quietly.
     Closed,
+    /// A request head did not arrive whole in time.
+    TimedOut,
     /// Answer this error, then close.
     Bad(ApiError),
 }
 
-async fn read_head(
-    sock: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    first: bool,
-    gw: &Gateway,
-    sockets: &Sockets,
-    sheds_seen: u64,
-) -> Read {
-    let timeout = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
-    let deadline = tokio::time::Instant::now() + timeout;
-    // An idle connection (between requests) gives way when descriptors are needed: when told
-    // to while it waits, or when it was told to since its last request began. It registers for
-    // the wake-up before it reads the count (see `Sockets::shed`).
-    let shed = sockets.shed_idle.notified();
-    tokio::pin!(shed);
-    if !first && buf.is_empty() {
-        shed.as_mut().enable();
-        if sockets.sheds() != sheds_seen {
-            return Read::Closed;
-        }
-    }
-    loop {
-        if !buf.is_empty() {
-            let mut headers = [httparse::EMPTY_HEADER; 48];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(buf) {
-                Ok(httparse::Status::Complete(head_len)) => {
-                    return Read::Head(head_of(&req, head_len))
-                }
-                Ok(httparse::Status::Partial) => {}
-                Err(e) => {
-                    return Read::Bad(ApiError::bad_request(format!("malformed request: {e}")))
-                }
-            }
-        }
-        if buf.len() >= MAX_HEAD {
-            return Read::Bad(ApiError::new(
-                axum::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "request head too large",
-            ));
-        }
-        // Straight into `buf`: a buffer on the stack here would be part of every
-        // connection's task, for as long as the connection lives.
-        buf.reserve(READ_CHUNK);
-        let n = tokio::select! {
-            r = tokio::time::timeout_at(deadline, sock.read_buf(buf)) => match r {
-                Ok(Ok(n)) => n,
-                _ => return Read::Closed,
-            },
-            // Idle connections close when the gateway stops; a request under way finishes.
-            () = gw.stopped().cancelled(), if buf.is_empty() => return Read::Closed,
-            // ... and when their descriptors are needed (only between requests).
-            () = &mut shed, if !first && buf.is_empty() => return Read::Closed,
-        };
-        if n == 0 {
-            return Read::Closed;
-        }
-    }
-}
-
-fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Head {
-    let mut keep_alive = req.version == Some(1);
-    let mut last_event_id = None;
-    let mut content_length = 0;
-    let mut headers = Vec::with_capacity(req.headers.len());
-    for h in req.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        match name.as_str() {
-            "connection" => {
-                let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                if v.contains("close") {
-                    keep_alive = false;
-                } else if v.contains("keep-alive") {
-                    keep_alive = true;
-                }
-            }
-            "last-event-id" => {
-                last_event_id = std::str::from_utf8(h.value).ok().map(str::to_owned);
-            }
-            "content-length" => {
-                content_length = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(usize::MAX);
-            }
-            "transfer-encoding" => content_length = usize::MAX,
-            _ => {}
-        }
-        headers.push((name, h.value.to_vec()));
-    }
-    Head {
-        method: req.method.unwrap_or("").to_owned(),
-        target: req.path.unwrap_or("/").to_owned(),
-        keep_alive,
-        last_event_id,
-        headers,
-        content_length,
-        head_len,
-    }
-}
-
-async fn connection(
+/// One client connection.
+struct Conn {
     gw: Arc<Gateway>,
     sockets: Arc<Sockets>,
     app: Router,
-    mut sock: TcpStream,
+    peer: SocketAddr,
+    /// In the sockets kept for health checks: only health checks are served.
+    reserve: bool,
     _open: OpenSocket,
-) {
-    let mut buf = Vec::with_capacity(1024);
-    let mut first = true;
-    let mut sheds_seen = sockets.sheds();
-    loop {
-        let head = match read_head(&mut sock, &mut buf, first, &gw, &sockets, sheds_seen).await {
-            Read::Head(h) => h,
-            Read::Closed => return,
-            Read::Bad(e) => {
-                let _ = write_error(&mut sock, &e, false).await;
-                return;
-            }
+}
+
+impl Conn {
+    async fn run(self, mut sock: TcpStream) {
+        let cfg = self.gw.config();
+        let head_timeout = if self.reserve {
+            RESERVE_HEAD_TIMEOUT.min(cfg.header_timeout())
+        } else {
+            cfg.header_timeout()
         };
-        first = false;
-        sheds_seen = sockets.sheds();
-        if head.content_length > MAX_BODY {
-            let e = ApiError::new(
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                "request bodies are limited to 64 KiB and must have a Content-Length",
-            );
-            let _ = write_error(&mut sock, &e, false).await;
-            return;
-        }
-        let total = head.head_len + head.content_length;
-        while buf.len() < total {
-            buf.reserve((total - buf.len()).min(16 * READ_CHUNK));
-            match tokio::time::timeout(HEAD_TIMEOUT, sock.read_buf(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
+        // The first head (and the PROXY protocol header before it) has this long from now.
+        let mut deadline = Some(Instant::now() + head_timeout);
+        let mut buf = Vec::with_capacity(1024);
+        let mut peer_ip = self.peer.ip();
+        if cfg.proxy_protocol {
+            match read_proxy_header(&mut sock, &mut buf, deadline).await {
+                Some(source) => peer_ip = source.unwrap_or(peer_ip),
+                None => return,
             }
         }
-        // The connection serves another request after this one, unless the client or a
-        // stopping gateway says otherwise, when the response ends. (Idle connections give way
-        // when descriptors run short: see `Sockets::shed_idle`.)
-        if head.method == "GET" {
-            if let Some((queue, query)) = stream_target(&head.target) {
-                // The head is parsed: free the buffer before the long wait (keeping any bytes
-                // a client sent after it).
-                let rest = buf.split_off(total);
-                drop(std::mem::replace(&mut buf, rest));
-                let finished = serve_stream(&gw, &mut sock, queue, query, head.last_event_id).await;
-                // A stream that ended (admitted, closed, try later) leaves a reusable
-                // connection, as any complete HTTP/1.1 response does: the browser keeps it in
-                // its pool, and neither side pays for a teardown at the busiest moment (an
-                // admission tick).
-                if finished && head.keep_alive && !gw.shutting_down() {
-                    continue;
+        let mut sheds_seen = self.sockets.sheds();
+        loop {
+            let head = match self
+                .read_head(&mut sock, &mut buf, deadline, sheds_seen)
+                .await
+            {
+                Read::Head(h) => h,
+                Read::Closed => return,
+                Read::TimedOut => {
+                    metrics::socket_refused(SocketRefusal::HeadTimeout);
+                    return;
                 }
+                Read::Bad(e) => {
+                    metrics::socket_refused(SocketRefusal::BadRequest);
+                    let _ = write_error(&mut sock, &e, None).await;
+                    return;
+                }
+            };
+            // Later heads: idle timeout first, then the head timeout from their first byte.
+            deadline = None;
+            sheds_seen = self.sockets.sheds();
+            let total = head.head_len + head.content_length;
+            let body_deadline = Instant::now() + cfg.body_timeout();
+            while buf.len() < total {
+                buf.reserve((total - buf.len()).min(16 * READ_CHUNK));
+                match tokio::time::timeout_at(body_deadline, sock.read_buf(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    Ok(_) => return,
+                    Err(_) => {
+                        metrics::socket_refused(SocketRefusal::BodyTimeout);
+                        let e = ApiError::new(
+                            StatusCode::REQUEST_TIMEOUT,
+                            "the request body did not arrive in time",
+                        );
+                        let _ = write_error(&mut sock, &e, None).await;
+                        return;
+                    }
+                }
+            }
+            let client = IpKey::of(forwarded_for(
+                peer_ip,
+                usize::try_from(cfg.trusted_proxy_hops).unwrap_or(usize::MAX),
+                head.values("x-forwarded-for"),
+            ));
+            // The connection serves another request after this one, unless the client or a
+            // stopping gateway says otherwise, when the response ends. (Idle connections give
+            // way when descriptors run short: see `Sockets::shed_idle`.)
+            if head.method == "GET" {
+                if let Some((queue, query)) = stream_target(&head.target) {
+                    // The head is parsed: free the buffer before the long wait (keeping any
+                    // bytes a client sent after it).
+                    let rest = buf.split_off(total);
+                    drop(std::mem::replace(&mut buf, rest));
+                    let framing = if head.minor_version == 0 {
+                        Framing::UntilClose
+                    } else {
+                        Framing::Chunked
+                    };
+                    let request = StreamRequest {
+                        raw_queue: queue,
+                        query,
+                        last_event_id: head.last_event_id.clone(),
+                        client,
+                        framing,
+                    };
+                    let finished = self.serve_stream(&mut sock, request).await;
+                    // A stream that ended (admitted, closed, try later) leaves a reusable
+                    // connection, as any complete HTTP/1.1 response does: the browser keeps
+                    // it in its pool, and neither side pays for a teardown at the busiest
+                    // moment (an admission tick).
+                    if finished
+                        && framing == Framing::Chunked
+                        && head.keep_alive
+                        && !self.gw.shutting_down()
+                    {
+                        continue;
+                    }
+                    return;
+                }
+            }
+            if self.reserve && !is_health_check(&head.target) {
+                metrics::socket_refused(SocketRefusal::Reserve);
+                let e = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many connections; try again shortly",
+                );
+                let _ = write_error(&mut sock, &e, Some(RETRY_AFTER_SECS)).await;
+                return;
+            }
+            let keep_alive = head.keep_alive && !self.gw.shutting_down();
+            let body = buf[head.head_len..total].to_vec();
+            buf.drain(..total);
+            let request = match build_request(&head, body) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = write_error(&mut sock, &e, None).await;
+                    return;
+                }
+            };
+            // Boxed, like the stream setup below: a connection's task is as large as the
+            // largest future it ever awaits in place, and these short-lived ones would
+            // otherwise size every long-lived stream's task.
+            let response = match Box::pin(self.app.clone().oneshot(request)).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            if Box::pin(write_response(&mut sock, response, keep_alive))
+                .await
+                .is_err()
+                || !keep_alive
+            {
                 return;
             }
         }
-        let keep_alive = head.keep_alive && !gw.shutting_down();
-        let body = buf[head.head_len..total].to_vec();
-        buf.drain(..total);
-        let request = match build_request(&head, body) {
-            Ok(r) => r,
+    }
+
+    /// Reads a request head into `buf`, by `deadline` (a new connection's), or — between
+    /// requests — within the idle timeout and then the head timeout from its first byte.
+    async fn read_head(
+        &self,
+        sock: &mut TcpStream,
+        buf: &mut Vec<u8>,
+        deadline: Option<Instant>,
+        sheds_seen: u64,
+    ) -> Read {
+        let (gw, sockets) = (&self.gw, &self.sockets);
+        let between = deadline.is_none();
+        let mut deadline = deadline.unwrap_or_else(|| {
+            Instant::now()
+                + if buf.is_empty() {
+                    gw.config().idle_timeout()
+                } else {
+                    gw.config().header_timeout()
+                }
+        });
+        let mut idle = between && buf.is_empty();
+        // An idle connection (between requests) gives way when descriptors are needed: when
+        // told to while it waits, or when it was told to since its last request began. It
+        // registers for the wake-up before it reads the count (see `Sockets::shed`).
+        let shed = sockets.shed_idle.notified();
+        tokio::pin!(shed);
+        if idle {
+            shed.as_mut().enable();
+            if sockets.sheds() != sheds_seen {
+                return Read::Closed;
+            }
+        }
+        loop {
+            if !buf.is_empty() {
+                if idle {
+                    // The next request's first byte: its head has the head timeout.
+                    idle = false;
+                    deadline = Instant::now() + gw.config().header_timeout();
+                }
+                match head::parse(buf) {
+                    Ok(Parsed::Complete(h)) => return Read::Head(h),
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => return Read::Bad(e),
+                }
+            }
+            // Straight into `buf`: a buffer on the stack here would be part of every
+            // connection's task, for as long as the connection lives.
+            buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+            let n = tokio::select! {
+                r = tokio::time::timeout_at(deadline, sock.read_buf(buf)) => match r {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(_)) => return Read::Closed,
+                    Err(_) if buf.is_empty() => return Read::Closed,
+                    Err(_) => return Read::TimedOut,
+                },
+                // Idle connections close when the gateway stops; a request under way finishes.
+                () = gw.stopped().cancelled(), if buf.is_empty() => return Read::Closed,
+                // ... and when their descriptors are needed (only between requests).
+                () = &mut shed, if between && buf.is_empty() => return Read::Closed,
+            };
+            if n == 0 {
+                return Read::Closed;
+            }
+        }
+    }
+
+    /// Serves one stream; `true` when its response ended completely (the connection can serve
+    /// another request), `false` when the browser went away or a write failed.
+    async fn serve_stream(&self, sock: &mut TcpStream, r: StreamRequest<'_>) -> bool {
+        let gw = &self.gw;
+        let parsed = (|| {
+            let q = parse_queue(&percent_decode(r.raw_queue).unwrap_or_default())?;
+            let from_query = ticket_param(r.query)?;
+            let ticket = r.last_event_id.filter(|t| !t.is_empty()).or(from_query);
+            let place = ticket
+                .as_deref()
+                .map(|t| check_ticket(gw.ticket_key(), &q, t))
+                .transpose()?;
+            Ok::<_, ApiError>((q, place, ticket))
+        })();
+        let setup = match parsed {
+            Ok(_) if self.reserve => {
+                metrics::refused(Refusal::Sockets);
+                Setup::TryLater
+            }
+            Ok((q, place, ticket)) => Box::pin(stream::open(gw, q, place, ticket, r.client)).await,
+            Err(e) => Setup::Failed(e),
+        };
+        if let Setup::Failed(e) = &setup {
+            let _ = write_error(sock, e, None).await;
+            return false;
+        }
+        match stream::pump(gw, sock, setup, r.framing).await {
+            Ok(finished) => finished,
             Err(e) => {
-                let _ = write_error(&mut sock, &e, false).await;
-                return;
-            }
-        };
-        // Boxed, like the stream setup below: a connection's task is as large as the largest
-        // future it ever awaits in place, and these short-lived ones would otherwise size
-        // every long-lived stream's task.
-        let response = match Box::pin(app.clone().oneshot(request)).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        };
-        if Box::pin(write_response(&mut sock, response, keep_alive))
-            .await
-            .is_err()
-            || !keep_alive
-        {
-            return;
-        }
-    }
-}
-
-/// `Some((queue, query))` for `/api/queues/{queue}/stream[?query]`.
-fn stream_target(target: &str) -> Option<(&str, &str)> {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let queue = path.strip_prefix("/api/queues/")?.strip_suffix("/stream")?;
-    (!queue.contains('/')).then_some((queue, query))
-}
-
-/// The `ticket` query parameter; duplicates or undecodable values are errors.
-fn ticket_param(query: &str) -> Result<Option<String>, ApiError> {
-    let mut ticket = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == "ticket" {
-            if ticket.is_some() {
-                return Err(ApiError::bad_request("duplicate ticket parameter"));
-            }
-            ticket = Some(
-                percent_decode(v).ok_or_else(|| ApiError::bad_request("malformed query string"))?,
-            );
-        }
-    }
-    Ok(ticket)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
+                tracing::debug!(error = %e, "stream ended with an error");
+                false
             }
         }
     }
-    String::from_utf8(out).ok()
 }
 
-/// Serves one stream; `true` when its response ended completely (the connection can serve
-/// another request), `false` when the browser went away or a write failed.
-async fn serve_stream(
-    gw: &Arc<Gateway>,
-    sock: &mut TcpStream,
-    raw_queue: &str,
-    query: &str,
+/// A stream request, as read from its head.
+struct StreamRequest<'a> {
+    raw_queue: &'a str,
+    query: &'a str,
     last_event_id: Option<String>,
-) -> bool {
-    let parsed = (|| {
-        let q = parse_queue(&percent_decode(raw_queue).unwrap_or_default())?;
-        let from_query = ticket_param(query)?;
-        let ticket = last_event_id.filter(|t| !t.is_empty()).or(from_query);
-        let place = ticket
-            .as_deref()
-            .map(|t| check_ticket(gw.ticket_key(), &q, t))
-            .transpose()?;
-        Ok::<_, ApiError>((q, place, ticket))
-    })();
-    let setup = match parsed {
-        Ok((q, place, ticket)) => Box::pin(stream::open(gw, q, place, ticket)).await,
-        Err(e) => Setup::Failed(e),
-    };
-    if let Setup::Failed(e) = &setup {
-        let _ = write_error(sock, e, false).await;
-        return false;
-    }
-    match stream::pump(gw, sock, setup).await {
-        Ok(finished) => finished,
-        Err(e) => {
-            tracing::debug!(error = %e, "stream ended with an error");
-            false
+    client: IpKey,
+    framing: Framing,
+}
+
+/// Reads the PROXY protocol header that starts the connection, by `deadline`, and leaves any
+/// bytes after it in `buf`. `Some(source)` (the client, when the header names one); `None`
+/// when the connection must close: no valid header in time.
+async fn read_proxy_header(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Option<Instant>,
+) -> Option<Option<IpAddr>> {
+    let deadline = deadline?;
+    loop {
+        if !buf.is_empty() {
+            match proxy_header(buf) {
+                ProxyHeader::Complete { len, source } => {
+                    buf.drain(..len);
+                    return Some(source);
+                }
+                ProxyHeader::Partial => {}
+                ProxyHeader::Invalid => {
+                    metrics::socket_refused(SocketRefusal::BadRequest);
+                    return None;
+                }
+            }
+        }
+        buf.reserve(256);
+        match tokio::time::timeout_at(deadline, sock.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return None,
+            Err(_) => {
+                metrics::socket_refused(SocketRefusal::HeadTimeout);
+                return None;
+            }
         }
     }
+}
+
+/// The routes served in the sockets kept for health checks.
+fn is_health_check(target: &str) -> bool {
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
 fn build_request(head: &Head, body: Vec<u8>) -> Result<axum::http::Request<Body>, ApiError> {
@@ -446,62 +507,27 @@ async fn write_response(
     let body = axum::body::to_bytes(body, MAX_RESPONSE)
         .await
         .unwrap_or_default();
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\n",
-        parts.status.as_u16(),
-        parts.status.canonical_reason().unwrap_or("")
-    );
-    for (k, v) in &parts.headers {
-        if matches!(
-            k.as_str(),
-            "content-length" | "transfer-encoding" | "connection"
-        ) {
-            continue;
-        }
-        out.push_str(k.as_str());
-        out.push_str(": ");
-        out.push_str(v.to_str().unwrap_or(""));
-        out.push_str("\r\n");
-    }
-    out.push_str(&format!("content-length: {}\r\n", body.len()));
-    if !keep_alive {
-        out.push_str("connection: close\r\n");
-    }
-    out.push_str("\r\n");
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(&body);
+    let headers: Vec<(&str, &str)> = parts
+        .headers
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "content-length" | "transfer-encoding" | "connection"
+            )
+        })
+        .map(|(k, v)| (k.as_str(), v.to_str().unwrap_or("")))
+        .collect();
+    let bytes = head::response_bytes(parts.status, &headers, &body, keep_alive);
     sock.write_all(&bytes).await
 }
 
-async fn write_error(sock: &mut TcpStream, e: &ApiError, keep_alive: bool) -> std::io::Result<()> {
-    use axum::response::IntoResponse;
-    Box::pin(write_response(sock, e.clone().into_response(), keep_alive)).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recognises_stream_targets() {
-        assert_eq!(stream_target("/api/queues/q1/stream"), Some(("q1", "")));
-        assert_eq!(
-            stream_target("/api/queues/q1/stream?ticket=a.1.b"),
-            Some(("q1", "ticket=a.1.b"))
-        );
-        assert_eq!(stream_target("/api/queues/q1/status"), None);
-        assert_eq!(stream_target("/api/queues/a/b/stream"), None);
-    }
-
-    #[test]
-    fn ticket_parameters() {
-        assert_eq!(ticket_param("").ok().flatten(), None);
-        assert_eq!(
-            ticket_param("x=1&ticket=a.1.b").ok().flatten(),
-            Some("a.1.b".into())
-        );
-        assert!(ticket_param("ticket=a&ticket=b").is_err());
-        assert!(ticket_param("ticket=%zz").is_err());
-        assert_eq!(percent_decode("a%2Eb"), Some("a.b".into()));
-    }
+/// Writes an error answer (`Retry-After` when given) and closes the connection after it.
+async fn write_error(
+    sock: &mut TcpStream,
+    e: &ApiError,
+    retry_after: Option<u64>,
+) -> std::io::Result<()> {
+    sock.write_all(&head::error_bytes(e, retry_after, false))
+        .await
 }

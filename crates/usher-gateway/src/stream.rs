@@ -11,19 +11,27 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tracing::Instrument;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
+use usher_runtime::SpanLink;
 
+use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
 use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
+use crate::joins::JoinError;
+use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
 use crate::update::{admitted_event, Update};
+
+/// How many times `retry:` a browser waits when Redis is out of memory.
+const OOM_BACKOFF: u64 = 10;
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept
 /// for the grace period).
@@ -36,11 +44,17 @@ pub(crate) enum Setup {
         ticket: String,
         holding: Holding,
         rx: watch::Receiver<Update>,
+        /// The browser's `join` span, when it joined here with traces on: its delivery
+        /// links to it.
+        joined: Option<SpanLink>,
     },
     /// One event, then the end (an admission re-sent on resume).
     Once(String),
     /// `retry:` with jitter, then the end: try again shortly, maybe elsewhere.
     TryLater,
+    /// Like `TryLater`, [`OOM_BACKOFF`] times later: Redis is out of memory, and a retry
+    /// helps only once memory is freed (a queue closed, sessions ended).
+    TryMuchLater,
     /// A permanent error status.
     Failed(ApiError),
 }
@@ -70,7 +84,7 @@ impl Reserved {
 
     fn attach(mut self, first: Update) -> Option<(Attached, watch::Receiver<Update>)> {
         let r = self.r.take()?;
-        self.gw.hub().attach_with(r, first)
+        self.gw.hub().attach(r, first)
     }
 
     /// The place reserved (`None` once given up).
@@ -93,6 +107,27 @@ impl Drop for Reserved {
 pub(crate) struct Holding {
     gw: Arc<Gateway>,
     attached: Attached,
+    /// The place, counted for the client's address while the stream lasts (and a while after).
+    place: Option<PlaceHold>,
+    /// The stream, counted against the client address's cap.
+    _slot: StreamSlot,
+}
+
+impl Holding {
+    /// `u` ended the place for good (admitted, or closed for a reason other than a newer
+    /// connection taking it over): it stops counting for the client's address.
+    fn ended(&mut self, u: &Update) {
+        let over = match u {
+            Update::Admitted(_) => true,
+            Update::Closed(c) => c.reason != CloseReason::ResumedElsewhere,
+            _ => false,
+        };
+        if over {
+            if let Some(p) = self.place.take() {
+                p.finished();
+            }
+        }
+    }
 }
 
 impl Drop for Holding {
@@ -115,6 +150,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
         metrics::refused(Refusal::Draining);
@@ -124,7 +160,24 @@ pub(crate) async fn open(
         metrics::refused(Refusal::Cap);
         return Setup::TryLater;
     }
-    setup(gw, q, place, ticket).await
+    let limits = gw.ip_limits();
+    // The per-IP limits, before Redis is asked anything: a stream slot, then a join drawn
+    // from the bucket (or a resume of a place the address may hold).
+    let checked = limits.open_stream(client).and_then(|slot| {
+        match place {
+            Some(p) => limits.resume(client, &q, p),
+            None => limits.join(client),
+        }
+        .map(|()| slot)
+    });
+    match checked {
+        Ok(slot) => setup(gw, q, place, ticket, client, slot).await,
+        Err(exceeded) => {
+            metrics::refused(exceeded.refusal());
+            tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
+            Setup::TryLater
+        }
+    }
 }
 
 async fn setup(
@@ -132,8 +185,17 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    client: IpKey,
+    slot: StreamSlot,
 ) -> Setup {
     let idx = gw.index();
+    let mut joined = None;
+    // A resumed place that turns out to be over no longer counts for the address.
+    let forget = |p: Option<PlaceId>| {
+        if let Some(p) = p {
+            gw.ip_limits().forget(client, &q, p);
+        }
+    };
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
@@ -144,26 +206,72 @@ async fn setup(
                     metrics::resumed();
                     (s, Some(reserved))
                 }
-                Err(_) => return refused_by_redis(),
+                Err(e) => return refused_by_redis(&e),
             }
         }
-        None => match gw.join(&q).await {
-            Ok(s) => {
-                let reserved = match &s {
-                    PlaceState::Waiting { place, .. } | PlaceState::Scheduled { place, .. } => {
-                        metrics::joined();
-                        Some(Reserved::new(gw, &q, *place))
-                    }
-                    _ => None,
-                };
-                (s, reserved)
+        None => {
+            // The join's span (its queue; never its ticket, which is issued below).
+            let span = tracing::info_span!("join", queue = %q);
+            joined = SpanLink::of(&span);
+            match gw.join(&q).instrument(span).await {
+                Ok(s) => {
+                    let reserved = match &s {
+                        PlaceState::Waiting { place, .. }
+                        | PlaceState::Scheduled { place, .. }
+                        | PlaceState::AdmittedNow { place } => {
+                            metrics::joined();
+                            Some(Reserved::new(gw, &q, *place))
+                        }
+                        _ => None,
+                    };
+                    (s, reserved)
+                }
+                Err(JoinError::Store(e)) => return refused_by_redis(&e),
+                Err(JoinError::Abandoned) => {
+                    metrics::refused(Refusal::Redis);
+                    return Setup::TryLater;
+                }
             }
-            Err(_) => return refused_by_redis(),
-        },
+        }
     };
     let disarm = |r: Option<Reserved>| {
         if let Some(r) = r {
             r.disarm();
+        }
+    };
+    // Holds a browser whose place is reserved: its stream starts with `first`. The ticket is
+    // the one the browser presented (a pre-queue ticket keeps naming its pre-queue place,
+    // which the draw maps to its place in line), or a new one for a join; the client's address
+    // is charged for the ticket's place, as the per-IP check before Redis was.
+    let counted = place;
+    let live = |ticket: Option<String>,
+                reserved: Reserved,
+                place: PlaceId,
+                first: Update,
+                previous_gateway: Option<u16>| {
+        let ticket = ticket.unwrap_or_else(|| Ticket::issue(gw.ticket_key(), &q, place));
+        let Some((attached, rx)) = reserved.attach(first) else {
+            // A newer connection took the place over meanwhile.
+            return Setup::TryLater;
+        };
+        if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
+            let (gw, q) = (gw.clone(), q.clone());
+            tokio::spawn(async move {
+                gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
+                    .await;
+            });
+        }
+        let hold = gw.ip_limits().hold(client, &q, counted.unwrap_or(place));
+        Setup::Live {
+            ticket,
+            holding: Holding {
+                gw: gw.clone(),
+                attached,
+                place: Some(hold),
+                _slot: slot,
+            },
+            rx,
+            joined,
         }
     };
     match state {
@@ -190,7 +298,7 @@ async fn setup(
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
             });
-            live(gw, &q, place, ticket, reserved, first, previous_gateway)
+            live(ticket, reserved, place, first, previous_gateway)
         }
         PlaceState::Scheduled {
             place,
@@ -201,10 +309,20 @@ async fn setup(
                 return Setup::TryLater;
             };
             let first = Update::Scheduled(ScheduledEvent::new(q.clone(), opens_at_ms));
-            live(gw, &q, place, ticket, reserved, first, previous_gateway)
+            live(ticket, reserved, place, first, previous_gateway)
+        }
+        PlaceState::AdmittedNow { place } => {
+            // Admitted by the join (passthrough): the stream opens with nothing to show, and
+            // its first event is the `admitted` the dispatcher sends once woken. Counted like
+            // a waiting place until its `admitted` is written.
+            let Some(reserved) = reserved else {
+                return Setup::TryLater;
+            };
+            live(ticket, reserved, place, Update::Admitting, None)
         }
         PlaceState::Admitted(rec) => {
             disarm(reserved);
+            forget(place);
             metrics::admission_delivered();
             let ticket = ticket.unwrap_or_default();
             Setup::Once(event_frame(
@@ -219,57 +337,32 @@ async fn setup(
         }
         PlaceState::QueueClosed(reason) => {
             disarm(reserved);
+            forget(place);
             Setup::Failed(closed_queue(&q, reason))
         }
         PlaceState::Gone => {
             disarm(reserved);
+            forget(place);
             Setup::Failed(place_gone())
         }
         PlaceState::SessionEnded => {
             disarm(reserved);
+            forget(place);
             let ended = Update::closed(&q, CloseReason::SessionEnded);
             Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
         }
     }
 }
 
-/// Holds a browser whose place is reserved: its stream starts with `first`. The ticket is the
-/// one the browser presented (a pre-queue ticket keeps naming its drawn place), or a new one.
-fn live(
-    gw: &Arc<Gateway>,
-    q: &QueueId,
-    place: PlaceId,
-    ticket: Option<String>,
-    reserved: Reserved,
-    first: Update,
-    previous_gateway: Option<u16>,
-) -> Setup {
-    let ticket = ticket.unwrap_or_else(|| Ticket::issue(gw.ticket_key(), q, place));
-    let Some((attached, rx)) = reserved.attach(first) else {
-        // A newer connection took the place over meanwhile.
-        return Setup::TryLater;
-    };
-    if let Some(holder) = previous_gateway.filter(|h| *h != gw.index()) {
-        let (gw, q) = (gw.clone(), q.clone());
-        tokio::spawn(async move {
-            gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
-                .await;
-        });
-    }
-    Setup::Live {
-        ticket,
-        holding: Holding {
-            gw: gw.clone(),
-            attached,
-        },
-        rx,
-    }
-}
-
-/// A stream Redis could not set up: `retry:`, counted as refused.
-fn refused_by_redis() -> Setup {
+/// A stream Redis could not set up: `retry:`, counted as refused; a longer one when Redis is
+/// out of memory.
+fn refused_by_redis(e: &StoreError) -> Setup {
     metrics::refused(Refusal::Redis);
-    Setup::TryLater
+    if e.is_out_of_memory() {
+        Setup::TryMuchLater
+    } else {
+        Setup::TryLater
+    }
 }
 
 /// Resumes a place; an admission whose token is still being minted is awaited briefly.
@@ -293,10 +386,57 @@ async fn resume(
     Ok(PlaceState::AdmissionPending)
 }
 
-/// Writes one chunk of a chunked body, after `prefix` (e.g. the response head) and before
-/// `suffix` (e.g. the last chunk), in one write.
+/// The `deliver` span of an update about to be written: for an admission made by a traced
+/// tick, a child of that tick (through the stream message), linked to the browser's `join`
+/// span when it joined here. Otherwise no span. It names the queue only: never the ticket
+/// or the token.
+fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
+    let Update::Admitted(a) = u else {
+        return tracing::Span::none();
+    };
+    let Some(tick) = &a.trace else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!("deliver", queue = %a.event.queue);
+    usher_runtime::traces::set_parent(&span, tick);
+    if let Some(j) = joined {
+        j.add_to(&span);
+    }
+    span
+}
+
+/// How a stream's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// HTTP/1.1: chunked, so the connection can serve another request after the stream.
+    Chunked,
+    /// HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    UntilClose,
+}
+
+impl Framing {
+    /// The response head.
+    fn head(self) -> &'static str {
+        match self {
+            Framing::Chunked => STREAM_HEAD,
+            Framing::UntilClose => STREAM_HEAD_UNTIL_CLOSE,
+        }
+    }
+
+    /// What ends the body.
+    fn last(self) -> &'static str {
+        match self {
+            Framing::Chunked => LAST_CHUNK,
+            Framing::UntilClose => "",
+        }
+    }
+}
+
+/// Writes `text` as one piece of the body (a chunk when chunked), after `prefix` (e.g. the
+/// response head) and before `suffix` (e.g. the last chunk), in one write.
 async fn chunk_with(
     sock: &mut TcpStream,
+    framing: Framing,
     prefix: &str,
     text: &str,
     suffix: &str,
@@ -304,11 +444,15 @@ async fn chunk_with(
     use std::fmt::Write as _;
     let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 20);
     framed.push_str(prefix);
-    if !text.is_empty() {
-        // Writing to a String cannot fail.
-        let _ = write!(framed, "{:x}\r\n", text.len());
-        framed.push_str(text);
-        framed.push_str("\r\n");
+    match framing {
+        Framing::Chunked if !text.is_empty() => {
+            // Writing to a String cannot fail.
+            let _ = write!(framed, "{:x}\r\n", text.len());
+            framed.push_str(text);
+            framed.push_str("\r\n");
+        }
+        Framing::Chunked => {}
+        Framing::UntilClose => framed.push_str(text),
     }
     framed.push_str(suffix);
     match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
@@ -317,15 +461,15 @@ async fn chunk_with(
     }
 }
 
-async fn chunk(sock: &mut TcpStream, text: &str) -> std::io::Result<()> {
-    chunk_with(sock, "", text, "").await
-}
-
 const LAST_CHUNK: &str = "0\r\n\r\n";
 
-/// The response head of every stream.
+/// The response head of every HTTP/1.1 stream.
 pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
     cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// The response head of an HTTP/1.0 stream: the body ends when the connection closes.
+const STREAM_HEAD_UNTIL_CLOSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
 /// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
 /// chunked; it ends after a terminal update, or when the browser goes away. `Ok(true)` when
@@ -335,6 +479,7 @@ pub(crate) async fn pump(
     gw: &Arc<Gateway>,
     sock: &mut TcpStream,
     setup: Setup,
+    framing: Framing,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     let text = match setup {
@@ -342,12 +487,14 @@ pub(crate) async fn pump(
             ticket,
             holding,
             rx,
-        } => return pump_live(gw, sock, ticket, holding, rx).await,
+            joined,
+        } => return pump_live(gw, sock, ticket, holding, rx, joined, framing).await,
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
+        Setup::TryMuchLater => retry_frame(jittered(retry * OOM_BACKOFF)),
     };
     // A whole response in one write: head, its only chunk, the last chunk.
-    chunk_with(sock, STREAM_HEAD, &text, LAST_CHUNK)
+    chunk_with(sock, framing, framing.head(), &text, framing.last())
         .await
         .map(|()| true)
 }
@@ -357,8 +504,10 @@ async fn pump_live(
     gw: &Arc<Gateway>,
     sock: &mut TcpStream,
     ticket: String,
-    holding: Holding,
+    mut holding: Holding,
     mut rx: watch::Receiver<Update>,
+    joined: Option<SpanLink>,
+    framing: Framing,
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
@@ -367,7 +516,11 @@ async fn pump_live(
     let mut text = retry_frame(retry);
     text.push_str(&first.frame(&ticket).unwrap_or_default());
     let mut done = first.is_terminal();
-    chunk_with(sock, STREAM_HEAD, &text, if done { LAST_CHUNK } else { "" }).await?;
+    holding.ended(&first);
+    let end = if done { framing.last() } else { "" };
+    chunk_with(sock, framing, framing.head(), &text, end)
+        .instrument(deliver_span(&first, joined.as_ref()))
+        .await?;
     if let Update::Admitted(_) = &first {
         metrics::admission_delivered();
     }
@@ -382,9 +535,12 @@ async fn pump_live(
                     Err(_) => Update::superseded(),
                 };
                 done = u.is_terminal();
-                let end = if done { LAST_CHUNK } else { "" };
+                holding.ended(&u);
+                let end = if done { framing.last() } else { "" };
                 let f = u.frame(&ticket).unwrap_or_default();
-                chunk_with(sock, "", &f, end).await?;
+                chunk_with(sock, framing, "", &f, end)
+                    .instrument(deliver_span(&u, joined.as_ref()))
+                    .await?;
                 last_write = tokio::time::Instant::now();
                 if let Update::Admitted(_) = &u {
                     metrics::admission_delivered();
@@ -396,7 +552,7 @@ async fn pump_live(
             _ = keepalive.changed() => {
                 let tick = *keepalive.borrow_and_update();
                 if gw.keepalive().due(last_write, tick) {
-                    chunk(sock, KEEPALIVE_FRAME).await?;
+                    chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
                     last_write = tokio::time::Instant::now();
                 }
             }

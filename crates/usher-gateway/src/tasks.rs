@@ -1,17 +1,23 @@
-//! The gateway's background tasks: the heartbeat, the flush of disconnects, and the drain.
+//! The gateway's background tasks: the heartbeat (with the stream-lag sample), the flush of
+//! disconnects, and the drain.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
-use usher_core::store::{DrawPhase, StoreError};
+use usher_core::ids::QueueId;
+use usher_core::store::{DevSecret, DrawPhase, Interest, Restore, StoreError};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
 use crate::metrics;
+use crate::recovery::Action;
 
 /// How often disconnects are written to Redis.
 const AWAY_FLUSH: Duration = Duration::from_millis(50);
+/// How long after putting a queue's places back positions may go up (see
+/// [`crate::hub::Hub::allow_rise`]): the other gateways restore theirs meanwhile.
+const RISE_AFTER_RESTORE: Duration = Duration::from_secs(10);
 /// Draining ends connections in steps this far apart.
 const DRAIN_STEP: Duration = Duration::from_millis(100);
 
@@ -73,6 +79,18 @@ pub(crate) async fn heartbeat(gw: Arc<Gateway>) {
             }
         }
         gw.hub().sweep_orphans();
+        sample_stream(&gw).await;
+    }
+}
+
+/// Samples how far behind the reading of this gateway's own stream is, for `/metrics`.
+async fn sample_stream(gw: &Gateway) {
+    match gw.store().stream_lag(gw.id()).await {
+        Ok(lag) => metrics::stream_sampled(&lag),
+        Err(e) => {
+            metrics::redis_error();
+            tracing::debug!(error = %e, "could not sample the stream's lag");
+        }
     }
 }
 
@@ -80,15 +98,41 @@ pub(crate) async fn heartbeat(gw: Arc<Gateway>) {
 async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     let (store, config) = (gw.store(), gw.config());
     let now = now_ms();
-    store
+    if !store
         .heartbeat_gateway(gw.index(), gw.id(), now, config.registry_ttl())
-        .await?;
+        .await?
+    {
+        // Another process took this index while Redis had lost the registry: take a new one
+        // and put every place held here back under it.
+        let old = gw.index();
+        let new = store
+            .register_gateway(gw.id(), now, config.registry_ttl())
+            .await?;
+        gw.set_index(new);
+        gw.recovery().restore_all();
+        tracing::warn!(old, new, "another gateway process owns this registry index (redis lost the registry); registered again");
+    }
+    if let Some(key) = gw.dev_ticket_key() {
+        // Written back (if missing) so that gateways started after a loss agree with this one.
+        if store
+            .shared_dev_secret(DevSecret::TicketKey, key.to_owned())
+            .await?
+            != key
+        {
+            tracing::warn!("the development ticket key in redis is not this gateway's (redis lost it and another gateway stored a new one): tickets of one are refused by the other until they restart");
+        }
+    }
     store.ensure_stream(gw.id(), config.stream_ttl()).await?;
     let queues = gw.hub().queues();
-    let closed = store.refresh_interest(&queues, gw.index(), now).await?;
-    for (q, closed) in queues.iter().zip(closed) {
-        if let Some(reason) = closed {
-            gw.hub().close_queue(q, reason);
+    gw.recovery().retain(&queues);
+    let interests = store.refresh_interest(&queues, gw.index(), now).await?;
+    for (q, interest) in queues.iter().zip(interests) {
+        match gw.recovery().observe(q, interest, Instant::now()) {
+            Action::Nothing => {}
+            Action::Close(reason) => {
+                gw.hub().close_queue(q, reason);
+            }
+            Action::Restore => restore(gw, q).await?,
         }
     }
     // A draw whose message this gateway missed (sent while it was away, or lost): its
@@ -100,6 +144,30 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
             .is_none_or(|s| s.phase == DrawPhase::Done)
         {
             gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
+        }
+    }
+    Ok(())
+}
+
+/// Puts the places of `q`'s browsers held here back into Redis (see [`crate::recovery`]).
+async fn restore(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
+    let places = gw.hub().places_in_line_order(q);
+    match gw
+        .store()
+        .restore_places(q, gw.index(), &places, now_ms())
+        .await?
+    {
+        Restore::Unknown => gw.recovery().still_missing(q, Instant::now()),
+        Restore::Closed(reason) => {
+            gw.recovery()
+                .observe(q, Interest::Closed(reason), Instant::now());
+            gw.hub().close_queue(q, reason);
+        }
+        Restore::Done { restored, epoch } => {
+            gw.recovery().restored(q, epoch);
+            // The other gateways put their places back within a heartbeat or two of this one.
+            gw.hub().allow_rise(q, Instant::now() + RISE_AFTER_RESTORE);
+            tracing::warn!(queue = %q, held = places.len(), restored, "places put back after redis lost the queue");
         }
     }
     Ok(())

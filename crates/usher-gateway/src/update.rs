@@ -17,6 +17,9 @@ pub enum Update {
     /// In a scheduled sale's pre-queue until the draw (which ends the stream with a `retry:`:
     /// the browser resumes into its drawn place). No position updates meanwhile.
     Scheduled(ScheduledEvent),
+    /// Admitted by the join itself (passthrough): its token is on its way from the
+    /// dispatcher, and nothing is shown until it arrives, so the first event is `admitted`.
+    Admitting,
     /// An operator's notice (its rendered `notice` frame, shared by every connection it goes
     /// to), then the browser's current `waiting` event. A notice takes the place of a pending
     /// position update and carries it along, and a later position update changes `waiting`
@@ -30,8 +33,8 @@ pub enum Update {
     Admitted(Arc<Admitted>),
     /// Terminal.
     Closed(ClosedEvent),
-    /// Terminal, without an event: a newer connection took the place over, or the gateway is
-    /// draining. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
+    /// Terminal, without an event: the gateway is draining, or the connection's channel is
+    /// gone. `retry_ms` (when set) is sent as a last `retry:` so the browser reconnects
     /// after that delay and resumes its place.
     Ended {
         retry_ms: Option<u64>,
@@ -42,7 +45,7 @@ impl Update {
     pub fn is_terminal(&self) -> bool {
         !matches!(
             self,
-            Update::Waiting(_) | Update::Notice { .. } | Update::Scheduled(_)
+            Update::Waiting(_) | Update::Notice { .. } | Update::Scheduled(_) | Update::Admitting
         )
     }
 
@@ -81,7 +84,7 @@ impl Update {
             Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
             Update::Closed(c) => Some(event_frame("closed", None, c)),
             Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
-            Update::Ended { retry_ms: None } => None,
+            Update::Ended { retry_ms: None } | Update::Admitting => None,
         }
     }
 }
@@ -89,17 +92,35 @@ impl Update {
 /// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
 /// half a tick before the admission, so an admission burst formats no JSON and copies no
 /// token. Shared: handing it to a connection is a reference count.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {
     pub event: AdmittedEvent,
     /// `event` as JSON (the `data:` of the SSE event).
     pub json: String,
+    /// The W3C `traceparent` of the tick that admitted the place, when traces are on: the
+    /// delivery's span is its child.
+    pub trace: Option<Arc<str>>,
 }
 
 impl Admitted {
     pub fn new(event: AdmittedEvent) -> Arc<Self> {
         let json = crate::frames::event_json(&event);
-        Arc::new(Self { event, json })
+        Arc::new(Self {
+            event,
+            json,
+            trace: None,
+        })
+    }
+
+    /// This event, admitted by the tick `trace` names (unchanged when `None`, as always
+    /// when traces are off: no copy then).
+    pub(crate) fn traced(self: Arc<Self>, trace: Option<&Arc<str>>) -> Arc<Self> {
+        let Some(t) = trace else {
+            return self;
+        };
+        let mut a = Arc::unwrap_or_clone(self);
+        a.trace = Some(t.clone());
+        Arc::new(a)
     }
 
     /// The event of an admission delivered through the stream.

@@ -41,3 +41,40 @@ impl IntoResponse for ApiError {
             .into_response()
     }
 }
+
+/// Longest framework error text carried over into a JSON error.
+const MAX_ERROR_TEXT: usize = 4096;
+
+/// Middleware: an error answer (4xx, 5xx) that is not JSON already — the router's own 404 and
+/// 405, an extractor's rejection (plain text) — becomes `{"error": "..."}` with the same
+/// status and headers (e.g. `Allow`), its text (or the status's reason) as the message. So
+/// every error a client sees has the one shape the README promises.
+pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_ERROR_TEXT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    let json = ApiError::new(status, message).into_response();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    let (json_parts, json_body) = json.into_parts();
+    parts.headers.extend(json_parts.headers);
+    Response::from_parts(parts, json_body)
+}

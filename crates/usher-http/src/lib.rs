@@ -3,13 +3,16 @@
 //! `usher-runtime`; this crate knows only HTTP.
 //!
 //! Layout: `error` (`ApiError`), `health` (`/healthz`, `/readyz`), `metrics` (the Prometheus
-//! recorder and `/metrics`), `serve` (`listen`, `serve`).
+//! recorder and `/metrics`), `serve` (`listen`, `serve`), `limits` (`ServeLimits`: deadlines and connection caps,
+//! the whole-body deadline).
 
 mod error;
 mod health;
+mod limits;
 pub mod metrics;
 mod serve;
 
-pub use error::ApiError;
+pub use error::{json_errors, ApiError};
 pub use health::{health_routes, Readiness};
+pub use limits::{body_deadline, ServeLimits, MAX_BODY};
 pub use serve::{listen, serve};

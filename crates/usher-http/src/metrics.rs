@@ -23,6 +23,13 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
 ];
 
+/// The buckets, in seconds, of every histogram whose name starts with `usher_redis_`: from
+/// 100 µs (a command on a healthy loopback Redis) to 5 s (the longest a blocking stream read
+/// waits by design).
+pub const REDIS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
 /// How often histogram samples recorded between two scrapes are folded into the buckets, so
 /// a process nobody scrapes does not hold them all.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -34,9 +41,13 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
-            // Only an empty bucket list is refused, and the list above is not empty.
+            // Only an empty bucket list is refused, and the lists above are not empty. A
+            // prefix matcher is tried before a suffix matcher, so Redis latencies get theirs.
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Prefix("usher_redis_".into()), REDIS_BUCKETS)
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();

@@ -1,24 +1,107 @@
-//! Listening sockets and serving an axum router until shutdown.
+//! Listening sockets and serving an axum router until shutdown, through hyper's HTTP/1.1
+//! server with the limits of [`ServeLimits`].
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::{ConnectInfo, Request};
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use crate::limits::{body_deadline, ServeLimits};
+
+/// Largest request head (and read buffer) accepted.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long open connections get to finish after shutdown starts.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `app` on `listener` until `shutdown` resolves; handlers can extract
-/// `ConnectInfo<SocketAddr>`.
+/// `ConnectInfo<SocketAddr>`. Every error answer is JSON ([`crate::json_errors`]); request
+/// heads and bodies have deadlines and connections a cap ([`ServeLimits`]).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let body_timeout = limits.body_timeout();
+    let app = app
+        .layer(axum::middleware::from_fn(move |req: Request, next| {
+            body_deadline(body_timeout, req, next)
+        }))
+        .layer(axum::middleware::from_fn(crate::json_errors));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout())
+        .max_buf_size(MAX_HEAD);
+    let graceful = GracefulShutdown::new();
+    let open = Arc::new(AtomicU64::new(0));
+    tokio::pin!(shutdown);
+    loop {
+        let (sock, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if open.load(Ordering::Relaxed) >= limits.max_sockets {
+            // Closed at once: the descriptor goes back, and the client sees a reset rather
+            // than a connection that hangs.
+            drop(sock);
+            continue;
+        }
+        let counted = OpenConnection::new(&open);
+        let app = app.clone();
+        let service = TowerToHyperService::new(tower::service_fn(move |mut req: Request<_>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            app.clone().oneshot(req.map(axum::body::Body::new))
+        }));
+        let conn = http.serve_connection(TokioIo::new(sock), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            drop(counted);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period");
+    }
+    Ok(())
+}
+
+/// Counts an open connection for as long as it lives.
+struct OpenConnection(Arc<AtomicU64>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicU64>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Binds a listener with a deep accept backlog (capped by the kernel's `somaxconn`): a sale's

@@ -1,16 +1,26 @@
 //! Test support: a real `redis-server` per test, in-process usher servers on port 0, an SSE
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
-//! only tests and benchmarks need ([`probe`]).
+//! only tests and benchmarks need ([`probe`]), the browser tools the page's tests drive
+//! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
+//! ([`otlp`]).
 
 pub mod browser;
 pub mod config;
+pub mod nginx;
+pub mod otlp;
 pub mod probe;
 pub mod procs;
+pub mod raw;
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod sse;
 pub mod stack;
+pub mod tls;
+pub mod tools;
 
 pub use probe::RedisProbe;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use sse::SseClient;
 pub use stack::Stack;
@@ -29,6 +39,8 @@ pub fn tick_args(lease: &usher_core::store::Lease, now_ms: u64) -> usher_core::s
         lease,
         lease_ttl_ms: 600_000,
         gateways: &[],
+        bucket_rate: None,
+        tick_ms: 100,
     }
 }
 

@@ -165,6 +165,11 @@ impl Proc {
         }
     }
 
+    /// The whole log of the process so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last lines of the process's log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -192,11 +197,22 @@ fn spawn(
             std::env::var("USHER_TEST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .env("USHER_LISTEN", addr.to_string())
+        .envs(default_admin_token(env))
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))
+}
+
+/// Every test dispatcher gets the test admin token ([`crate::config::admin_token_spec`]),
+/// unless the test sets `USHER_ADMIN_TOKEN` itself or `USHER_DEV` (development mode, whose
+/// token is shared through Redis).
+fn default_admin_token(env: &[(String, String)]) -> Option<(&'static str, String)> {
+    let chosen = env
+        .iter()
+        .any(|(k, _)| k == "USHER_ADMIN_TOKEN" || k == "USHER_DEV");
+    (!chosen).then(|| ("USHER_ADMIN_TOKEN", crate::config::admin_token_spec()))
 }
 
 impl Drop for Proc {

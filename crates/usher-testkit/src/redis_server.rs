@@ -12,19 +12,44 @@ pub fn binary() -> String {
     std::env::var("USHER_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The `redis-cli` binary: `$USHER_REDIS_CLI` or `redis-cli` from `PATH`.
+pub fn cli() -> String {
+    std::env::var("USHER_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
+/// Runs `redis-cli -p <port> <args>` against a loopback server; its output, or an error when
+/// it fails or Redis answers an error.
+pub fn redis_cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(cli())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {} (install redis-tools)", cli()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success() && !text.starts_with("ERR") && !text.starts_with("(error)"),
+        "redis-cli {args:?} failed: {text}"
+    );
+    Ok(text)
+}
+
 /// A running `redis-server`; killed when dropped.
 pub struct RedisServer {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// The TLS port, for a server started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
+    /// Killed by [`RedisServer::kill`] and not started again.
+    killed: bool,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -34,6 +59,30 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 64];
     matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
+
+/// The `process_id` of the Redis server answering on `port` (`INFO server`), if one answers.
+fn server_pid(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"INFO server\r\n").ok()?;
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match s.read(&mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+        let text = String::from_utf8_lossy(&buf[..len]);
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some(pid) = rest.split("\r\n").next() {
+                if rest.contains("\r\n") {
+                    return pid.trim().parse().ok();
+                }
+            }
+        }
+    }
+    None
 }
 
 impl RedisServer {
@@ -54,6 +103,34 @@ impl RedisServer {
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("redis-server did not start")))
     }
 
+    /// Starts a server that also listens for TLS (certificates from `pki`; clients must show
+    /// a certificate the CA signed when `auth_clients`). The plain port stays open for the
+    /// harness (readiness, probes); usher under test is given [`RedisServer::tls_url`].
+    pub fn start_tls(pki: &crate::tls::TestPki, auth_clients: bool) -> anyhow::Result<Self> {
+        let tls_port = free_port()?;
+        let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+        let args = [
+            "--save".to_owned(),
+            String::new(),
+            "--appendonly".to_owned(),
+            "no".to_owned(),
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(pki.server_cert()),
+            "--tls-key-file".to_owned(),
+            path(pki.server_key()),
+            "--tls-ca-cert-file".to_owned(),
+            path(pki.ca()),
+            "--tls-auth-clients".to_owned(),
+            if auth_clients { "yes" } else { "no" }.to_owned(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut server = Self::start_with(&args)?;
+        server.tls_port = Some(tls_port);
+        Ok(server)
+    }
+
     fn try_start(extra: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
@@ -64,6 +141,8 @@ impl RedisServer {
             port,
             dir,
             args,
+            tls_port: None,
+            killed: false,
         };
         server.wait_ready()?;
         Ok(server)
@@ -72,7 +151,9 @@ impl RedisServer {
     fn wait_ready(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if ping(self.port) {
+            // Our own child, not another test's server that took the same free port between
+            // `free_port` and our bind (ours then exits with "address in use").
+            if server_pid(self.port) == Some(self.child.id()) {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -88,6 +169,12 @@ impl RedisServer {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.killed = true;
+    }
+
+    /// Whether [`RedisServer::kill`] stopped it (and it was not started again).
+    pub fn is_killed(&self) -> bool {
+        self.killed
     }
 
     /// Stops the server gracefully (SIGTERM: Redis flushes its AOF and exits) and waits.
@@ -112,7 +199,10 @@ impl RedisServer {
         loop {
             self.child = spawn(self.port, self.dir.path(), &self.args)?;
             match self.wait_ready() {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.killed = false;
+                    return Ok(());
+                }
                 Err(e) if Instant::now() > deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
@@ -136,6 +226,13 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` (a server from [`RedisServer::start_tls`]; panics
+    /// otherwise, a bug in the test).
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("server started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     pub fn dir(&self) -> &std::path::Path {

@@ -42,6 +42,24 @@ impl SseClient {
         }
     }
 
+    /// A client whose connections leave from `local` (e.g. `127.0.0.2`: another client address
+    /// on loopback) and carry `headers` (e.g. `X-Forwarded-For`), for the per-IP limits.
+    pub fn from_address(
+        base: impl Into<String>,
+        local: std::net::IpAddr,
+        headers: reqwest::header::HeaderMap,
+    ) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .local_address(local)
+            .default_headers(headers)
+            .build()?;
+        Ok(Self {
+            http,
+            base: base.into(),
+        })
+    }
+
     pub fn base(&self) -> &str {
         &self.base
     }

@@ -1,5 +1,6 @@
-//! A whole usher stack in this process: a real `redis-server`, a dispatcher, gateways and the
-//! demo booking service, each on a port-0 listener, each stoppable.
+//! A whole usher stack in this process: a real `redis-server` (or a real Redis Cluster), a
+//! dispatcher, gateways and the demo booking service, each on a port-0 listener, each
+//! stoppable.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,7 +12,38 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use usher_core::store::RedisArgs;
+
+use crate::redis_cluster::RedisCluster;
 use crate::redis_server::RedisServer;
+
+/// Where a stack's Redis runs: one `redis-server` ([`Stack::start`]) or a cluster
+/// ([`Stack::launch`] with `Stack::<RedisCluster>`). A suite that must pass on both writes
+/// its scenarios generic over this.
+pub trait Backend: Sized + Send + 'static {
+    /// Starts it, each `redis-server` with `server_args`.
+    fn start(server_args: &[&str]) -> anyhow::Result<Self>;
+    /// The Redis settings usher's servers are given.
+    fn redis_args(&self) -> RedisArgs;
+}
+
+impl Backend for RedisServer {
+    fn start(server_args: &[&str]) -> anyhow::Result<Self> {
+        RedisServer::start_with(server_args)
+    }
+    fn redis_args(&self) -> RedisArgs {
+        RedisArgs::standalone(self.url())
+    }
+}
+
+impl Backend for RedisCluster {
+    fn start(server_args: &[&str]) -> anyhow::Result<Self> {
+        RedisCluster::start(server_args)
+    }
+    fn redis_args(&self) -> RedisArgs {
+        RedisCluster::redis_args(self)
+    }
+}
 
 /// One in-process server.
 pub struct Server {
@@ -81,11 +113,12 @@ impl Default for StackOptions {
 }
 
 /// Redis + dispatcher + gateways (+ booking demo).
-pub struct Stack {
-    pub redis: RedisServer,
+pub struct Stack<R = RedisServer> {
+    pub redis: R,
     pub dispatcher: Server,
     pub gateways: Vec<Server>,
     pub booking: Option<Server>,
+    /// Sends the test admin token ([`crate::config::admin_client`]).
     pub http: reqwest::Client,
 }
 
@@ -101,31 +134,42 @@ pub async fn gateway_with(cfg: usher_gateway::Config) -> anyhow::Result<Server> 
 
 /// Starts a dispatcher against `redis_url`.
 pub async fn dispatcher(redis_url: &str, tick_ms: u64) -> anyhow::Result<Server> {
-    let cfg = crate::config::dispatcher(redis_url, tick_ms);
+    dispatcher_with(crate::config::dispatcher(redis_url, tick_ms)).await
+}
+
+/// Starts a dispatcher with `cfg` (e.g. [`crate::config::dispatcher`], then changed).
+pub async fn dispatcher_with(cfg: usher_dispatcher::Config) -> anyhow::Result<Server> {
     Server::spawn(|l, rx| usher_dispatcher::run(cfg, l, shutdown(rx))).await
 }
 
 /// Starts the demo booking service against the dispatcher at `dispatcher_url` (its JWKS and
 /// its session API).
 pub async fn booking(dispatcher_url: &str) -> anyhow::Result<Server> {
-    let cfg = usher_booking_demo::Config {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        jwks_url: format!("{dispatcher_url}/.well-known/jwks.json"),
-        dispatcher_url: dispatcher_url.to_owned(),
-        log_format: Default::default(),
-    };
+    let cfg = crate::config::booking(dispatcher_url);
     Server::spawn(|l, rx| usher_booking_demo::run(cfg, l, shutdown(rx))).await
 }
 
-impl Stack {
+impl Stack<RedisServer> {
+    /// A stack on one fresh `redis-server`.
     pub async fn start(opts: StackOptions) -> anyhow::Result<Self> {
+        Self::launch(opts).await
+    }
+}
+
+impl<R: Backend> Stack<R> {
+    /// A stack on a fresh backend `R` (e.g. `Stack::<RedisCluster>::launch`).
+    pub async fn launch(opts: StackOptions) -> anyhow::Result<Self> {
         init_logs();
-        let redis = RedisServer::start_with(&opts.redis_args)?;
-        let url = redis.url();
-        let dispatcher = dispatcher(&url, opts.tick_ms).await?;
+        let redis = R::start(&opts.redis_args)?;
+        let args = redis.redis_args();
+        let mut d = crate::config::dispatcher(&args.url, opts.tick_ms);
+        d.redis = args.clone();
+        let dispatcher = dispatcher_with(d).await?;
         let mut gateways = Vec::new();
         for _ in 0..opts.gateways {
-            gateways.push(gateway(&url).await?);
+            let mut g = crate::config::gateway(&args.url);
+            g.redis = args.clone();
+            gateways.push(gateway_with(g).await?);
         }
         let booking = if opts.booking {
             Some(booking(&dispatcher.url()).await?)
@@ -137,12 +181,14 @@ impl Stack {
             dispatcher,
             gateways,
             booking,
-            http: reqwest::Client::new(),
+            http: crate::config::admin_client(),
         };
         stack.wait_ready().await?;
         Ok(stack)
     }
+}
 
+impl<R> Stack<R> {
     async fn wait_ready(&self) -> anyhow::Result<()> {
         let mut urls = vec![self.dispatcher.url()];
         urls.extend(self.gateways.iter().map(Server::url));
@@ -171,7 +217,7 @@ impl Stack {
         self.gateways[i].url()
     }
 
-    /// `PUT /admin/queues/{queue}` on the dispatcher (loopback, no token).
+    /// `PUT /admin/queues/{queue}` on the dispatcher (with the test admin token).
     pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
         let r = self
             .http
@@ -185,11 +231,13 @@ impl Stack {
         Ok(v)
     }
 
-    /// Creates an open queue admitting `admit_per_second`.
+    /// Creates an open queue admitting `admit_per_second`, where everyone queues
+    /// (`passthrough` off: these tests are about the line; passthrough's own tests turn it on).
     pub async fn create_queue(&self, queue: &str, admit_per_second: f64) -> anyhow::Result<Value> {
         self.put_queue(
             queue,
-            json!({"admit_per_second": admit_per_second, "session_ttl_seconds": 600, "open": true}),
+            json!({"admit_per_second": admit_per_second, "session_ttl_seconds": 600, "open": true,
+                "passthrough": false}),
         )
         .await
     }
@@ -214,4 +262,29 @@ pub fn init_logs() {
             .with_test_writer()
             .try_init();
     }
+}
+
+/// Runs each scenario `name::<R: Backend>()` of a test file as two tests: `standalone::name`
+/// on one `redis-server` and `cluster::name` on a 3-master Redis Cluster. A suite written
+/// this way passes on both or fails.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        mod standalone {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name::<$crate::RedisServer>().await
+                }
+            )+
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() -> anyhow::Result<()> {
+                    super::$name::<$crate::RedisCluster>().await
+                }
+            )+
+        }
+    };
 }

@@ -158,3 +158,83 @@ pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core
         .await?
         .ok_or_else(|| anyhow::anyhow!("lease"))
 }
+
+/// Joins `queue` and waits for admission; returns (ticket, token).
+pub async fn admitted(
+    stack: &usher_testkit::Stack,
+    queue: &str,
+) -> anyhow::Result<(String, String)> {
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut conn = client
+        .open(&format!("/api/queues/{queue}/stream"), None)
+        .await?;
+    anyhow::ensure!(conn.status == 200, "join answered {}", conn.status);
+    let a = conn.wait_for("admitted", T).await?;
+    let token = data(&a)["token"].as_str().unwrap_or_default().to_owned();
+    Ok((a.id.clone(), token))
+}
+
+/// The claims of a token (its signature is checked elsewhere).
+pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
+    use base64::Engine;
+    let part = token.split('.').nth(1).unwrap_or_default();
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
+    Ok(serde_json::from_slice(&json)?)
+}
+
+/// The dispatcher's (development) signing key, to mint tokens it would never mint.
+pub async fn dispatcher_key(
+    stack: &usher_testkit::Stack,
+) -> anyhow::Result<usher_core::token::SigningKey> {
+    let store = Store::connect(&stack.redis.url()).await?;
+    let pem = store
+        .shared_dev_secret(
+            usher_core::store::DevSecret::JwtKey,
+            usher_core::token::SigningKey::generate_pem()?,
+        )
+        .await?;
+    Ok(usher_core::token::SigningKey::from_pkcs8_pem(&pem)?)
+}
+
+/// The whole path against running servers, as a user sees it: creates an open queue `queue`
+/// on the dispatcher (loopback admin), joins it on the gateway, waits for `admitted`, and
+/// verifies the entry token against the dispatcher's JWKS.
+pub async fn join_and_admit(
+    http: &reqwest::Client,
+    dispatcher_url: &str,
+    gateway_url: &str,
+    queue: &str,
+) -> anyhow::Result<Admitted> {
+    let r = http
+        .put(format!("{dispatcher_url}/admin/queues/{queue}"))
+        .json(&serde_json::json!({"admit_per_second": 50.0, "open": true}))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());
+    let client = SseClient::new(gateway_url.to_owned());
+    let (ticket, pos, mut conn) = join(&client, queue).await?;
+    anyhow::ensure!(pos >= 1, "a position: {pos}");
+    let admitted = conn.wait_for("admitted", T).await?;
+    anyhow::ensure!(admitted.id == ticket, "admitted names the ticket");
+    let token = data(&admitted)["token"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("admitted without a token"))?
+        .to_owned();
+    let claims = verify_token(&jwks_at(http, dispatcher_url).await?, &token, queue)?;
+    anyhow::ensure!(
+        claims["sub"].as_str() == Some(place_of(&ticket).to_string().as_str()),
+        "the token is for this place: {claims}"
+    );
+    Ok(Admitted {
+        ticket,
+        token,
+        claims,
+    })
+}
+
+/// What [`join_and_admit`] saw: the ticket, its entry token and the token's verified claims.
+pub struct Admitted {
+    pub ticket: String,
+    pub token: String,
+    pub claims: Value,
+}

@@ -7,14 +7,22 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 use usher_testkit::sse::{eventually, Watcher};
-use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::SseClient;
+
+// Every scenario here runs on one redis-server and on a Redis Cluster.
+usher_testkit::on_every_backend!(
+    resume_by_last_event_id_keeps_the_place_and_takes_no_second_one,
+    bad_requests_are_answered_with_clear_json_errors,
+    closing_a_queue_tells_every_waiter_on_every_gateway,
+    two_gateways_each_browser_gets_its_own_events_only,
+);
 
 const PAUSED: f64 = 0.000_001;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
+async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Backend>(
+) -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions::default()).await?;
     stack.create_queue("res", PAUSED).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let (_a, _, _wa) = join_watch(&client, "res").await?;
@@ -85,9 +93,8 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one() -> an
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_requests_are_answered_with_clear_json_errors() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
+async fn bad_requests_are_answered_with_clear_json_errors<R: Backend>() -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions::default()).await?;
     stack.create_queue("errs", PAUSED).await?;
     stack.create_queue("other", PAUSED).await?;
     let gw = stack.gateway_url(0);
@@ -198,9 +205,8 @@ async fn bad_requests_are_answered_with_clear_json_errors() -> anyhow::Result<()
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closing_a_queue_tells_every_waiter_on_every_gateway() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
+async fn closing_a_queue_tells_every_waiter_on_every_gateway<R: Backend>() -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions {
         gateways: 2,
         ..Default::default()
     })
@@ -257,9 +263,8 @@ async fn closing_a_queue_tells_every_waiter_on_every_gateway() -> anyhow::Result
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_each_browser_gets_its_own_events_only() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
+async fn two_gateways_each_browser_gets_its_own_events_only<R: Backend>() -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions {
         gateways: 2,
         ..Default::default()
     })

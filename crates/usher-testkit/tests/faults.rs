@@ -26,6 +26,14 @@ struct Cluster {
     http: reqwest::Client,
 }
 
+/// A gateway's per-IP limits turned off (tests burst from one loopback address).
+const NO_IP_LIMITS: [(&str, &str); 4] = [
+    ("USHER_IP_JOIN_RATE", "0"),
+    ("USHER_IP_JOIN_BURST", "0"),
+    ("USHER_IP_MAX_STREAMS", "0"),
+    ("USHER_IP_MAX_PLACES", "0"),
+];
+
 impl Cluster {
     async fn start(
         dispatchers: usize,
@@ -57,13 +65,16 @@ impl Cluster {
         let mut gs = Vec::new();
         for i in 0..gateways {
             let id = format!("g{i}");
-            gs.push(Proc::start("usher-gateway", &common(&[("USHER_SERVER_ID", id)])).await?);
+            // The browsers all come from 127.0.0.1: the per-IP limits are off.
+            let mut env = vec![("USHER_SERVER_ID", id)];
+            env.extend(NO_IP_LIMITS.map(|(k, v)| (k, v.to_owned())));
+            gs.push(Proc::start("usher-gateway", &common(&env)).await?);
         }
         Ok(Self {
             redis,
             dispatchers: ds,
             gateways: gs,
-            http: reqwest::Client::new(),
+            http: usher_testkit::config::admin_client(),
         })
     }
 
@@ -410,7 +421,7 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
         Proc::start("usher-dispatcher", &env("d0")).await?,
         Proc::start("usher-dispatcher", &env("d1")).await?,
     ];
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     http.put(format!("{}/admin/queues/handover", d[0].url()))
         .json(&json!({"admit_per_second": 10}))
         .send()

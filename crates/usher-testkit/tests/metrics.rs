@@ -144,8 +144,14 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     )
     .await?;
     let (gw, ds) = (gateway.url(), dispatcher.url());
-    let http = reqwest::Client::new();
-    put_queue(&http, &ds, "fast", json!({"admit_per_second": 50})).await?;
+    let http = usher_testkit::config::admin_client();
+    put_queue(
+        &http,
+        &ds,
+        "fast",
+        json!({"admit_per_second": 50, "passthrough": false}),
+    )
+    .await?;
     put_queue(
         &http,
         &ds,
@@ -216,6 +222,20 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         1.0
     );
     assert_eq!(gv("usher_redis_errors_total", &[]), 0.0, "redis was up");
+    // Every Redis call is timed, in the Redis buckets (100 µs up), by command.
+    assert!(
+        gv(
+            "usher_redis_command_duration_seconds_count",
+            &[("command", "EVALSHA")]
+        ) >= 4.0
+    );
+    assert!(g
+        .samples
+        .iter()
+        .any(|s| s.name == "usher_redis_command_duration_seconds_bucket"
+            && s.labels.contains(&("le".to_owned(), "0.0001".to_owned()))));
+    assert_eq!(gv("usher_gateway_draining", &[]), 0.0);
+    assert_eq!(gv("usher_gateway_drain_remaining_streams", &[]), 0.0);
     assert!(g.text.contains("# TYPE usher_gateway_connections gauge"));
     assert!(g.text.contains("# HELP usher_gateway_joins_total"));
 
@@ -263,6 +283,35 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         );
     }
     assert_eq!(dv("usher_redis_errors_total", &[]), 0.0, "redis was up");
+    assert_eq!(
+        dv("usher_tick_period_seconds", &[]),
+        0.1,
+        "the configured period"
+    );
+    assert_eq!(dv("usher_queue_paused", &[("queue", "held")]), 1.0);
+    assert_eq!(dv("usher_queue_paused", &[("queue", "fast")]), 0.0);
+    assert_eq!(
+        dv("usher_queue_admit_per_second", &[("queue", "fast")]),
+        50.0
+    );
+    assert!(
+        dv(
+            "usher_redis_command_duration_seconds_count",
+            &[("command", "EVALSHA")]
+        ) > 0.0
+    );
+    // The stream gauges are sampled each heartbeat: present, and nothing left unread.
+    let g = scrape_until(&http, &gw, |s| {
+        s.iter().any(|x| x.name == "usher_gateway_stream_lag")
+    })
+    .await?;
+    assert_eq!(
+        value(&g.samples, "usher_gateway_stream_lag", &[]),
+        0.0,
+        "{}",
+        g.text
+    );
+    assert_eq!(value(&g.samples, "usher_gateway_stream_pending", &[]), 0.0);
 
     for body in [&g.text, &d.text] {
         for secret in &secrets {
@@ -278,7 +327,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         .chain(&d.samples)
         .flat_map(|s| s.labels.iter().map(|(k, _)| k.clone()))
         .collect();
-    let allowed = ["le", "queue", "reason", "state"];
+    let allowed = ["command", "le", "queue", "reason", "state"];
     assert!(
         labels.iter().all(|l| allowed.contains(&l.as_str())),
         "only bounded labels: {labels:?}"
@@ -300,6 +349,13 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         g.text
     );
     assert!(value(&g.samples, "usher_redis_errors_total", &[]) >= 1.0);
+    let failed: f64 = g
+        .samples
+        .iter()
+        .filter(|s| s.name == "usher_redis_command_errors_total")
+        .map(|s| s.value)
+        .sum();
+    assert!(failed >= 1.0, "failed commands are counted:\n{}", g.text);
     let d = scrape_until(&http, &ds, |s| {
         value(s, "usher_redis_errors_total", &[]) >= 1.0
     })
@@ -309,5 +365,157 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         "failed ticks are counted:\n{}",
         d.text
     );
+
+    // Every metric the shipped alert rules and dashboard query is one these binaries export
+    // (after this traffic, every series has been rendered by one of the two).
+    let rendered: std::collections::BTreeSet<String> = g
+        .samples
+        .iter()
+        .chain(&d.samples)
+        .map(|s| s.name.clone())
+        .collect();
+    for used in queried_metrics()? {
+        let exported = ["", "_bucket", "_count", "_sum"]
+            .iter()
+            .any(|suffix| rendered.contains(&format!("{used}{suffix}")));
+        assert!(
+            exported,
+            "{used} is queried by deploy/ but not on /metrics: {rendered:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Every `usher_…` metric name in the alert rules and the Grafana dashboards under deploy/.
+fn queried_metrics() -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let mut text = std::fs::read_to_string(deploy.join("prometheus/alerts.yml"))?;
+    for e in std::fs::read_dir(deploy.join("grafana/dashboards"))? {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            text.push_str(&std::fs::read_to_string(path)?);
+        }
+    }
+    let names: std::collections::BTreeSet<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("usher_"))
+        // A histogram's series are named after it.
+        .map(|w| {
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| w.strip_suffix(s))
+                .unwrap_or(w)
+                .to_owned()
+        })
+        .collect();
+    anyhow::ensure!(
+        names.len() > 10,
+        "too few metrics found in deploy/: {names:?}"
+    );
+    Ok(names)
+}
+
+/// The stream sample reads what a gateway has not read or not acknowledged, and the trace
+/// context rides along with the entries that carry one (and is absent from those that don't).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_lag_and_trace_context_on_a_real_stream() -> anyhow::Result<()> {
+    use usher_core::ids::{QueueId, ServerId};
+    use usher_core::messages::{CloseReason, StreamMessage};
+    use usher_core::store::{Store, StreamLag};
+
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let gw = ServerId::new("gw-lag")?;
+    assert_eq!(
+        store.stream_lag(&gw).await?,
+        StreamLag::default(),
+        "no stream yet"
+    );
+    store.ensure_stream(&gw, Duration::from_secs(60)).await?;
+    let msg = StreamMessage::Closed {
+        queue: QueueId::new("q")?,
+        reason: CloseReason::QueueClosed,
+    };
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    store
+        .send_traced(&[(gw.clone(), vec![msg.clone(), msg.clone()])], Some(tp))
+        .await?;
+    store.send(&[(gw.clone(), vec![msg.clone()])]).await?;
+    assert_eq!(
+        store.stream_lag(&gw).await?,
+        StreamLag { lag: 3, pending: 0 }
+    );
+    let read = store
+        .read_stream(&gw, 2, Duration::from_millis(100))
+        .await?
+        .unwrap_or_default();
+    assert_eq!(read.len(), 2);
+    assert!(read.iter().all(|e| e.traceparent.as_deref() == Some(tp)));
+    assert!(read.iter().all(|e| e.message.as_ref() == Some(&msg)));
+    assert_eq!(
+        store.stream_lag(&gw).await?,
+        StreamLag { lag: 1, pending: 2 }
+    );
+    let ids: Vec<String> = read.iter().map(|e| e.id.clone()).collect();
+    store.ack(&gw, &ids).await?;
+    let last = store
+        .read_stream(&gw, 10, Duration::from_millis(100))
+        .await?
+        .unwrap_or_default();
+    assert_eq!(last.len(), 1);
+    assert_eq!(
+        last[0].traceparent, None,
+        "an entry without a trace context"
+    );
+    assert_eq!(last[0].message.as_ref(), Some(&msg));
+    assert_eq!(
+        store.stream_lag(&gw).await?,
+        StreamLag { lag: 0, pending: 1 }
+    );
+    Ok(())
+}
+
+/// While a gateway drains, `/metrics` says so and counts the streams still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_progress_is_exported() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let dispatcher = Proc::start("usher-dispatcher", &[("USHER_REDIS_URL", redis.url())]).await?;
+    let mut gateway = Proc::start(
+        "usher-gateway",
+        &[
+            ("USHER_REDIS_URL", redis.url()),
+            ("USHER_DRAIN_DELAY_MS", "3000".to_owned()),
+            ("USHER_DRAIN_SECS", "1".to_owned()),
+        ],
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    put_queue(
+        &http,
+        &dispatcher.url(),
+        "held",
+        json!({"admit_per_second": 1, "paused": true}),
+    )
+    .await?;
+    let client = SseClient::new(gateway.url());
+    let (_, _, conn) = join(&client, "held").await?;
+    gateway.term()?;
+    let g = scrape_until(&http, &gateway.url(), |s| {
+        value(s, "usher_gateway_draining", &[]) == 1.0
+    })
+    .await?;
+    assert_eq!(
+        value(&g.samples, "usher_gateway_draining", &[]),
+        1.0,
+        "{}",
+        g.text
+    );
+    assert_eq!(
+        value(&g.samples, "usher_gateway_drain_remaining_streams", &[]),
+        1.0,
+        "the one open stream is still to end"
+    );
+    assert!(gateway.wait_exit(T).await?, "the gateway drains and exits");
+    drop(conn);
     Ok(())
 }

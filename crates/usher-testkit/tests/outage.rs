@@ -137,9 +137,13 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
         eventually(T, || old.has_ended()).await,
         "gateway A ends its stale stream"
     );
-    assert!(
-        old.last("closed").is_none(),
-        "without a closed event: the place lives on"
+    let closed = old
+        .last("closed")
+        .expect("the old stream is told why it ended");
+    assert_eq!(
+        data(&closed)["reason"],
+        "resumed_elsewhere",
+        "so the old tab does not reconnect and take the place back"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
@@ -169,7 +173,7 @@ async fn at_the_connection_cap_browsers_are_told_to_retry_not_turned_away() -> a
         })
     })
     .await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     http.put(format!("{}/admin/queues/cap", d.url()))
         .json(&json!({"admit_per_second": PAUSED}))
         .send()

@@ -7,15 +7,21 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 use usher_testkit::sse::eventually;
-use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::SseClient;
+
+// Every scenario here runs on one redis-server and on a Redis Cluster.
+usher_testkit::on_every_backend!(
+    positions_are_exact_pushed_and_only_decrease,
+    admission_is_fifo,
+    a_dropped_browser_keeps_its_place_for_the_grace_period_only,
+);
 
 /// A rate that admits nobody during a test.
 const PAUSED: f64 = 0.000_001;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn positions_are_exact_pushed_and_only_decrease() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
+async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions::default()).await?;
     stack.create_queue("pos", PAUSED).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let mut watchers = Vec::new();
@@ -103,9 +109,8 @@ fn stack_admitted(ws: &[usher_testkit::sse::Watcher]) -> usize {
     ws.iter().filter(|w| w.last("admitted").is_some()).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_is_fifo() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
+async fn admission_is_fifo<R: Backend>() -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions::default()).await?;
     stack.create_queue("fifo", PAUSED).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let mut watchers = Vec::new();
@@ -163,9 +168,9 @@ fn place_from_token(t: &str) -> u64 {
         .expect("numeric sub")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
+async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>(
+) -> anyhow::Result<()> {
+    let stack = Stack::<R>::launch(StackOptions {
         gateways: 2,
         ..Default::default()
     })

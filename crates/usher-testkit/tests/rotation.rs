@@ -97,7 +97,7 @@ async fn rotating_the_signing_key_keeps_old_tokens_valid() -> anyhow::Result<()>
         ("USHER_LEASE_TTL_MS", "300".to_owned()),
         ("USHER_JWT_KEY_FILE", file.display().to_string()),
     ];
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
 
     // 1. One key, A: it signs, and it is all the JWKS lists.
     write_keys(&file, &[&a.private])?;
@@ -206,7 +206,7 @@ async fn usher_jwt_key_holds_the_same_key_list_as_the_file() -> anyhow::Result<(
         ]
     };
     let d = Proc::start("usher-dispatcher", &inline(&[&b.private, &a.public])).await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     assert_eq!(
         published(&http, &d).await?.0,
         [b.kid.clone(), a.kid.clone()]

@@ -275,6 +275,7 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
         tick: Duration::from_millis(100),
         lease_ttl: Duration::from_secs(10),
         exact_positions: 100,
+        redis: usher_core::store::RedisArgs::standalone(_redis.url()),
     };
     // The crashed holder: one call (1,000 of its 2,500), never delivered.
     let crashed_at = now_ms() - 100;
@@ -297,7 +298,9 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
     let report = admitter.tick().await?;
     assert_eq!(report.admitted, N - 1000, "{report:?}");
     assert_eq!(report.delivered, N, "{report:?}");
-    let (left, _) = store.outbox(&q, 100).await?;
+    let (left, _) = store
+        .outbox(&q, usher_core::store::OutboxList::Ticks, 100)
+        .await?;
     assert_eq!(left, 0, "outbox emptied");
     let stats = store.queue_stats(&q, now_ms()).await?;
     assert_eq!((stats.waiting, stats.admitted_total), (0, N), "{stats:?}");

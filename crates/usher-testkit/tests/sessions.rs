@@ -6,12 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{data, T};
+use common::{admitted, claims, data, dispatcher_key, T};
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use usher_core::store::{DevSecret, Store};
 use usher_core::token::{Claims, SigningKey};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
@@ -24,18 +23,6 @@ async fn stack() -> anyhow::Result<Stack> {
         ..Default::default()
     })
     .await
-}
-
-/// Joins `queue` and waits for admission; returns (ticket, token).
-async fn admitted(stack: &Stack, queue: &str) -> anyhow::Result<(String, String)> {
-    let client = SseClient::new(stack.gateway_url(0));
-    let mut conn = client
-        .open(&format!("/api/queues/{queue}/stream"), None)
-        .await?;
-    anyhow::ensure!(conn.status == 200, "join answered {}", conn.status);
-    let a = conn.wait_for("admitted", T).await?;
-    let token = data(&a)["token"].as_str().unwrap_or_default().to_owned();
-    Ok((a.id.clone(), token))
 }
 
 /// One call of the session API with `token` as the bearer.
@@ -79,23 +66,6 @@ async fn refused(r: Response, status: u16) -> anyhow::Result<()> {
     let e: Value = r.json().await?;
     assert!(e["error"].as_str().is_some_and(|s| !s.is_empty()), "{e}");
     Ok(())
-}
-
-/// The claims of a token (its signature is checked elsewhere).
-fn claims(token: &str) -> anyhow::Result<Claims> {
-    use base64::Engine;
-    let part = token.split('.').nth(1).unwrap_or_default();
-    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
-    Ok(serde_json::from_slice(&json)?)
-}
-
-/// The dispatcher's (development) signing key, to mint tokens it would never mint.
-async fn dispatcher_key(stack: &Stack) -> anyhow::Result<SigningKey> {
-    let store = Store::connect(&stack.redis.url()).await?;
-    let pem = store
-        .shared_dev_secret(DevSecret::JwtKey, SigningKey::generate_pem()?)
-        .await?;
-    Ok(SigningKey::from_pkcs8_pem(&pem)?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

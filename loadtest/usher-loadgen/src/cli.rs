@@ -31,7 +31,11 @@ the windows of 20 ms or more in which that CPU ran nothing at all (on a virtual
 machine, the host stopping a vCPU); latency measured during one is the
 machine's, not the servers'.
 
-Only loopback gateways (127.0.0.0/8, ::1, localhost) are accepted.
+Only loopback gateways (127.0.0.0/8, ::1, localhost) are accepted unless
+--allow-remote is given (a staging load balancer, say). Targets are plain
+http:// only: put the load on the plain-HTTP side of the load balancer, or on
+the gateways directly; https:// is not supported. To go past one machine's
+ports and cores, run it on several machines at once (loadtest/README.md).
 
 Exit status: 0 on success; 1 on a usage or runtime error; 3 when a duplicate
 admission or a FIFO violation was seen; 4 when --until-admitted was given and
@@ -41,7 +45,8 @@ some connection was never admitted.";
 #[command(name = "usher-loadgen", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Args {
     /// Gateway base URLs, comma-separated (`http://host:port`). New connections are spread
-    /// over them round-robin; a reconnect goes to the next one. Loopback addresses only.
+    /// over them round-robin; a reconnect goes to the next one. Loopback addresses only,
+    /// unless --allow-remote.
     #[arg(
         long,
         env = "USHER_LOADGEN_GATEWAYS",
@@ -71,10 +76,17 @@ pub struct Args {
 
     /// Source addresses for the client sockets: a range (`127.0.0.2-127.0.0.40`), a comma
     /// list, or both (`127.0.0.2-127.0.0.9,127.0.0.20`). Each socket binds to the next one
-    /// (port 0), so every address brings its own ~28k ephemeral ports. Loopback only. Unset:
-    /// the OS picks (127.0.0.1).
+    /// (port 0), so every address brings its own ~28k ephemeral ports. Loopback only, unless
+    /// --allow-remote (then any address of this machine). Unset: the OS picks.
     #[arg(long, env = "USHER_LOADGEN_SOURCE_IPS")]
     pub source_ips: Option<String>,
+
+    /// Allow gateways that are not on this machine: any IP address or host name (resolved
+    /// once at the start; `Host` keeps the name). Without it only loopback targets are
+    /// accepted, so a typo never loads a machine nobody meant to load. Point it at staging,
+    /// never at production during a sale.
+    #[arg(long, env = "USHER_LOADGEN_ALLOW_REMOTE")]
+    pub allow_remote: bool,
 
     /// Hard stop in seconds: the run ends by itself after this long (counted from the first
     /// connection), whatever state the connections are in.

@@ -182,7 +182,7 @@ pub fn stream_response(queue: &QueueId, retry_ms: u64, as_of_ms: u64) -> Vec<u8>
         queue: queue.clone(),
         position: POSITION,
         waiting: POSITION,
-        eta_seconds: 0,
+        eta_seconds: Some(0),
         as_of_ms,
     };
     // A struct of a string and numbers always serializes.

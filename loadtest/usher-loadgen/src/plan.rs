@@ -1,7 +1,7 @@
-//! The validated run configuration: loopback-only targets, source addresses, and the limits
-//! that keep every process under the open-files cap.
+//! The validated run configuration: targets (loopback only unless the operator allows remote
+//! ones), source addresses, and the limits that keep every process under the open-files cap.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -26,6 +26,26 @@ pub enum PlanError {
 
 fn invalid(msg: impl Into<String>) -> PlanError {
     PlanError::Invalid(msg.into())
+}
+
+/// Which addresses a run may use. Loopback by default, so a mistyped address never sends
+/// load to a machine nobody meant; `--allow-remote` says the operator means it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// 127.0.0.0/8, ::1 and `localhost` only.
+    Loopback,
+    /// Any address or host name (resolved once, when the run starts).
+    Remote,
+}
+
+impl Reach {
+    pub fn of(allow_remote: bool) -> Self {
+        if allow_remote {
+            Reach::Remote
+        } else {
+            Reach::Loopback
+        }
+    }
 }
 
 /// One gateway: where to connect and what to send as `Host`.
@@ -57,10 +77,11 @@ impl Plan {
         if a.gateways.is_empty() {
             return Err(invalid("--gateways: give at least one gateway URL"));
         }
+        let reach = Reach::of(a.allow_remote);
         let gateways = a
             .gateways
             .iter()
-            .map(|g| parse_gateway(g.trim()))
+            .map(|g| parse_gateway(g.trim(), reach))
             .collect::<Result<Vec<_>, _>>()?;
         QueueId::new(a.queue.clone())
             .map_err(|e| invalid(format!("--queue {:?}: {e}", a.queue)))?;
@@ -98,7 +119,7 @@ impl Plan {
             return Err(invalid("--connect-timeout and --idle-timeout must be > 0"));
         }
         let source_ips = match &a.source_ips {
-            Some(s) if !s.trim().is_empty() => parse_source_ips(s)?,
+            Some(s) if !s.trim().is_empty() => parse_source_ips(s, reach)?,
             _ => Vec::new(),
         };
         if let Some(ip) = source_ips.first() {
@@ -140,8 +161,10 @@ impl Plan {
     }
 }
 
-/// `http://host[:port][/]` with a loopback host (an IP literal or `localhost`).
-pub fn parse_gateway(url: &str) -> Result<Gateway, PlanError> {
+/// `http://host[:port][/]`: with [`Reach::Loopback`] a loopback host (an IP literal or
+/// `localhost`); with [`Reach::Remote`] any IP or host name, resolved here once (the first
+/// address; `Host` keeps the name, as a load balancer routing on it expects).
+pub fn parse_gateway(url: &str, reach: Reach) -> Result<Gateway, PlanError> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         invalid(format!(
             "gateway {url:?}: only plain http:// URLs are supported (e.g. http://127.0.0.1:8080)"
@@ -155,20 +178,32 @@ pub fn parse_gateway(url: &str) -> Result<Gateway, PlanError> {
     }
     let (host, port) = split_host_port(authority)
         .ok_or_else(|| invalid(format!("gateway {url:?}: cannot parse host and port")))?;
+    if reach == Reach::Remote {
+        let addr = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| invalid(format!("gateway {url:?}: cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| invalid(format!("gateway {url:?}: {host} has no address")))?;
+        return Ok(Gateway {
+            url: url.to_owned(),
+            addr,
+            host: authority.to_owned(),
+        });
+    }
     let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
         host.parse().map_err(|_| {
             invalid(format!(
                 "gateway {url:?}: the host must be a loopback IP address or localhost \
-                 (no name lookups)"
+                 (no name lookups without --allow-remote)"
             ))
         })?
     };
     if !ip.is_loopback() {
         return Err(invalid(format!(
-            "gateway {url:?}: {ip} is not a loopback address; usher-loadgen only targets \
-             127.0.0.0/8 or ::1"
+            "gateway {url:?}: {ip} is not a loopback address; usher-loadgen targets \
+             127.0.0.0/8 or ::1 unless --allow-remote is given"
         )));
     }
     Ok(Gateway {
@@ -195,8 +230,9 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
     }
 }
 
-/// `127.0.0.2-127.0.0.40`, `127.0.0.2,127.0.0.3`, `::1`, or a mix of ranges and addresses.
-pub fn parse_source_ips(s: &str) -> Result<Vec<IpAddr>, PlanError> {
+/// `127.0.0.2-127.0.0.40`, `127.0.0.2,127.0.0.3`, `::1`, or a mix of ranges and addresses:
+/// loopback ones, or with [`Reach::Remote`] any of this machine's addresses.
+pub fn parse_source_ips(s: &str, reach: Reach) -> Result<Vec<IpAddr>, PlanError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
@@ -235,9 +271,12 @@ pub fn parse_source_ips(s: &str) -> Result<Vec<IpAddr>, PlanError> {
         return Err(invalid("--source-ips: no address given"));
     }
     if let Some(ip) = out.iter().find(|ip| !ip.is_loopback()) {
-        return Err(invalid(format!(
-            "--source-ips: {ip} is not a loopback address (127.0.0.0/8 or ::1)"
-        )));
+        if reach == Reach::Loopback {
+            return Err(invalid(format!(
+                "--source-ips: {ip} is not a loopback address (127.0.0.0/8 or ::1; others need \
+                 --allow-remote)"
+            )));
+        }
     }
     if out.iter().any(|ip| ip.is_ipv4() != out[0].is_ipv4()) {
         return Err(invalid("--source-ips: do not mix IPv4 and IPv6"));
@@ -251,13 +290,13 @@ mod tests {
 
     #[test]
     fn gateways_must_be_loopback() {
-        let g = parse_gateway("http://127.0.0.1:8080").expect("valid");
+        let g = parse_gateway("http://127.0.0.1:8080", Reach::Loopback).expect("valid");
         assert_eq!(g.addr, "127.0.0.1:8080".parse().expect("addr"));
         assert_eq!(g.host, "127.0.0.1:8080");
-        assert!(parse_gateway("http://127.3.4.5:80/").is_ok());
-        assert!(parse_gateway("http://[::1]:8080").is_ok());
+        assert!(parse_gateway("http://127.3.4.5:80/", Reach::Loopback).is_ok());
+        assert!(parse_gateway("http://[::1]:8080", Reach::Loopback).is_ok());
         assert_eq!(
-            parse_gateway("http://localhost")
+            parse_gateway("http://localhost", Reach::Loopback)
                 .expect("valid")
                 .addr
                 .port(),
@@ -272,22 +311,57 @@ mod tests {
             "http://127.0.0.1:8080/api",
             "http://[2001:db8::1]:80",
         ] {
-            assert!(parse_gateway(bad).is_err(), "{bad} accepted");
+            assert!(
+                parse_gateway(bad, Reach::Loopback).is_err(),
+                "{bad} accepted"
+            );
         }
     }
 
     #[test]
+    fn remote_gateways_need_allow_remote() {
+        let err = parse_gateway("http://10.0.0.1:8080", Reach::Loopback)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("--allow-remote"), "{err}");
+        let g = parse_gateway("http://10.0.0.1:8080/", Reach::Remote).expect("allowed");
+        assert_eq!(g.addr, "10.0.0.1:8080".parse().expect("addr"));
+        assert_eq!(g.host, "10.0.0.1:8080");
+        // A name is resolved once; `Host` keeps the name.
+        let g = parse_gateway("http://localhost:9", Reach::Remote).expect("resolves");
+        assert!(g.addr.ip().is_loopback());
+        assert_eq!(g.host, "localhost:9");
+        for bad in [
+            "https://10.0.0.1:443",
+            "10.0.0.1:8080",
+            "http://10.0.0.1:8080/api",
+            "http://user@10.0.0.1:80",
+            "http://no-such-host.invalid:80",
+        ] {
+            assert!(parse_gateway(bad, Reach::Remote).is_err(), "{bad} accepted");
+        }
+        assert!(parse_source_ips("10.0.0.5-10.0.0.6", Reach::Loopback).is_err());
+        assert_eq!(
+            parse_source_ips("10.0.0.5-10.0.0.6", Reach::Remote)
+                .expect("allowed")
+                .len(),
+            2
+        );
+    }
+
+    #[test]
     fn source_ip_ranges_and_lists() {
-        let ips = parse_source_ips("127.0.0.2-127.0.0.4,127.0.1.1").expect("valid");
+        let ips =
+            parse_source_ips("127.0.0.2-127.0.0.4,127.0.1.1", Reach::Loopback).expect("valid");
         let want: Vec<IpAddr> = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.1.1"]
             .iter()
             .map(|s| s.parse().expect("ip"))
             .collect();
         assert_eq!(ips, want);
-        assert!(parse_source_ips("127.0.0.9-127.0.0.2").is_err());
-        assert!(parse_source_ips("10.0.0.1").is_err());
-        assert!(parse_source_ips("127.0.0.1,::1").is_err());
-        assert!(parse_source_ips("127.0.0.0-127.255.255.255").is_err());
+        assert!(parse_source_ips("127.0.0.9-127.0.0.2", Reach::Loopback).is_err());
+        assert!(parse_source_ips("10.0.0.1", Reach::Loopback).is_err());
+        assert!(parse_source_ips("127.0.0.1,::1", Reach::Loopback).is_err());
+        assert!(parse_source_ips("127.0.0.0-127.255.255.255", Reach::Loopback).is_err());
     }
 
     #[test]
@@ -299,6 +373,7 @@ mod tests {
             join_rate: 0.0,
             workers: 3,
             source_ips: None,
+            allow_remote: false,
             duration: 5,
             until_admitted: false,
             report: None,

@@ -33,10 +33,10 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     let g0 = Proc::start("usher-gateway", &env(&[("USHER_SERVER_ID", "g0".into())])).await?;
     let g1 = Proc::start("usher-gateway", &env(&[("USHER_SERVER_ID", "g1".into())])).await?;
 
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     let r = http
         .put(format!("{}/admin/queues/smoke", dispatcher.url()))
-        .json(&json!({"admit_per_second": 200}))
+        .json(&json!({"admit_per_second": 200, "passthrough": false}))
         .timeout(Duration::from_secs(5))
         .send()
         .await?;

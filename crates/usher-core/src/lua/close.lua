@@ -5,7 +5,10 @@
 -- KEYS: meta, waiting, gws, away
 -- ARGV: close reason (wire name, e.g. 'sold_out')
 -- Returns false when the queue is unknown, else 1.
+-- Deletes before it writes: with Redis out of memory (maxmemory, noeviction) a script's first
+-- write that may grow memory is refused, but once the script has written (a DEL counts) it
+-- may go on, so an operator can always close a queue to free its line.
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
 return 1

@@ -1,16 +1,28 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, pre   (one hash tag: {q:<id>})
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre   (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, n (places to take, 1..JOIN_BATCH_MAX)
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
--- {PLACE_WAITING, last place, waiting, rate or false, admit_per_second}: the places taken are
--- last - n + 1 .. last, in the order of the batch, and the last of them is at position `waiting`;
--- or {PLACE_SCHEDULED, last, opens_at ms} when they went to a scheduled sale's pre-queue.
-if redis.call('HGET', KEYS[1], 'open') ~= '1' then return {PLACE_QUEUE_CLOSED} end
+-- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
+-- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
+-- were admitted in this call (passthrough), the others wait, and the last is at position
+-- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms} when they went to a scheduled sale's
+-- pre-queue.
+--
+-- Passthrough: when the queue has `passthrough` on, is not paused, and nobody waits (no
+-- waiting and no away places), the first places of the batch are admitted at once, as many
+-- as the token bucket shared with the tick has whole tokens (refilled at `bucket_rate`, capped
+-- at `bucket_burst`: see tick.lua) and free slots allow. They go to `active` and to the
+-- `passed` list (entries as the tick's outbox), for the dispatcher to mint and deliver:
+-- the gateway wakes it after this call. Only the dispatcher holds the signing key.
+local closed = closed_reply(KEYS[1])
+if closed then return {PLACE_QUEUE_CLOSED} end
 local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
--- in line in a random order (draw.lua); nobody joins `waiting` ahead of it.
+-- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
+-- (below) admits nobody: this block comes first and returns.
 if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
   local last = redis.call('INCRBY', KEYS[2], n)
   local pre = {}
@@ -18,17 +30,52 @@ if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
     pre[#pre + 1] = seq
     pre[#pre + 1] = member_of(seq, gw)
   end
-  redis.call('ZADD', KEYS[5], unpack(pre))
+  redis.call('ZADD', KEYS[8], unpack(pre))
   return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0')}
 end
 local last = redis.call('INCRBY', KEYS[2], n)
-local args = {}
-for seq = last - n + 1, last do
-  args[#args + 1] = seq
-  args[#args + 1] = member_of(seq, gw)
+local first = last - n + 1
+
+local now_admitted = 0
+local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucket_ms',
+  'bucket_rate', 'bucket_burst')
+-- bucket_ms is set by the first tick: until then there is no bucket to spend.
+if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
+    and redis.call('ZCARD', KEYS[7]) == 0 then
+  local last_ms = tonumber(p[4])
+  local burst = tonumber(p[6]) or 1
+  local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
+  local k = math.min(n, math.floor(level))
+  local free = free_slots(KEYS[1], KEYS[5], now)
+  if free and free < k then k = free end
+  if k > 0 then
+    local ttl_ms, sliding, max_ms = session_limits(KEYS[1])
+    local exp = fmt(now + ttl_ms)
+    local zadd, items = {}, {}
+    for seq = first, first + k - 1 do
+      zadd[#zadd + 1] = exp; zadd[#zadd + 1] = seq
+      items[#items + 1] = fmt(seq) .. ':' .. fmt(gw)
+    end
+    redis.call('ZADD', KEYS[5], unpack(zadd))
+    local entry = fmt(now) .. '|' .. exp .. '|' .. table.concat(items, ',')
+    if sliding then entry = entry .. '|' .. fmt(now + max_ms) end
+    redis.call('RPUSH', KEYS[6], entry)
+    redis.call('HINCRBY', KEYS[1], 'admitted_total', k)
+    now_admitted = k
+  end
+  redis.call('HSET', KEYS[1], 'bucket', tostring(level - now_admitted),
+    'bucket_ms', fmt(math.max(now, last_ms)))
 end
-redis.call('ZADD', KEYS[3], unpack(args))
-redis.call('ZADD', KEYS[4], tonumber(ARGV[2]) + tonumber(ARGV[3]), ARGV[1])
+
+if now_admitted < n then
+  local args = {}
+  for seq = first + now_admitted, last do
+    args[#args + 1] = seq
+    args[#args + 1] = member_of(seq, gw)
+  end
+  redis.call('ZADD', KEYS[3], unpack(args))
+end
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', KEYS[3])
-local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {PLACE_WAITING, last, w, m[1], m[2]}
+local rate, configured = eta_rates(KEYS[1])
+return {PLACE_WAITING, last, w, rate, configured, now_admitted}

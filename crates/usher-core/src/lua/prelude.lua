@@ -74,3 +74,27 @@ local function closed_reply(meta)
   if m[1] == '1' then return nil end
   return {PLACE_QUEUE_CLOSED, m[2] or false}
 end
+
+-- The admission token bucket shared by the tick and passthrough joins (meta `bucket`,
+-- `bucket_ms`; see keys.rs): the level at `now` after refilling at `rate` per second for the
+-- time since `last_ms` (at most `max_elapsed` ms; time never runs backwards), capped at `cap`.
+local function refill(level, last_ms, now, rate, max_elapsed, cap)
+  local elapsed = math.min(math.max(now - last_ms, 0), max_elapsed)
+  return math.min(level + rate * elapsed / 1000, cap)
+end
+
+-- Free capacity slots at `now` (meta `max_active`), or nil when the queue has no cap. Counts
+-- sessions whose expiry is after `now` (those being minted included).
+local function free_slots(meta, active, now)
+  local cap = tonumber(redis.call('HGET', meta, 'max_active'))
+  if not cap then return nil end
+  return math.max(cap - redis.call('ZCOUNT', active, '(' .. fmt(now), '+inf'), 0)
+end
+
+-- The rates a waiting place's ETA is computed from: the measured rate (meta `rate`) and the
+-- rate the bucket refills at (`bucket_rate`, set by each tick; `admit_per_second` before the
+-- first tick). Both 0 while an adaptive queue's backend is silent: no ETA.
+local function eta_rates(meta)
+  local m = redis.call('HMGET', meta, 'rate', 'bucket_rate', 'admit_per_second')
+  return m[1], m[2] or m[3]
+end

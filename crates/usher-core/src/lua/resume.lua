@@ -8,7 +8,7 @@
 --   {PLACE_QUEUE_CLOSED, reason or false}  queue closed (for reason) or unknown
 --   {PLACE_GONE}                 the place no longer exists (left, grace expired, session over)
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
---    admit_per_second, place id}
+--    the bucket's rate (see eta_rates in prelude.lua), place id}
 --   {PLACE_SCHEDULED, opens_at ms, gateway that held it before or false}   in a pre-queue
 -- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
 -- to the place's id in the line (the id returned).
@@ -49,5 +49,5 @@ redis.call('ZREM', KEYS[7], place)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
 local rank = redis.call('ZRANK', KEYS[3], mine)
 local w = redis.call('ZCARD', KEYS[3])
-local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {PLACE_WAITING, rank + 1, w, before, m[1], m[2], place}
+local rate, configured = eta_rates(KEYS[1])
+return {PLACE_WAITING, rank + 1, w, before, rate, configured, place}

@@ -3,7 +3,7 @@
 -- ARGV: place, now ms
 -- Returns what resume.lua does ({PLACE_ADMITTED, record}, {PLACE_ADMISSION_PENDING},
 -- {PLACE_SESSION_ENDED}, {PLACE_QUEUE_CLOSED, reason or false}, {PLACE_GONE}), but
--- {PLACE_WAITING, position, waiting, rate or false, admit_per_second} without the previous
+-- {PLACE_WAITING, position, waiting, rate or false, the bucket's rate} without the previous
 -- gateway, and {PLACE_SCHEDULED, opens_at ms} in a pre-queue (a pre-queue ticket maps to its
 -- drawn place through `drawn`, as in resume.lua).
 local place = redis.call('HGET', KEYS[7], ARGV[1]) or ARGV[1]
@@ -18,5 +18,5 @@ local found = find_member(KEYS[2], place)
 if not found then return {PLACE_GONE} end
 local rank = redis.call('ZRANK', KEYS[2], found)
 local w = redis.call('ZCARD', KEYS[2])
-local m = redis.call('HMGET', KEYS[1], 'rate', 'admit_per_second')
-return {PLACE_WAITING, rank + 1, w, m[1], m[2]}
+local rate, configured = eta_rates(KEYS[1])
+return {PLACE_WAITING, rank + 1, w, rate, configured}

@@ -6,10 +6,15 @@
 -- (or whose gateway died longer ago than that) without admitting them, admit places from the
 -- head of the line into the active set and the outbox, and snapshot the line.
 --
--- The admission budget is admit_per_second x the time since this queue's previous tick (so late
--- ticks do not slow the rate), plus the fraction carried from earlier ticks; unused budget is not
--- banked while the line is empty. The budget state lives in meta, so any replica can continue
--- where another stopped.
+-- The admission budget is a token bucket in meta (`bucket`, `bucket_ms`), shared with
+-- passthrough joins (join.lua): refilled at ARGV[14] per second (the effective rate the
+-- dispatcher decided: admit_per_second, or the adaptive rate) for the time since it was last
+-- refilled (so late ticks do not slow the rate), spent one token per admission. While the line
+-- is empty (or the queue's capacity holds admission back) it keeps at most one tick's worth
+-- (`bucket_burst`, at least one token) for passthrough joins, or nothing when passthrough is
+-- off. The state lives in meta, so any replica can continue where another stopped.
+-- With `max_active` set, a call admits at most the free slots: sessions are counted in this
+-- same script, so the cap holds whatever replicas, joins and releases run around it.
 --
 -- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended   (one hash tag)
 -- Away places (in `away`: their browser disconnected and the grace period is not over) are
@@ -24,14 +29,16 @@
 --       6 measured rate to store ('' = keep), 7 prune limit, 8 coarse sample step (fraction),
 --       9 lease value ('<owner>|<fence>'), 10 lease ttl ms,
 --       11 gateways 'index=alive_until_ms,...' (every registered gateway, live or dead),
---       12 most places admitted in one tick, 13 most places admitted by this call
+--       12 most places admitted in one tick, 13 most places admitted by this call,
+--       14 tokens per second the bucket refills at ('' = admit_per_second), 15 tick ms
 -- A tick whose budget exceeds ARGV[13] admits in several calls with the same `now`: the first
--- stores the unused budget as carry, and the next ones (no time elapsed since `last_tick_ms`)
--- spend it, so no single call blocks Redis for long.
+-- stores the unused budget in the bucket, and the next ones (no time elapsed since
+-- `bucket_ms`) spend it, so no single call blocks Redis for long.
 -- Returns {TICK_LEASE_LOST} when the lease is not ours, {TICK_CLOSED, outbox length} when the
 -- queue is closed (sessions still expire and the outbox is still delivered), else
 -- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick.rs,
---   admitted, waiting, active, dropped (this call), outbox_len, admit_per_second, carry,
+--   admitted, waiting, active, dropped (this call), outbox_len, admit_per_second,
+--   carry (the bucket's level after this call),
 --   session_ttl_ms, token_ttl_ms (admission to the token's exp: max_session when sliding, else
 --   the TTL), paused (bool),
 --   runs    = flat [first seq, count, ...]: the first `exact` places, run-length encoded
@@ -48,8 +55,8 @@
 -- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
-local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'carry', 'last_tick_ms',
-  'grace_seconds', 'paused')
+local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'bucket', 'bucket_ms',
+  'grace_seconds', 'paused', 'passthrough')
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[7])
 
@@ -72,12 +79,18 @@ if sliding then token_ttl_ms = max_ms end
 
 if m[1] ~= '1' then return {TICK_CLOSED, redis.call('LLEN', KEYS[5])} end
 local aps = tonumber(m[2]) or 0
-local carry = tonumber(m[3]) or 0
+local rate = tonumber(ARGV[14]) or aps
+local burst = math.max(rate * tonumber(ARGV[15]) / 1000, 1)
 local grace_ms = (tonumber(m[5]) or 300) * 1000
-local elapsed = tonumber(ARGV[2])
-if m[4] then elapsed = math.min(math.max(now - tonumber(m[4]), 0), tonumber(ARGV[3])) end
 local max_per_tick = tonumber(ARGV[12])
-local budget = math.min(carry + aps * elapsed / 1000, max_per_tick)
+local last_ms = tonumber(m[4])
+local budget
+if last_ms then
+  budget = refill(tonumber(m[3]) or 0, last_ms, now, rate, tonumber(ARGV[3]), max_per_tick)
+else
+  budget = math.min(rate * tonumber(ARGV[2]) / 1000, max_per_tick)
+  last_ms = now
+end
 if m[6] == '1' then budget = 0 end
 
 -- Browsers that did not come back within the grace period: removed, never admitted.
@@ -101,6 +114,10 @@ end
 
 local per_call = tonumber(ARGV[13])
 local n = math.min(math.floor(budget), per_call)
+-- Capacity: never more active sessions than max_active.
+local free = free_slots(KEYS[1], KEYS[3], now)
+local slot_bound = free ~= nil and free < n
+if slot_bound then n = free end
 local capped = false
 local admitted = 0
 -- This call's outbox entries, also returned for immediate delivery.
@@ -188,9 +205,15 @@ end
 if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 local w = redis.call('ZCARD', KEYS[2])
-if w == 0 then carry = 0 else carry = budget - admitted end
+local carry = budget - admitted
+if w == 0 and m[7] ~= '1' then
+  carry = 0
+elseif w == 0 or slot_bound then
+  carry = math.min(carry, burst)
+end
 local more = carry >= 1 and w > 0 and (admitted >= per_call or capped) and not away_capped
-redis.call('HSET', KEYS[1], 'carry', tostring(carry), 'last_tick_ms', ARGV[1])
+redis.call('HSET', KEYS[1], 'bucket', tostring(carry), 'bucket_ms', fmt(math.max(now, last_ms)),
+  'bucket_rate', tostring(rate), 'bucket_burst', tostring(burst))
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
 

@@ -10,6 +10,12 @@ use super::{Result, Store};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
+use crate::policy::Adaptive;
+
+/// Place ids a queue's epoch leaves room for per millisecond of its creation time (see
+/// [`Store::put_queue`]). Ids must stay below 10^14: the tick script's JSON (Redis' cjson)
+/// writes numbers with 14 significant digits. Creation ms × 10 does until the year 2286.
+pub const EPOCH_IDS_PER_MS: u64 = 10;
 
 /// A queue's settings, as stored and as shown by the admin API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +42,13 @@ pub struct QueueConfig {
     /// [`Store::put_queue`].
     #[serde(default)]
     pub opens_at: Option<String>,
+    /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
+    pub max_active: Option<u64>,
+    /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
+    /// the token bucket (shared with the tick) has a token.
+    pub passthrough: bool,
+    /// The rate follows a backend's reported load instead of `admit_per_second` (`None`: off).
+    pub adaptive: Option<Adaptive>,
 }
 
 impl Default for QueueConfig {
@@ -49,6 +62,9 @@ impl Default for QueueConfig {
             grace_seconds: 300,
             paused: false,
             opens_at: None,
+            max_active: None,
+            passthrough: true,
+            adaptive: None,
         }
     }
 }
@@ -106,6 +122,10 @@ impl Store {
                 .get("opens_at_ms")
                 .and_then(|t| t.parse().ok())
                 .map(crate::time::rfc3339_ms),
+            max_active: v.get("max_active").and_then(|s| s.parse().ok()),
+            // Queues stored before the field existed keep queueing everyone.
+            passthrough: flag("passthrough"),
+            adaptive: v.get("adaptive").and_then(|s| serde_json::from_str(s).ok()),
         }))
     }
 
@@ -129,8 +149,27 @@ impl Store {
             .arg(cfg.grace_seconds)
             .arg("paused")
             .arg(if cfg.paused { "1" } else { "0" })
+            .arg("passthrough")
+            .arg(if cfg.passthrough { "1" } else { "0" })
             .query_async(&mut c)
             .await?;
+        // Optional settings: stored when set, deleted when `null`.
+        let adaptive = cfg
+            .adaptive
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        for (field, value) in [
+            ("max_active", cfg.max_active.map(|m| m.to_string())),
+            ("adaptive", adaptive),
+        ] {
+            let cmd = match &value {
+                Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
+                None => redis::cmd("HDEL").arg(&k.meta).arg(field).clone(),
+            };
+            let _: () = cmd.query_async(&mut c).await?;
+        }
         if cfg.open {
             // Reopened (or open): the reason of an earlier close no longer applies.
             let _: () = redis::cmd("HDEL")
@@ -139,9 +178,28 @@ impl Store {
                 .query_async(&mut c)
                 .await?;
         }
-        let _: () = redis::cmd("SADD")
+        // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
+        // place ids start above it: the epoch is the creation time in ms × 10, above every
+        // place id the queue's earlier incarnation handed out unless it handed out more than
+        // 10 places per millisecond (10,000/s) on average since it was created; gateways
+        // restoring places raise the counter above theirs too. So ids, tickets and token
+        // `jti`s are not reused after a loss. Both stay once set.
+        let epoch = crate::time::now_ms().saturating_mul(EPOCH_IDS_PER_MS);
+        let _: () = redis::pipe()
+            .cmd("HSETNX")
+            .arg(&k.meta)
+            .arg("epoch")
+            .arg(epoch)
+            .ignore()
+            .cmd("SET")
+            .arg(&k.seq)
+            .arg(epoch)
+            .arg("NX")
+            .ignore()
+            .cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
+            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::decode::{array, float, text};
+use super::decode::{array, float, status, text};
+use super::reply::HeartbeatStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::ids::{QueueId, ServerId};
@@ -28,6 +29,18 @@ impl GatewayInfo {
     pub fn is_alive(&self, now_ms: u64) -> bool {
         self.alive_until_ms > now_ms
     }
+}
+
+/// Where a queue a gateway holds browsers of stands, as [`Store::refresh_interest`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    /// Open; `epoch` names this configuration of the queue (see [`Store::put_queue`]): a
+    /// different one than before means Redis lost the queue and it was configured again.
+    Open { epoch: Option<u64> },
+    /// Closed, for this reason (`queue_closed` when none was kept).
+    Closed(CloseReason),
+    /// Not configured: Redis lost the queue (or it never existed).
+    Unknown,
 }
 
 /// Gateway interest in a queue lapses after this long without a join or refresh.
@@ -53,15 +66,17 @@ impl Store {
             .ok_or_else(|| protocol(format!("gateway index {v:?}")))
     }
 
-    /// Keeps a gateway's registry entry alive for `ttl`.
+    /// Keeps a gateway's registry entry alive for `ttl`. `false` when another process owns
+    /// the index (this one registered while Redis had lost the registry, or its entry was
+    /// taken over): nothing was written, and the process must register again.
     pub async fn heartbeat_gateway(
         &self,
         index: u16,
         id: &ServerId,
         now_ms: u64,
         ttl: Duration,
-    ) -> Result<()> {
-        let _: Value = SCRIPTS
+    ) -> Result<bool> {
+        let v: Value = SCRIPTS
             .heartbeat_gateway
             .key(keys::GW_LIVE)
             .key(keys::GW_IDS)
@@ -72,7 +87,11 @@ impl Store {
             .arg(ttl.as_millis() as u64)
             .invoke_async(&mut self.c())
             .await?;
-        Ok(())
+        match status(&array(v)?, HeartbeatStatus::from_code) {
+            Some(HeartbeatStatus::Kept) => Ok(true),
+            Some(HeartbeatStatus::NotOwner) => Ok(false),
+            None => Err(protocol("heartbeat_gateway reply")),
+        }
     }
 
     /// Marks a gateway process as gone (on shutdown): its browsers that do not resume elsewhere
@@ -122,37 +141,49 @@ impl Store {
             .collect())
     }
 
-    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns,
-    /// for each queue, `None` while it is open and the reason it was closed for otherwise
-    /// (`queue_closed` for an unknown queue or one closed without a reason).
+    /// Tells the dispatcher that gateway `gw` still holds browsers of these queues; returns
+    /// where each queue stands ([`Interest`]).
     pub async fn refresh_interest(
         &self,
         queues: &[QueueId],
         gw: u16,
         now_ms: u64,
-    ) -> Result<Vec<Option<CloseReason>>> {
+    ) -> Result<Vec<Interest>> {
         if queues.is_empty() {
             return Ok(Vec::new());
         }
-        let mut p = redis::pipe();
-        for q in queues {
-            let k = QueueKeys::new(q);
-            p.cmd("ZADD")
-                .arg(&k.gws)
-                .arg(now_ms + GWS_TTL_MS)
-                .arg(gw)
-                .ignore()
-                .cmd("HMGET")
-                .arg(&k.meta)
-                .arg("open")
-                .arg("close_reason");
-        }
-        let state: Vec<(Option<String>, Option<String>)> = p.query_async(&mut self.c()).await?;
+        // One pipeline per queue, sent together: each touches one queue's slot only, so in
+        // a cluster each goes to its own master (a pipeline spanning slots is refused).
+        let state: Vec<(Option<String>, Option<String>, Option<String>)> =
+            futures::future::try_join_all(queues.iter().map(|q| {
+                let k = QueueKeys::new(q);
+                let mut c = self.c();
+                async move {
+                    redis::pipe()
+                        .cmd("ZADD")
+                        .arg(&k.gws)
+                        .arg(now_ms + GWS_TTL_MS)
+                        .arg(gw)
+                        .ignore()
+                        .cmd("HMGET")
+                        .arg(&k.meta)
+                        .arg("open")
+                        .arg("close_reason")
+                        .arg("epoch")
+                        .query_async::<((Option<String>, Option<String>, Option<String>),)>(&mut c)
+                        .await
+                        .map(|(s,)| s)
+                }
+            }))
+            .await?;
         Ok(state
             .into_iter()
-            .map(|(open, reason)| match open.as_deref() {
-                Some("1") => None,
-                _ => Some(
+            .map(|(open, reason, epoch)| match (open.as_deref(), reason) {
+                (Some("1"), _) => Interest::Open {
+                    epoch: epoch.and_then(|e| e.parse().ok()),
+                },
+                (None, _) => Interest::Unknown,
+                (Some(_), reason) => Interest::Closed(
                     reason
                         .and_then(|r| r.parse().ok())
                         .unwrap_or(CloseReason::QueueClosed),

@@ -6,44 +6,62 @@
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `page` — a queue's waiting-room page settings (the admin API writes, gateways read);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
 //! * `draw` — a scheduled sale: its schedule, entrant hashes, the draw and its record;
+//! * `policy` — backends' load reports, a queue's adaptive setting, passthrough wake signals;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
-//! Underneath, `reply` names every status a script returns (the Lua reads the same list),
-//! `scripts` loads the Lua, and `decode` turns raw replies into values. The modules are
+//! Underneath, `connection` reaches Redis (standalone, cluster or sentinel; TLS; ACL user),
+//! `reply` names every status a script returns (the Lua reads the same list), `scripts` loads
+//! the Lua, `decode` turns raw replies into values, and `timed` measures every call. The
+//! modules are
 //! private: every type and constant is reached as `usher_core::store::X`, re-exported here.
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use crate::keys;
 
 mod admin;
+mod audit;
+mod connection;
 mod decode;
 mod dispatch;
 mod draw;
 mod gateways;
+mod oom;
+mod page;
 mod places;
+mod policy;
+mod recovery;
 mod reply;
 mod scripts;
+mod sentinel;
 mod sessions;
 mod streams;
+mod timed;
 
-pub use admin::{QueueConfig, QueueStats};
-pub use dispatch::outbox::OutboxEntry;
+pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
+pub use audit::{AuditRecord, AUDIT_MAXLEN};
+pub use connection::{RedisArgs, RedisMode};
+pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule};
-pub use gateways::{GatewayInfo, GWS_TTL_MS};
+pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
+pub use oom::OomLog;
+pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use policy::Wakes;
+pub use recovery::{Restore, RESTORE_BATCH};
 pub use sessions::SessionState;
-pub use streams::{StreamEntry, STREAM_MAXLEN};
+pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
+pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
 
 /// Why a store operation failed. The messages do not say "redis" themselves: the callers'
 /// errors name the component that failed, so a message reads the word once.
@@ -52,10 +70,32 @@ pub enum StoreError {
     /// The connection or the command failed (Redis' own message). The prefix is said here
     /// once; the crates that wrap a `StoreError` pass it through unchanged.
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+    /// Redis refused a write because it reached `maxmemory` (policy `noeviction`): the
+    /// request can succeed once memory is freed (a queue closed, sessions expired), not by
+    /// retrying at once. Told apart so callers answer and log it as what it is.
+    #[error("redis is out of memory (maxmemory reached): {0}")]
+    OutOfMemory(redis::RedisError),
     /// Redis answered something the scripts never return (a bug, or a foreign writer).
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(e: redis::RedisError) -> Self {
+        if oom::is_oom(&e) {
+            Self::OutOfMemory(e)
+        } else {
+            Self::Redis(e)
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether Redis refused the request for lack of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Self::OutOfMemory(_))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -67,7 +107,7 @@ fn protocol(what: impl Into<String>) -> StoreError {
 /// The connection to Redis, shared by all tasks of a process. Reconnects by itself.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    conn: connection::Conn,
 }
 
 impl std::fmt::Debug for Store {
@@ -81,34 +121,44 @@ impl std::fmt::Debug for Store {
 pub enum DevSecret {
     JwtKey,
     TicketKey,
+    /// The dispatcher's admin token with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`.
+    AdminToken,
 }
 
 impl Store {
-    /// Connects for ordinary commands (each answered within `response_timeout`).
+    /// How long an ordinary command may take to be answered.
+    const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Connects to a standalone Redis at `url` for ordinary commands (each answered within
+    /// five seconds).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with_timeout(url, Duration::from_secs(5)).await
+        Self::open(&RedisArgs::standalone(url)).await
+    }
+
+    /// Connects as `args` say (standalone or cluster, TLS, ACL user) for ordinary commands.
+    pub async fn open(args: &RedisArgs) -> Result<Self> {
+        Self::open_with_timeout(args, Self::RESPONSE_TIMEOUT).await
     }
 
     /// Connects with a custom response timeout: use one longer than `BLOCK` for a connection
-    /// that runs blocking `XREADGROUP`.
-    pub async fn connect_with_timeout(url: &str, response_timeout: Duration) -> Result<Self> {
-        let client = redis::Client::open(url)?;
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(response_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = client.get_connection_manager_with_config(cfg).await?;
-        Ok(Self { conn })
+    /// that runs blocking `XREADGROUP`. Such a connection must be its own (not shared with
+    /// ordinary commands): a blocked read holds up every command queued behind it on the
+    /// same socket, in cluster mode too.
+    pub async fn open_with_timeout(args: &RedisArgs, response_timeout: Duration) -> Result<Self> {
+        Ok(Self {
+            conn: connection::Conn::open(args, response_timeout).await?,
+        })
     }
 
-    /// A handle on the shared connection for one command (cheap: the manager is shared).
-    fn c(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// A handle on the shared connection for one command (cheap: the connection is shared),
+    /// timed: every call's latency and failure is recorded ([`timed`]).
+    fn c(&self) -> timed::Timed<connection::Conn> {
+        timed::Timed(self.conn.clone())
     }
 
     pub async fn ping(&self) -> Result<()> {
-        let _: String = redis::cmd("PING").query_async(&mut self.c()).await?;
+        // In cluster mode PING goes to every master; any reply means all answered.
+        let _: Value = redis::cmd("PING").query_async(&mut self.c()).await?;
         Ok(())
     }
 
@@ -118,6 +168,7 @@ impl Store {
         let key = match which {
             DevSecret::JwtKey => keys::DEV_JWT_KEY,
             DevSecret::TicketKey => keys::DEV_TICKET_KEY,
+            DevSecret::AdminToken => keys::DEV_ADMIN_TOKEN,
         };
         let mut c = self.c();
         let _: Value = redis::cmd("SET")

@@ -41,6 +41,12 @@ pub enum PlaceState {
         /// The gateway that held the place before this call, when another one did (resume only).
         previous_gateway: Option<u16>,
     },
+    /// Admitted by the join itself (passthrough): nobody was waiting. The dispatcher mints
+    /// its token and sends `admitted` to the gateway that holds it, once woken
+    /// ([`Store::wake`]).
+    AdmittedNow {
+        place: PlaceId,
+    },
 }
 
 /// What one join call took: see [`Store::join_many`].
@@ -49,12 +55,14 @@ pub enum Joined {
     /// The queue is closed or unknown: no place was taken.
     QueueClosed,
     /// Places `last - count + 1 ..= last`, one per browser in the order of the batch; the
-    /// last is at position `waiting`.
+    /// first `admitted_now` were admitted at once (passthrough), and the last is at position
+    /// `waiting`.
     Places {
         last: u64,
         count: u64,
         waiting: u64,
         rate: f64,
+        admitted_now: u64,
     },
     /// Places `last - count + 1 ..= last` in a scheduled sale's pre-queue.
     Scheduled {
@@ -74,7 +82,13 @@ impl Joined {
                 count,
                 waiting,
                 rate,
+                admitted_now,
             } => {
+                if (i as u64) < admitted_now {
+                    return PlaceState::AdmittedNow {
+                        place: PlaceId(last + 1 - count + i as u64),
+                    };
+                }
                 let behind = count.saturating_sub(1).saturating_sub(i as u64);
                 PlaceState::Waiting {
                     place: PlaceId(last - behind),
@@ -130,6 +144,9 @@ impl Store {
             .key(&k.seq)
             .key(&k.waiting)
             .key(&k.gws)
+            .key(&k.active)
+            .key(&k.passed)
+            .key(&k.away)
             .key(&k.pre)
             .arg(gw)
             .arg(now_ms)
@@ -151,11 +168,12 @@ impl Store {
                     opens_at_ms: u(&a[2]).unwrap_or(0),
                 })
             }
-            Some(PlaceStatus::Waiting) if a.len() >= 5 => {
+            Some(PlaceStatus::Waiting) if a.len() >= 6 => {
                 let last = u(&a[1])?;
                 let waiting = u(&a[2])?;
                 let n = n as u64;
-                if last < n || waiting < n {
+                let admitted_now = u(&a[5])?;
+                if last < n || admitted_now > n || waiting < n - admitted_now {
                     return Err(protocol(format!("join reply {a:?} for {n} places")));
                 }
                 Ok(Joined::Places {
@@ -163,6 +181,7 @@ impl Store {
                     count: n,
                     waiting,
                     rate: rate_of(&a[3], &a[4]),
+                    admitted_now,
                 })
             }
             _ => Err(protocol(format!("join reply {a:?}"))),
@@ -278,7 +297,8 @@ impl Store {
         }
     }
 
-    /// The browser leaves the line (or gives up its admitted session).
+    /// The browser leaves the line (or gives up its admitted session, which then ends: its
+    /// slot frees and a resume hears `session_ended`).
     pub async fn leave(&self, q: &QueueId, place: PlaceId) -> Result<LeaveOutcome> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
@@ -287,9 +307,12 @@ impl Store {
             .key(&k.active)
             .key(&k.tokens)
             .key(&k.away)
+            .key(&k.meta)
+            .key(&k.ended)
             .key(&k.pre)
             .key(&k.drawn)
             .arg(place.0)
+            .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

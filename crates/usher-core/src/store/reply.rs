@@ -137,6 +137,24 @@ statuses! {
         Conflict = 3 => "BEACON_CONFLICT",
     }
 
+    /// What a gateway's `heartbeat_gateway` call found.
+    pub enum HeartbeatStatus {
+        /// The process owns its index; the entry is renewed.
+        Kept = 1 => "HEARTBEAT_KEPT",
+        /// Another process owns the index: this one must register again.
+        NotOwner = 0 => "HEARTBEAT_NOT_OWNER",
+    }
+
+    /// What a `restore` call did.
+    pub enum RestoreStatus {
+        /// The queue is not configured: nothing to restore into (yet).
+        Unknown = 0 => "RESTORE_UNKNOWN",
+        /// The queue is closed; its close reason follows (or false).
+        Closed = 1 => "RESTORE_CLOSED",
+        /// The places were put back; the count and the queue's epoch follow.
+        Done = 2 => "RESTORE_DONE",
+    }
+
     /// What a `trim_outbox` call did.
     pub enum TrimStatus {
         /// Another replica holds the queue's lease: nothing was trimmed.

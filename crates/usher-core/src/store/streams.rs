@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::decode::{array, text};
+use super::decode::{array, int, text};
 use super::{protocol, Result, Store};
 use crate::ids::ServerId;
 use crate::keys;
-use crate::messages::{StreamMessage, STREAM_FIELD};
+use crate::messages::{StreamMessage, STREAM_FIELD, TRACE_FIELD};
 
 /// A message read from a gateway stream.
 #[derive(Debug)]
@@ -17,6 +17,17 @@ pub struct StreamEntry {
     pub id: String,
     /// `None` when the entry could not be decoded (logged and acknowledged by the reader).
     pub message: Option<StreamMessage>,
+    /// The W3C `traceparent` of the span that wrote the entry, when it carried one.
+    pub traceparent: Option<String>,
+}
+
+/// How far behind a gateway's reading of its own stream is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamLag {
+    /// Entries written and not yet read by the gateway.
+    pub lag: u64,
+    /// Entries read and not yet acknowledged.
+    pub pending: u64,
 }
 
 /// Each gateway stream is capped (approximately) at this many entries.
@@ -101,15 +112,22 @@ impl Store {
                     .and_then(text)
                     .ok_or_else(|| protocol("entry id"))?;
                 let fields = e.next().map(array).transpose()?.unwrap_or_default();
-                let message = fields
-                    .chunks(2)
-                    .find(|c| c.first().and_then(text).as_deref() == Some(STREAM_FIELD))
-                    .and_then(|c| c.get(1))
-                    .and_then(|v| match v {
-                        Value::BulkString(b) => serde_json::from_slice(b).ok(),
-                        _ => None,
-                    });
-                out.push(StreamEntry { id, message });
+                let field = |name: &str| {
+                    fields
+                        .chunks(2)
+                        .find(|c| c.first().and_then(text).as_deref() == Some(name))
+                        .and_then(|c| c.get(1))
+                };
+                let message = field(STREAM_FIELD).and_then(|v| match v {
+                    Value::BulkString(b) => serde_json::from_slice(b).ok(),
+                    _ => None,
+                });
+                let traceparent = field(TRACE_FIELD).and_then(text);
+                out.push(StreamEntry {
+                    id,
+                    message,
+                    traceparent,
+                });
             }
         }
         Ok(Some(out))
@@ -136,13 +154,75 @@ impl Store {
         Ok(())
     }
 
+    /// How far behind the gateway's reading of its own stream is: `XINFO GROUPS` for the
+    /// group's lag and pending count, and `XLEN` for the lag when Redis cannot tell it (acked
+    /// entries are deleted, so the stream holds only what is unread or unacknowledged).
+    /// Zeros when the stream or group is missing.
+    pub async fn stream_lag(&self, id: &ServerId) -> Result<StreamLag> {
+        let key = keys::gateway_stream(id);
+        let r: redis::RedisResult<(Value, u64)> = redis::pipe()
+            .cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&key)
+            .cmd("XLEN")
+            .arg(&key)
+            .query_async(&mut self.c())
+            .await;
+        let (groups, len) = match r {
+            Ok(v) => v,
+            // "no such key": the stream expired or Redis restarted empty.
+            Err(e) if e.code() == Some("ERR") => return Ok(StreamLag::default()),
+            Err(e) => return Err(e.into()),
+        };
+        let field = |fields: &[(String, Value)], name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let group = array(groups)?.into_iter().find_map(|g| {
+            let fields = group_fields(g)?;
+            let name = field(&fields, "name")?;
+            (text(&name).as_deref() == Some(keys::STREAM_GROUP)).then_some(fields)
+        });
+        let Some(fields) = group else {
+            return Ok(StreamLag::default());
+        };
+        let count = |name: &str| {
+            field(&fields, name)
+                .as_ref()
+                .and_then(int)
+                .and_then(|n| u64::try_from(n).ok())
+        };
+        let pending = count("pending").unwrap_or(0);
+        Ok(StreamLag {
+            lag: count("lag").unwrap_or_else(|| len.saturating_sub(pending)),
+            pending,
+        })
+    }
+
     /// Appends messages to gateways' streams (pipelined; `MAXLEN ~` bounds each stream). A
     /// stream that no longer exists (its gateway is gone) is not recreated.
     pub async fn send(&self, batches: &[(ServerId, Vec<StreamMessage>)]) -> Result<()> {
-        let mut p = redis::pipe();
-        let mut any = false;
+        self.send_traced(batches, None).await
+    }
+
+    /// [`Store::send`], each entry carrying `traceparent` (the sending span's W3C trace
+    /// context) when there is one.
+    pub async fn send_traced(
+        &self,
+        batches: &[(ServerId, Vec<StreamMessage>)],
+        traceparent: Option<&str>,
+    ) -> Result<()> {
+        // One pipeline per stream, sent together: each stream is its own slot (`{gw:<id>}`),
+        // so in a cluster each goes to the master holding it.
+        let mut pipes = Vec::with_capacity(batches.len());
         for (gw, msgs) in batches {
+            if msgs.is_empty() {
+                continue;
+            }
             let key = keys::gateway_stream(gw);
+            let mut p = redis::pipe();
             for m in msgs {
                 let json = serde_json::to_vec(m).map_err(|e| protocol(e.to_string()))?;
                 p.cmd("XADD")
@@ -153,14 +233,39 @@ impl Store {
                     .arg(STREAM_MAXLEN)
                     .arg("*")
                     .arg(STREAM_FIELD)
-                    .arg(json)
-                    .ignore();
-                any = true;
+                    .arg(json);
+                if let Some(tp) = traceparent {
+                    p.arg(TRACE_FIELD).arg(tp);
+                }
+                p.ignore();
             }
+            pipes.push(p);
         }
-        if any {
-            let _: () = p.query_async(&mut self.c()).await?;
-        }
+        futures::future::try_join_all(pipes.iter().map(|p| {
+            let mut c = self.c();
+            async move { p.query_async::<()>(&mut c).await }
+        }))
+        .await?;
         Ok(())
+    }
+}
+
+/// One `XINFO GROUPS` entry as (field, value) pairs: a flat array in RESP2, a map in RESP3.
+fn group_fields(g: Value) -> Option<Vec<(String, Value)>> {
+    match g {
+        Value::Map(m) => Some(
+            m.into_iter()
+                .filter_map(|(k, v)| Some((text(&k)?, v)))
+                .collect(),
+        ),
+        Value::Array(a) => {
+            let mut out = Vec::new();
+            let mut it = a.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.push((text(&k)?, v));
+            }
+            Some(out)
+        }
+        _ => None,
     }
 }

@@ -12,12 +12,13 @@ use std::time::Duration;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::{
-    GatewayInfo, Lease, OutboxEntry, Store, StoreError, Tick, TickArgs, TickOutcome, TokenRecord,
+    GatewayInfo, Lease, OutboxEntry, OutboxList, Store, StoreError, Tick, TickArgs, TickOutcome,
+    TokenRecord,
 };
 use usher_core::token::SigningKey;
 
 use super::gateways::{in_messages, live_at};
-use super::schedule::{sleep_until_ms, token_store_delay};
+use super::schedule::sleep_until_ms;
 use super::tokens::TickTokens;
 
 /// How a delivery ended.
@@ -39,9 +40,13 @@ pub(super) struct Courier<'a> {
     pub(super) gateways: &'a [GatewayInfo],
     pub(super) q: &'a QueueId,
     pub(super) lease: &'a Lease,
-    /// The tick's admission time.
+    /// The tick's admission time (for a passthrough delivery: now).
     pub(super) now: u64,
-    pub(super) tick: Duration,
+    /// Which list the admissions come from.
+    pub(super) list: OutboxList,
+    /// How long after `now` the token records are stored: `schedule::token_store_delay` for a tick,
+    /// nothing for the few admissions of passthrough joins.
+    pub(super) store_delay: Duration,
 }
 
 /// Outbox entries (of up to 1,000 admissions each) read back and delivered per round.
@@ -78,7 +83,8 @@ impl Courier<'_> {
         self.drain(tokens, Some((args, out)), 0).await
     }
 
-    /// Delivers the `outbox_len` entries of a queue that admits no more (it is closed).
+    /// Delivers the first `outbox_len` entries of the courier's list without admitting (a
+    /// closed queue's outbox, or the admissions of passthrough joins).
     pub(super) async fn deliver_outbox(&self, outbox_len: u64) -> Result<Delivery, StoreError> {
         self.drain(&mut TickTokens::default(), None, outbox_len)
             .await
@@ -112,7 +118,7 @@ impl Courier<'_> {
         let mut closed = false;
         loop {
             if read_back > 0 {
-                let (entries, batch) = self.store.outbox(self.q, OUTBOX_BATCH).await?;
+                let (entries, batch) = self.store.outbox(self.q, self.list, OUTBOX_BATCH).await?;
                 if entries == 0 {
                     read_back = 0;
                     continue;
@@ -239,7 +245,11 @@ impl Courier<'_> {
             };
             batches.push(((*id).clone(), msgs));
         }
-        self.store.send(&batches).await?;
+        // Within the tick's span: the entries carry its trace context to the gateways.
+        let traceparent = usher_runtime::traces::traceparent(&tracing::Span::current());
+        self.store
+            .send_traced(&batches, traceparent.as_deref())
+            .await?;
         Ok(records)
     }
 
@@ -258,7 +268,7 @@ impl Courier<'_> {
         // from this call: the queues of a tick handled after others (and the later rounds of
         // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
         // than the delay itself: a wall clock stepped back must not hold the tick.
-        let delay = token_store_delay(self.tick).as_millis() as u64;
+        let delay = self.store_delay.as_millis() as u64;
         sleep_until_ms(self.now + delay, delay).await;
         if self
             .store
@@ -268,7 +278,9 @@ impl Courier<'_> {
         {
             return Ok(false);
         }
-        self.store.trim_outbox(self.q, self.lease, entries).await
+        self.store
+            .trim_outbox(self.q, self.list, self.lease, entries)
+            .await
     }
 }
 

@@ -7,6 +7,7 @@
 //! * `premint` — tokens minted and staged on the gateways ahead of the tick.
 //! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
+//! * `passthrough` — the courier of admissions made by joins themselves (woken per join).
 //! * `rate` — the measured admission rate and a tick's expected admissions.
 //! * `gateways` — live gateways and stream-message batching, shared by the above.
 //!
@@ -16,6 +17,7 @@ mod deliver;
 mod draw;
 mod gateways;
 mod lease;
+mod passthrough;
 mod premint;
 mod queue;
 mod rate;
@@ -39,6 +41,7 @@ use crate::metrics;
 pub use lease::preferred;
 pub use settings::Settings;
 
+use passthrough::{HeldLeases, Passthrough};
 use premint::{spawn_premint, PremintPlan};
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
@@ -52,6 +55,8 @@ pub struct Admitter {
     held: HashMap<QueueId, Held>,
     /// The gateway registry as the last tick read it.
     gateways: Arc<Vec<GatewayInfo>>,
+    /// `held`'s leases, shared with the passthrough courier.
+    leases: HeldLeases,
 }
 
 /// Queues whose admission just became possible or faster (sent by the admin API).
@@ -77,6 +82,7 @@ impl Admitter {
             settings,
             held: HashMap::new(),
             gateways: Default::default(),
+            leases: HeldLeases::default(),
         }
     }
 
@@ -90,6 +96,14 @@ impl Admitter {
         let schedule = Schedule::start(self.settings.tick);
         let tick_ms = self.settings.tick.as_millis() as u64;
         let mut last_planned = None;
+        let courier = Passthrough {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            redis: self.settings.redis.clone(),
+            leases: self.leases.clone(),
+            tick: self.settings.tick,
+        };
+        let passing = tokio::spawn(courier.run(cancel.child_token()));
         loop {
             let scheduled = tokio::select! {
                 () = cancel.cancelled() => break,
@@ -132,6 +146,7 @@ impl Admitter {
                 }
             }
         }
+        let _ = passing.await;
         self.release_all().await;
         tracing::info!("admission loop stopped");
     }
@@ -162,6 +177,7 @@ impl Admitter {
 
     /// Releases every lease and leaves the registry, so other replicas take over at once.
     pub async fn release_all(&mut self) {
+        self.leases.set([]);
         for (q, h) in self.held.drain() {
             if let Err(e) = self.store.release_lease(&q, &h.lease).await {
                 tracing::warn!(queue = %q, error = %e, "could not release a lease; it expires by itself");
@@ -255,6 +271,8 @@ impl Admitter {
                 }
             }
         }
+        self.leases
+            .set(self.held.iter().map(|(q, h)| (q.clone(), h.lease.clone())));
         match first_err {
             Some(e) if report.queues == 0 => Err(e),
             _ => Ok(report),

@@ -3,15 +3,21 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use usher_core::ids::QueueId;
 use usher_core::messages::{QueueState, StreamMessage};
-use usher_core::store::{GatewayInfo, Lease, Store, StoreError, Tick, TickArgs, TickOutcome};
+use usher_core::store::{
+    GatewayInfo, Lease, OutboxList, Store, StoreError, Tick, TickArgs, TickOutcome,
+};
+use usher_core::time::now_ms;
 use usher_core::token::SigningKey;
 
 use super::deliver::{Courier, Delivery};
 use super::gateways::live_at;
 use super::premint::{spawn_premint, Premint, PremintPlan};
 use super::rate::{expected_per_tick, MeasuredRate};
+use super::schedule::token_store_delay;
 use super::settings::Settings;
 use super::tokens::TickTokens;
 
@@ -49,8 +55,15 @@ pub(super) struct QueueTick {
 }
 
 impl QueueTick {
-    /// Ticks `q`, acquiring its lease first unless `held` (this replica drives it already).
+    /// Ticks `q`, acquiring its lease first unless `held` (this replica drives it already),
+    /// in a `tick` span carrying the queue and the count admitted. The admissions' stream
+    /// entries carry the span's trace context, so each gateway's delivery joins its trace.
     pub(super) async fn run(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
+        let span = tracing::info_span!("tick", queue = %q, admitted = tracing::field::Empty);
+        self.run_traced(q, held).instrument(span).await
+    }
+
+    async fn run_traced(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
         let mut held = match held {
             Some(h) => h,
             None => {
@@ -78,16 +91,21 @@ impl QueueTick {
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
         let lease = held.lease.clone();
+        let bucket_rate = self.bucket_rate(q).await?;
+        // No admissions (an adaptive queue's backend is silent): no ETA either.
+        let stopped = bucket_rate.is_some_and(|r| r <= 0.0);
         let args = TickArgs {
             now_ms: self.now,
             first_elapsed_ms: tick_ms,
             max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
             exact: self.settings.exact_positions,
             max_position_error: 0.01,
-            store_rate: held.rate.get(),
+            store_rate: if stopped { Some(0.0) } else { held.rate.get() },
             lease: &lease,
             lease_ttl_ms: self.settings.lease_ttl.as_millis() as u64,
             gateways: &self.gateways,
+            bucket_rate,
+            tick_ms,
         };
         let courier = Courier {
             store: &self.store,
@@ -96,7 +114,8 @@ impl QueueTick {
             q,
             lease: &lease,
             now: self.now,
-            tick: self.settings.tick,
+            list: OutboxList::Ticks,
+            store_delay: token_store_delay(self.settings.tick),
         };
         let mut out = match self.store.tick(q, &args).await? {
             Tick::Ticked(out) => out,
@@ -121,6 +140,7 @@ impl QueueTick {
         let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
         let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
         crate::metrics::queue_ticked(q, &out);
+        tracing::Span::current().record("admitted", out.admitted);
         let delivered = match delivery {
             Delivery::Done(n) => n,
             Delivery::Closed(n) => {
@@ -136,7 +156,7 @@ impl QueueTick {
         };
         drop(tokens);
         held.rate.observe(self.now, &out);
-        self.publish_state(q, &held, &out).await?;
+        self.publish_state(q, &held, &out, bucket_rate).await?;
         self.premint_next(q, &mut held, &out);
         Ok(Outcome::Ticked {
             held,
@@ -170,23 +190,40 @@ impl QueueTick {
         ));
     }
 
-    /// Sends the line's new state to the gateways holding its browsers.
+    /// The rate the queue's token bucket refills at this tick when it is adaptive: the
+    /// interpolation for its backend's last load report, 0 without a fresh one (read here,
+    /// outside the tick script, which only touches its queue's slot). `None`: the queue is not
+    /// adaptive and admits at `admit_per_second`.
+    async fn bucket_rate(&self, q: &QueueId) -> Result<Option<f64>, StoreError> {
+        let Some(adaptive) = self.store.queue_adaptive(q).await? else {
+            return Ok(None);
+        };
+        let report = self.store.backend_load(&adaptive.backend).await?;
+        Ok(Some(adaptive.rate_at(report, now_ms()).unwrap_or(0.0)))
+    }
+
+    /// Sends the line's new state to the gateways holding its browsers (rate 0, so no ETA,
+    /// while an adaptive queue admits nobody).
     async fn publish_state(
         &self,
         q: &QueueId,
         held: &Held,
         out: &TickOutcome,
+        bucket_rate: Option<f64>,
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
         let state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
             waiting: out.waiting,
-            rate: held
-                .rate
-                .get()
-                .filter(|r| *r > 0.0)
-                .unwrap_or(out.admit_per_second),
+            rate: match bucket_rate {
+                Some(r) if r <= 0.0 => 0.0,
+                _ => held
+                    .rate
+                    .get()
+                    .filter(|r| *r > 0.0)
+                    .unwrap_or(bucket_rate.unwrap_or(out.admit_per_second)),
+            },
             runs: out.runs.clone(),
             samples: out.samples.clone(),
             last_place: out.last_place,

@@ -10,4 +10,6 @@ pub struct Settings {
     pub tick: Duration,
     pub lease_ttl: Duration,
     pub exact_positions: u64,
+    /// Where the passthrough courier subscribes to wake signals (its own connection).
+    pub redis: usher_core::store::RedisArgs,
 }

@@ -60,7 +60,9 @@ impl Hub {
     }
 
     /// Reserves `place` for a new connection. An older connection holding it here is ended
-    /// (the newest connection owns a place) and can no longer release it.
+    /// with `closed` `resumed_elsewhere` (the newest connection owns a place; the old tab
+    /// learns why, instead of reconnecting and taking the place back every `retry:` period)
+    /// and can no longer release it.
     pub fn reserve(&self, queue: &QueueId, place: PlaceId) -> Reservation {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
@@ -72,7 +74,7 @@ impl Hub {
             resyncing: false,
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
-            let _ = tx.send(Update::superseded());
+            let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
         }
         Reservation {
             queue: queue.clone(),
@@ -90,20 +92,11 @@ impl Hub {
             .is_some()
     }
 
-    /// Turns a reservation into a connection. The receiver starts with `first`, or with a
-    /// terminal update that arrived meanwhile (an admission included). `None` when a newer
-    /// connection took the place over in between.
-    #[cfg(test)]
+    /// Turns a reservation into a connection. The receiver starts with `first` (`waiting`,
+    /// `scheduled` for a pre-queue place, or [`Update::Admitting`] for a place admitted by its
+    /// join), or with a terminal update that arrived meanwhile (an admission included). `None`
+    /// when a newer connection took the place over in between.
     pub fn attach(
-        &self,
-        r: Reservation,
-        first: WaitingEvent,
-    ) -> Option<(Attached, watch::Receiver<Update>)> {
-        self.attach_with(r, Update::Waiting(first))
-    }
-
-    /// [`Hub::attach`] with any first update: `scheduled` for a pre-queue place.
-    pub fn attach_with(
         &self,
         r: Reservation,
         first: Update,
@@ -129,9 +122,10 @@ impl Hub {
             let (_tx, rx) = watch::channel(t);
             return Some((a, rx));
         }
-        if let Update::Waiting(w) = &first {
-            slot.position = w.position;
-        }
+        slot.position = match &first {
+            Update::Waiting(w) => w.position,
+            _ => u64::MAX,
+        };
         let (tx, rx) = watch::channel(first);
         slot.tx = Some(tx);
         Some((a, rx))
@@ -158,6 +152,10 @@ impl Hub {
     pub fn apply_state(&self, s: &QueueState) -> Vec<PlaceId> {
         let mut gone = Vec::new();
         let mut inner = self.lock();
+        let rising = inner
+            .rising
+            .get(&s.queue)
+            .is_some_and(|until| *until > Instant::now());
         let Some(conns) = inner.queues.get_mut(&s.queue) else {
             return gone;
         };
@@ -168,6 +166,7 @@ impl Hub {
             }
             let Some(tx) = &slot.tx else { continue };
             let position = match s.standing(PlaceId(place).seq()) {
+                Standing::At(p) if rising => p,
                 Standing::At(p) => p.min(slot.position),
                 Standing::Gone => {
                     if !slot.resyncing {
@@ -220,10 +219,14 @@ impl Hub {
         }
     }
 
-    /// Delivers admissions. Returns how many went to browsers held here; the others are kept
-    /// briefly in case their browser attaches here soon.
-    pub fn admit(&self, queue: &QueueId, items: &[Admission]) -> usize {
-        let rendered: Vec<_> = items.iter().map(|a| Admitted::of(queue, a)).collect();
+    /// Delivers admissions (made by the tick `trace` names, when traces are on). Returns how
+    /// many went to browsers held here; the others are kept briefly in case their browser
+    /// attaches here soon.
+    pub fn admit(&self, queue: &QueueId, items: &[Admission], trace: Option<&Arc<str>>) -> usize {
+        let rendered: Vec<_> = items
+            .iter()
+            .map(|a| Admitted::of(queue, a).traced(trace))
+            .collect();
         let mut inner = self.lock();
         let mut n = 0;
         for (a, ev) in items.iter().zip(rendered) {
@@ -264,7 +267,7 @@ impl Hub {
     }
 
     /// Admits `places` with the tokens staged for them (admitted at `at_ms`, expiring at
-    /// `exp_ms`). Returns the places held here whose token is not staged (over the cap,
+    /// `exp_ms`, by the tick `trace` names). Returns the places held here whose token is not staged (over the cap,
     /// expired, or the `staged` message was lost from the stream): the caller fetches those
     /// admissions from Redis.
     pub fn admit_staged(
@@ -273,13 +276,14 @@ impl Hub {
         at_ms: u64,
         exp_ms: u64,
         places: &[PlaceId],
+        trace: Option<&Arc<str>>,
     ) -> Vec<PlaceId> {
         let mut inner = self.lock();
         let mut missing = Vec::new();
         for &place in places {
             match inner.staged.remove(&(queue.clone(), place)) {
                 Some(s) if s.admitted_at_ms == at_ms && s.expires_at_ms == exp_ms => {
-                    inner.admit_one(queue, place, s.admitted);
+                    inner.admit_one(queue, place, s.admitted.traced(trace));
                 }
                 _ if inner.holds(queue, place) => missing.push(place),
                 _ => {}
@@ -429,6 +433,28 @@ impl Hub {
     pub fn queues(&self) -> Vec<QueueId> {
         self.lock().queues.keys().cloned().collect()
     }
+
+    /// Lets positions in `queue` go up until `until`: after a Redis data loss, places come
+    /// back gateway by gateway, and a snapshot taken before all were back showed positions
+    /// too low.
+    pub fn allow_rise(&self, queue: &QueueId, until: Instant) {
+        let mut inner = self.lock();
+        inner.rising.retain(|_, t| *t > Instant::now());
+        inner.rising.insert(queue.clone(), until);
+    }
+
+    /// The places of `queue` held here, in the order of their last known positions (the
+    /// place id breaks ties): the order they are put back in after a Redis data loss.
+    pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<PlaceId> {
+        let inner = self.lock();
+        let mut places: Vec<(u64, u64)> = inner
+            .queues
+            .get(queue)
+            .map(|slots| slots.iter().map(|(p, s)| (s.position, *p)).collect())
+            .unwrap_or_default();
+        places.sort_unstable();
+        places.into_iter().map(|(_, p)| PlaceId(p)).collect()
+    }
 }
 
 struct Slot {
@@ -476,6 +502,8 @@ const STAGED_CAP: usize = 100_000;
 #[derive(Default)]
 struct Inner {
     queues: HashMap<QueueId, BTreeMap<u64, Slot>>,
+    /// Queues whose positions may go up until then (see [`Hub::allow_rise`]).
+    rising: HashMap<QueueId, Instant>,
     orphans: HashMap<(QueueId, PlaceId), Orphan>,
     staged: HashMap<(QueueId, PlaceId), Staged>,
     /// Slots held (reserved or attached); kept by `insert` and `remove_if` alone.

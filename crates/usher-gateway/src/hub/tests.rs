@@ -12,7 +12,7 @@ fn waiting(position: u64) -> WaitingEvent {
         queue: q(),
         position,
         waiting: position,
-        eta_seconds: 0,
+        eta_seconds: Some(0),
         as_of_ms: 0,
     }
 }
@@ -23,7 +23,8 @@ fn place(seq: u64) -> PlaceId {
 
 fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update>) {
     let r = hub.reserve(&q(), p);
-    hub.attach(r, waiting(pos)).expect("attached")
+    hub.attach(r, Update::Waiting(waiting(pos)))
+        .expect("attached")
 }
 
 #[test]
@@ -31,12 +32,18 @@ fn newest_connection_owns_the_place() {
     let hub = Hub::new();
     let (a1, rx1) = connect(&hub, place(5), 5);
     let r2 = hub.reserve(&q(), place(5));
-    assert_eq!(*rx1.borrow(), Update::superseded());
+    assert_eq!(
+        *rx1.borrow(),
+        Update::closed(&q(), CloseReason::ResumedElsewhere),
+        "the older connection is told its place was resumed elsewhere"
+    );
     assert!(
         !hub.detach(&a1),
         "the old connection no longer owns the place"
     );
-    let (a2, _rx2) = hub.attach(r2, waiting(5)).expect("attached");
+    let (a2, _rx2) = hub
+        .attach(r2, Update::Waiting(waiting(5)))
+        .expect("attached");
     assert_eq!(hub.connections(), 1);
     assert!(hub.detach(&a2));
     assert_eq!(hub.connections(), 0);
@@ -52,7 +59,7 @@ fn an_abandoned_reservation_reports_ownership_once() {
     let r1 = hub.reserve(&q(), place(2));
     let _r2 = hub.reserve(&q(), place(2));
     assert!(!hub.unreserve(&r1), "a newer reservation owns it");
-    assert!(hub.attach(r1, waiting(1)).is_none());
+    assert!(hub.attach(r1, Update::Waiting(waiting(1))).is_none());
 }
 
 #[test]
@@ -69,7 +76,9 @@ fn positions_never_increase_and_gone_places_are_reported_once() {
     assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 3));
     s.runs = vec![(10, 1)];
     hub.apply_state(&s);
-    assert!(matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == 1));
+    assert!(
+        matches!(&*rx.borrow(), Update::Waiting(w) if w.position == 1 && w.eta_seconds == Some(1))
+    );
     s.runs = vec![(11, 1)];
     assert_eq!(hub.apply_state(&s), vec![place(10)]);
     assert!(
@@ -90,14 +99,18 @@ fn admissions_reach_reserved_and_not_yet_attached_places() {
         expires_at_ms: 2,
     };
     // Arrives before the reservation: kept as an orphan.
-    assert_eq!(hub.admit(&q(), &[adm(place(4))]), 0);
+    assert_eq!(hub.admit(&q(), &[adm(place(4))], None), 0);
     let r = hub.reserve(&q(), place(4));
-    let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
+    let (_a, rx) = hub
+        .attach(r, Update::Waiting(waiting(1)))
+        .expect("attached");
     assert!(matches!(&*rx.borrow(), Update::Admitted(e) if e.token == "t"));
     // Arrives while reserved: kept in the slot.
     let r = hub.reserve(&q(), place(5));
-    assert_eq!(hub.admit(&q(), &[adm(place(5))]), 1);
-    let (_a, rx) = hub.attach(r, waiting(1)).expect("attached");
+    assert_eq!(hub.admit(&q(), &[adm(place(5))], None), 1);
+    let (_a, rx) = hub
+        .attach(r, Update::Waiting(waiting(1)))
+        .expect("attached");
     assert!(matches!(&*rx.borrow(), Update::Admitted(_)));
     assert_eq!(hub.connections(), 0);
 }
@@ -116,10 +129,15 @@ fn staged_tokens_are_shown_only_when_admitted_and_render_like_any_event() {
     hub.stage(&q(), vec![adm(place(7), 5), adm(place(8), 5)]);
     assert!(!rx.has_changed().unwrap_or(true), "staged is not admitted");
     // A tick that admits place 7 at another time than staged: its token is not used.
-    assert_eq!(hub.admit_staged(&q(), 6, 1006, &[place(7)]), vec![place(7)]);
+    assert_eq!(
+        hub.admit_staged(&q(), 6, 1006, &[place(7)], None),
+        vec![place(7)]
+    );
     assert!(matches!(&*rx.borrow(), Update::Waiting(_)));
     // Place 8 with the staged time gets the staged token, its JSON rendered once.
-    assert!(hub.admit_staged(&q(), 5, 1005, &[place(8)]).is_empty());
+    assert!(hub
+        .admit_staged(&q(), 5, 1005, &[place(8)], None)
+        .is_empty());
     let Update::Admitted(a) = &*rx_other.borrow() else {
         panic!("admitted expected");
     };
@@ -164,7 +182,7 @@ fn a_notice_waits_in_the_one_pending_update_and_never_displaces_an_admission() {
         admitted_at_ms: 1,
         expires_at_ms: 2,
     };
-    assert_eq!(hub.admit(&q(), &[admission]), 1);
+    assert_eq!(hub.admit(&q(), &[admission], None), 1);
     // Two notices before the browser reads: the newer replaces the older, and the
     // admitted connection keeps its admission.
     assert_eq!(hub.notify(&q(), "first"), 1);

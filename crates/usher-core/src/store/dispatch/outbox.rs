@@ -62,13 +62,37 @@ impl OutboxEntry {
     }
 }
 
+/// Which of a queue's two lists of undelivered admissions: the tick's, or the joins' own
+/// (passthrough). Each has one courier, so neither trims entries the other is delivering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxList {
+    /// `outbox`: what ticks admitted.
+    Ticks,
+    /// `passed`: what joins admitted at once.
+    Passed,
+}
+
+impl OutboxList {
+    fn key(self, k: &QueueKeys) -> &str {
+        match self {
+            Self::Ticks => &k.outbox,
+            Self::Passed => &k.passed,
+        }
+    }
+}
+
 impl Store {
-    /// The undelivered admissions in the oldest `max` outbox entries of a queue, and how many
-    /// entries that was (each holds up to 1,000 admissions).
-    pub async fn outbox(&self, q: &QueueId, max: usize) -> Result<(u64, Vec<OutboxEntry>)> {
+    /// The undelivered admissions in the oldest `max` entries of a queue's `list`, and how
+    /// many entries that was (each holds up to 1,000 admissions).
+    pub async fn outbox(
+        &self,
+        q: &QueueId,
+        list: OutboxList,
+        max: usize,
+    ) -> Result<(u64, Vec<OutboxEntry>)> {
         let k = QueueKeys::new(q);
         let raw: Vec<String> = redis::cmd("LRANGE")
-            .arg(&k.outbox)
+            .arg(list.key(&k))
             .arg(0)
             .arg(max.saturating_sub(1))
             .query_async(&mut self.c())
@@ -76,13 +100,19 @@ impl Store {
         Ok((raw.len() as u64, OutboxEntry::parse_all(&raw)?))
     }
 
-    /// Drops the first `n` outbox entries (after they were delivered). `false` when the lease
-    /// was lost (nothing dropped).
-    pub async fn trim_outbox(&self, q: &QueueId, lease: &Lease, n: u64) -> Result<bool> {
+    /// Drops the first `n` entries of `list` (after they were delivered). `false` when the
+    /// lease was lost (nothing dropped).
+    pub async fn trim_outbox(
+        &self,
+        q: &QueueId,
+        list: OutboxList,
+        lease: &Lease,
+        n: u64,
+    ) -> Result<bool> {
         let k = QueueKeys::new(q);
         let r: i64 = SCRIPTS
             .trim_outbox
-            .key(&k.outbox)
+            .key(list.key(&k))
             .key(&k.lease)
             .arg(&lease.value)
             .arg(n)

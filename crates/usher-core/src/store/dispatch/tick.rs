@@ -32,6 +32,11 @@ pub struct TickArgs<'a> {
     pub lease_ttl_ms: u64,
     /// Every registered gateway (see [`Store::gateways`]).
     pub gateways: &'a [GatewayInfo],
+    /// Tokens per second the queue's bucket refills at: the effective rate (see
+    /// [`crate::policy::RateSource`]); `None` = the queue's `admit_per_second`.
+    pub bucket_rate: Option<f64>,
+    /// The tick's length: the bucket keeps one tick's worth while nobody waits.
+    pub tick_ms: u64,
 }
 
 /// What a tick found.
@@ -65,7 +70,9 @@ pub struct TickOutcome {
     pub admit_per_second: f64,
     /// Places removed without admission this tick (grace expired, gateway gone).
     pub dropped: u64,
-    /// Admission budget carried to the next tick (a fraction of a place, or 0).
+    /// The token bucket's level after this call: the admission budget carried to the next
+    /// tick (a fraction of a place while people wait; up to one tick's worth while nobody
+    /// does and passthrough is on).
     pub carry: f64,
     /// The queue's session TTL.
     pub session_ttl_ms: u64,
@@ -133,6 +140,8 @@ impl Store {
             .arg(gateways)
             .arg(MAX_ADMIT_PER_TICK)
             .arg(ADMIT_PER_CALL)
+            .arg(t.bucket_rate.map(|r| r.to_string()).unwrap_or_default())
+            .arg(t.tick_ms)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

@@ -18,7 +18,7 @@ use clap::Parser;
 use tokio::task::JoinSet;
 use usher_loadgen::conn::connect;
 use usher_loadgen::limits;
-use usher_loadgen::plan::parse_source_ips;
+use usher_loadgen::plan::{parse_source_ips, Reach};
 
 use crate::args::Args;
 use crate::crew::Crew;
@@ -54,7 +54,7 @@ fn main() {
 fn run(a: &Args) -> anyhow::Result<()> {
     a.check()?;
     let n = a.connections;
-    let ips = parse_source_ips(&a.source_ips)?;
+    let ips = parse_source_ips(&a.source_ips, Reach::Loopback)?;
 
     let limit = limits::raise_nofile();
     let most = limit.saturating_sub(limits::HEADROOM) / 2;

@@ -1,4 +1,4 @@
-//! The dispatcher's public keys, as a booking service keeps them.
+//! The dispatcher's public keys (its JWKS), as a booking service keeps them.
 //!
 //! The JWKS is fetched on first use and again whenever a token names a `kid` the cached set
 //! lacks, so a key rotation needs no restart here. Rules:
@@ -7,7 +7,7 @@
 //!   fetch in progress.
 //! * One fetch at a time (single flight): requests with unknown kids wait for the fetch under
 //!   way, and every fetch that *started* after a request arrived answers it too, so a burst of
-//!   new tokens costs one fetch, not one each.
+//!   new tokens costs one fetch, not one each (a burst of one made-up kid costs exactly one).
 //! * A kid still unknown after such a fetch is refused, and refused again without a fetch for
 //!   [`NEGATIVE_TTL`] (a few seconds): tokens with made-up kids cannot make the service hammer
 //!   the dispatcher, and a kid published a moment later is accepted within seconds.
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::DecodingKey;
-use usher_http::ApiError;
 
 /// How long a kid found unknown after a fetch is refused without fetching again.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(3);
@@ -27,9 +26,23 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(3);
 /// and, if that is not enough, all of them.
 const NEGATIVE_MAX: usize = 10_000;
 
+/// Why no key could be found for a `kid`.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// No published key has this `kid` (after a fetch, or within [`NEGATIVE_TTL`] of one).
+    #[error("token signed by an unknown key")]
+    Unknown,
+    /// The JWKS could not be fetched (unreachable, timed out, not a JWKS).
+    #[error("cannot fetch the dispatcher's keys: {0}")]
+    Unavailable(#[source] reqwest::Error),
+    /// The published key cannot be used to verify.
+    #[error("unusable key: {0}")]
+    Unusable(#[source] jsonwebtoken::errors::Error),
+}
+
 /// The JWKS cache (see the module docs).
-pub struct Keys {
-    url: String,
+pub(crate) struct Keys {
+    pub(crate) url: String,
     http: reqwest::Client,
     /// The last fetched set. Never locked across an `.await`.
     cached: RwLock<Arc<JwkSet>>,
@@ -40,33 +53,33 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(url: String) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Self {
+    pub(crate) fn new(url: String, http: reqwest::Client) -> Self {
+        Self {
             url,
             http,
             cached: RwLock::new(Arc::new(JwkSet { keys: Vec::new() })),
             unknown: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(None),
-        })
+        }
     }
 
-    /// The decoding key for `kid`: `401` when no published key has it, `503` when the JWKS
-    /// cannot be fetched.
-    pub async fn key(&self, kid: &str) -> Result<DecodingKey, ApiError> {
+    /// The decoding key for `kid`.
+    pub(crate) async fn key(&self, kid: &str) -> Result<DecodingKey, KeyError> {
         let arrived = Instant::now();
         if let Some(key) = self.cached(kid) {
             return key;
         }
         if self.recently_unknown(kid, arrived) {
-            return Err(unknown_key());
+            return Err(KeyError::Unknown);
         }
         let mut last_start = self.fetching.lock().await;
-        // The fetch this request waited for may have brought the key.
+        // The fetch this request waited for may have brought the key, or found it unknown
+        // (then it is refused like any kid in the negative cache).
         if let Some(key) = self.cached(kid) {
             return key;
+        }
+        if self.recently_unknown(kid, Instant::now()) {
+            return Err(KeyError::Unknown);
         }
         // A fetch that started after this request arrived has already answered it.
         // (Only a fetch that succeeded counts: after a failure, the next waiter tries again.)
@@ -74,31 +87,29 @@ impl Keys {
             let started = Instant::now();
             let set = self.fetch().await.map_err(|e| {
                 tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
-                ApiError::unavailable("cannot fetch the dispatcher's keys")
+                KeyError::Unavailable(e)
             })?;
             *self.cached.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
             *last_start = Some(started);
         }
-        drop(last_start);
-        match self.cached(kid) {
-            Some(key) => key,
-            None => {
-                self.remember_unknown(kid);
-                Err(unknown_key())
-            }
+        let found = self.cached(kid);
+        if found.is_none() {
+            // Remembered before the single flight is released, so every request for this kid
+            // that waited behind the fetch is answered by it instead of fetching again.
+            self.remember_unknown(kid);
         }
+        drop(last_start);
+        found.unwrap_or(Err(KeyError::Unknown))
     }
 
-    fn cached(&self, kid: &str) -> Option<Result<DecodingKey, ApiError>> {
+    fn cached(&self, kid: &str) -> Option<Result<DecodingKey, KeyError>> {
         let set = self
             .cached
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        set.find(kid).map(|jwk| {
-            DecodingKey::from_jwk(jwk)
-                .map_err(|e| ApiError::unauthorized(format!("unusable key: {e}")))
-        })
+        set.find(kid)
+            .map(|jwk| DecodingKey::from_jwk(jwk).map_err(KeyError::Unusable))
     }
 
     fn recently_unknown(&self, kid: &str, now: Instant) -> bool {
@@ -128,10 +139,6 @@ impl Keys {
             .json()
             .await
     }
-}
-
-fn unknown_key() -> ApiError {
-    ApiError::unauthorized("token signed by an unknown key")
 }
 
 #[cfg(test)]
@@ -185,7 +192,7 @@ mod tests {
             .route("/jwks", get(serve_jwks))
             .with_state(j.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok((j, Arc::new(Keys::new(url)?)))
+        Ok((j, Arc::new(Keys::new(url, reqwest::Client::new()))))
     }
 
     fn publish(j: &Jwks, kid: &'static str) {
@@ -203,7 +210,7 @@ mod tests {
         assert_eq!(j.fetches.load(Ordering::SeqCst), 1, "a known kid is cached");
 
         let err = keys.key("z").await.err();
-        assert!(err.is_some_and(|e| e.status == 401 && e.message.contains("unknown key")));
+        assert!(matches!(err, Some(KeyError::Unknown)));
         assert_eq!(
             j.fetches.load(Ordering::SeqCst),
             2,

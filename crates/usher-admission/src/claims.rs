@@ -1,0 +1,93 @@
+//! Offline verification: is this a genuine usher entry token within its cap?
+//!
+//! The token is a compact JWS signed with Ed25519 (`alg: EdDSA`) by the dispatcher, whose
+//! public keys (the JWKS) are found by the token's `kid`. A token that verifies here was
+//! admitted by usher and is not past its `exp`, the session's hard cap; whether the session is
+//! still active (it may have been released, or may have expired before the cap) is an online
+//! question: [`crate::Admission::check`].
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::keys::{KeyError, Keys};
+
+/// Clock skew tolerated on `exp` between the dispatcher and this service, in seconds.
+const LEEWAY_SECONDS: u64 = 5;
+
+/// An entry token's claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The place in line that was admitted.
+    pub sub: String,
+    /// The queue (audience) the token admits to.
+    pub aud: String,
+    /// Admission time, seconds since the Unix epoch.
+    pub iat: u64,
+    /// The session's hard cap, seconds since the Unix epoch.
+    pub exp: u64,
+    /// The session id (`<queue>.<place>`).
+    pub jti: String,
+}
+
+/// Why a token is not accepted offline.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Not a JWS with a readable header.
+    #[error("malformed token: {0}")]
+    Malformed(#[source] jsonwebtoken::errors::Error),
+    /// Signed with another algorithm than EdDSA (usher signs with Ed25519 only).
+    #[error("token must be signed with EdDSA")]
+    Algorithm,
+    /// The header names no key.
+    #[error("token has no kid")]
+    NoKid,
+    /// No key of the dispatcher's JWKS has the token's `kid`, or it cannot be fetched.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// Genuine, but past its `exp`: the session has ended.
+    #[error("token expired")]
+    Expired,
+    /// Genuine, but for another queue.
+    #[error("token is for another queue")]
+    Audience,
+    /// The signature or the claims do not verify.
+    #[error("invalid token: {0}")]
+    Invalid(#[source] jsonwebtoken::errors::Error),
+}
+
+impl VerifyError {
+    /// True when the token could not be judged because the JWKS could not be fetched: the
+    /// fault is ours (answer `503`), not the client's.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, VerifyError::Key(KeyError::Unavailable(_)))
+    }
+}
+
+/// Verifies `token` against the keys in `keys`; with `audiences`, its `aud` must be one of them.
+pub(crate) async fn verify(
+    keys: &Keys,
+    token: &str,
+    audiences: Option<&[String]>,
+) -> Result<Claims, VerifyError> {
+    let header = jsonwebtoken::decode_header(token).map_err(VerifyError::Malformed)?;
+    if header.alg != Algorithm::EdDSA {
+        return Err(VerifyError::Algorithm);
+    }
+    let kid = header.kid.ok_or(VerifyError::NoKid)?;
+    let key = keys.key(&kid).await?;
+    let mut v = Validation::new(Algorithm::EdDSA);
+    match audiences {
+        Some(a) => v.set_audience(a),
+        None => v.validate_aud = false,
+    }
+    v.set_required_spec_claims(&["exp", "aud", "sub"]);
+    v.leeway = LEEWAY_SECONDS;
+    jsonwebtoken::decode::<Claims>(token, &key, &v)
+        .map(|d| d.claims)
+        .map_err(|e| match e.kind() {
+            ErrorKind::ExpiredSignature => VerifyError::Expired,
+            ErrorKind::InvalidAudience => VerifyError::Audience,
+            _ => VerifyError::Invalid(e),
+        })
+}

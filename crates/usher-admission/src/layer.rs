@@ -1,0 +1,176 @@
+//! A tower [`Layer`] that lets only admitted users through.
+//!
+//! For each request it takes the entry token from `Authorization: Bearer <token>`, verifies it
+//! offline ([`Admission::verify`]), asks the dispatcher whether the session is still active
+//! ([`Admission::check`], or [`Admission::touch`] with [`AdmissionLayer::touching`]) and only
+//! then calls the inner service, with the token's [`Claims`] and the [`ActiveSession`] in the
+//! request's extensions. Refusals are JSON, `{"error": "..."}`:
+//!
+//! | status | when |
+//! |---|---|
+//! | `401` | no bearer token |
+//! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, or a session that has ended (released or expired) |
+//! | `503` | the JWKS or the dispatcher cannot be reached, so the token cannot be judged |
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use tower::{Layer, Service};
+
+use crate::{ActiveSession, Admission, Claims, SessionStatus};
+
+/// Which online call the layer makes for each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Online {
+    /// `GET /api/session`.
+    Check,
+    /// `POST /api/session/touch`: every guarded request keeps a sliding session alive.
+    Touch,
+}
+
+/// Guards the routes it wraps; made by [`Admission::layer`].
+#[derive(Clone)]
+pub struct AdmissionLayer {
+    admission: Admission,
+    online: Online,
+}
+
+impl AdmissionLayer {
+    pub(crate) fn new(admission: Admission) -> Self {
+        Self {
+            admission,
+            online: Online::Check,
+        }
+    }
+
+    /// Touches the session on every guarded request instead of only checking it, so a busy
+    /// user's sliding session stays alive (up to its cap).
+    pub fn touching(mut self) -> Self {
+        self.online = Online::Touch;
+        self
+    }
+}
+
+impl<S> Layer<S> for AdmissionLayer {
+    type Service = AdmissionGuard<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdmissionGuard {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`AdmissionLayer`] wraps around a route.
+#[derive(Clone)]
+pub struct AdmissionGuard<S> {
+    inner: S,
+    layer: AdmissionLayer,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AdmissionGuard<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<String> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        // The clone is not ready; the one that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            match layer.admit(req.headers()).await {
+                Ok((claims, session)) => {
+                    req.extensions_mut().insert(claims);
+                    req.extensions_mut().insert(session);
+                    inner.call(req).await
+                }
+                Err(refusal) => Ok(refusal.response()),
+            }
+        })
+    }
+}
+
+/// Why a request was turned away.
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn response<B: From<String>>(self) -> Response<B> {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        let mut r = Response::new(B::from(body));
+        *r.status_mut() = self.status;
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self.status == StatusCode::UNAUTHORIZED {
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+impl AdmissionLayer {
+    async fn admit(&self, headers: &HeaderMap) -> Result<(Claims, ActiveSession), Refusal> {
+        let token = crate::bearer_token(headers).ok_or_else(|| {
+            Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                "Authorization: Bearer <entry token> required",
+            )
+        })?;
+        let claims = self.admission.verify(token).await.map_err(|e| {
+            if e.is_unavailable() {
+                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "cannot fetch the keys")
+            } else {
+                Refusal::new(StatusCode::FORBIDDEN, e.to_string())
+            }
+        })?;
+        let status = match self.online {
+            Online::Check => self.admission.check(token).await,
+            Online::Touch => self.admission.touch(token).await,
+        };
+        match status {
+            Ok(SessionStatus::Active(session)) => Ok((claims, session)),
+            Ok(SessionStatus::Ended) => Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "the entry token's session has ended",
+            )),
+            Ok(SessionStatus::Invalid) => Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "the dispatcher does not accept this entry token",
+            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check a session");
+                Err(Refusal::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "cannot check the session",
+                ))
+            }
+        }
+    }
+}

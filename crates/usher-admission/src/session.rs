@@ -1,0 +1,156 @@
+//! The online side: the dispatcher's session API, called with the entry token as the bearer
+//! (`GET /api/session`, `POST /api/session/touch`, `DELETE /api/session`), and load reports
+//! (`PUT /api/backends/{name}/load`, with the service token).
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use url::Url;
+
+use crate::Error;
+
+/// An active session, as the dispatcher reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveSession {
+    /// The queue it admits to.
+    pub queue: String,
+    /// The session id (the token's `jti`).
+    pub session: String,
+    /// When it ends unless touched (sliding sessions) or released first.
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+/// Where a token's session stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionStatus {
+    /// The session is active (`200`).
+    Active(ActiveSession),
+    /// It has ended: released, expired, or past the token's cap (`410`; a release answers
+    /// this too, `204`).
+    Ended,
+    /// The dispatcher does not accept the token: not signed by it, or not for a configured
+    /// queue (`401`).
+    Invalid,
+}
+
+/// The session API's URL and the client that calls it.
+pub(crate) struct SessionApi {
+    pub(crate) http: reqwest::Client,
+    pub(crate) session: Url,
+    touch: Url,
+    base: Url,
+}
+
+impl SessionApi {
+    /// `base` is the dispatcher's URL, ending in `/` (a path prefix, if any, is kept).
+    pub(crate) fn new(base: &Url, http: reqwest::Client) -> Result<Self, url::ParseError> {
+        let base = base.clone();
+        Ok(Self {
+            http,
+            session: base.join("api/session")?,
+            touch: base.join("api/session/touch")?,
+            base,
+        })
+    }
+
+    pub(crate) async fn check(&self, token: &str) -> Result<SessionStatus, Error> {
+        let r = self.http.get(self.session.clone()).bearer_auth(token);
+        status(r).await
+    }
+
+    pub(crate) async fn touch(&self, token: &str) -> Result<SessionStatus, Error> {
+        let r = self.http.post(self.touch.clone()).bearer_auth(token);
+        status(r).await
+    }
+
+    pub(crate) async fn release(&self, token: &str) -> Result<SessionStatus, Error> {
+        let r = self.http.delete(self.session.clone()).bearer_auth(token);
+        status(r).await
+    }
+
+    pub(crate) async fn report_load(
+        &self,
+        service_token: &str,
+        backend: &str,
+        load: f64,
+    ) -> Result<(), Error> {
+        if !load.is_finite() {
+            return Err(Error::Rejected("the load must be a finite number".into()));
+        }
+        let r = self
+            .http
+            .put(self.load_url(backend)?)
+            .bearer_auth(service_token)
+            .json(&serde_json::json!({ "load": load }))
+            .send()
+            .await
+            .map_err(Error::Unreachable)?;
+        match r.status() {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            StatusCode::UNAUTHORIZED => Err(Error::Unauthorized),
+            StatusCode::BAD_REQUEST => Err(Error::Rejected(error_text(r).await)),
+            status => Err(Error::Unexpected { status }),
+        }
+    }
+
+    /// `PUT` URL of `backend`'s load: the name is one path segment, percent-encoded.
+    fn load_url(&self, backend: &str) -> Result<Url, Error> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
+            .pop_if_empty()
+            .extend(["api", "backends", backend, "load"]);
+        Ok(url)
+    }
+}
+
+/// Sends a session call and reads its answer.
+async fn status(r: reqwest::RequestBuilder) -> Result<SessionStatus, Error> {
+    let r = r.send().await.map_err(Error::Unreachable)?;
+    match r.status() {
+        StatusCode::OK => {
+            let body = r.bytes().await.map_err(Error::Unreachable)?;
+            serde_json::from_slice(&body)
+                .map(SessionStatus::Active)
+                .map_err(|e| Error::BadReply(e.to_string()))
+        }
+        StatusCode::NO_CONTENT | StatusCode::GONE => Ok(SessionStatus::Ended),
+        StatusCode::UNAUTHORIZED => Ok(SessionStatus::Invalid),
+        status => Err(Error::Unexpected { status }),
+    }
+}
+
+/// The `error` of a JSON error body, or the body itself.
+async fn error_text(r: reqwest::Response) -> String {
+    let body = r.text().await.unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_name_is_one_encoded_segment_below_the_base_path() -> Result<(), Error> {
+        for (base, backend, want) in [
+            (
+                "http://d:8081/",
+                "booking-main",
+                "http://d:8081/api/backends/booking-main/load",
+            ),
+            (
+                "http://d/usher/",
+                "a/b c",
+                "http://d/usher/api/backends/a%2Fb%20c/load",
+            ),
+        ] {
+            let api = SessionApi::new(&Url::parse(base)?, reqwest::Client::new())?;
+            assert_eq!(api.load_url(backend)?.as_str(), want);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! The least a Redis ACL user must be allowed for each usher binary: the commands its store
+//! operations send (Lua scripts included: Redis checks every command a script calls against
+//! the user running it) and the key patterns they touch. README ("Running on managed Redis")
+//! prints these lists; `tests/redis_acl.rs` runs each binary as a user restricted to exactly
+//! its list and checks Redis denied nothing.
+//!
+//! Read together with [`crate::keys`]: a new command or key in the store belongs here too.
+
+/// A binary that talks to Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Dispatcher,
+    Gateway,
+}
+
+impl Component {
+    pub const ALL: [Component; 2] = [Component::Dispatcher, Component::Gateway];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Dispatcher => "usher-dispatcher",
+            Component::Gateway => "usher-gateway",
+        }
+    }
+
+    /// Its ACL rules, in `ACL SETUSER` syntax: commands (`+cmd`, `+cmd|subcommand`), then
+    /// key patterns (`~pattern`).
+    pub fn rules(self) -> &'static [&'static str] {
+        match self {
+            Component::Dispatcher => DISPATCHER,
+            Component::Gateway => GATEWAY,
+        }
+    }
+
+    /// The whole `ACL SETUSER` line for user `user` with password `password`.
+    pub fn setuser(self, user: &str, password: &str) -> String {
+        format!(
+            "ACL SETUSER {user} on >{password} resetkeys resetchannels -@all {}",
+            self.rules().join(" ")
+        )
+    }
+}
+
+/// Needed in cluster mode only, by every binary: the client reads the slot map.
+pub const CLUSTER_EXTRA: &[&str] = &["+cluster|slots"];
+
+/// The dispatcher: admission ticks, leases, the registry of replicas, queue settings, session
+/// API, sends to every gateway's stream; reads and prunes the gateway registry.
+const DISPATCHER: &[&str] = &[
+    "+ping",
+    "+evalsha",
+    "+script|load",
+    "+multi",
+    "+exec",
+    "+get",
+    "+set",
+    "+incrby",
+    "+del",
+    "+exists",
+    "+hget",
+    "+hmget",
+    "+hgetall",
+    "+hset",
+    "+hsetnx",
+    "+hdel",
+    "+hincrby",
+    "+sadd",
+    "+smembers",
+    "+srem",
+    "+zadd",
+    "+zrem",
+    "+zcard",
+    "+zcount",
+    "+zscore",
+    "+zmscore",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zpopmin",
+    "+llen",
+    "+rpush",
+    "+lrange",
+    "+ltrim",
+    "+pexpire",
+    "+xadd",
+    "+xrevrange",
+    "+subscribe",
+    "~usher:{q:*}:*",
+    "~usher:queues",
+    "~usher:draws",
+    "~usher:dispatchers",
+    "~usher:{gw}:*",
+    "~usher:{gw:*}:stream",
+    "~usher:{be:*}:load",
+    "~usher:audit",
+    "~usher:dev:jwt-key",
+    "~usher:dev:admin-token",
+    "&usher:wake",
+];
+
+/// The gateway: joins, resumes, status, leaves, away marks, its own registry entry and
+/// stream, interest in queues; relays to other gateways' streams. It never reads the
+/// dispatchers' keys (the development signing key included).
+const GATEWAY: &[&str] = &[
+    "+ping",
+    "+evalsha",
+    "+script|load",
+    "+get",
+    "+set",
+    "+incr",
+    "+incrby",
+    "+hget",
+    "+hmget",
+    "+hgetall",
+    "+hset",
+    "+hdel",
+    "+zadd",
+    "+zrem",
+    "+zcard",
+    "+zrank",
+    "+zscore",
+    "+zrange",
+    "+zrangebyscore",
+    "+pexpire",
+    "+xgroup|create",
+    "+xreadgroup",
+    "+xack",
+    "+xdel",
+    "+xadd",
+    "+publish",
+    "+hexists",
+    "+hincrby",
+    "+rpush",
+    "+zcount",
+    "+exists",
+    "+xinfo|groups",
+    "+xlen",
+    "~usher:{q:*}:*",
+    "~usher:{gw}:*",
+    "~usher:{gw:*}:stream",
+    "~usher:dev:ticket-key",
+    "&usher:wake",
+];

@@ -1,0 +1,89 @@
+//! A queue's waiting-room page settings, kept in its `meta` hash next to its config (the
+//! dispatcher's admin API writes them; gateways read them to serve `GET /q/{queue}`).
+
+use super::{Result, Store};
+use crate::ids::QueueId;
+use crate::keys::QueueKeys;
+use crate::messages::CloseReason;
+use crate::page::PageSettings;
+
+/// The `meta` fields of [`PageSettings`], in field order.
+const FIELDS: [&str; 4] = [
+    "page_booking_url",
+    "page_embed_origin",
+    "page_title",
+    "page_logo_url",
+];
+
+/// What a gateway needs to serve a queue's page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuePage {
+    pub settings: PageSettings,
+    /// Why the queue is closed, when it is.
+    pub closed: Option<CloseReason>,
+}
+
+impl Store {
+    /// A queue's page settings; `None` when the queue was never configured.
+    pub async fn queue_page(&self, q: &QueueId) -> Result<Option<QueuePage>> {
+        let k = QueueKeys::new(q);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&k.meta)
+            .arg("open")
+            .arg("close_reason")
+            .arg(&FIELDS);
+        let v: Vec<Option<String>> = cmd.query_async(&mut self.c()).await?;
+        let mut v = v.into_iter();
+        let (Some(open), close_reason) = (v.next().flatten(), v.next().flatten()) else {
+            return Ok(None);
+        };
+        let mut next = || v.next().flatten().filter(|s| !s.is_empty());
+        let settings = PageSettings {
+            booking_url: next(),
+            embed_origin: next(),
+            title: next(),
+            logo_url: next(),
+        };
+        let closed = (open != "1").then(|| {
+            close_reason
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(CloseReason::QueueClosed)
+        });
+        Ok(Some(QueuePage { settings, closed }))
+    }
+
+    /// A queue's page settings as the admin API shows them (no queue: all unset).
+    pub async fn page_settings(&self, q: &QueueId) -> Result<PageSettings> {
+        Ok(self
+            .queue_page(q)
+            .await?
+            .map(|p| p.settings)
+            .unwrap_or_default())
+    }
+
+    /// Stores a queue's page settings: fields set are written, fields unset are removed.
+    pub async fn put_page_settings(&self, q: &QueueId, s: &PageSettings) -> Result<()> {
+        let k = QueueKeys::new(q);
+        let values = [&s.booking_url, &s.embed_origin, &s.title, &s.logo_url];
+        let set: Vec<(&str, &str)> = FIELDS
+            .iter()
+            .zip(values)
+            .filter_map(|(f, v)| v.as_deref().map(|v| (*f, v)))
+            .collect();
+        let unset: Vec<&str> = FIELDS
+            .iter()
+            .zip(values)
+            .filter(|(_, v)| v.is_none())
+            .map(|(f, _)| *f)
+            .collect();
+        let mut pipe = redis::pipe();
+        if !set.is_empty() {
+            pipe.hset_multiple(&k.meta, &set).ignore();
+        }
+        if !unset.is_empty() {
+            pipe.hdel(&k.meta, unset).ignore();
+        }
+        let _: () = pipe.query_async(&mut self.c()).await?;
+        Ok(())
+    }
+}

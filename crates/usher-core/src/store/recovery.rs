@@ -1,0 +1,97 @@
+//! After a Redis data loss: gateways put the places of the browsers they hold back into a
+//! queue configured again (`restore.lua`), and read a queue's epoch to tell a loss from a
+//! removal.
+
+use redis::Value;
+
+use super::decode::{array, int, status, text};
+use super::reply::RestoreStatus;
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::ids::{PlaceId, QueueId};
+use crate::keys::QueueKeys;
+use crate::messages::CloseReason;
+use crate::store::GWS_TTL_MS;
+
+/// Places put back per script call (one call holds Redis for about a millisecond per
+/// thousand).
+pub const RESTORE_BATCH: usize = 1000;
+
+/// What putting places back found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    /// The queue is not configured (yet): keep the browsers and try again later.
+    Unknown,
+    /// The queue is configured again, closed.
+    Closed(CloseReason),
+    /// The places are back: `restored` of them were missing; `epoch` is the queue's.
+    Done { restored: u64, epoch: Option<u64> },
+}
+
+impl Store {
+    /// Puts `places` (in the line's order) back into `q` for gateway `gw`, in batches of
+    /// [`RESTORE_BATCH`]. Places keep their ids; the place counter is raised above them.
+    pub async fn restore_places(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        places: &[PlaceId],
+        now_ms: u64,
+    ) -> Result<Restore> {
+        let k = QueueKeys::new(q);
+        let mut restored = 0;
+        let mut epoch = None;
+        let batches: Vec<&[PlaceId]> = if places.is_empty() {
+            vec![&[]]
+        } else {
+            places.chunks(RESTORE_BATCH).collect()
+        };
+        for batch in batches {
+            let mut inv = SCRIPTS.restore.prepare_invoke();
+            inv.key(&k.meta)
+                .key(&k.seq)
+                .key(&k.waiting)
+                .key(&k.active)
+                .key(&k.ended)
+                .key(&k.tokens)
+                .key(&k.gws)
+                .key(&k.away)
+                .arg(gw)
+                .arg(now_ms)
+                .arg(GWS_TTL_MS);
+            for p in batch {
+                inv.arg(p.0);
+            }
+            let v: Value = inv.invoke_async(&mut self.c()).await?;
+            let reply = array(v)?;
+            match status(&reply, RestoreStatus::from_code) {
+                Some(RestoreStatus::Unknown) => return Ok(Restore::Unknown),
+                Some(RestoreStatus::Closed) => {
+                    let reason = reply
+                        .get(1)
+                        .and_then(text)
+                        .and_then(|r| r.parse().ok())
+                        .unwrap_or(CloseReason::QueueClosed);
+                    return Ok(Restore::Closed(reason));
+                }
+                Some(RestoreStatus::Done) => {
+                    restored += reply.get(1).and_then(int).unwrap_or(0) as u64;
+                    epoch = reply.get(2).and_then(text).and_then(|e| e.parse().ok());
+                }
+                None => return Err(protocol(format!("restore reply {reply:?}"))),
+            }
+        }
+        Ok(Restore::Done { restored, epoch })
+    }
+
+    /// A queue's epoch (see [`Store::put_queue`]); `None` for an unknown queue or one
+    /// configured before epochs existed.
+    pub async fn queue_epoch(&self, q: &QueueId) -> Result<Option<u64>> {
+        let v: Option<String> = redis::cmd("HGET")
+            .arg(QueueKeys::new(q).meta)
+            .arg("epoch")
+            .query_async(&mut self.c())
+            .await?;
+        Ok(v.and_then(|e| e.parse().ok()))
+    }
+}

@@ -1,0 +1,68 @@
+//! Load reports from booking backends (`PUT /api/backends/{name}/load`), which adaptive queues
+//! follow. Authenticated by `USHER_SERVICE_TOKEN`, a bearer token apart from the admin token.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::put;
+use axum::{Json, Router};
+use serde::Deserialize;
+use usher_core::policy::{BackendName, LoadReport};
+use usher_core::time::now_ms;
+use usher_http::ApiError;
+
+use crate::state::{bearer_is, redis_down, AppState};
+
+/// The routes, merged into the dispatcher's router.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/api/backends/{name}/load", put(report))
+}
+
+/// `PUT /api/backends/{name}/load` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadBody {
+    /// Any finite number >= 0, in the unit the queues' `load_low`/`load_high` use.
+    load: f64,
+}
+
+/// Logged once per process: reports arrive but no service token is configured.
+static WARNED_UNSET: AtomicBool = AtomicBool::new(false);
+
+async fn report(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<LoadBody>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Some(expected) = &st.service_token else {
+        if !WARNED_UNSET.swap(true, Ordering::Relaxed) {
+            tracing::warn!("a booking backend reported its load, but USHER_SERVICE_TOKEN is not set: every load report is refused, so adaptive queues admit nobody");
+        }
+        return Err(ApiError::unauthorized(
+            "USHER_SERVICE_TOKEN is not set: load reports are refused",
+        ));
+    };
+    if !bearer_is(&headers, expected) {
+        return Err(ApiError::unauthorized(
+            "missing or wrong service bearer token",
+        ));
+    }
+    let name = BackendName::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if !(b.load.is_finite() && b.load >= 0.0) {
+        return Err(ApiError::bad_request("load must be a finite number >= 0"));
+    }
+    let report = LoadReport {
+        load: b.load,
+        at_ms: now_ms(),
+    };
+    st.store
+        .report_load(&name, report)
+        .await
+        .map_err(redis_down)?;
+    tracing::debug!(backend = %name, load = b.load, "load reported");
+    Ok(StatusCode::NO_CONTENT)
+}

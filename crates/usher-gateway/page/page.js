@@ -1,0 +1,307 @@
+// usher waiting-room page. Plain JS, no build step. It speaks the public contract only:
+// GET {stream} (SSE), DELETE {tickets}{ticket}, GET {status}?ticket=.
+//
+// One tab per browser holds the stream (Web Locks API); the others mirror its state over a
+// BroadcastChannel, and one of them takes over (resuming with the stored ticket) when the
+// holder closes. The ticket is kept in localStorage per queue, so a reload resumes the place.
+"use strict";
+(() => {
+  const cfg = JSON.parse(document.getElementById("usher-config").textContent);
+  const S = cfg.strings;
+  const Q = cfg.queue;
+  const $ = (id) => document.getElementById(id);
+  const num = new Intl.NumberFormat(cfg.lang);
+  const t = (key, vars = {}) =>
+    (S[key] || key).replace(/\{(\w+)\}/g, (_, k) => (k in vars ? vars[k] : ""));
+  const STORE = "usher:" + Q;
+  const ANNOUNCE_EVERY_MS = 30000; // screen readers hear the position at most this often
+  const ETA_HOLD_MS = 15000; // the ETA text changes at most this often
+
+  // ---- ticket storage (per queue) ----
+  const saved = () => {
+    try { return JSON.parse(localStorage.getItem(STORE)) || {}; } catch { return {}; }
+  };
+  const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
+  const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
+
+  // ---- rendering: one state object, drawn by every tab ----
+  let state = { phase: "connecting" };
+  let leading = false; // this tab holds the stream
+  let etaShown = null, etaAt = 0, etaAvg = null, announcedAt = 0;
+
+  function etaWords(sec) {
+    if (sec == null) return t("eta_unknown");
+    etaAvg = etaAvg == null ? sec : 0.7 * etaAvg + 0.3 * sec; // smooth tick-to-tick noise
+    const s = etaAvg;
+    let text;
+    if (s < 60) text = t("eta_soon");
+    else if (s < 3600) {
+      const m = Math.round(s / 60);
+      const r = m <= 10 ? m : Math.round(m / 5) * 5; // coarser when far away
+      text = r === 1 ? t("eta_minute") : t("eta_minutes", { n: num.format(r) });
+    } else {
+      const h = Math.round(s / 3600);
+      text = h === 1 ? t("eta_hour") : t("eta_hours", { n: num.format(h) });
+    }
+    const now = Date.now();
+    if (etaShown === null || (text !== etaShown && now - etaAt >= ETA_HOLD_MS)) {
+      etaShown = text;
+      etaAt = now;
+    }
+    return etaShown;
+  }
+
+  function setConn(kind) {
+    $("conn").dataset.conn = kind;
+    $("conn-text").textContent = t(kind);
+  }
+
+  function button(id, label, onClick) {
+    const b = $(id);
+    b.hidden = !label;
+    if (label) { b.textContent = label; b.onclick = onClick; }
+  }
+
+  function draw() {
+    const st = state;
+    document.body.dataset.state = st.phase;
+    $("waiting").hidden = st.phase !== "waiting";
+    const msg = $("message");
+    msg.hidden = !st.message;
+    msg.textContent = st.message || "";
+    if (st.phase === "waiting") {
+      const p = st.position;
+      document.body.dataset.position = p;
+      $("position").textContent = num.format(p);
+      $("ahead").textContent =
+        p <= 1 ? t("ahead_none") : p === 2 ? t("ahead_one") : t("ahead_many", { n: num.format(p - 1) });
+      const first = Math.max(st.first || p, p);
+      const pct = first <= 1 ? 100 : Math.round(((first - p) / (first - 1)) * 100);
+      $("bar-fill").style.width = pct + "%";
+      $("bar").setAttribute("aria-valuenow", String(pct));
+      const eta = etaWords(st.eta);
+      $("eta").textContent = eta;
+      const now = Date.now();
+      if (now - announcedAt >= ANNOUNCE_EVERY_MS) {
+        announcedAt = now;
+        $("announce").textContent = t("announce", { n: num.format(p), eta });
+      }
+    }
+    const live = leading && (st.phase === "waiting" || st.phase === "scheduled");
+    button("leave", live && saved().ticket ? t("leave") : "", askLeave);
+    if (!leading || st.phase !== "closed") button("primary", "", null);
+  }
+
+  function setState(next) {
+    state = next;
+    draw();
+    if (leading && channel) channel.postMessage({ type: "state", state });
+  }
+
+  function showNotice(text) {
+    $("notices-box").hidden = false;
+    const li = document.createElement("li");
+    li.textContent = text;
+    const list = $("notices");
+    list.prepend(li);
+    while (list.children.length > 5) list.lastElementChild.remove();
+  }
+
+  // ---- the stream (only in the tab that holds the lock) ----
+  let es = null, countdown = null;
+
+  function open() {
+    if (es) es.close();
+    const { ticket } = saved();
+    const url = cfg.stream + (ticket ? "?ticket=" + encodeURIComponent(ticket) : "");
+    setConn("connecting");
+    es = new EventSource(url);
+    es.onopen = () => setConn("connected");
+    es.onerror = () => {
+      if (es.readyState === EventSource.CLOSED) return permanentError();
+      setConn("reconnecting"); // EventSource retries by itself, with Last-Event-ID = ticket
+    };
+    es.addEventListener("waiting", (e) => {
+      const d = JSON.parse(e.data);
+      const s = saved();
+      const fresh = s.ticket !== e.lastEventId;
+      save({ ticket: e.lastEventId, first: fresh ? d.position : Math.max(s.first || 0, d.position) });
+      stopCountdown();
+      setConn("connected");
+      setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first });
+    });
+    es.addEventListener("admitted", (e) => {
+      es.close();
+      admitted(JSON.parse(e.data));
+    });
+    es.addEventListener("notice", (e) => {
+      const d = JSON.parse(e.data);
+      showNotice(d.message);
+      if (channel) channel.postMessage({ type: "notice", message: d.message });
+    });
+    es.addEventListener("closed", (e) => {
+      es.close();
+      closed(JSON.parse(e.data).reason);
+    });
+    es.addEventListener("scheduled", (e) => {
+      if (e.lastEventId) save({ ...saved(), ticket: e.lastEventId });
+      scheduled(JSON.parse(e.data));
+    });
+    // HOOK(proof-of-work): the abuse issue's `challenge` event is not designed yet. When it
+    // is, solve it here in a Web Worker (the CSP allows `worker-src 'self'`), show progress,
+    // and join with the solution. Until then the page only says it is checking.
+    es.addEventListener("challenge", () => setState({ phase: "challenge", message: t("challenge") }));
+  }
+
+  function scheduled(d) {
+    const at = typeof d.opens_at === "number"
+      ? (d.opens_at < 1e12 ? d.opens_at * 1000 : d.opens_at)
+      : Date.parse(d.opens_at);
+    stopCountdown();
+    const tick = () => {
+      const left = Math.max(0, Math.round((at - Date.now()) / 1000));
+      if (left === 0) {
+        stopCountdown();
+        return setState({ phase: "scheduled", message: t("scheduled_draw") });
+      }
+      const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
+      const pad = (x) => String(x).padStart(2, "0");
+      const time = (h ? h + ":" + pad(m) : m) + ":" + pad(s);
+      setState({ phase: "scheduled", message: t("scheduled", { time }) });
+    };
+    tick();
+    countdown = setInterval(tick, 1000);
+  }
+  function stopCountdown() { if (countdown) { clearInterval(countdown); countdown = null; } }
+
+  function admitted(d) {
+    setConn("connected");
+    const embedded = window.parent !== window;
+    if (embedded && cfg.embed_origin) {
+      // Only the configured origin receives the token (targetOrigin pinned).
+      window.parent.postMessage(
+        { type: "usher:admitted", queue: Q, token: d.token, expires_at: d.expires_at },
+        cfg.embed_origin,
+      );
+      return setState({ phase: "admitted", message: t("admitted_embedded") });
+    }
+    if (cfg.booking_url) {
+      setState({ phase: "admitted", message: t("admitted") });
+      // A POST form: the token never sits in a URL (Referer, history, logs).
+      const f = document.createElement("form");
+      f.method = "post";
+      f.action = cfg.booking_url;
+      for (const [k, v] of [["token", d.token], ["queue", Q], ["expires_at", d.expires_at]]) {
+        const i = document.createElement("input");
+        i.type = "hidden"; i.name = k; i.value = v;
+        f.append(i);
+      }
+      document.body.append(f);
+      return f.submit();
+    }
+    const time = new Date(d.expires_at).toLocaleTimeString(cfg.lang);
+    setState({ phase: "admitted", message: t("admitted_here", { time }) });
+  }
+
+  function closed(reason) {
+    stopCountdown();
+    setConn("connected");
+    if (reason !== "resumed_elsewhere") forget();
+    setState({ phase: "closed", reason, message: t("closed_" + reason) });
+    if (reason === "resumed_elsewhere") button("primary", t("continue_here"), () => open());
+    else if (["left", "place_lost", "session_ended"].includes(reason)) {
+      button("primary", t("join_again"), () => { forget(); open(); });
+    }
+  }
+
+  // A non-200 answer: EventSource gives up. Ask the status route what happened.
+  async function permanentError() {
+    const { ticket } = saved();
+    let reason = "queue_closed";
+    if (ticket) {
+      try {
+        const r = await fetch(cfg.status + "?ticket=" + encodeURIComponent(ticket), { cache: "no-store" });
+        const body = await r.json().catch(() => ({}));
+        if (r.status === 410) reason = "place_lost";
+        else if (r.status === 400) { forget(); return open(); } // a ticket this queue cannot use
+        else if (r.ok && body.reason) reason = body.reason;
+        else if (r.ok) return open();
+        else if (/sold_out/.test(body.error || "")) reason = "sold_out";
+      } catch { return setConn("reconnecting"); }
+    }
+    closed(reason);
+  }
+
+  // ---- leave ----
+  function askLeave() {
+    const dlg = $("confirm");
+    $("confirm-text").textContent = t("leave_confirm");
+    button("confirm-no", t("leave_no"), () => dlg.close());
+    button("confirm-yes", t("leave_yes"), async () => {
+      dlg.close();
+      const { ticket } = saved();
+      try {
+        const r = await fetch(cfg.tickets + encodeURIComponent(ticket), { method: "DELETE" });
+        if (!r.ok && r.status !== 410) throw new Error(String(r.status));
+        if (es) es.close();
+        closed("left");
+      } catch {
+        showNotice(t("leave_failed"));
+      }
+    });
+    dlg.showModal();
+    $("confirm-no").focus();
+  }
+
+  // ---- tabs ----
+  const channel = "BroadcastChannel" in window ? new BroadcastChannel(STORE) : null;
+  const stopWaiting = new AbortController();
+  if (channel) {
+    channel.onmessage = ({ data }) => {
+      if (leading) {
+        if (data.type === "hello") channel.postMessage({ type: "state", state });
+        return;
+      }
+      if (data.type === "notice") showNotice(data.message);
+      if (data.type !== "state") return;
+      const st = data.state;
+      if (st.phase === "admitted") st.message = t("admitted_other_tab");
+      state = st;
+      setConn("mirror");
+      draw();
+      // The holder ended for good: do not take over (the ticket is spent or forgotten).
+      if (st.phase === "admitted" || (st.phase === "closed" && st.reason !== "resumed_elsewhere")) {
+        stopWaiting.abort();
+      }
+    };
+  }
+
+  function lead() {
+    leading = true;
+    open();
+    return new Promise(() => {}); // hold the lock while this tab lives
+  }
+
+  function start() {
+    $("heading").textContent = cfg.title;
+    if (cfg.logo_url) { $("logo").src = cfg.logo_url; $("logo").hidden = false; }
+    $("notices-label").textContent = t("notices");
+    $("pos-label").textContent = t("position_label");
+    setConn("connecting");
+    try { localStorage.setItem(STORE + ":probe", "1"); localStorage.removeItem(STORE + ":probe"); } catch {
+      showNotice(t("no_storage"));
+    }
+    if (cfg.closed) return closed(cfg.closed);
+    if (navigator.locks) {
+      navigator.locks
+        .request("usher-stream:" + Q, { signal: stopWaiting.signal }, lead)
+        .catch(() => { /* aborted: the holder ended for good */ });
+      if (channel) channel.postMessage({ type: "hello" });
+    } else {
+      lead();
+    }
+  }
+
+  draw();
+  start();
+})();

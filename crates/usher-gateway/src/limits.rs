@@ -1,0 +1,374 @@
+//! Per-IP limits: what one client address ([`IpKey`]) may take from this gateway.
+//!
+//! * a token bucket for joins that create a place (resumes create none and draw nothing, so a
+//!   gateway restart or a deploy does not throttle the browsers coming back);
+//! * a cap on the streams it holds open here;
+//! * a cap on the places it holds through this gateway: a place counts from its join or
+//!   resume here until its stream ends for good (admitted, closed, gone), or until
+//!   [`PLACE_MEMORY`] after its last stream here ended — so a client that keeps places alive
+//!   by resuming each one now and then, with no connection in between, still has them
+//!   counted.
+//!
+//! The state is this gateway's own: it is never read by a per-queue Redis script (their keys
+//! would have to share a Cluster slot). With several gateways, an address can hold up to the
+//! limits on each gateway it reaches; a load balancer that hashes on the client address keeps
+//! a client on one gateway. The state is bounded: an address's entry is dropped once it holds
+//! nothing and its bucket is full again ([`IpLimits::sweep`]), and the places counted per
+//! address are capped by the place limit itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use usher_core::ids::{PlaceId, QueueId};
+
+use crate::client::IpKey;
+use crate::metrics::Refusal;
+
+/// How long a place with no stream here keeps counting for the address that held it: the
+/// default grace period, during which Redis keeps an away place in line.
+pub(crate) const PLACE_MEMORY: Duration = Duration::from_secs(300);
+/// How often idle entries are swept out (on the next call after this long).
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The limits, as configured; `0` turns one off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Joins per second refilled into each address's bucket.
+    pub join_rate: u32,
+    /// The bucket's size: joins an address can make at once.
+    pub join_burst: u32,
+    pub max_streams: u32,
+    pub max_places: u32,
+}
+
+/// Which per-IP limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exceeded {
+    Joins,
+    Streams,
+    Places,
+}
+
+impl Exceeded {
+    /// The refusal counted on `/metrics`.
+    pub(crate) fn refusal(self) -> Refusal {
+        match self {
+            Exceeded::Joins => Refusal::IpJoins,
+            Exceeded::Streams => Refusal::IpStreams,
+            Exceeded::Places => Refusal::IpPlaces,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    /// Joins left in the bucket, as of `refilled`.
+    tokens: f64,
+    refilled: Option<Instant>,
+    streams: u32,
+    places: HashMap<(QueueId, PlaceId), PlaceUse>,
+}
+
+struct PlaceUse {
+    /// Streams here holding it now.
+    held: u32,
+    /// When its last stream here ended (or it was taken).
+    seen: Instant,
+}
+
+impl PlaceUse {
+    fn counts(&self, now: Instant) -> bool {
+        self.held > 0 || now.duration_since(self.seen) < PLACE_MEMORY
+    }
+}
+
+struct State {
+    ips: HashMap<IpKey, Entry>,
+    swept: Instant,
+}
+
+/// The per-IP state of one gateway.
+pub(crate) struct IpLimits {
+    limits: Limits,
+    state: Mutex<State>,
+}
+
+impl IpLimits {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            state: Mutex::new(State {
+                ips: HashMap::new(),
+                swept: Instant::now(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if now.duration_since(s.swept) >= SWEEP_EVERY {
+            s.swept = now;
+            self.sweep(&mut s.ips, now);
+        }
+        s
+    }
+
+    /// Drops expired places, and entries that hold nothing and whose bucket is full again
+    /// (forgetting them changes no answer).
+    fn sweep(&self, ips: &mut HashMap<IpKey, Entry>, now: Instant) {
+        let burst = f64::from(self.limits.join_burst);
+        ips.retain(|_, e| {
+            e.places.retain(|_, p| p.counts(now));
+            let full = self.refill(e, now) >= burst;
+            e.streams > 0 || !e.places.is_empty() || !full
+        });
+    }
+
+    /// The entry's tokens as of `now` (refilled, capped at the burst).
+    fn refill(&self, e: &mut Entry, now: Instant) -> f64 {
+        let burst = f64::from(self.limits.join_burst);
+        e.tokens = match e.refilled {
+            None => burst,
+            Some(t) => (e.tokens
+                + now.duration_since(t).as_secs_f64() * f64::from(self.limits.join_rate))
+            .min(burst),
+        };
+        e.refilled = Some(now);
+        e.tokens
+    }
+
+    /// Addresses with state here (for tests of the bound).
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.lock().ips.len()
+    }
+
+    /// A stream from `ip` opens: counted until the slot is dropped.
+    pub(crate) fn open_stream(self: &Arc<Self>, ip: IpKey) -> Result<StreamSlot, Exceeded> {
+        if self.limits.max_streams > 0 {
+            let mut s = self.lock();
+            let e = s.ips.entry(ip).or_default();
+            if e.streams >= self.limits.max_streams {
+                return Err(Exceeded::Streams);
+            }
+            e.streams += 1;
+        }
+        Ok(StreamSlot {
+            limits: self.clone(),
+            ip,
+        })
+    }
+
+    /// May `ip` take a new place? Draws a join from its bucket when it may.
+    pub(crate) fn join(&self, ip: IpKey) -> Result<(), Exceeded> {
+        if self.limits.max_places == 0
+            && (self.limits.join_rate == 0 || self.limits.join_burst == 0)
+        {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut s = self.lock();
+        let e = s.ips.entry(ip).or_default();
+        if self.limits.max_places > 0 && counted(e, now) >= self.limits.max_places {
+            return Err(Exceeded::Places);
+        }
+        if self.limits.join_rate > 0 && self.limits.join_burst > 0 {
+            if self.refill(e, now) < 1.0 {
+                return Err(Exceeded::Joins);
+            }
+            e.tokens -= 1.0;
+        }
+        Ok(())
+    }
+
+    /// May `ip` resume `place` here? Yes when it holds it already, or when it holds fewer
+    /// places than its limit. Draws nothing from the join bucket.
+    pub(crate) fn resume(&self, ip: IpKey, q: &QueueId, place: PlaceId) -> Result<(), Exceeded> {
+        if self.limits.max_places == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut s = self.lock();
+        let e = s.ips.entry(ip).or_default();
+        let known = e
+            .places
+            .get(&(q.clone(), place))
+            .is_some_and(|p| p.counts(now));
+        if !known && counted(e, now) >= self.limits.max_places {
+            return Err(Exceeded::Places);
+        }
+        Ok(())
+    }
+
+    /// A stream from `ip` holds `place` now: it counts for `ip` until the hold is dropped and
+    /// [`PLACE_MEMORY`] has passed, or until [`PlaceHold::finished`].
+    pub(crate) fn hold(self: &Arc<Self>, ip: IpKey, q: &QueueId, place: PlaceId) -> PlaceHold {
+        if self.limits.max_places > 0 {
+            let mut s = self.lock();
+            let e = s.ips.entry(ip).or_default();
+            let p = e.places.entry((q.clone(), place)).or_insert(PlaceUse {
+                held: 0,
+                seen: Instant::now(),
+            });
+            p.held += 1;
+        }
+        PlaceHold {
+            limits: self.clone(),
+            ip,
+            key: Some((q.clone(), place)),
+        }
+    }
+
+    /// `place` is over for good (admitted, closed, gone): it no longer counts for `ip`.
+    pub(crate) fn forget(&self, ip: IpKey, q: &QueueId, place: PlaceId) {
+        if self.limits.max_places > 0 {
+            if let Some(e) = self.lock().ips.get_mut(&ip) {
+                e.places.remove(&(q.clone(), place));
+            }
+        }
+    }
+}
+
+/// The places that count for an entry now.
+fn counted(e: &Entry, now: Instant) -> u32 {
+    let n = e.places.values().filter(|p| p.counts(now)).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A stream counted against its address's cap while it lives.
+pub(crate) struct StreamSlot {
+    limits: Arc<IpLimits>,
+    ip: IpKey,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if self.limits.limits.max_streams > 0 {
+            if let Some(e) = self.limits.lock().ips.get_mut(&self.ip) {
+                e.streams = e.streams.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// A place held by a stream: on drop it keeps counting for [`PLACE_MEMORY`].
+pub(crate) struct PlaceHold {
+    limits: Arc<IpLimits>,
+    ip: IpKey,
+    key: Option<(QueueId, PlaceId)>,
+}
+
+impl PlaceHold {
+    /// The stream ended the place for good: it stops counting now.
+    pub(crate) fn finished(mut self) {
+        if let Some((q, place)) = self.key.take() {
+            self.limits.forget(self.ip, &q, place);
+        }
+    }
+}
+
+impl Drop for PlaceHold {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        if self.limits.limits.max_places > 0 {
+            if let Some(p) = self
+                .limits
+                .lock()
+                .ips
+                .get_mut(&self.ip)
+                .and_then(|e| e.places.get_mut(&key))
+            {
+                p.held = p.held.saturating_sub(1);
+                p.seen = Instant::now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(last: u8) -> IpKey {
+        IpKey::V4([192, 0, 2, last])
+    }
+
+    fn q() -> QueueId {
+        QueueId::new("q1").expect("a queue id")
+    }
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_refuses() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 1,
+            join_burst: 3,
+            max_streams: 0,
+            max_places: 0,
+        }));
+        for _ in 0..3 {
+            assert_eq!(l.join(key(1)), Ok(()));
+        }
+        assert_eq!(l.join(key(1)), Err(Exceeded::Joins));
+        assert_eq!(l.join(key(2)), Ok(()), "another address has its own bucket");
+    }
+
+    #[test]
+    fn places_count_while_held_and_after_until_finished() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 0,
+            join_burst: 0,
+            max_streams: 0,
+            max_places: 2,
+        }));
+        let (a, b, c) = (PlaceId(1), PlaceId(2), PlaceId(3));
+        assert_eq!(l.join(key(1)), Ok(()));
+        let ha = l.hold(key(1), &q(), a);
+        assert_eq!(l.join(key(1)), Ok(()));
+        drop(l.hold(key(1), &q(), b));
+        // b's stream ended, but b still counts: no third place, no resume of another one.
+        assert_eq!(l.join(key(1)), Err(Exceeded::Places));
+        assert_eq!(l.resume(key(1), &q(), c), Err(Exceeded::Places));
+        // Resuming a place it holds is fine.
+        assert_eq!(l.resume(key(1), &q(), b), Ok(()));
+        ha.finished();
+        assert_eq!(l.resume(key(1), &q(), c), Ok(()));
+    }
+
+    #[test]
+    fn streams_are_capped_and_released() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 0,
+            join_burst: 0,
+            max_streams: 1,
+            max_places: 0,
+        }));
+        let s = l.open_stream(key(1));
+        assert!(s.is_ok());
+        assert!(matches!(l.open_stream(key(1)), Err(Exceeded::Streams)));
+        assert!(l.open_stream(key(2)).is_ok());
+        drop(s);
+        assert!(l.open_stream(key(1)).is_ok());
+    }
+
+    #[test]
+    fn idle_entries_are_swept() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 1000,
+            join_burst: 1,
+            max_streams: 5,
+            max_places: 0,
+        }));
+        for i in 0..50 {
+            drop(l.open_stream(key(i)));
+            let _ = l.join(key(i));
+        }
+        let mut s = l.state.lock().unwrap_or_else(|p| p.into_inner());
+        let later = Instant::now() + Duration::from_secs(1);
+        l.sweep(&mut s.ips, later);
+        assert!(s.ips.is_empty(), "{} entries left", s.ips.len());
+        drop(s);
+        assert_eq!(l.tracked(), 0);
+    }
+}

@@ -1,0 +1,193 @@
+//! The waiting-room page: `GET /q/{queue}` and its assets at `/q/assets/{name}`.
+//!
+//! The page is plain HTML, CSS and JS that speak the public SSE contract and nothing else.
+//! Per request the gateway fills in the language (`?lang=`, else `Accept-Language`), the
+//! queue's page settings (read from Redis: title, logo, booking URL, embedding origin, and the
+//! close reason of a closed queue) and that language's strings, and sends a strict
+//! `Content-Security-Policy`: scripts and styles from this origin only, the form that carries
+//! the entry token may go to the booking origin only, and only the configured embedding
+//! origin may frame the page (nobody else can frame it and collect tokens).
+
+mod template;
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use usher_core::page::PageSettings;
+use usher_core::store::QueuePage;
+use usher_http::ApiError;
+
+pub use template::PageError;
+use template::Template;
+
+use crate::errors::{parse_queue, redis_unavailable, unknown_queue};
+use crate::gateway::Gateway;
+
+/// Assets carry a version in their URL (`?v=`), so browsers may keep them a day.
+const ASSET_CACHE: &str = "public, max-age=86400";
+
+/// The loaded page, shared by the routes.
+#[derive(Debug)]
+pub struct Page {
+    template: Template,
+}
+
+impl Page {
+    /// The built-in page, or the template directory of `USHER_PAGE_DIR`.
+    pub fn load(dir: Option<&std::path::Path>) -> Result<Self, PageError> {
+        Ok(Self {
+            template: Template::load(dir)?,
+        })
+    }
+}
+
+#[derive(Clone)]
+struct PageState {
+    gw: Arc<Gateway>,
+    page: Arc<Page>,
+}
+
+/// `GET /q/{queue}` and `GET /q/assets/{name}`.
+pub(crate) fn routes(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
+    Router::new()
+        .route("/q/assets/{name}", get(asset))
+        .route("/q/{queue}", get(page_handler))
+        .with_state(PageState { gw, page })
+}
+
+#[derive(Debug, Deserialize)]
+struct PageQuery {
+    lang: Option<String>,
+}
+
+async fn page_handler(
+    State(st): State<PageState>,
+    Path(raw): Path<String>,
+    Query(query): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let Some(QueuePage { settings, closed }) = st
+        .gw
+        .store()
+        .queue_page(&q)
+        .await
+        .map_err(redis_unavailable)?
+    else {
+        return Err(unknown_queue(&q));
+    };
+    let t = &st.page.template;
+    let accept = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok());
+    let lang = t.language(query.lang.as_deref(), accept);
+    let strings = t.strings(lang);
+    let title = settings
+        .title
+        .clone()
+        .or_else(|| {
+            strings
+                .get("title")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| q.to_string());
+    let config = serde_json::json!({
+        "queue": q,
+        "lang": lang,
+        "title": title,
+        "logo_url": settings.logo_url,
+        "booking_url": settings.booking_url,
+        "embed_origin": settings.embed_origin,
+        "closed": closed,
+        "stream": format!("/api/queues/{q}/stream"),
+        "tickets": format!("/api/queues/{q}/tickets/"),
+        "status": format!("/api/queues/{q}/status"),
+        "strings": strings,
+    });
+    let html = t.render(lang, &title, &config);
+    let mut response = (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page carries the queue's current settings: revalidate every time.
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::VARY, "accept-language"),
+        ],
+        html,
+    )
+        .into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(lang) {
+        h.insert(header::CONTENT_LANGUAGE, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&content_security_policy(&settings)) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    if settings.embed_origin.is_none() {
+        // For browsers older than `frame-ancestors`.
+        h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
+    Ok(response)
+}
+
+/// The page's policy: everything from this origin only; images also from the logo's origin;
+/// forms (the entry token's POST) to the booking origin only; framed by the embedding origin
+/// only (`'none'` without one).
+fn content_security_policy(s: &PageSettings) -> String {
+    let logo = s.logo_origin().map(|o| format!(" {o}")).unwrap_or_default();
+    let form = s.booking_origin().unwrap_or_else(|| "'none'".into());
+    let frame = s.embed_origin.as_deref().unwrap_or("'none'");
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:{logo}; \
+         connect-src 'self'; worker-src 'self'; form-action {form}; frame-ancestors {frame}; \
+         base-uri 'none'"
+    )
+}
+
+async fn asset(State(st): State<PageState>, Path(name): Path<String>) -> Response {
+    match st.page.template.asset(&name) {
+        Some(a) => (
+            [
+                (header::CONTENT_TYPE, a.content_type),
+                (header::CACHE_CONTROL, ASSET_CACHE),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ],
+            a.bytes.clone(),
+        )
+            .into_response(),
+        None => ApiError::not_found(format!("no asset {name:?}")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_names_only_the_configured_origins() {
+        let none = content_security_policy(&PageSettings::default());
+        assert!(none.contains("frame-ancestors 'none'"), "{none}");
+        assert!(none.contains("form-action 'none'"), "{none}");
+        assert!(none.contains("script-src 'self';"), "{none}");
+        let s = PageSettings {
+            booking_url: Some("https://tickets.example/book?x".into()),
+            embed_origin: Some("https://shop.example".into()),
+            logo_url: Some("https://cdn.example/l.png".into()),
+            title: None,
+        };
+        let p = content_security_policy(&s);
+        assert!(p.contains("form-action https://tickets.example;"), "{p}");
+        assert!(p.contains("frame-ancestors https://shop.example;"), "{p}");
+        assert!(
+            p.contains("img-src 'self' data: https://cdn.example;"),
+            "{p}"
+        );
+    }
+}

