@@ -196,10 +196,12 @@ impl Store {
             .arg(epoch)
             .arg("NX")
             .ignore()
-            .cmd("SADD")
+            .query_async(&mut c)
+            .await?;
+        // Apart: the registry is another slot (a pipeline must not span two: keys.rs).
+        let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())
-            .ignore()
             .query_async(&mut c)
             .await?;
         Ok(())
