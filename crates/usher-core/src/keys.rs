@@ -41,7 +41,8 @@
 //! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.
 //!
 //! Positions stay "score = place id": the draw does not re-score places, it gives every
-//! pre-queue place a *new* place id, `seq + 1 ..= seq + n` in drawn order (`INCRBY seq n`), then
+//! pre-queue place a *new* place id, `seq + 1 ..= seq + n` in drawn order (`INCRBY seq n`: ids
+//! from the queue's epoch on, raised by `restore.lua`, so unique after a data loss), then
 //! the pre-queue places without an entrant hash (joined while the draw was computed) FIFO
 //! behind them; later joins take ids after those. So the tick, the snapshots and the
 //! gateways' positions are unchanged, and `drawn` maps a pre-queue ticket to its place.

@@ -181,5 +181,13 @@ mod tests {
         ] {
             assert!(QueuesFile::parse(p, bad).is_err(), "{bad}");
         }
+        // A scheduled sale is the admin API's: its seed is committed once.
+        for sale in [
+            "a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n",
+            "a:\n  draw_beacon: {drand_round: 1}\n",
+        ] {
+            let e = QueuesFile::parse(p, sale).expect_err(sale).to_string();
+            assert!(e.contains("admin API"), "{sale}: {e}");
+        }
     }
 }
