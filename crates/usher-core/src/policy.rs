@@ -170,6 +170,28 @@ pub enum RateReason {
     CapacityFull,
 }
 
+impl RateReason {
+    /// Every reason, for metrics that export one series each.
+    pub const ALL: [RateReason; 5] = [
+        RateReason::Configured,
+        RateReason::Adaptive,
+        RateReason::LoadMissing,
+        RateReason::Paused,
+        RateReason::CapacityFull,
+    ];
+
+    /// The wire name (as serialised in the admin API).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateReason::Configured => "configured",
+            RateReason::Adaptive => "adaptive",
+            RateReason::LoadMissing => "load_missing",
+            RateReason::Paused => "paused",
+            RateReason::CapacityFull => "capacity_full",
+        }
+    }
+}
+
 /// Where a queue's token bucket rate comes from (see [`RateSource::rate`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RateSource {
@@ -221,6 +243,13 @@ impl RateSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rate_reason_names_are_the_wire_names() {
+        for r in RateReason::ALL {
+            assert_eq!(serde_json::to_value(r).ok(), Some(r.as_str().into()));
+        }
+    }
 
     fn adaptive() -> Adaptive {
         Adaptive {

@@ -11,6 +11,7 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 use usher_core::ids::QueueId;
+use usher_core::policy::RateReason;
 use usher_core::store::TickOutcome;
 
 /// How long one tick of every queue this replica drives took (histogram; buckets from
@@ -30,6 +31,12 @@ pub(crate) const TICK_PERIOD: &str = "usher_tick_period_seconds";
 /// The configured admission rate at the last tick, by `queue`. (The effective rate and its
 /// reason, once admission policies exist, belong beside it.)
 pub(crate) const QUEUE_ADMIT_RATE: &str = "usher_queue_admit_per_second";
+/// The rate the queue admits at after the last tick (0 while paused, full, or adaptive
+/// without a fresh load report), by `queue`.
+pub(crate) const QUEUE_EFFECTIVE_RATE: &str = "usher_queue_effective_per_second";
+/// 1 for the reason of the queue's effective rate at the last tick, 0 for the others, by
+/// `queue` and `reason` (`configured`, `adaptive`, `load_missing`, `paused`, `capacity_full`).
+pub(crate) const QUEUE_RATE_REASON: &str = "usher_queue_rate_reason";
 /// 1 while the queue is paused at the last tick, else 0, by `queue`.
 pub(crate) const QUEUE_PAUSED: &str = "usher_queue_paused";
 /// Redis requests that failed.
@@ -61,6 +68,14 @@ pub(crate) fn describe() {
         "The configured admissions per second at the last tick, by queue."
     );
     describe_gauge!(QUEUE_PAUSED, "1 while the queue is paused, by queue.");
+    describe_gauge!(
+        QUEUE_EFFECTIVE_RATE,
+        "The admissions per second the queue admits at after the last tick, by queue."
+    );
+    describe_gauge!(
+        QUEUE_RATE_REASON,
+        "1 for the reason of the queue's effective rate, 0 for the others, by queue and reason."
+    );
     describe_counter!(
         REDIS_OOM,
         "Redis requests refused because Redis is out of memory."
@@ -88,6 +103,17 @@ pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
     gauge!(QUEUE_ACTIVE, "queue" => queue.clone()).set(out.active as f64);
     gauge!(QUEUE_ADMIT_RATE, "queue" => queue.clone()).set(out.admit_per_second);
     gauge!(QUEUE_PAUSED, "queue" => queue).set(f64::from(u8::from(out.paused)));
+}
+
+/// The queue's effective rate and its reason (one series per reason, so a reason that no
+/// longer holds reads 0 rather than keeping a stale 1).
+pub(crate) fn queue_rate(q: &QueueId, (rate, reason): (f64, RateReason)) {
+    let queue = q.to_string();
+    gauge!(QUEUE_EFFECTIVE_RATE, "queue" => queue.clone()).set(rate);
+    for r in RateReason::ALL {
+        gauge!(QUEUE_RATE_REASON, "queue" => queue.clone(), "reason" => r.as_str())
+            .set(f64::from(u8::from(r == reason)));
+    }
 }
 
 pub(crate) fn redis_error() {

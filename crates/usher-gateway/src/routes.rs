@@ -58,10 +58,11 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
                 scraped_gw.shutting_down(),
             )
         }))
-        // The router's own 404 and 405, and extractor rejections, answer JSON too.
-        .layer(axum::middleware::from_fn(usher_http::json_errors))
         .with_state(gw)
         .merge(page)
+        // The router's own 404 and 405, and extractor rejections, answer JSON too (after the
+        // merge, so the merged router's fallback is covered).
+        .layer(axum::middleware::from_fn(usher_http::json_errors))
 }
 
 #[derive(Debug, Deserialize)]

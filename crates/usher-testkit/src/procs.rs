@@ -198,12 +198,23 @@ fn spawn(
         )
         .env("USHER_LISTEN", addr.to_string())
         .envs(default_admin_token(env))
+        .envs(PER_IP_LIMITS_OFF)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .spawn()
         .with_context(|| format!("cannot start {}", bin.display()))
 }
+
+/// Tests burst from one loopback address, so a test gateway process has the per-IP limits off
+/// unless the test sets them (its own variables come after these and win), like the in-process
+/// configs of [`crate::config`]. Other binaries ignore them.
+const PER_IP_LIMITS_OFF: [(&str, &str); 4] = [
+    ("USHER_IP_JOIN_RATE", "0"),
+    ("USHER_IP_JOIN_BURST", "0"),
+    ("USHER_IP_MAX_STREAMS", "0"),
+    ("USHER_IP_MAX_PLACES", "0"),
+];
 
 /// Every test dispatcher gets the test admin token ([`crate::config::admin_token_spec`]),
 /// unless the test sets `USHER_ADMIN_TOKEN` itself or `USHER_DEV` (development mode, whose

@@ -172,7 +172,7 @@ impl JwksRelay {
             fetches: Arc::default(),
             hang: Arc::default(),
             upstream: format!("{}/.well-known/jwks.json", stack.dispatcher.url()),
-            http: stack.http.clone(),
+            http: plain(),
         };
         let app = Router::new()
             .route("/jwks", get(serve))
@@ -347,8 +347,7 @@ async fn a_sliding_session_is_touched_through_the_layer() -> anyhow::Result<()> 
     // The demo's GET /api/seats is guarded by the layer in touching mode.
     let booking = stack.booking.as_ref().expect("booking").url();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let r = stack
-        .http
+    let r = plain()
         .get(format!("{booking}/api/seats"))
         .bearer_auth(&token)
         .send()
@@ -402,7 +401,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
     };
     let guarded = serve(admission(&stack)?).await?;
     let get = |path: &str, token: Option<&str>| {
-        let mut r = stack.http.get(format!("{}{path}", guarded.url()));
+        let mut r = plain().get(format!("{}{path}", guarded.url()));
         if let Some(t) = token {
             r = r.bearer_auth(t);
         }
@@ -417,8 +416,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
     let r = get("/private", None).await?;
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
     refused(r, 401).await?;
-    let r = stack
-        .http
+    let r = plain()
         .get(format!("{}/private", guarded.url()))
         .header("authorization", format!("Basic {token}"))
         .send()
@@ -460,8 +458,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
     let (_, other) = admitted(&stack, "show").await?;
     let nowhere = format!("http://{}", free_addr()?);
     let blind = serve(Admission::builder(&nowhere).build()?).await?;
-    let r = stack
-        .http
+    let r = plain()
         .get(format!("{}/private", blind.url()))
         .bearer_auth(&other)
         .send()
@@ -477,15 +474,13 @@ async fn the_demo_refuses_a_second_booking_and_its_guarded_routes_after_it() -> 
     let (_, token) = admitted(&stack, "show").await?;
     let booking = stack.booking.as_ref().expect("booking").url();
     let seats = || {
-        stack
-            .http
+        plain()
             .get(format!("{booking}/api/seats"))
             .bearer_auth(&token)
             .send()
     };
     let book = || {
-        stack
-            .http
+        plain()
             .post(format!("{booking}/api/bookings"))
             .bearer_auth(&token)
             .json(&json!({"queue": "show", "seat": "A1"}))
@@ -495,11 +490,13 @@ async fn the_demo_refuses_a_second_booking_and_its_guarded_routes_after_it() -> 
     assert_eq!(book().await?.status(), 201);
     refused(book().await?, 403).await?;
     refused(seats().await?, 403).await?;
-    let r = stack
-        .http
-        .get(format!("{booking}/api/seats"))
-        .send()
-        .await?;
+    let r = plain().get(format!("{booking}/api/seats")).send().await?;
     refused(r, 401).await?;
     Ok(())
+}
+
+/// A client without credentials: what a booking service's visitors send (`Stack::http` carries
+/// the admin token).
+fn plain() -> reqwest::Client {
+    reqwest::Client::new()
 }

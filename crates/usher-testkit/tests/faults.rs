@@ -26,14 +26,6 @@ struct Cluster {
     http: reqwest::Client,
 }
 
-/// A gateway's per-IP limits turned off (tests burst from one loopback address).
-const NO_IP_LIMITS: [(&str, &str); 4] = [
-    ("USHER_IP_JOIN_RATE", "0"),
-    ("USHER_IP_JOIN_BURST", "0"),
-    ("USHER_IP_MAX_STREAMS", "0"),
-    ("USHER_IP_MAX_PLACES", "0"),
-];
-
 impl Cluster {
     async fn start(
         dispatchers: usize,
@@ -65,9 +57,8 @@ impl Cluster {
         let mut gs = Vec::new();
         for i in 0..gateways {
             let id = format!("g{i}");
-            // The browsers all come from 127.0.0.1: the per-IP limits are off.
-            let mut env = vec![("USHER_SERVER_ID", id)];
-            env.extend(NO_IP_LIMITS.map(|(k, v)| (k, v.to_owned())));
+            // The browsers all come from 127.0.0.1: `Proc` turns the per-IP limits off.
+            let env = vec![("USHER_SERVER_ID", id)];
             gs.push(Proc::start("usher-gateway", &common(&env)).await?);
         }
         Ok(Self {

@@ -88,7 +88,12 @@ fn count(summary: &Value, metric: &str) -> f64 {
 async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::Result<()> {
     let s = stack().await?;
     // 6 people at 2 admissions/s wait about 3 s: longer than a stream request may last.
-    put_queue(&s, "k6", json!({"admit_per_second": 2})).await?;
+    put_queue(
+        &s,
+        "k6",
+        json!({"admit_per_second": 2, "passthrough": false}),
+    )
+    .await?;
     let summary = k6(
         "loadtest/k6/queue.js",
         &[
@@ -120,7 +125,9 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
         .unwrap_or(0.0);
     assert!(admitted > 0.0, "people were admitted");
     // Resumes kept places: nobody joined again, so every place taken was admitted once.
-    let q: Value = reqwest::get(format!("{}/admin/queues/k6", s.dispatcher.url()))
+    let q: Value = usher_testkit::config::admin_client()
+        .get(format!("{}/admin/queues/k6", s.dispatcher.url()))
+        .send()
         .await?
         .json()
         .await?;
@@ -138,7 +145,7 @@ async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Resu
     put_queue(
         &s,
         "k6page",
-        json!({"admit_per_second": 1, "booking_url": format!("{}/entry", s.booking.url())}),
+        json!({"admit_per_second": 1, "passthrough": false, "booking_url": format!("{}/entry", s.booking.url())}),
     )
     .await?;
     let summary = k6(

@@ -294,6 +294,32 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         dv("usher_queue_admit_per_second", &[("queue", "fast")]),
         50.0
     );
+    // The effective rate and its reason, as the admin API shows them.
+    assert_eq!(
+        dv("usher_queue_effective_per_second", &[("queue", "fast")]),
+        50.0
+    );
+    assert_eq!(
+        dv("usher_queue_effective_per_second", &[("queue", "held")]),
+        0.0
+    );
+    for (queue, reason) in [("fast", "configured"), ("held", "paused")] {
+        assert_eq!(
+            dv(
+                "usher_queue_rate_reason",
+                &[("queue", queue), ("reason", reason)]
+            ),
+            1.0,
+            "{queue} admits for {reason}"
+        );
+        assert_eq!(
+            dv(
+                "usher_queue_rate_reason",
+                &[("queue", queue), ("reason", "load_missing")]
+            ),
+            0.0
+        );
+    }
     assert!(
         dv(
             "usher_redis_command_duration_seconds_count",
@@ -489,7 +515,7 @@ async fn drain_progress_is_exported() -> anyhow::Result<()> {
         ],
     )
     .await?;
-    let http = reqwest::Client::new();
+    let http = usher_testkit::config::admin_client();
     put_queue(
         &http,
         &dispatcher.url(),

@@ -96,28 +96,56 @@ async fn every_error_answer_is_json() -> anyhow::Result<()> {
     stack.create_queue("q", PAUSED).await?;
     let gw = stack.gateways[0].addr;
     let dispatcher = stack.dispatcher.addr;
-    let cases: [(std::net::SocketAddr, &[u8], u16); 8] = [
-        (gw, b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
-        (gw, b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 0\r\n\r\n", 405),
-        (gw, b"GET /api/queues/q/status?ticket=x&ticket=y HTTP/1.1\r\n\r\n", 400),
-        (gw, b"BROKEN\r\n\r\n", 400),
-        (dispatcher, b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
-        (dispatcher, b"PATCH /admin/queues/q HTTP/1.1\r\ncontent-length: 0\r\n\r\n", 405),
+    // Admin requests carry the token, so the router and the extractors, not the admin
+    // auth, answer them.
+    let auth = format!(
+        "authorization: Bearer {}\r\n",
+        usher_testkit::config::ADMIN_TOKEN
+    );
+    let admin = |head: &str, rest: &str| format!("{head}\r\n{auth}{rest}").into_bytes();
+    let cases: [(std::net::SocketAddr, Vec<u8>, u16); 8] = [
+        (gw, b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(), 404),
+        (
+            gw,
+            b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            gw,
+            b"GET /api/queues/q/status?ticket=x&ticket=y HTTP/1.1\r\n\r\n".to_vec(),
+            400,
+        ),
+        (gw, b"BROKEN\r\n\r\n".to_vec(), 400),
+        (dispatcher, b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(), 404),
         (
             dispatcher,
-            b"PUT /admin/queues/q HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{not json",
+            admin(
+                "PATCH /admin/queues/q HTTP/1.1",
+                "content-length: 0\r\n\r\n",
+            ),
+            405,
+        ),
+        (
+            dispatcher,
+            admin(
+                "PUT /admin/queues/q HTTP/1.1",
+                "content-type: application/json\r\ncontent-length: 9\r\n\r\n{not json",
+            ),
             400,
         ),
         (
             dispatcher,
-            b"PUT /admin/queues/q HTTP/1.1\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\n{}",
+            admin(
+                "PUT /admin/queues/q HTTP/1.1",
+                "content-type: text/plain\r\ncontent-length: 2\r\n\r\n{}",
+            ),
             400,
         ),
     ];
     for (addr, request, status) in cases {
-        let (r, _) = ask(addr, request).await?;
+        let (r, _) = ask(addr, &request).await?;
         assert_json_error(&r, status)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", String::from_utf8_lossy(request)))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", String::from_utf8_lossy(&request)))?;
     }
     Ok(())
 }

@@ -50,9 +50,9 @@ async fn allowed_remote_targets_are_resolved_and_loaded() -> anyhow::Result<()> 
     ];
     let dispatcher = Proc::start("usher-dispatcher", &env).await?;
     let gateway = Proc::start("usher-gateway", &env).await?;
-    let r = reqwest::Client::new()
+    let r = usher_testkit::config::admin_client()
         .put(format!("{}/admin/queues/remote", dispatcher.url()))
-        .json(&json!({"admit_per_second": 200}))
+        .json(&json!({"admit_per_second": 200, "passthrough": false}))
         .send()
         .await?;
     anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());

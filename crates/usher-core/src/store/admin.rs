@@ -198,7 +198,8 @@ impl Store {
             .ignore()
             .query_async(&mut c)
             .await?;
-        // Apart: the registry is another slot (a pipeline must not span two: keys.rs).
+        // The registry is another slot: its own command (a cluster refuses a pipeline that
+        // spans slots).
         let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
             .arg(q.as_str())

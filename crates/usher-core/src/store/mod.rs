@@ -57,7 +57,7 @@ pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;
 pub use page::QueuePage;
 pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
-pub use policy::Wakes;
+pub use policy::{RatePolicy, Wakes};
 pub use recovery::{Restore, RESTORE_BATCH};
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};

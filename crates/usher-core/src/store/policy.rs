@@ -34,14 +34,19 @@ impl Store {
         Ok(v.as_deref().and_then(LoadReport::parse))
     }
 
-    /// A queue's adaptive setting (`None`: off, or no such queue).
-    pub async fn queue_adaptive(&self, q: &QueueId) -> Result<Option<Adaptive>> {
-        let v: Option<String> = redis::cmd("HGET")
+    /// What a queue's rate follows besides `admit_per_second`: its adaptive setting (`None`:
+    /// off, or no such queue) and its `max_active` cap.
+    pub async fn queue_rate_policy(&self, q: &QueueId) -> Result<RatePolicy> {
+        let (adaptive, max_active): (Option<String>, Option<u64>) = redis::cmd("HMGET")
             .arg(QueueKeys::new(q).meta)
             .arg("adaptive")
+            .arg("max_active")
             .query_async(&mut self.c())
             .await?;
-        Ok(v.and_then(|s| serde_json::from_str(&s).ok()))
+        Ok(RatePolicy {
+            adaptive: adaptive.and_then(|s| serde_json::from_str(&s).ok()),
+            max_active,
+        })
     }
 
     /// Tells the dispatchers that a join admitted places of `q` at once (passthrough).
@@ -53,6 +58,13 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// A queue's adaptive setting and capacity cap, read before each tick.
+#[derive(Debug, Clone, Default)]
+pub struct RatePolicy {
+    pub adaptive: Option<Adaptive>,
+    pub max_active: Option<u64>,
 }
 
 /// The wake signals (see [`Store::wake`]), on a connection of their own.

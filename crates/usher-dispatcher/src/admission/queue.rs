@@ -7,8 +7,9 @@ use tracing::Instrument;
 
 use usher_core::ids::QueueId;
 use usher_core::messages::{QueueState, StreamMessage};
+use usher_core::policy::{LoadReport, RateReason, RateSource};
 use usher_core::store::{
-    GatewayInfo, Lease, OutboxList, Store, StoreError, Tick, TickArgs, TickOutcome,
+    GatewayInfo, Lease, OutboxList, RatePolicy, Store, StoreError, Tick, TickArgs, TickOutcome,
 };
 use usher_core::time::now_ms;
 use usher_core::token::SigningKey;
@@ -91,7 +92,14 @@ impl QueueTick {
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
         let lease = held.lease.clone();
-        let bucket_rate = self.bucket_rate(q).await?;
+        let inputs = self.rate_inputs(q).await?;
+        // The bucket's rate: the adaptive rate (0 without a fresh report), or the configured
+        // one (`None`: the script reads `admit_per_second` itself).
+        let bucket_rate = inputs
+            .policy
+            .adaptive
+            .as_ref()
+            .map(|a| a.rate_at(inputs.report, now_ms()).unwrap_or(0.0));
         // No admissions (an adaptive queue's backend is silent): no ETA either.
         let stopped = bucket_rate.is_some_and(|r| r <= 0.0);
         let args = TickArgs {
@@ -140,6 +148,7 @@ impl QueueTick {
         let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
         let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
         crate::metrics::queue_ticked(q, &out);
+        crate::metrics::queue_rate(q, inputs.effective(&out, self.now));
         tracing::Span::current().record("admitted", out.admitted);
         let delivered = match delivery {
             Delivery::Done(n) => n,
@@ -190,16 +199,16 @@ impl QueueTick {
         ));
     }
 
-    /// The rate the queue's token bucket refills at this tick when it is adaptive: the
-    /// interpolation for its backend's last load report, 0 without a fresh one (read here,
-    /// outside the tick script, which only touches its queue's slot). `None`: the queue is not
-    /// adaptive and admits at `admit_per_second`.
-    async fn bucket_rate(&self, q: &QueueId) -> Result<Option<f64>, StoreError> {
-        let Some(adaptive) = self.store.queue_adaptive(q).await? else {
-            return Ok(None);
+    /// What decides this tick's rate (read outside the per-queue scripts, so no script
+    /// touches a backend's key): the queue's adaptive setting with its backend's last load
+    /// report, and its `max_active` cap.
+    async fn rate_inputs(&self, q: &QueueId) -> Result<RateInputs, StoreError> {
+        let policy = self.store.queue_rate_policy(q).await?;
+        let report = match &policy.adaptive {
+            Some(a) => self.store.backend_load(&a.backend).await?,
+            None => None,
         };
-        let report = self.store.backend_load(&adaptive.backend).await?;
-        Ok(Some(adaptive.rate_at(report, now_ms()).unwrap_or(0.0)))
+        Ok(RateInputs { policy, report })
     }
 
     /// Sends the line's new state to the gateways holding its browsers (rate 0, so no ETA,
@@ -235,5 +244,26 @@ impl QueueTick {
             .map(|id| ((*id).clone(), vec![StreamMessage::State(state.clone())]))
             .collect();
         self.store.send(&batches).await
+    }
+}
+
+/// What a tick's rate follows besides `admit_per_second` (see [`QueueTick::rate_inputs`]).
+struct RateInputs {
+    policy: RatePolicy,
+    report: Option<LoadReport>,
+}
+
+impl RateInputs {
+    /// The rate the queue admits at after a tick, and why: what `GET /admin/queues/{q}` shows,
+    /// exported as metrics.
+    fn effective(&self, out: &TickOutcome, now_ms: u64) -> (f64, RateReason) {
+        let full = self.policy.max_active.is_some_and(|m| out.active >= m);
+        RateSource::of(
+            out.admit_per_second,
+            self.policy.adaptive.as_ref(),
+            self.report,
+            now_ms,
+        )
+        .effective(out.paused, full)
     }
 }
