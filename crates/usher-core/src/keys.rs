@@ -26,6 +26,27 @@
 //! effective rate) and `bucket_burst` (its size while nobody waits: one tick's worth, at
 //! least 1).
 //!
+//!
+//! Scheduled sale (README, "Scheduled sale and the draw"; `lua/draw.lua`):
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `usher:{q:<id>}:meta` | hash | also `opens_at_ms`, `draw` (`pending` from scheduling until the draw ran, then `done`), `draw_seed` (hex; never shown before the draw), `draw_commitment` (hex SHA-256 of the seed), `draw_beacon_round` (a drand round named in advance), `draw_beacon` (its randomness, hex, recorded by the operator; the draw waits for it) |
+//! | `usher:{q:<id>}:pre` | zset | the pre-queue: places taken while the draw is pending, as in `waiting` (6-byte member, score = place id); emptied by the draw |
+//! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
+//! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
+//! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
+//!
+//! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
+//! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.
+//!
+//! Positions stay "score = place id": the draw does not re-score places, it gives every
+//! pre-queue place a *new* place id, `seq + 1 ..= seq + n` in drawn order (`INCRBY seq n`: ids
+//! from the queue's epoch on, raised by `restore.lua`, so unique after a data loss), then
+//! the pre-queue places without an entrant hash (joined while the draw was computed) FIFO
+//! behind them; later joins take ids after those. So the tick, the snapshots and the
+//! gateways' positions are unchanged, and `drawn` maps a pre-queue ticket to its place.
+//!
 //! Memory: `ended` holds the sessions that ended in the last `max_session_seconds` (at most
 //! the admissions of that window, about 20 bytes each plus zset overhead); the tick trims at
 //! most 2,000 forgotten ones per call, like its other prunes.
@@ -35,6 +56,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `usher:queues` | set | every configured queue id (the dispatcher's registry; no `SCAN`) |
+//! | `usher:draws` | set | queue ids with a scheduled sale whose draw may be pending: the only queues whose schedule the dispatcher reads before a tick (added when a sale is scheduled, removed once its draw ran) |
 //! | `usher:{gw}:live` | zset | gateway process index (1–65535) → heartbeat expiry (ms); dead ones kept a day |
 //! | `usher:{gw}:ids` | hash | gateway process index → server id (names its stream) |
 //! | `usher:{gw}:next` | string | last gateway index handed out (one per process start) |
@@ -87,6 +109,11 @@ pub struct QueueKeys {
     pub lease: String,
     pub ended: String,
     pub passed: String,
+    /// Scheduled sale (see the table above).
+    pub pre: String,
+    pub entrants: String,
+    pub drawn: String,
+    pub draw: String,
 }
 
 impl QueueKeys {
@@ -104,11 +131,16 @@ impl QueueKeys {
             lease: k("lease"),
             ended: k("ended"),
             passed: k("passed"),
+            pre: k("pre"),
+            entrants: k("entrants"),
+            drawn: k("drawn"),
+            draw: k("draw"),
         }
     }
 }
 
 pub const QUEUES: &str = "usher:queues";
+pub const DRAWS: &str = "usher:draws";
 pub const GW_LIVE: &str = "usher:{gw}:live";
 pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";
@@ -189,8 +221,20 @@ mod tests {
             let k = QueueKeys::new(&QueueId::new(name).expect("valid"));
             let slot = hash_slot(&k.meta);
             for key in [
-                &k.seq, &k.waiting, &k.active, &k.tokens, &k.outbox, &k.gws, &k.away, &k.lease,
-                &k.ended, &k.passed,
+                &k.seq,
+                &k.waiting,
+                &k.active,
+                &k.tokens,
+                &k.outbox,
+                &k.gws,
+                &k.away,
+                &k.lease,
+                &k.ended,
+                &k.pre,
+                &k.entrants,
+                &k.drawn,
+                &k.draw,
+                &k.passed,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

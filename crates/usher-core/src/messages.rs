@@ -153,6 +153,9 @@ pub enum StreamMessage {
     Closed { queue: QueueId, reason: CloseReason },
     /// An operator's message to everyone waiting in the queue: each browser gets `notice`.
     Notice { queue: QueueId, message: String },
+    /// A scheduled sale's draw ran: every pre-queue stream of the queue ends with a short
+    /// `retry:`, and each browser resumes at once into its drawn place (see `lua/draw.lua`).
+    Drawn { queue: QueueId },
     /// One place is no longer held here (it left, or a newer connection took it over on
     /// another gateway): end that connection without releasing the place.
     Ended {
@@ -175,6 +178,27 @@ pub struct WaitingEvent {
     /// When this position was computed (ms since the epoch): the dispatcher's snapshot time,
     /// or the moment of joining or resuming.
     pub as_of_ms: u64,
+}
+
+/// `event: scheduled` payload: the browser is in a scheduled sale's pre-queue, and the draw
+/// at `opens_at` puts it in line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduledEvent {
+    pub queue: QueueId,
+    /// RFC 3339.
+    pub opens_at: String,
+    /// Always `true`: the place takes part in the draw.
+    pub joined_pre_queue: bool,
+}
+
+impl ScheduledEvent {
+    pub fn new(queue: QueueId, opens_at_ms: u64) -> Self {
+        Self {
+            queue,
+            opens_at: crate::time::rfc3339_ms(opens_at_ms),
+            joined_pre_queue: true,
+        }
+    }
 }
 
 /// `event: admitted` payload.

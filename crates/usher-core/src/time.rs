@@ -22,8 +22,30 @@ pub fn rfc3339_ms(ms: u64) -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
 }
 
+/// Milliseconds since the epoch of an RFC 3339 time (any offset); `None` for anything else,
+/// or a time before 1970.
+pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parses_rfc3339() {
+        assert_eq!(
+            super::parse_rfc3339_ms("2023-11-14T22:13:20.123Z"),
+            Some(1_700_000_000_123)
+        );
+        assert_eq!(
+            super::parse_rfc3339_ms("2023-11-14T23:13:20.123+01:00"),
+            Some(1_700_000_000_123)
+        );
+        assert_eq!(super::parse_rfc3339_ms("tomorrow"), None);
+        assert_eq!(super::parse_rfc3339_ms("2023-11-14 22:13:20"), None);
+        assert_eq!(super::parse_rfc3339_ms("1969-12-31T23:59:59Z"), None);
+    }
+
     #[test]
     fn formats_rfc3339() {
         assert_eq!(

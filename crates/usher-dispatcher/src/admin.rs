@@ -38,6 +38,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/admin/queues/{queue}/notice", post(notice))
         .route("/admin/gateways", get(crate::gateway_list::list_gateways))
+        .route(
+            "/admin/queues/{queue}/draw/beacon",
+            post(crate::schedule::post_beacon),
+        )
         .route("/admin/audit", get(crate::audit::list))
         // The last layer runs first: authorize, then record the change.
         .route_layer(middleware::from_fn_with_state(
@@ -123,6 +127,14 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
+    /// Absent: unchanged; `null`: unscheduled; a time: the sale opens then (see
+    /// [`crate::schedule`]).
+    #[serde(default, deserialize_with = "present")]
+    pub opens_at: Option<Option<String>>,
+    /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
+    /// mixes in that round's randomness.
+    #[serde(default, deserialize_with = "present")]
+    pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
     /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
     pub booking_url: Option<String>,
     pub embed_origin: Option<String>,
@@ -159,7 +171,7 @@ impl QueueUpdate {
 
 /// A field that is present, `null` included (`Some(None)`); an absent one is `None` through
 /// `#[serde(default)]`.
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -314,11 +326,15 @@ async fn put_queue(
     let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    let scheduling = crate::schedule::check(&st.store, &q, u.opens_at.as_ref()).await?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();
     let cfg = configured(existing, &u)?;
     let closing = !cfg.open && existing_open;
+    // Before the settings: a new queue must not take joins into its line before its schedule.
+    crate::schedule::apply(&st.store, &q, scheduling).await?;
+    crate::schedule::apply_beacon(&st.store, &q, u.draw_beacon).await?;
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     st.store
         .put_page_settings(&q, &page)

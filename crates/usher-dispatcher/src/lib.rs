@@ -9,6 +9,7 @@
 //! * [`sessions`] — the session API booking services call with an entry token.
 //! * [`dashboard`] — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
 //! * [`gateway_list`] — `GET /admin/gateways`: the registered gateways and their queues.
+//! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
 //! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //!
@@ -25,6 +26,7 @@ mod dev_secrets;
 pub mod gateway_list;
 mod metrics;
 pub mod queues_file;
+mod schedule;
 pub mod sessions;
 pub mod signing;
 mod state;

@@ -79,6 +79,14 @@ impl QueuesFile {
         let mut queues = Vec::new();
         for (name, update) in entries {
             let q = QueueId::new(&name).map_err(|e| problem(&name, e.to_string()))?;
+            // A scheduled sale commits its seed once, through the admin API; a file configured
+            // again after a data loss must not schedule (or re-seed) a sale behind its back.
+            if update.opens_at.is_some() || update.draw_beacon.is_some() {
+                return Err(problem(
+                    &name,
+                    "opens_at and draw_beacon are set through the admin API only".to_owned(),
+                ));
+            }
             let cfg = configured(None, &update).map_err(|e| problem(&name, e.message))?;
             queues.push((q, cfg));
         }
@@ -172,6 +180,14 @@ mod tests {
             "- a\n- b\n",
         ] {
             assert!(QueuesFile::parse(p, bad).is_err(), "{bad}");
+        }
+        // A scheduled sale is the admin API's: its seed is committed once.
+        for sale in [
+            "a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n",
+            "a:\n  draw_beacon: {drand_round: 1}\n",
+        ] {
+            let e = QueuesFile::parse(p, sale).expect_err(sale).to_string();
+            assert!(e.contains("admin API"), "{sale}: {e}");
         }
     }
 }

@@ -37,6 +37,7 @@ pub(crate) struct Gateway {
     config: Config,
     store: Store,
     ticket_key: TicketKey,
+    draws: crate::draw::Draws,
     /// The browsers held here.
     hub: Hub,
     /// Joins waiting for the Redis call under way for their queue.
@@ -75,7 +76,12 @@ impl Gateway {
         let index = Arc::new(AtomicU16::new(index));
         Self {
             ip_limits,
-            joins: Joiner::new(store.clone(), index.clone(), away.clone()),
+            joins: Joiner::new(
+                store.clone(),
+                index.clone(),
+                away.clone(),
+                ticket_key.clone(),
+            ),
             recovery: Recovery::new(config.restore_window()),
             dev_ticket_key,
             keepalive: Keepalive::new(config.keepalive()),
@@ -86,6 +92,7 @@ impl Gateway {
             config,
             store,
             ticket_key,
+            draws: Default::default(),
             stopped: CancellationToken::new(),
             draining: AtomicBool::new(false),
             open_sockets: Arc::default(),
@@ -119,6 +126,11 @@ impl Gateway {
 
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Rendered records of finished draws (`GET /api/queues/{q}/draw`).
+    pub(crate) fn draws(&self) -> &crate::draw::Draws {
+        &self.draws
     }
 
     pub(crate) fn ticket_key(&self) -> &TicketKey {

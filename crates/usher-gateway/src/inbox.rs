@@ -109,6 +109,10 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             let n = hub.notify(&queue, &message);
             tracing::debug!(queue = %queue, browsers = n, "notice passed on");
         }
+        StreamMessage::Drawn { queue } => {
+            let n = hub.end_scheduled(&queue, || gw.jittered_retry_ms());
+            tracing::info!(queue = %queue, browsers = n, "draw done; pre-queue streams resume");
+        }
         StreamMessage::Ended {
             queue,
             place,
@@ -165,6 +169,7 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::SessionEnded => Some(Update::closed(q, CloseReason::SessionEnded)),
         PlaceState::Waiting { .. }
         | PlaceState::AdmissionPending
+        | PlaceState::Scheduled { .. }
         | PlaceState::AdmittedNow { .. } => None,
     }
 }

@@ -13,8 +13,11 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
-use usher_core::ids::QueueId;
+use usher_core::draw::EntrantHash;
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::secret::TicketKey;
 use usher_core::store::{Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
+use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 
 use crate::away::Away;
@@ -44,6 +47,8 @@ struct Shared {
     store: Store,
     /// This gateway's index: the places taken are held here.
     index: Arc<AtomicU16>,
+    /// Signs tickets: a pre-queue place's entrant hash is that of its ticket.
+    ticket_key: TicketKey,
     /// Where a place goes whose request vanished before it came back.
     away: Arc<Away>,
     /// The queues with a join call under way, and the joins waiting for the next one.
@@ -51,11 +56,17 @@ struct Shared {
 }
 
 impl Joiner {
-    pub(crate) fn new(store: Store, index: Arc<AtomicU16>, away: Arc<Away>) -> Self {
+    pub(crate) fn new(
+        store: Store,
+        index: Arc<AtomicU16>,
+        away: Arc<Away>,
+        ticket_key: TicketKey,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
                 index,
+                ticket_key,
                 away,
                 queues: Mutex::default(),
             }),
@@ -100,8 +111,7 @@ impl Shared {
     /// is answered "try later" now, instead of one batch after another each waiting for its
     /// own failure (up to the response timeout each, behind a Redis that hangs).
     async fn call(&self, q: &QueueId, n: usize) -> Result<Joined, JoinError> {
-        let index = self.index.load(Ordering::Relaxed);
-        match self.store.join_many(q, index, now_ms(), n).await {
+        match self.take(q, n).await {
             Ok(j) => {
                 if let Joined::Places {
                     admitted_now: 1.., ..
@@ -131,6 +141,27 @@ impl Shared {
                 Err(e)
             }
         }
+    }
+}
+
+impl Shared {
+    /// Takes `n` places; in a scheduled sale's pre-queue, also records their entrant hashes
+    /// before any ticket goes out, so every ticket a browser holds takes part in the draw (a
+    /// place whose hashes failed to record goes in line after the drawn ones, and its browser
+    /// is told to try again).
+    async fn take(&self, q: &QueueId, n: usize) -> Result<Joined, StoreError> {
+        let index = self.index.load(Ordering::Relaxed);
+        let joined = self.store.join_many(q, index, now_ms(), n).await?;
+        if let Joined::Scheduled { last, count, .. } = joined {
+            let entrants: Vec<_> = (last + 1 - count..=last)
+                .map(|p| {
+                    let ticket = Ticket::issue(&self.ticket_key, q, PlaceId(p));
+                    (PlaceId(p), EntrantHash::of_ticket(&ticket))
+                })
+                .collect();
+            self.store.record_entrants(q, &entrants).await?;
+        }
+        Ok(joined)
     }
 }
 

@@ -30,6 +30,7 @@ pub mod config;
 
 mod away;
 mod client;
+mod draw;
 mod errors;
 mod frames;
 mod gateway;

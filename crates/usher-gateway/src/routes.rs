@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::Deserialize;
-use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
+use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
@@ -34,6 +34,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             "/api/queues/{queue}/tickets/{ticket}",
             delete(leave_handler),
         )
+        .route("/api/queues/{queue}/draw", get(crate::draw::draw_handler))
         .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
             async move {
@@ -112,6 +113,12 @@ async fn status_handler(
         PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {
             serde_json::json!({"queue": q, "state": "admitting"})
         }
+        PlaceState::Scheduled { opens_at_ms, .. } => {
+            let mut v =
+                serde_json::to_value(ScheduledEvent::new(q, opens_at_ms)).unwrap_or_default();
+            v["state"] = "scheduled".into();
+            v
+        }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
         PlaceState::Gone => return Err(place_gone()),
         PlaceState::SessionEnded => serde_json::json!({
@@ -138,7 +145,7 @@ async fn leave_handler(
         return Err(unknown_queue(&q));
     }
     match store.leave(&q, place).await.map_err(redis_unavailable)? {
-        LeaveOutcome::Left { gateway } => {
+        LeaveOutcome::Left { gateway, place } => {
             metrics::left();
             match gateway {
                 Some(h) if h != gw.index() => {

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::Instrument;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{eta_seconds, CloseReason, WaitingEvent};
+use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
@@ -85,6 +85,11 @@ impl Reserved {
     fn attach(mut self, first: Update) -> Option<(Attached, watch::Receiver<Update>)> {
         let r = self.r.take()?;
         self.gw.hub().attach(r, first)
+    }
+
+    /// The place reserved (`None` once given up).
+    fn place(&self) -> Option<PlaceId> {
+        self.r.as_ref().map(|r| r.place)
     }
 }
 
@@ -211,7 +216,9 @@ async fn setup(
             match gw.join(&q).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
-                        PlaceState::Waiting { place, .. } | PlaceState::AdmittedNow { place } => {
+                        PlaceState::Waiting { place, .. }
+                        | PlaceState::Scheduled { place, .. }
+                        | PlaceState::AdmittedNow { place } => {
                             metrics::joined();
                             Some(Reserved::new(gw, &q, *place))
                         }
@@ -232,6 +239,41 @@ async fn setup(
             r.disarm();
         }
     };
+    // Holds a browser whose place is reserved: its stream starts with `first`. The ticket is
+    // the one the browser presented (a pre-queue ticket keeps naming its pre-queue place,
+    // which the draw maps to its place in line), or a new one for a join; the client's address
+    // is charged for the ticket's place, as the per-IP check before Redis was.
+    let counted = place;
+    let live = |ticket: Option<String>,
+                reserved: Reserved,
+                place: PlaceId,
+                first: Update,
+                previous_gateway: Option<u16>| {
+        let ticket = ticket.unwrap_or_else(|| Ticket::issue(gw.ticket_key(), &q, place));
+        let Some((attached, rx)) = reserved.attach(first) else {
+            // A newer connection took the place over meanwhile.
+            return Setup::TryLater;
+        };
+        if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
+            let (gw, q) = (gw.clone(), q.clone());
+            tokio::spawn(async move {
+                gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
+                    .await;
+            });
+        }
+        let hold = gw.ip_limits().hold(client, &q, counted.unwrap_or(place));
+        Setup::Live {
+            ticket,
+            holding: Holding {
+                gw: gw.clone(),
+                attached,
+                place: Some(hold),
+                _slot: slot,
+            },
+            rx,
+            joined,
+        }
+    };
     match state {
         PlaceState::Waiting {
             place,
@@ -240,62 +282,43 @@ async fn setup(
             rate,
             previous_gateway,
         } => {
-            let Some(reserved) = reserved else {
-                return Setup::TryLater;
+            let reserved = match reserved {
+                // A pre-queue ticket resumed after the draw: its place has a new id in line.
+                Some(r) if r.place() != Some(place) => {
+                    r.disarm();
+                    Reserved::new(gw, &q, place)
+                }
+                Some(r) => r,
+                None => return Setup::TryLater,
             };
-            let ticket = Ticket::issue(gw.ticket_key(), &q, place);
-            let first = WaitingEvent {
+            let first = Update::Waiting(WaitingEvent {
                 queue: q.clone(),
                 position,
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
-            };
-            let Some((attached, rx)) = reserved.attach(Update::Waiting(first)) else {
-                // A newer connection took the place over meanwhile.
-                return Setup::TryLater;
-            };
-            if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
-                let (gw, q) = (gw.clone(), q.clone());
-                tokio::spawn(async move {
-                    gw.tell_gateway(holder, &q, place, CloseReason::ResumedElsewhere)
-                        .await;
-                });
-            }
-            Setup::Live {
-                ticket,
-                holding: Holding {
-                    gw: gw.clone(),
-                    attached,
-                    place: Some(gw.ip_limits().hold(client, &q, place)),
-                    _slot: slot,
-                },
-                rx,
-                joined,
-            }
+            });
+            live(ticket, reserved, place, first, previous_gateway)
         }
-        PlaceState::AdmittedNow { place } => {
-            // Admitted by the join (passthrough): the stream opens with nothing to show, and
-            // its first event is the `admitted` the dispatcher sends once woken.
+        PlaceState::Scheduled {
+            place,
+            opens_at_ms,
+            previous_gateway,
+        } => {
             let Some(reserved) = reserved else {
                 return Setup::TryLater;
             };
-            let ticket = Ticket::issue(gw.ticket_key(), &q, place);
-            let Some((attached, rx)) = reserved.attach(Update::Admitting) else {
+            let first = Update::Scheduled(ScheduledEvent::new(q.clone(), opens_at_ms));
+            live(ticket, reserved, place, first, previous_gateway)
+        }
+        PlaceState::AdmittedNow { place } => {
+            // Admitted by the join (passthrough): the stream opens with nothing to show, and
+            // its first event is the `admitted` the dispatcher sends once woken. Counted like
+            // a waiting place until its `admitted` is written.
+            let Some(reserved) = reserved else {
                 return Setup::TryLater;
             };
-            Setup::Live {
-                ticket,
-                holding: Holding {
-                    gw: gw.clone(),
-                    attached,
-                    // Counted like a waiting place until its `admitted` is written.
-                    place: Some(gw.ip_limits().hold(client, &q, place)),
-                    _slot: slot,
-                },
-                rx,
-                joined,
-            }
+            live(ticket, reserved, place, Update::Admitting, None)
         }
         PlaceState::Admitted(rec) => {
             disarm(reserved);

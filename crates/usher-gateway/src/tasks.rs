@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use usher_core::ids::QueueId;
-use usher_core::store::{DevSecret, GatewayConnections, Interest, Restore, StoreError};
+use usher_core::store::{
+    DevSecret, DrawPhase, GatewayConnections, Interest, Restore, StoreError,
+};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
@@ -138,6 +140,17 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
                 gw.hub().close_queue(q, reason);
             }
             Action::Restore => restore(gw, q).await?,
+        }
+    }
+    // A draw whose message this gateway missed (sent while it was away, or lost): its
+    // pre-queue streams end all the same, within a heartbeat.
+    for q in gw.hub().scheduled_queues() {
+        if store
+            .schedule_of(&q)
+            .await?
+            .is_none_or(|s| s.phase == DrawPhase::Done)
+        {
+            gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
         }
     }
     Ok(())

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use usher_core::ids::QueueId;
 use usher_core::messages::{
-    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, WaitingEvent,
+    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, ScheduledEvent, WaitingEvent,
 };
 use usher_core::store::TokenRecord;
 
@@ -14,6 +14,9 @@ use crate::frames::{event_frame, json_frame, retry_frame};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     Waiting(WaitingEvent),
+    /// In a scheduled sale's pre-queue until the draw (which ends the stream with a `retry:`:
+    /// the browser resumes into its drawn place). No position updates meanwhile.
+    Scheduled(ScheduledEvent),
     /// Admitted by the join itself (passthrough): its token is on its way from the
     /// dispatcher, and nothing is shown until it arrives, so the first event is `admitted`.
     Admitting,
@@ -42,7 +45,7 @@ impl Update {
     pub fn is_terminal(&self) -> bool {
         !matches!(
             self,
-            Update::Waiting(_) | Update::Notice { .. } | Update::Admitting
+            Update::Waiting(_) | Update::Notice { .. } | Update::Scheduled(_) | Update::Admitting
         )
     }
 
@@ -73,6 +76,7 @@ impl Update {
     pub fn frame(&self, ticket: &str) -> Option<String> {
         match self {
             Update::Waiting(w) => Some(event_frame("waiting", Some(ticket), w)),
+            Update::Scheduled(e) => Some(event_frame("scheduled", Some(ticket), e)),
             Update::Notice { notice, waiting } => Some(format!(
                 "{notice}{}",
                 event_frame("waiting", Some(ticket), waiting)

@@ -23,6 +23,8 @@ pub struct Seen {
     pub admitted: Vec<Value>,
     /// Payloads of `closed` events.
     pub closed: Vec<Value>,
+    /// Payloads of `scheduled` events (in a scheduled sale's pre-queue).
+    pub scheduled: Vec<Value>,
     /// Responses received (first connection included).
     pub connects: u32,
     /// The status that made it give up, if any.
@@ -129,6 +131,7 @@ async fn browse(gateways: Vec<SseClient>, path: String, first: usize, seen: Arc<
                                 s.closed.push(data.clone());
                                 finished = true;
                             }
+                            "scheduled" => s.scheduled.push(data.clone()),
                             _ => {}
                         }
                     });

@@ -1,6 +1,6 @@
 //! Passthrough: a joiner is admitted in the join itself when nobody waits, never faster than
 //! the queue's rate (the token bucket is shared with the tick), and `passthrough: false`
-//! queues everyone.
+//! queues everyone; nobody passes while a scheduled sale's draw is pending.
 
 mod common;
 
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{data, jwks, verify_token, T};
 use serde_json::json;
+use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
 
@@ -220,5 +221,51 @@ async fn a_lost_wake_costs_a_tick_not_the_admission() -> anyhow::Result<()> {
     };
     let rec = tokio::time::timeout(T, admitted).await??;
     verify_token(&jwks(&stack).await?, &rec.token, "quiet")?;
+    Ok(())
+}
+
+/// A scheduled sale: while its draw is pending nobody passes, however empty the line: every
+/// join goes to the pre-queue (the draw's block in `join.lua` comes first), and is admitted
+/// only after the draw, from its drawn place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_admits_nobody_while_a_draw_is_pending() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        tick_ms: TICK_MS,
+        ..Default::default()
+    })
+    .await?;
+    queue_after_a_tick(&stack, "sale", json!({"admit_per_second": 50.0})).await?;
+    let client = SseClient::new(stack.gateway_url(0));
+    let (first, _admitted) = first_event(&client, "sale").await?;
+    assert_eq!(first.event, "admitted", "passthrough is on: {first:?}");
+
+    let opens_at = rfc3339_ms(now_ms() + 2500);
+    stack
+        .put_queue("sale", json!({"opens_at": opens_at}))
+        .await?;
+    let mut pre = Vec::new();
+    for _ in 0..3 {
+        let (e, conn) = first_event(&client, "sale").await?;
+        assert_eq!(
+            e.event, "scheduled",
+            "the pre-queue, not passthrough: {e:?}"
+        );
+        pre.push((e.id, conn));
+    }
+    let q = stack.queue("sale").await?;
+    assert_eq!(q["active"], 1, "nobody admitted ahead of the draw: {q}");
+    assert_eq!(q["admitted_total"], 1, "{q}");
+
+    // The draw ends each pre-queue stream; the same ticket resumes in line and is admitted.
+    for (ticket, mut conn) in pre {
+        let end = conn.next_event(Duration::from_secs(20)).await?;
+        assert!(end.is_none(), "the draw ends the pre-queue stream: {end:?}");
+        let mut again = client
+            .open("/api/queues/sale/stream", Some(ticket.as_str()))
+            .await?;
+        let admitted = again.wait_for("admitted", T).await?;
+        assert_eq!(admitted.id, ticket);
+    }
+    assert_eq!(stack.queue("sale").await?["admitted_total"], 4);
     Ok(())
 }

@@ -1,14 +1,17 @@
 //! Redis ACL users: each real binary runs as a user restricted to exactly the commands and
 //! key patterns `usher_core::acl` lists for it (the lists README prints), through the paths a
-//! sale takes; Redis' own `ACL LOG` must then hold no denial. The gateway's user cannot read
-//! the dispatcher's signing key.
+//! sale takes (a scheduled sale's draw included); Redis' own `ACL LOG` must then hold no
+//! denial. The gateway's user cannot read the dispatcher's signing key.
 
 mod common;
 
 use common::{join, join_and_admit, T};
+use std::time::Duration;
+
 use serde_json::json;
 use usher_core::acl::Component;
 use usher_core::keys;
+use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::procs::Proc;
 use usher_testkit::{RedisServer, SseClient};
 
@@ -139,6 +142,37 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
     let closed = c1.wait_for("closed", T).await?;
     assert!(closed.data.contains("sold_out"), "{}", closed.data);
     let _ = t1;
+
+    // A scheduled sale: the pre-queue, its status, the draw, the record, resume into line.
+    let sale = http
+        .put(format!("{d}/admin/queues/sale"))
+        .json(&json!({"admit_per_second": 50.0, "passthrough": false,
+            "opens_at": rfc3339_ms(now_ms() + 1500)}))
+        .send()
+        .await?;
+    assert!(sale.status().is_success(), "{}", sale.status());
+    let mut pre = client.open("/api/queues/sale/stream", None).await?;
+    let pre_ticket = pre.wait_for("scheduled", T).await?.id;
+    let status: serde_json::Value = http
+        .get(format!("{g}/api/queues/sale/status?ticket={pre_ticket}"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(status["state"], "scheduled", "{status}");
+    let end = pre.next_event(Duration::from_secs(20)).await?;
+    assert!(end.is_none(), "the draw ends the pre-queue stream: {end:?}");
+    let record: serde_json::Value = http
+        .get(format!("{g}/api/queues/sale/draw"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert!(record["seed"].is_string(), "the draw ran: {record}");
+    let mut drawn = client
+        .open("/api/queues/sale/stream", Some(pre_ticket.as_str()))
+        .await?;
+    drawn.wait_for("admitted", T).await?;
 
     // A graceful stop deregisters the gateway.
     gateway.term()?;

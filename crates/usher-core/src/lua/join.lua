@@ -1,12 +1,13 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, active, passed, away   (one hash tag: {q:<id>})
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre   (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, n (places to take, 1..JOIN_BATCH_MAX)
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
 -- were admitted in this call (passthrough), the others wait, and the last is at position
--- `waiting`.
+-- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms} when they went to a scheduled sale's
+-- pre-queue.
 --
 -- Passthrough: when the queue has `passthrough` on, is not paused, and nobody waits (no
 -- waiting and no away places), the first places of the batch are admitted at once, as many
@@ -19,6 +20,19 @@ if closed then return {PLACE_QUEUE_CLOSED} end
 local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
+-- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
+-- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
+-- (below) admits nobody: this block comes first and returns.
+if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
+  local last = redis.call('INCRBY', KEYS[2], n)
+  local pre = {}
+  for seq = last - n + 1, last do
+    pre[#pre + 1] = seq
+    pre[#pre + 1] = member_of(seq, gw)
+  end
+  redis.call('ZADD', KEYS[8], unpack(pre))
+  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0')}
+end
 local last = redis.call('INCRBY', KEYS[2], n)
 local first = last - n + 1
 

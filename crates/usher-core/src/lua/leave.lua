@@ -1,19 +1,26 @@
 -- A browser leaves the line (or gives up its admitted session).
--- KEYS: waiting, active, tokens, away, meta, ended
+-- KEYS: waiting, active, tokens, away, meta, ended, pre, drawn
 -- ARGV: place, now ms
--- Returns {LEAVE_LEFT, gateway index} when a waiting place was removed, {LEAVE_RELEASED} when
--- an admitted session was released, {LEAVE_NOT_FOUND} when there was nothing to remove.
+-- Returns {LEAVE_LEFT, gateway index, place id} when a waiting (or pre-queue) place was
+-- removed, {LEAVE_RELEASED} when an admitted session was released, {LEAVE_NOT_FOUND} when
+-- there was nothing to remove. A pre-queue ticket maps to its drawn place through `drawn`.
 -- A released session ends like a booking service's release (end_session.lua): its capacity
 -- slot frees at once and it is remembered in `ended`, so a resume hears `session_ended`.
-local found = find_member(KEYS[1], ARGV[1])
+local place = redis.call('HGET', KEYS[8], ARGV[1]) or ARGV[1]
+local pre = find_member(KEYS[7], place)
+if pre then
+  redis.call('ZREM', KEYS[7], pre)
+  return {LEAVE_LEFT, member_gateway(pre), place}
+end
+local found = find_member(KEYS[1], place)
 if found then
   redis.call('ZREM', KEYS[1], found)
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  return {LEAVE_LEFT, member_gateway(found)}
+  redis.call('ZREM', KEYS[4], place)
+  return {LEAVE_LEFT, member_gateway(found), place}
 end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[2], place) then
   local _, _, max_ms = session_limits(KEYS[5])
-  end_sessions(KEYS[2], KEYS[3], KEYS[6], {ARGV[1]}, tonumber(ARGV[2]), max_ms)
+  end_sessions(KEYS[2], KEYS[3], KEYS[6], {place}, tonumber(ARGV[2]), max_ms)
   return {LEAVE_RELEASED}
 end
 return {LEAVE_NOT_FOUND}

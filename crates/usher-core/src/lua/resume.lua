@@ -1,5 +1,5 @@
 -- Resume the place a ticket names, for a browser now held by this gateway.
--- KEYS: meta, seq, waiting, active, tokens, gws, away, ended   (one hash tag)
+-- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn   (one hash tag)
 -- ARGV: place, gateway index, now ms, gws ttl ms
 -- Returns
 --   {PLACE_ADMITTED, record}     admitted, the session still valid (record = tokens value)
@@ -8,13 +8,28 @@
 --   {PLACE_QUEUE_CLOSED, reason or false}  queue closed (for reason) or unknown
 --   {PLACE_GONE}                 the place no longer exists (left, grace expired, session over)
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
---    the bucket's rate (see eta_rates in prelude.lua)}
+--    the bucket's rate (see eta_rates in prelude.lua), place id}
+--   {PLACE_SCHEDULED, opens_at ms, gateway that held it before or false}   in a pre-queue
+-- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
+-- to the place's id in the line (the id returned).
 local now = tonumber(ARGV[3])
-local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], ARGV[1], now)
+local place = redis.call('HGET', KEYS[10], ARGV[1]) or ARGV[1]
+local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], place, now)
 if adm then return adm end
 local closed = closed_reply(KEYS[1])
 if closed then return closed end
-local seq = tonumber(ARGV[1])
+local seq = tonumber(place)
+local pre = find_member(KEYS[9], seq)
+if pre then
+  local mine_pre = member_of(seq, tonumber(ARGV[2]))
+  local held_by = false
+  if pre ~= mine_pre then
+    held_by = member_gateway(pre)
+    redis.call('ZREM', KEYS[9], pre)
+    redis.call('ZADD', KEYS[9], seq, mine_pre)
+  end
+  return {PLACE_SCHEDULED, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), held_by}
+end
 local mine = member_of(seq, tonumber(ARGV[2]))
 local found = find_member(KEYS[3], seq)
 local before = false
@@ -30,9 +45,9 @@ elseif found ~= mine then
   redis.call('ZREM', KEYS[3], found)
   redis.call('ZADD', KEYS[3], seq, mine)
 end
-redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[7], place)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
 local rank = redis.call('ZRANK', KEYS[3], mine)
 local w = redis.call('ZCARD', KEYS[3])
 local rate, configured = eta_rates(KEYS[1])
-return {PLACE_WAITING, rank + 1, w, before, rate, configured}
+return {PLACE_WAITING, rank + 1, w, before, rate, configured, place}

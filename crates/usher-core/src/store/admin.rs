@@ -37,6 +37,11 @@ pub struct QueueConfig {
     pub grace_seconds: u64,
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
+    /// A scheduled sale's opening time (RFC 3339): joins before it wait in a pre-queue, put
+    /// in line in a random order at the draw. Set through [`Store::schedule`], not
+    /// [`Store::put_queue`].
+    #[serde(default)]
+    pub opens_at: Option<String>,
     /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
     pub max_active: Option<u64>,
     /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
@@ -56,6 +61,7 @@ impl Default for QueueConfig {
             open: true,
             grace_seconds: 300,
             paused: false,
+            opens_at: None,
             max_active: None,
             passthrough: true,
             adaptive: None,
@@ -112,6 +118,10 @@ impl Store {
             open: flag("open"),
             grace_seconds: parsed_or(&v, "grace_seconds", d.grace_seconds),
             paused: flag("paused"),
+            opens_at: v
+                .get("opens_at_ms")
+                .and_then(|t| t.parse().ok())
+                .map(crate::time::rfc3339_ms),
             max_active: v.get("max_active").and_then(|s| s.parse().ok()),
             // Queues stored before the field existed keep queueing everyone.
             passthrough: flag("passthrough"),

@@ -9,6 +9,7 @@
 //! * `page` — a queue's waiting-room page settings (the admin API writes, gateways read);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
+//! * `draw` — a scheduled sale: its schedule, entrant hashes, the draw and its record;
 //! * `policy` — backends' load reports, a queue's adaptive setting, passthrough wake signals;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
@@ -30,6 +31,7 @@ mod audit;
 mod connection;
 mod decode;
 mod dispatch;
+mod draw;
 mod gateway_load;
 mod gateways;
 mod oom;
@@ -51,6 +53,7 @@ pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
+pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule};
 pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;

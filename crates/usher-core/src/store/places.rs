@@ -34,6 +34,13 @@ pub enum PlaceState {
     /// The place was admitted and its session ended (released or expired): its token is
     /// never shown again.
     SessionEnded,
+    /// In a scheduled sale's pre-queue: the draw at `opens_at_ms` puts it in line.
+    Scheduled {
+        place: PlaceId,
+        opens_at_ms: u64,
+        /// The gateway that held the place before this call, when another one did (resume only).
+        previous_gateway: Option<u16>,
+    },
     /// Admitted by the join itself (passthrough): nobody was waiting. The dispatcher mints
     /// its token and sends `admitted` to the gateway that holds it, once woken
     /// ([`Store::wake`]).
@@ -56,6 +63,12 @@ pub enum Joined {
         waiting: u64,
         rate: f64,
         admitted_now: u64,
+    },
+    /// Places `last - count + 1 ..= last` in a scheduled sale's pre-queue.
+    Scheduled {
+        last: u64,
+        count: u64,
+        opens_at_ms: u64,
     },
 }
 
@@ -85,6 +98,15 @@ impl Joined {
                     previous_gateway: None,
                 }
             }
+            Joined::Scheduled {
+                last,
+                count,
+                opens_at_ms,
+            } => PlaceState::Scheduled {
+                place: PlaceId(last - count.saturating_sub(1).saturating_sub(i as u64)),
+                opens_at_ms,
+                previous_gateway: None,
+            },
         }
     }
 }
@@ -92,9 +114,11 @@ impl Joined {
 /// What a leave removed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
-    /// A waiting place was removed; `gateway` held it.
+    /// A waiting (or pre-queue) place was removed; `gateway` held it. `place` is its id in
+    /// the line (a pre-queue ticket's drawn place after a scheduled sale's draw).
     Left {
         gateway: Option<u16>,
+        place: PlaceId,
     },
     /// An admitted session was given up.
     Released,
@@ -123,6 +147,7 @@ impl Store {
             .key(&k.active)
             .key(&k.passed)
             .key(&k.away)
+            .key(&k.pre)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
@@ -132,6 +157,17 @@ impl Store {
         let a = array(v)?;
         match status(&a, PlaceStatus::from_code) {
             Some(PlaceStatus::QueueClosed) => Ok(Joined::QueueClosed),
+            Some(PlaceStatus::Scheduled) if a.len() >= 3 => {
+                let last = u(&a[1])?;
+                if last < n as u64 {
+                    return Err(protocol(format!("join reply {a:?} for {n} places")));
+                }
+                Ok(Joined::Scheduled {
+                    last,
+                    count: n as u64,
+                    opens_at_ms: u(&a[2]).unwrap_or(0),
+                })
+            }
             Some(PlaceStatus::Waiting) if a.len() >= 6 => {
                 let last = u(&a[1])?;
                 let waiting = u(&a[2])?;
@@ -172,6 +208,8 @@ impl Store {
             .key(&k.gws)
             .key(&k.away)
             .key(&k.ended)
+            .key(&k.pre)
+            .key(&k.drawn)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -191,6 +229,8 @@ impl Store {
             .key(&k.active)
             .key(&k.tokens)
             .key(&k.ended)
+            .key(&k.pre)
+            .key(&k.drawn)
             .arg(place.0)
             .arg(now_ms)
             .invoke_async(&mut self.c())
@@ -216,6 +256,15 @@ impl Store {
             Some(PlaceStatus::Gone) => Ok(PlaceState::Gone),
             Some(PlaceStatus::SessionEnded) => Ok(PlaceState::SessionEnded),
             Some(PlaceStatus::AdmissionPending) => Ok(PlaceState::AdmissionPending),
+            Some(PlaceStatus::Scheduled) => Ok(PlaceState::Scheduled {
+                place,
+                opens_at_ms: a.get(1).map(u).transpose()?.unwrap_or(0),
+                previous_gateway: if with_previous_gateway {
+                    gateway_index(a.get(2))
+                } else {
+                    None
+                },
+            }),
             Some(PlaceStatus::Admitted) => a
                 .get(1)
                 .and_then(text)
@@ -231,6 +280,11 @@ impl Store {
                 if a.len() < rate_at + 2 {
                     return Err(bad());
                 }
+                // The place's id in the line: a pre-queue ticket's drawn place (resume only).
+                let place = match a.get(rate_at + 2) {
+                    Some(v) if with_previous_gateway => PlaceId(u(v)?),
+                    _ => place,
+                };
                 Ok(PlaceState::Waiting {
                     place,
                     position: u(&a[1])?,
@@ -255,6 +309,8 @@ impl Store {
             .key(&k.away)
             .key(&k.meta)
             .key(&k.ended)
+            .key(&k.pre)
+            .key(&k.drawn)
             .arg(place.0)
             .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())
@@ -263,6 +319,7 @@ impl Store {
         match status(&a, LeaveStatus::from_code) {
             Some(LeaveStatus::Left) => Ok(LeaveOutcome::Left {
                 gateway: gateway_index(a.get(1)),
+                place: a.get(2).map(u).transpose()?.map_or(place, PlaceId),
             }),
             Some(LeaveStatus::Released) => Ok(LeaveOutcome::Released),
             Some(LeaveStatus::NotFound) => Ok(LeaveOutcome::NotFound),

@@ -72,6 +72,8 @@ statuses! {
         Gone = 4 => "PLACE_GONE",
         /// The place was admitted and its session ended (released or expired).
         SessionEnded = 5 => "PLACE_SESSION_ENDED",
+        /// In a scheduled sale's pre-queue, waiting for the draw; `opens_at_ms` follows.
+        Scheduled = 6 => "PLACE_SCHEDULED",
     }
 
     /// Where an admitted place's session stands: the first element of a `session`,
@@ -103,6 +105,36 @@ statuses! {
         Closed = 0 => "TICK_CLOSED",
         /// The queue ticked; the outcome follows as a JSON object.
         Ticked = 1 => "TICK_TICKED",
+    }
+
+    /// What a `draw` call did.
+    pub enum DrawStatus {
+        /// Another replica holds the queue's lease: nothing was drawn.
+        LeaseLost = -1 => "DRAW_LEASE_LOST",
+        /// No draw is pending (already done, unscheduled, or the queue is closed).
+        NotPending = 0 => "DRAW_NOT_PENDING",
+        /// The pre-queue was placed in the line; counts and the first new place id follow.
+        Done = 1 => "DRAW_DONE",
+    }
+
+    /// What a `schedule` call did.
+    pub enum ScheduleStatus {
+        /// Refused: a draw is pending, so the sale cannot be unscheduled.
+        DrawPending = 0 => "SCHEDULE_DRAW_PENDING",
+        /// The schedule is as asked.
+        Set = 1 => "SCHEDULE_SET",
+    }
+
+    /// What a `beacon` call did.
+    pub enum BeaconStatus {
+        /// No draw is pending: the beacon can no longer change.
+        NotPending = 0 => "BEACON_NOT_PENDING",
+        /// Done as asked.
+        Set = 1 => "BEACON_SET",
+        /// Randomness for a sale that names no round.
+        NoRound = 2 => "BEACON_NO_ROUND",
+        /// Other randomness is already recorded for the round.
+        Conflict = 3 => "BEACON_CONFLICT",
     }
 
     /// What a gateway's `heartbeat_gateway` call found.
@@ -159,6 +191,15 @@ mod tests {
         }
         for s in TrimStatus::ALL {
             assert_eq!(TrimStatus::from_code(s.code()), Some(*s));
+        }
+        for s in DrawStatus::ALL {
+            assert_eq!(DrawStatus::from_code(s.code()), Some(*s));
+        }
+        for s in ScheduleStatus::ALL {
+            assert_eq!(ScheduleStatus::from_code(s.code()), Some(*s));
+        }
+        for s in BeaconStatus::ALL {
+            assert_eq!(BeaconStatus::from_code(s.code()), Some(*s));
         }
         for s in SessionStatus::ALL {
             assert_eq!(SessionStatus::from_code(s.code()), Some(*s));

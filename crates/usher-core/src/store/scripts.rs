@@ -57,6 +57,9 @@ scripts!(
     session,
     touch_session,
     end_session,
+    schedule,
+    draw,
+    beacon,
 );
 
 #[cfg(test)]

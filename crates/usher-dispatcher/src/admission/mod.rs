@@ -3,6 +3,7 @@
 //! * `lease` — which replica drives which queue (rendezvous hashing over live replicas).
 //! * `schedule` — when a tick reads, admits and stores its token records.
 //! * `queue` — one queue's tick: lease, tick script calls, state, next pre-mint.
+//! * `draw` — a scheduled sale's draw, run by `queue` when it is due, before the tick.
 //! * `premint` — tokens minted and staged on the gateways ahead of the tick.
 //! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
@@ -13,6 +14,7 @@
 //! Imports run one way: this file uses its submodules, and none of them uses it.
 
 mod deliver;
+mod draw;
 mod gateways;
 mod lease;
 mod passthrough;
@@ -23,7 +25,7 @@ mod schedule;
 mod settings;
 mod tokens;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -199,18 +201,20 @@ impl Admitter {
     /// first and the queues are ticked at `now`.
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
-        // Three independent round trips (separate keys), pipelined on the one connection.
-        let (replicas, queues, gateways) = tokio::try_join!(
+        // Four independent round trips (separate keys), pipelined on the one connection.
+        let (replicas, queues, gateways, sales) = tokio::try_join!(
             self.store
                 .heartbeat_dispatcher(&me, now, self.settings.lease_ttl),
             self.store.queue_ids(),
             self.store.gateways(now),
+            self.store.sale_queues(),
         )
         .inspect_err(|_| metrics::redis_error())?;
         // (Capped: a wall clock stepped back must not stall every tick.)
         sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
         let gateways = Arc::new(gateways);
         self.gateways = gateways.clone();
+        let sales: HashSet<QueueId> = sales.into_iter().collect();
         let mut jobs = Vec::new();
         for q in queues {
             let mine = preferred(&q, &replicas) == Some(me.as_str());
@@ -230,6 +234,7 @@ impl Admitter {
                 gateways: gateways.clone(),
                 settings: self.settings.clone(),
                 now,
+                sale: sales.contains(&q),
             };
             jobs.push(async move {
                 let r = job.run(&q, held).await;

@@ -51,6 +51,8 @@ pub(super) struct QueueTick {
     pub(super) gateways: Arc<Vec<GatewayInfo>>,
     pub(super) settings: Settings,
     pub(super) now: u64,
+    /// The queue has a scheduled sale whose draw may be pending (`usher:draws`).
+    pub(super) sale: bool,
 }
 
 impl QueueTick {
@@ -81,6 +83,13 @@ impl QueueTick {
                 }
             }
         };
+        // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
+        if self.sale
+            && !super::draw::draw_if_due(&self.store, &self.gateways, q, &held.lease, self.now)
+                .await?
+        {
+            return Ok(Outcome::NotHeld);
+        }
         let tick_ms = self.settings.tick.as_millis() as u64;
         let lease = held.lease.clone();
         let inputs = self.rate_inputs(q).await?;

@@ -92,10 +92,10 @@ impl Hub {
             .is_some()
     }
 
-    /// Turns a reservation into a connection. The receiver starts with `first` (`waiting`, or
-    /// [`Update::Admitting`] for a place admitted by its join), or with a terminal update that
-    /// arrived meanwhile (an admission included). `None` when a newer connection took the
-    /// place over in between.
+    /// Turns a reservation into a connection. The receiver starts with `first` (`waiting`,
+    /// `scheduled` for a pre-queue place, or [`Update::Admitting`] for a place admitted by its
+    /// join), or with a terminal update that arrived meanwhile (an admission included). `None`
+    /// when a newer connection took the place over in between.
     pub fn attach(
         &self,
         r: Reservation,
@@ -160,6 +160,10 @@ impl Hub {
             return gone;
         };
         for (&place, slot) in conns.iter_mut() {
+            // A pre-queue place is not in the line yet: it hears of the draw, not of positions.
+            if slot.is_scheduled() {
+                continue;
+            }
             let Some(tx) = &slot.tx else { continue };
             let position = match s.standing(PlaceId(place).seq()) {
                 Standing::At(p) if rising => p,
@@ -392,6 +396,39 @@ impl Hub {
         picked.len()
     }
 
+    /// A scheduled sale's draw ran: ends every pre-queue stream of `queue` without an event,
+    /// each with its own `retry:` from `retry_ms`, so the browsers resume into their drawn
+    /// places. Returns how many were ended.
+    pub fn end_scheduled(&self, queue: &QueueId, mut retry_ms: impl FnMut() -> u64) -> usize {
+        let mut inner = self.lock();
+        let picked: Vec<u64> = inner
+            .queues
+            .get(queue)
+            .map(|conns| {
+                conns
+                    .iter()
+                    .filter(|(_, s)| s.is_scheduled())
+                    .map(|(&p, _)| p)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for &p in &picked {
+            let retry_ms = Some(retry_ms());
+            inner.deliver(queue, PlaceId(p), Update::Ended { retry_ms });
+        }
+        picked.len()
+    }
+
+    /// Queues with pre-queue streams held here.
+    pub fn scheduled_queues(&self) -> Vec<QueueId> {
+        self.lock()
+            .queues
+            .iter()
+            .filter(|(_, conns)| conns.values().any(Slot::is_scheduled))
+            .map(|(q, _)| q.clone())
+            .collect()
+    }
+
     /// Queues this gateway holds browsers of.
     pub fn queues(&self) -> Vec<QueueId> {
         self.lock().queues.keys().cloned().collect()
@@ -429,6 +466,15 @@ struct Slot {
     position: u64,
     /// A re-check against Redis is under way (see [`Hub::apply_state`]).
     resyncing: bool,
+}
+
+impl Slot {
+    /// A pre-queue stream: its current update is `scheduled`.
+    fn is_scheduled(&self) -> bool {
+        self.tx
+            .as_ref()
+            .is_some_and(|tx| matches!(*tx.borrow(), Update::Scheduled(_)))
+    }
 }
 
 /// Admissions that arrived for places not held here (a browser between two connections).

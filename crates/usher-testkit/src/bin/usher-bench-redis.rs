@@ -1,7 +1,8 @@
 //! `usher-bench-redis`: measures the Redis side of a waiting room with large lines, against a
 //! `redis-server` it starts itself (or `--redis-url`): the memory a waiting place costs, and
 //! how long one dispatcher tick takes (its script calls: one per 1,000 admissions) with a
-//! short and with a very long line.
+//! short and with a very long line; with `--draw-entrants`, how long a scheduled sale's draw
+//! of that many entrants takes.
 //! Prints one JSON object. Used by `make bench` (scripts/bench.sh).
 
 use std::time::{Duration, Instant};
@@ -9,8 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use futures::stream::{self, StreamExt};
-use usher_core::ids::QueueId;
-use usher_core::store::{QueueConfig, Store, Tick, JOIN_BATCH_MAX};
+use usher_core::draw::{EntrantHash, Seed};
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::store::{DrawOutcome, Joined, QueueConfig, Store, Tick, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 use usher_testkit::{RedisProbe, RedisServer};
 
@@ -40,6 +42,12 @@ struct Args {
     /// together).
     #[arg(long, env = "USHER_BENCH_ADMIT_PER_TICK", default_value_t = 100)]
     admit_per_tick: u64,
+
+    /// Entrants of a scheduled sale's pre-queue whose draw is timed: reading the pre-queue,
+    /// computing the order, the draw script (which blocks Redis) and reading the published
+    /// record. 0 times no draw.
+    #[arg(long, env = "USHER_BENCH_DRAW_ENTRANTS", default_value_t = 0)]
+    draw_entrants: u64,
 }
 
 #[tokio::main]
@@ -60,9 +68,14 @@ async fn main() -> anyhow::Result<()> {
     for &n in &args.sizes {
         results.push(measure(&store, &probe, n, &args).await?);
     }
+    let draw = if args.draw_entrants > 0 {
+        Some(measure_draw(&store, args.draw_entrants).await?)
+    } else {
+        None
+    };
     println!(
         "{}",
-        serde_json::json!({ "redis_url": url, "results": results })
+        serde_json::json!({ "redis_url": url, "results": results, "draw": draw })
     );
     Ok(())
 }
@@ -157,6 +170,64 @@ async fn measure(
         "admitted": admitted,
         "script_calls": calls,
         "snapshot_entries": samples,
+    }))
+}
+
+/// Times the draw of a scheduled sale with `n` entrants.
+async fn measure_draw(store: &Store, n: u64) -> anyhow::Result<serde_json::Value> {
+    let q = QueueId::new(format!("bench-draw-{n}"))?;
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    let seed = Seed::generate();
+    store
+        .schedule(&q, Some(now_ms() + 3_600_000), &seed)
+        .await?;
+    for (k, len) in batches(n) {
+        let Joined::Scheduled { last, count, .. } = store
+            .join_many(&q, (k % 6 + 1) as u16, now_ms(), len)
+            .await?
+        else {
+            anyhow::bail!("joins did not go to the pre-queue");
+        };
+        // Stand-in tickets: the draw only sees their hashes.
+        let entrants: Vec<_> = (last + 1 - count..=last)
+            .map(|p| {
+                (
+                    PlaceId(p),
+                    EntrantHash::of_ticket(&format!("{q}.{p}.bench")),
+                )
+            })
+            .collect();
+        store.record_entrants(&q, &entrants).await?;
+    }
+    // Due now (a pending sale keeps its seed when moved).
+    store.schedule(&q, Some(now_ms()), &seed).await?;
+    let lease = store
+        .acquire_lease(&q, "bench", Duration::from_secs(600))
+        .await?
+        .context("lease")?;
+    let t = Instant::now();
+    let due = store.due_draw(&q, now_ms()).await?.context("draw due")?;
+    let read_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let order = due.seed.order(None, due.entrants);
+    let order_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let outcome = store.run_draw(&q, &lease, now_ms(), &order).await?;
+    let script_ms = t.elapsed().as_secs_f64() * 1000.0;
+    anyhow::ensure!(
+        matches!(outcome, DrawOutcome::Done { drawn, .. } if drawn == n),
+        "draw outcome {outcome:?}"
+    );
+    let t = Instant::now();
+    let record = store.drawn_entrants(&q).await?;
+    let record_ms = t.elapsed().as_secs_f64() * 1000.0;
+    anyhow::ensure!(record.len() as u64 == n, "record of {}", record.len());
+    Ok(serde_json::json!({
+        "entrants": n,
+        "read_pre_queue_ms": read_ms,
+        "order_ms": order_ms,
+        "draw_script_ms": script_ms,
+        "read_record_ms": record_ms,
     }))
 }
 

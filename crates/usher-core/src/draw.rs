@@ -1,0 +1,143 @@
+//! The draw of a scheduled sale: its seed, the commitment published before anyone joins, each
+//! entrant's public hash, and the order the draw places entrants in.
+//!
+//! The rule, byte for byte (README, "Scheduled sale and the draw", shows it in Python):
+//! * the seed is 32 random bytes; `commitment` = lowercase hex of SHA-256(seed bytes);
+//! * an entrant's hash = lowercase hex of SHA-256(the ticket string, UTF-8), 64 characters;
+//! * each entrant's key = HMAC-SHA256(key = the 32 seed bytes, message = its hash as the 64
+//!   ASCII bytes of its lowercase hex); with a public randomness beacon (a drand round named
+//!   in advance), the HMAC key is the seed bytes followed by the beacon's bytes;
+//! * entrants are placed in ascending order of their keys compared as bytes (ties, which
+//!   need a SHA-256 collision, fall back to the hashes' order).
+//!
+//! A ticket is a bearer credential for its place, so only its hash is ever published.
+
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+/// Bytes in a draw seed.
+pub const SEED_LEN: usize = 32;
+
+/// A draw's secret seed, fixed when the sale is scheduled and revealed at the draw.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Seed([u8; SEED_LEN]);
+
+impl Seed {
+    /// A fresh random seed (the operating system's generator).
+    pub fn generate() -> Self {
+        let mut b = [0u8; SEED_LEN];
+        rand::rngs::OsRng.fill_bytes(&mut b);
+        Self(b)
+    }
+
+    /// A seed from its lowercase or uppercase hex; `None` unless it is 32 bytes of hex.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        let mut b = [0u8; SEED_LEN];
+        hex::decode_to_slice(s, &mut b).ok()?;
+        Some(Self(b))
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Lowercase hex of SHA-256 of the seed's bytes: published as soon as the sale is
+    /// scheduled, so the seed cannot be changed once anyone joined.
+    pub fn commitment(&self) -> String {
+        hex::encode(Sha256::digest(self.0))
+    }
+
+    /// `entrants` in drawn order (each with whatever the caller keeps beside its hash), with
+    /// the bytes of a public randomness `beacon` mixed in when the sale names one.
+    pub fn order<T>(
+        &self,
+        beacon: Option<&[u8]>,
+        entrants: Vec<(EntrantHash, T)>,
+    ) -> Vec<(EntrantHash, T)> {
+        let mut key = self.0.to_vec();
+        key.extend_from_slice(beacon.unwrap_or_default());
+        let mut keyed: Vec<_> = entrants
+            .into_iter()
+            .map(|(h, t)| (sort_key(&key, &h), h, t))
+            .collect();
+        keyed.sort_by_key(|a| (a.0, a.1));
+        keyed.into_iter().map(|(_, h, t)| (h, t)).collect()
+    }
+}
+
+/// The key an entrant sorts by: HMAC-SHA256(key, the entrant hash's 64 hex characters).
+fn sort_key(key: &[u8], entrant: &EntrantHash) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    m.update(entrant.to_hex().as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+impl std::fmt::Debug for Seed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Seed(<secret until the draw>)")
+    }
+}
+
+/// SHA-256 of an entrant's ticket: what the draw publishes instead of the ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EntrantHash(pub [u8; 32]);
+
+impl EntrantHash {
+    pub fn of_ticket(ticket: &str) -> Self {
+        Self(Sha256::digest(ticket.as_bytes()).into())
+    }
+
+    /// From its 32 raw bytes (as stored); `None` for any other length.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        b.try_into().ok().map(Self)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commitment_is_the_seeds_sha256() {
+        let seed = Seed::from_hex(&"00".repeat(32)).expect("32 bytes");
+        // SHA-256 of 32 zero bytes.
+        assert_eq!(
+            seed.commitment(),
+            "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
+        );
+        assert_eq!(Seed::from_hex(&seed.to_hex()), Some(seed));
+        assert_eq!(Seed::from_hex("abcd"), None);
+        assert_ne!(Seed::generate(), Seed::generate());
+    }
+
+    #[test]
+    fn the_order_is_a_permutation_fixed_by_the_seed() {
+        let entrants: Vec<_> = (0..50)
+            .map(|i| (EntrantHash::of_ticket(&format!("q.{i}.mac")), i))
+            .collect();
+        let a = Seed::generate();
+        let once = a.order(None, entrants.clone());
+        let mut reversed = entrants.clone();
+        reversed.reverse();
+        assert_eq!(
+            a.order(None, reversed),
+            once,
+            "the input order does not matter"
+        );
+        let mut ids: Vec<_> = once.iter().map(|e| e.1).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..50).collect::<Vec<_>>());
+        assert_ne!(Seed::generate().order(None, entrants.clone()), once);
+        assert_ne!(
+            a.order(Some(b"beacon"), entrants),
+            once,
+            "a beacon changes the order"
+        );
+    }
+}

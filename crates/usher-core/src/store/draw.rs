@@ -1,0 +1,369 @@
+//! A scheduled sale in Redis: its schedule (the admin API), its entrants' hashes (the
+//! gateways, as they hand out pre-queue tickets), the draw (the dispatcher holding the
+//! queue's lease) and the published result (the gateways' `GET /api/queues/{q}/draw`).
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use super::decode::{array, status, text, u};
+use super::dispatch::Lease;
+use super::reply::{BeaconStatus, DrawStatus, ScheduleStatus};
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::draw::{EntrantHash, Seed};
+use crate::ids::{PlaceId, QueueId};
+use crate::keys::{self, QueueKeys};
+
+/// Where a scheduled sale stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawPhase {
+    /// Before the draw: joins go to the pre-queue, the seed is secret.
+    Pending,
+    /// The draw ran: the seed and the entrants are published.
+    Done,
+}
+
+/// A queue's scheduled sale, as the public draw record shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub opens_at_ms: u64,
+    pub phase: DrawPhase,
+    /// Lowercase hex SHA-256 of the seed.
+    pub commitment: String,
+    /// The seed (hex): `None` until the draw ran.
+    pub seed: Option<String>,
+    /// The public randomness mixed into the order, when the sale names one.
+    pub beacon: Option<Beacon>,
+}
+
+/// A public randomness beacon named in advance: a drand round, and its randomness (hex)
+/// once the operator recorded it. The draw waits for the randomness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beacon {
+    pub drand_round: u64,
+    pub randomness: Option<String>,
+}
+
+/// What [`Store::set_beacon`] is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub enum BeaconChange<'a> {
+    /// Name a drand round (`None`: no beacon).
+    Round(Option<u64>),
+    /// Record the named round's randomness (hex).
+    Randomness(&'a str),
+}
+
+/// What [`Store::set_beacon`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconOutcome {
+    Set,
+    /// No draw is pending.
+    NotPending,
+    /// Randomness for a sale that names no round.
+    NoRound,
+    /// Other randomness is already recorded.
+    Conflict,
+}
+
+/// A draw that is due: see [`Store::due_draw`].
+#[derive(Debug)]
+pub struct DueDraw {
+    pub seed: Seed,
+    /// The beacon's randomness, when the sale names one.
+    pub beacon: Option<Vec<u8>>,
+    /// Pre-queue places with their entrant hashes, in no particular order.
+    pub entrants: Vec<(EntrantHash, PlaceId)>,
+}
+
+/// What [`Store::run_draw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawOutcome {
+    /// Another replica holds the queue's lease.
+    LeaseLost,
+    /// No draw is pending (already done, unscheduled, or the queue is closed).
+    NotPending,
+    /// `drawn` places in drawn order, then `after` more FIFO, from place id `first` on.
+    Done { drawn: u64, after: u64, first: u64 },
+}
+
+impl Store {
+    /// Schedules the sale of `q` to open at `opens_at_ms` (with `seed` if this starts a new
+    /// sale), or unschedules it (`None`). `false` when refused: a pending draw cannot be
+    /// unscheduled. See `lua/schedule.lua` for when the seed is kept.
+    pub async fn schedule(
+        &self,
+        q: &QueueId,
+        opens_at_ms: Option<u64>,
+        seed: &Seed,
+    ) -> Result<bool> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .schedule
+            .key(&k.meta)
+            .key(&k.pre)
+            .key(&k.entrants)
+            .key(&k.drawn)
+            .key(&k.draw)
+            .arg(opens_at_ms.map(|t| t.to_string()).unwrap_or_default())
+            .arg(seed.to_hex())
+            .arg(seed.commitment())
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, ScheduleStatus::from_code) {
+            Some(ScheduleStatus::Set) => {
+                // Outside the script: another slot. Removed by the dispatcher after the draw.
+                if opens_at_ms.is_some() {
+                    self.mark_sale(q, true).await?;
+                }
+                Ok(true)
+            }
+            Some(ScheduleStatus::DrawPending) => Ok(false),
+            None => Err(protocol(format!("schedule reply {a:?}"))),
+        }
+    }
+
+    /// Queues whose draw may be pending (`usher:draws`): the dispatcher reads their schedule
+    /// before a tick, and no other queue's.
+    pub async fn sale_queues(&self) -> Result<Vec<QueueId>> {
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys::DRAWS)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| QueueId::new(n).ok())
+            .collect())
+    }
+
+    /// Adds `q` to (or, `false`, removes it from) the queues whose draw may be pending.
+    pub async fn mark_sale(&self, q: &QueueId, pending: bool) -> Result<()> {
+        let cmd = if pending { "SADD" } else { "SREM" };
+        let _: () = redis::cmd(cmd)
+            .arg(keys::DRAWS)
+            .arg(q.as_str())
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// The scheduled sale of `q`, if any (the seed only once drawn).
+    pub async fn schedule_of(&self, q: &QueueId) -> Result<Option<Schedule>> {
+        Ok(self.schedule_fields(q).await?.map(|(mut s, _, _)| {
+            if s.phase == DrawPhase::Pending {
+                s.seed = None;
+            }
+            s
+        }))
+    }
+
+    /// The schedule with its seed, secret or not (for the draw), and whether the queue is open.
+    async fn schedule_fields(&self, q: &QueueId) -> Result<Option<(Schedule, Option<Seed>, bool)>> {
+        let k = QueueKeys::new(q);
+        type Fields = (
+            Option<String>,
+            Option<u64>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<u64>,
+            Option<String>,
+        );
+        let (open, at, phase, seed, commitment, round, randomness): Fields = redis::cmd("HMGET")
+            .arg(&k.meta)
+            .arg("open")
+            .arg("opens_at_ms")
+            .arg("draw")
+            .arg("draw_seed")
+            .arg("draw_commitment")
+            .arg("draw_beacon_round")
+            .arg("draw_beacon")
+            .query_async(&mut self.c())
+            .await?;
+        let phase = match phase.as_deref() {
+            Some("pending") => DrawPhase::Pending,
+            Some("done") => DrawPhase::Done,
+            _ => return Ok(None),
+        };
+        let (Some(opens_at_ms), Some(commitment)) = (at, commitment) else {
+            return Ok(None);
+        };
+        let parsed = seed.as_deref().and_then(Seed::from_hex);
+        Ok(Some((
+            Schedule {
+                opens_at_ms,
+                phase,
+                commitment,
+                seed,
+                beacon: round.map(|drand_round| Beacon {
+                    drand_round,
+                    randomness,
+                }),
+            },
+            parsed,
+            open.as_deref() == Some("1"),
+        )))
+    }
+
+    /// Records the entrant hashes of pre-queue places, before their tickets go out: the draw
+    /// orders the places that have one.
+    pub async fn record_entrants(
+        &self,
+        q: &QueueId,
+        entrants: &[(PlaceId, EntrantHash)],
+    ) -> Result<()> {
+        if entrants.is_empty() {
+            return Ok(());
+        }
+        let k = QueueKeys::new(q);
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(&k.entrants);
+        for (p, h) in entrants {
+            cmd.arg(p.0).arg(&h.0[..]);
+        }
+        let _: () = cmd.query_async(&mut self.c()).await?;
+        Ok(())
+    }
+
+    /// Names a pending sale's beacon round, or records its randomness (see `lua/beacon.lua`).
+    pub async fn set_beacon(&self, q: &QueueId, change: BeaconChange<'_>) -> Result<BeaconOutcome> {
+        let k = QueueKeys::new(q);
+        let (what, value) = match change {
+            BeaconChange::Round(r) => ("round", r.map(|r| r.to_string()).unwrap_or_default()),
+            BeaconChange::Randomness(hex) => ("randomness", hex.to_ascii_lowercase()),
+        };
+        let v: Value = SCRIPTS
+            .beacon
+            .key(&k.meta)
+            .arg(what)
+            .arg(value)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, BeaconStatus::from_code) {
+            Some(BeaconStatus::Set) => Ok(BeaconOutcome::Set),
+            Some(BeaconStatus::NotPending) => Ok(BeaconOutcome::NotPending),
+            Some(BeaconStatus::NoRound) => Ok(BeaconOutcome::NoRound),
+            Some(BeaconStatus::Conflict) => Ok(BeaconOutcome::Conflict),
+            None => Err(protocol(format!("beacon reply {a:?}"))),
+        }
+    }
+
+    /// A pending draw of `q` that is due at `now_ms`: its seed, the beacon's randomness (when
+    /// the sale names a round) and its entrants (pre-queue places with an entrant hash).
+    /// `None` when no draw is pending, it is not yet time, or the named beacon's randomness
+    /// is not recorded yet.
+    pub async fn due_draw(&self, q: &QueueId, now_ms: u64) -> Result<Option<DueDraw>> {
+        let Some((s, seed, open)) = self.schedule_fields(q).await? else {
+            return Ok(None);
+        };
+        // A closed queue's draw waits until it reopens (draw.lua would refuse it).
+        if s.phase != DrawPhase::Pending || now_ms < s.opens_at_ms || !open {
+            return Ok(None);
+        }
+        let beacon = match s.beacon {
+            None => None,
+            Some(Beacon {
+                randomness: None, ..
+            }) => return Ok(None),
+            Some(Beacon {
+                randomness: Some(hex),
+                ..
+            }) => Some(
+                hex::decode(&hex)
+                    .map_err(|_| protocol(format!("queue {q}: draw_beacon is not hex")))?,
+            ),
+        };
+        let seed =
+            seed.ok_or_else(|| protocol(format!("queue {q}: draw_seed is not 32 bytes of hex")))?;
+        let k = QueueKeys::new(q);
+        let (pre, hashes): (Vec<Value>, HashMap<u64, Vec<u8>>) = redis::pipe()
+            .cmd("ZRANGE")
+            .arg(&k.pre)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .cmd("HGETALL")
+            .arg(&k.entrants)
+            .query_async(&mut self.c())
+            .await?;
+        let mut entrants = Vec::with_capacity(hashes.len());
+        for score in pre.iter().skip(1).step_by(2) {
+            let place = text(score)
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| protocol(format!("pre-queue score {score:?}")))?;
+            if let Some(h) = hashes.get(&place).and_then(|b| EntrantHash::from_bytes(b)) {
+                entrants.push((h, PlaceId(place)));
+            }
+        }
+        Ok(Some(DueDraw {
+            seed,
+            beacon,
+            entrants,
+        }))
+    }
+
+    /// Runs the draw of `q`: `order` (entrant hashes and pre-queue places, in drawn order)
+    /// takes new places at the tail of the line, and is published (`lua/draw.lua`).
+    pub async fn run_draw(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        now_ms: u64,
+        order: &[(EntrantHash, PlaceId)],
+    ) -> Result<DrawOutcome> {
+        let k = QueueKeys::new(q);
+        let ids = order
+            .iter()
+            .map(|(_, p)| p.0.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let blob: Vec<u8> = order.iter().flat_map(|(h, _)| h.0).collect();
+        let v: Value = SCRIPTS
+            .draw
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.pre)
+            .key(&k.waiting)
+            .key(&k.away)
+            .key(&k.drawn)
+            .key(&k.draw)
+            .key(&k.entrants)
+            .key(&k.lease)
+            .arg(&lease.value)
+            .arg(now_ms)
+            .arg(ids)
+            .arg(blob)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        match status(&a, DrawStatus::from_code) {
+            Some(DrawStatus::LeaseLost) => Ok(DrawOutcome::LeaseLost),
+            Some(DrawStatus::NotPending) => Ok(DrawOutcome::NotPending),
+            Some(DrawStatus::Done) if a.len() >= 4 => Ok(DrawOutcome::Done {
+                drawn: u(&a[1])?,
+                after: u(&a[2])?,
+                first: u(&a[3])?,
+            }),
+            _ => Err(protocol(format!("draw reply {a:?}"))),
+        }
+    }
+
+    /// The entrant hashes of `q`'s last draw, in drawn order (empty before any draw).
+    pub async fn drawn_entrants(&self, q: &QueueId) -> Result<Vec<EntrantHash>> {
+        let k = QueueKeys::new(q);
+        let blob: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&k.draw)
+            .query_async(&mut self.c())
+            .await?;
+        let blob = blob.unwrap_or_default();
+        if !blob.len().is_multiple_of(32) {
+            return Err(protocol(format!("draw record of {} bytes", blob.len())));
+        }
+        Ok(blob
+            .chunks_exact(32)
+            .filter_map(EntrantHash::from_bytes)
+            .collect())
+    }
+}

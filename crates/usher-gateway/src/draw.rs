@@ -1,0 +1,113 @@
+//! `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record, for anyone to check
+//! the order (README, "Scheduled sale and the draw").
+//!
+//! `{"queue","opens_at","commitment","seed","entrants","beacon"}`: the commitment from the
+//! moment the sale is scheduled, the seed and the entrant hashes (in drawn order) once the
+//! draw ran, and the public randomness beacon mixed in (`{"drand_round","randomness"}`, or
+//! `null` when the sale names none). A
+//! drawn record never changes, and 100,000 entrants make 6.6 MB of JSON, so each gateway
+//! renders it once and serves the same bytes to every request (the commitment, read on every
+//! request, tells a new sale's record from the last one).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use usher_core::ids::QueueId;
+use usher_core::store::{DrawPhase, Schedule};
+use usher_core::time::rfc3339_ms;
+use usher_http::ApiError;
+
+use crate::errors::{parse_queue, redis_unavailable};
+use crate::gateway::Gateway;
+
+/// Drawn records kept rendered: at most this many queues (then the cache starts over).
+const CACHED_DRAWS: usize = 64;
+
+/// Rendered records of finished draws, by queue, each with its commitment.
+#[derive(Default)]
+pub(crate) struct Draws(Mutex<HashMap<QueueId, (String, Bytes)>>);
+
+impl Draws {
+    fn get(&self, q: &QueueId, commitment: &str) -> Option<Bytes> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(q)
+            .filter(|(c, _)| c == commitment)
+            .map(|(_, b)| b.clone())
+    }
+
+    fn put(&self, q: QueueId, commitment: String, body: Bytes) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= CACHED_DRAWS && !m.contains_key(&q) {
+            m.clear();
+        }
+        m.insert(q, (commitment, body));
+    }
+}
+
+#[derive(Serialize)]
+struct DrawRecord<'a> {
+    queue: &'a QueueId,
+    opens_at: String,
+    commitment: &'a str,
+    seed: Option<&'a str>,
+    entrants: Option<Vec<String>>,
+    beacon: Option<BeaconRecord<'a>>,
+}
+
+#[derive(Serialize)]
+struct BeaconRecord<'a> {
+    drand_round: u64,
+    randomness: Option<&'a str>,
+}
+
+pub(crate) async fn draw_handler(
+    State(gw): State<Arc<Gateway>>,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let store = gw.store();
+    let Some(s) = store.schedule_of(&q).await.map_err(redis_unavailable)? else {
+        return Err(ApiError::not_found(format!(
+            "queue {q} does not exist or has no scheduled sale"
+        )));
+    };
+    if s.phase == DrawPhase::Pending {
+        let body = render(&q, &s, None);
+        return Ok(([(header::CACHE_CONTROL, "no-cache")], json(body)).into_response());
+    }
+    let body = match gw.draws().get(&q, &s.commitment) {
+        Some(b) => b,
+        None => {
+            let entrants = store.drawn_entrants(&q).await.map_err(redis_unavailable)?;
+            let hex = entrants.iter().map(|h| h.to_hex()).collect();
+            let b = render(&q, &s, Some(hex));
+            gw.draws().put(q, s.commitment.clone(), b.clone());
+            b
+        }
+    };
+    Ok(([(header::CACHE_CONTROL, "public, max-age=60")], json(body)).into_response())
+}
+
+fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
+    let record = DrawRecord {
+        queue: q,
+        opens_at: rfc3339_ms(s.opens_at_ms),
+        commitment: &s.commitment,
+        seed: s.seed.as_deref(),
+        entrants,
+        beacon: s.beacon.as_ref().map(|b| BeaconRecord {
+            drand_round: b.drand_round,
+            randomness: b.randomness.as_deref(),
+        }),
+    };
+    Bytes::from(serde_json::to_vec(&record).unwrap_or_default())
+}
+
+fn json(body: Bytes) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], body)
+}
