@@ -10,20 +10,18 @@
 //! request, tells a new sale's record from the last one).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use usher_core::ids::QueueId;
-use usher_core::store::{DrawPhase, Schedule};
+use usher_core::store::{DrawPhase, Schedule, Store};
 use usher_core::time::rfc3339_ms;
 use usher_http::ApiError;
 
-use crate::errors::{parse_queue, redis_unavailable};
-use crate::gateway::Gateway;
+use crate::errors::redis_unavailable;
 
 /// Drawn records kept rendered: at most this many queues (then the cache starts over).
 const CACHED_DRAWS: usize = 64;
@@ -65,12 +63,9 @@ struct BeaconRecord<'a> {
     randomness: Option<&'a str>,
 }
 
-pub(crate) async fn draw_handler(
-    State(gw): State<Arc<Gateway>>,
-    Path(raw): Path<String>,
-) -> Result<Response, ApiError> {
-    let q = parse_queue(&raw)?;
-    let store = gw.store();
+/// The answer to `GET /api/queues/{q}/draw` (`routes` serves it): the record from `store`,
+/// a finished one rendered once into `draws`.
+pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<Response, ApiError> {
     let Some(s) = store.schedule_of(&q).await.map_err(redis_unavailable)? else {
         return Err(ApiError::not_found(format!(
             "queue {q} does not exist or has no scheduled sale"
@@ -80,13 +75,13 @@ pub(crate) async fn draw_handler(
         let body = render(&q, &s, None);
         return Ok(([(header::CACHE_CONTROL, "no-cache")], json(body)).into_response());
     }
-    let body = match gw.draws().get(&q, &s.commitment) {
+    let body = match draws.get(&q, &s.commitment) {
         Some(b) => b,
         None => {
             let entrants = store.drawn_entrants(&q).await.map_err(redis_unavailable)?;
             let hex = entrants.iter().map(|h| h.to_hex()).collect();
             let b = render(&q, &s, Some(hex));
-            gw.draws().put(q, s.commitment.clone(), b.clone());
+            draws.put(q, s.commitment.clone(), b.clone());
             b
         }
     };

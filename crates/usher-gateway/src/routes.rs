@@ -34,7 +34,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             "/api/queues/{queue}/tickets/{ticket}",
             delete(leave_handler),
         )
-        .route("/api/queues/{queue}/draw", get(crate::draw::draw_handler))
+        .route("/api/queues/{queue}/draw", get(draw_handler))
         .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
             async move {
@@ -63,6 +63,15 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
         // The router's own 404 and 405, and extractor rejections, answer JSON too (after the
         // merge, so the merged router's fallback is covered).
         .layer(axum::middleware::from_fn(usher_http::json_errors))
+}
+
+/// `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record.
+async fn draw_handler(
+    State(gw): State<Arc<Gateway>>,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    crate::draw::record(gw.store(), gw.draws(), q).await
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use usher_core::ids::QueueId;
-use usher_core::store::{
-    DevSecret, DrawPhase, GatewayConnections, Interest, Restore, StoreError,
-};
+use usher_core::store::{DevSecret, DrawPhase, GatewayConnections, Interest, Restore, StoreError};
 use usher_core::time::now_ms;
 
 use crate::gateway::Gateway;
