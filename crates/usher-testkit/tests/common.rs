@@ -207,7 +207,8 @@ pub async fn join_and_admit(
 ) -> anyhow::Result<Admitted> {
     let r = http
         .put(format!("{dispatcher_url}/admin/queues/{queue}"))
-        .json(&serde_json::json!({"admit_per_second": 50.0, "open": true}))
+        // Passthrough off: the path under test shows a position before the admission.
+        .json(&serde_json::json!({"admit_per_second": 50.0, "open": true, "passthrough": false}))
         .send()
         .await?;
     anyhow::ensure!(r.status().is_success(), "PUT queue: {}", r.status());
