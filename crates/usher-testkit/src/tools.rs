@@ -40,6 +40,33 @@ pub async fn booking_demo(dispatcher: &crate::procs::Proc) -> anyhow::Result<cra
     .await
 }
 
+/// A Playwright driver (`crates/usher-testkit/browser/<script>`) run with the browser venv's
+/// Python, `env` and the screenshot directory (`target/screenshots`), its stdin and stdout
+/// piped for the `CONTROL`/`RESULT` line protocol, killed when dropped.
+pub fn spawn_driver(
+    venv: &Path,
+    script: &str,
+    env: &[(&str, String)],
+) -> anyhow::Result<tokio::process::Child> {
+    tokio::process::Command::new(venv.join("bin/python"))
+        .arg(
+            workspace()
+                .join("crates/usher-testkit/browser")
+                .join(script),
+        )
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env(
+            "USHER_TEST_SCREENSHOTS",
+            workspace().join("target/screenshots"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the Playwright driver")
+}
+
 /// The scenarios a Playwright driver reported passing: waits for it to exit, and fails unless
 /// it exited cleanly and its `RESULT` line (`RESULT ok ["scenario", ...]`) says so.
 pub async fn driver_passed(

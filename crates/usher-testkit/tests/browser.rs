@@ -4,12 +4,10 @@
 //! under target/), so `cargo test` on a fresh clone runs it. Screenshots of every state go to
 //! `target/screenshots/`.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{booking_demo, browser_venv, workspace};
 use usher_testkit::RedisServer;
@@ -46,19 +44,19 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
     .await?;
     let booking = booking_demo(&dispatcher).await?;
     let shots = workspace().join("target/screenshots");
-    let mut driver = Command::new(venv.join("bin/python"))
-        .arg(workspace().join("crates/usher-testkit/browser/waiting_room.py"))
-        .env("USHER_TEST_GATEWAY", gateway.url())
-        .env("USHER_TEST_DISPATCHER", dispatcher.url())
-        .env("USHER_TEST_ADMIN_TOKEN", usher_testkit::config::ADMIN_TOKEN)
-        .env("USHER_TEST_BOOKING", booking.url())
-        .env("USHER_TEST_SCREENSHOTS", &shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the Playwright driver")?;
+    let mut driver = usher_testkit::tools::spawn_driver(
+        &venv,
+        "waiting_room.py",
+        &[
+            ("USHER_TEST_GATEWAY", gateway.url()),
+            ("USHER_TEST_DISPATCHER", dispatcher.url()),
+            (
+                "USHER_TEST_ADMIN_TOKEN",
+                usher_testkit::config::ADMIN_TOKEN.to_string(),
+            ),
+            ("USHER_TEST_BOOKING", booking.url()),
+        ],
+    )?;
     let mut stdin = driver.stdin.take().context("driver stdin")?;
     let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
     let mut result = None;

@@ -4,12 +4,10 @@
 //! processes, with simulated browsers waiting in the queue it creates. Screenshots go to
 //! `target/screenshots/`.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 use usher_testkit::browser::Browser;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{browser_venv, workspace};
@@ -195,17 +193,14 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     let d = dispatcher(&redis).await?;
     let gw = Proc::start("usher-gateway", &[("USHER_REDIS_URL", redis.url())]).await?;
     let shots = workspace().join("target/screenshots");
-    let mut driver = Command::new(venv.join("bin/python"))
-        .arg(workspace().join("crates/usher-testkit/browser/dashboard.py"))
-        .env("USHER_TEST_DISPATCHER", d.url())
-        .env("USHER_TEST_ADMIN_TOKEN", TOKEN)
-        .env("USHER_TEST_SCREENSHOTS", &shots)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start the Playwright driver")?;
+    let mut driver = usher_testkit::tools::spawn_driver(
+        &venv,
+        "dashboard.py",
+        &[
+            ("USHER_TEST_DISPATCHER", d.url()),
+            ("USHER_TEST_ADMIN_TOKEN", TOKEN.to_string()),
+        ],
+    )?;
     let mut stdin = driver.stdin.take().context("driver stdin")?;
     let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
     let mut result = None;
