@@ -353,3 +353,88 @@ async fn a_sale_the_file_does_not_name_is_void_and_its_pre_queue_keeps_join_orde
     );
     Ok(())
 }
+
+/// The operator's side of keeping a commitment: `PUT` takes the `draw_seed` a new sale commits
+/// to (so the queues file can carry it), refuses one that would re-seed a pending draw, and
+/// never shows, logs or audits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_seed_is_taken_for_a_new_sale_only_and_never_shown() -> anyhow::Result<()> {
+    let s = Setup::start(&format!("{Q}:\n  paused: true\n")).await?;
+    let http = admin_client();
+    let put = |body: Value| {
+        http.put(format!("{}/admin/queues/{Q}", s.d.url()))
+            .json(&body)
+            .send()
+    };
+    let seed = hex::encode(Sha256::digest(b"another operator seed"));
+    let opens_at = rfc3339_ms(now_ms() + 60_000);
+    for (body, status, why) in [
+        (json!({"draw_seed": seed}), 400, "with the opens_at"),
+        (
+            json!({"opens_at": opens_at, "draw_seed": "abcd"}),
+            400,
+            "32 bytes of hex",
+        ),
+        (
+            json!({"opens_at": null, "draw_seed": seed}),
+            400,
+            "with the opens_at",
+        ),
+    ] {
+        let r = put(body.clone()).await?;
+        assert_eq!(r.status(), status, "{body}");
+        let e: Value = r.json().await?;
+        assert!(
+            e["error"].as_str().unwrap_or("").contains(why),
+            "{body}: {e}"
+        );
+    }
+    let r = put(json!({"opens_at": opens_at, "draw_seed": seed})).await?;
+    assert_eq!(r.status(), 200);
+    let shown = r.text().await?;
+    let (_, record) = s.record().await?;
+    assert_eq!(
+        record["commitment"],
+        hex::encode(Sha256::digest(hex::decode(&seed)?)),
+        "the sale commits to the operator's seed"
+    );
+    // Moving the pending sale with the same seed is fine; another seed would re-seed it.
+    let later = rfc3339_ms(now_ms() + 90_000);
+    let r = put(json!({"opens_at": later, "draw_seed": seed})).await?;
+    assert_eq!(r.status(), 200);
+    let other = hex::encode(Sha256::digest(b"a seed picked after people joined"));
+    let r = put(json!({"opens_at": later, "draw_seed": other})).await?;
+    assert_eq!(r.status(), 409);
+    let (_, unchanged) = s.record().await?;
+    assert_eq!(unchanged["commitment"], record["commitment"]);
+
+    // Secret until the draw: not in the admin API, the draw record, the audit trail, logs.
+    let queue = http
+        .get(format!("{}/admin/queues/{Q}", s.d.url()))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let audit = http
+        .get(format!("{}/admin/audit?limit=20", s.d.url()))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(audit.contains("<secret>"), "{audit}");
+    for (what, text) in [
+        ("PUT's answer", shown),
+        ("GET queue", queue),
+        ("draw record", unchanged.to_string()),
+        ("audit", audit),
+        ("dispatcher log", s.d.log_text()),
+    ] {
+        for secret in [&seed, &other] {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{what} shows a seed: {text}"
+            );
+        }
+    }
+    Ok(())
+}
