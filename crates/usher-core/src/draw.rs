@@ -80,6 +80,33 @@ impl std::fmt::Debug for Seed {
     }
 }
 
+/// Why a scheduled sale's published draw was voided. A closed set; its wire form (the draw
+/// record's `voided.reason`, the `draw_void` event's `reason`) is the snake_case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VoidReason {
+    /// Redis lost the queue before its draw ran, and the queue was configured again without
+    /// the seed behind the published commitment (`draw_seed` in `USHER_QUEUES_FILE`).
+    RedisDataLost,
+}
+
+impl VoidReason {
+    /// The wire name, as serde writes it (and as Redis stores it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VoidReason::RedisDataLost => "redis_data_lost",
+        }
+    }
+
+    /// From its wire name; `None` for any other text.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "redis_data_lost" => Some(VoidReason::RedisDataLost),
+            _ => None,
+        }
+    }
+}
+
 /// SHA-256 of an entrant's ticket: what the draw publishes instead of the ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EntrantHash(pub [u8; 32]);

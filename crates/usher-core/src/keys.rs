@@ -32,6 +32,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `usher:{q:<id>}:meta` | hash | also `opens_at_ms`, `draw` (`pending` from scheduling until the draw ran, then `done`), `draw_seed` (hex; never shown before the draw), `draw_commitment` (hex SHA-256 of the seed), `draw_beacon_round` (a drand round named in advance), `draw_beacon` (its randomness, hex, recorded by the operator; the draw waits for it) |
+//! | `usher:{q:<id>}:meta` (after a data loss) | hash | also `draw_void` (why the draw published before the loss is void: `redis_data_lost`) and `draw_void_commitment` (its commitment, when a gateway saw it), written by `lua/restore_pre.lua`; `draw` = `void` when no draw is held (the pre-queue went into the line in join order); a new sale clears them |
 //! | `usher:{q:<id>}:pre` | zset | the pre-queue: places taken while the draw is pending, as in `waiting` (6-byte member, score = place id); emptied by the draw |
 //! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |

@@ -201,6 +201,22 @@ impl ScheduledEvent {
     }
 }
 
+/// `event: draw_void` payload: the draw this pre-queue place joined was voided (Redis lost the
+/// queue before its draw ran, and it came back without the committed seed). Sent once to the
+/// pre-queue streams held when a gateway puts the places back, with no `id:` line (the
+/// browser's last event id stays its ticket); the stream then ends with a short `retry:`, and
+/// the browser's resume gets `scheduled` (a new draw is held) or `waiting` (none is: the
+/// pre-queue went into the line in join order). Clients that do not know the event ignore it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrawVoidEvent {
+    pub queue: QueueId,
+    pub reason: crate::draw::VoidReason,
+    /// The voided commitment, when the gateway saw it published.
+    pub voided_commitment: Option<String>,
+    /// The commitment of the new draw the places take part in; `null` when none is held.
+    pub commitment: Option<String>,
+}
+
 /// `event: admitted` payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdmittedEvent {

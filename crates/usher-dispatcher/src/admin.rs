@@ -135,6 +135,11 @@ pub struct QueueUpdate {
     /// mixes in that round's randomness.
     #[serde(default, deserialize_with = "present")]
     pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
+    /// The seed a new sale (`opens_at`) commits to, instead of a generated one: 64 hex
+    /// characters. Secret until the draw: never shown, logged or audited (its `Debug` is
+    /// redacted). See [`crate::schedule`].
+    #[serde(default, deserialize_with = "crate::schedule::seed_hex")]
+    pub draw_seed: Option<usher_core::draw::Seed>,
     /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
     pub booking_url: Option<String>,
     pub embed_origin: Option<String>,
@@ -326,7 +331,8 @@ async fn put_queue(
     let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
-    let scheduling = crate::schedule::check(&st.store, &q, u.opens_at.as_ref()).await?;
+    let scheduling =
+        crate::schedule::check(&st.store, &q, u.opens_at.as_ref(), u.draw_seed.as_ref()).await?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();

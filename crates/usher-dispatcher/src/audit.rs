@@ -4,7 +4,8 @@
 //! event with target `audit`) and to a capped Redis stream, which `GET /admin/audit` reads.
 //!
 //! Admin bodies carry queue settings and notices, never a token, and the `Authorization`
-//! header is not recorded, so the trail holds no secret.
+//! header is not recorded; a sale's `draw_seed` (secret until its draw) is recorded as
+//! `"<secret>"`. So the trail holds no secret.
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
@@ -29,14 +30,26 @@ const SUMMARY_CHARS: usize = 500;
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
-/// A body as recorded: compact JSON when it is JSON, else its size; cut at
-/// [`SUMMARY_CHARS`].
+/// Body fields never recorded: their value is replaced.
+const SECRET_FIELDS: &[&str] = &["draw_seed"];
+
+/// A body as recorded: compact JSON when it is JSON (its [`SECRET_FIELDS`] hidden), else its
+/// size; cut at [`SUMMARY_CHARS`].
 fn summarise(body: &[u8]) -> String {
     if body.is_empty() {
         return String::new();
     }
     let text = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v) => v.to_string(),
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                for f in SECRET_FIELDS {
+                    if let Some(x) = o.get_mut(*f) {
+                        *x = "<secret>".into();
+                    }
+                }
+            }
+            v.to_string()
+        }
         Err(_) => format!("<{} bytes, not JSON>", body.len()),
     };
     match text.char_indices().nth(SUMMARY_CHARS) {

@@ -10,18 +10,25 @@
 //!
 //! A queue configured again gets a new epoch and a place counter above every id handed out
 //! before (`Store::put_queue`); gateways then put back the places of the browsers they hold.
-//! Draw commitments (when a queue has a scheduled draw): a file entry that carries the draw's
-//! seed restores the same commitment; one without it gives the queue a new draw, and the old
-//! commitment is void (the hook is [`configure_missing`]: whatever fields the file carries go
-//! through the same checks as `PUT`).
+//!
+//! A scheduled sale: an entry may carry `opens_at` (and `draw_beacon`'s round), and the
+//! `draw_seed` the sale was scheduled with through the admin API. A queue configured while
+//! its `opens_at` is ahead is scheduled before it takes any join, with that seed, so the
+//! commitment published before a loss is published again and the draw still verifies;
+//! without the seed it gets a fresh one, and the gateways record the earlier draw void when
+//! they put its pre-queue back (`lua/restore_pre.lua`). A queue configured after its
+//! `opens_at` gets no sale: the draw is void, and the pre-queue goes into the line in join
+//! order. The seed stays secret: it is never logged (`Seed`'s `Debug` is redacted).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use usher_core::draw::Seed;
 use usher_core::ids::QueueId;
-use usher_core::store::{QueueConfig, Store, StoreError};
+use usher_core::store::{BeaconChange, QueueConfig, Store, StoreError};
+use usher_core::time::{now_ms, parse_rfc3339_ms};
 
 use crate::admin::{configured, QueueUpdate};
 
@@ -49,10 +56,43 @@ pub enum QueuesFileError {
     },
 }
 
-/// The queues of the file, each with its settings as a new queue gets them.
+/// The queues of the file, each with its settings as a new queue gets them, and its sale.
 #[derive(Debug, Clone)]
 pub struct QueuesFile {
-    queues: Vec<(QueueId, QueueConfig)>,
+    queues: Vec<(QueueId, QueueConfig, Option<Sale>)>,
+}
+
+/// A scheduled sale of the file.
+#[derive(Debug, Clone)]
+struct Sale {
+    opens_at_ms: u64,
+    /// The seed the sale was scheduled with, to publish the same commitment again.
+    seed: Option<Seed>,
+    drand_round: Option<u64>,
+}
+
+impl Sale {
+    /// The sale of a file entry: `opens_at` parsed (it may have passed: the file outlives
+    /// it), `draw_seed` and `draw_beacon` only beside it.
+    fn of(update: &QueueUpdate) -> Result<Option<Self>, String> {
+        let round = update.draw_beacon.flatten().map(|b| b.drand_round);
+        let Some(Some(text)) = &update.opens_at else {
+            if update.draw_seed.is_some() || round.is_some() {
+                return Err("draw_seed and draw_beacon need the sale's opens_at".to_owned());
+            }
+            return Ok(None);
+        };
+        let opens_at_ms = parse_rfc3339_ms(text).ok_or_else(|| {
+            format!(
+                "opens_at must be an RFC 3339 time such as \"2030-01-31T18:00:00Z\", not {text:?}"
+            )
+        })?;
+        Ok(Some(Self {
+            opens_at_ms,
+            seed: update.draw_seed.clone(),
+            drand_round: round,
+        }))
+    }
 }
 
 impl QueuesFile {
@@ -79,16 +119,9 @@ impl QueuesFile {
         let mut queues = Vec::new();
         for (name, update) in entries {
             let q = QueueId::new(&name).map_err(|e| problem(&name, e.to_string()))?;
-            // A scheduled sale commits its seed once, through the admin API; a file configured
-            // again after a data loss must not schedule (or re-seed) a sale behind its back.
-            if update.opens_at.is_some() || update.draw_beacon.is_some() {
-                return Err(problem(
-                    &name,
-                    "opens_at and draw_beacon are set through the admin API only".to_owned(),
-                ));
-            }
+            let sale = Sale::of(&update).map_err(|e| problem(&name, e))?;
             let cfg = configured(None, &update).map_err(|e| problem(&name, e.message))?;
-            queues.push((q, cfg));
+            queues.push((q, cfg, sale));
         }
         Ok(Self { queues })
     }
@@ -108,9 +141,13 @@ pub async fn configure_missing(
     file: &QueuesFile,
 ) -> Result<Vec<QueueId>, StoreError> {
     let mut configured = Vec::new();
-    for (q, cfg) in &file.queues {
+    for (q, cfg, sale) in &file.queues {
         if store.queue_config(q).await?.is_some() {
             continue;
+        }
+        // Before the settings, as `PUT` does: the queue takes no join into its line first.
+        if let Some(sale) = sale {
+            schedule(store, q, sale).await?;
         }
         store.put_queue(q, cfg).await?;
         tracing::warn!(
@@ -122,6 +159,28 @@ pub async fn configure_missing(
         configured.push(q.clone());
     }
     Ok(configured)
+}
+
+/// Schedules the file's `sale` of `q` (missing from Redis) if its `opens_at` is ahead.
+async fn schedule(store: &Store, q: &QueueId, sale: &Sale) -> Result<(), StoreError> {
+    if sale.opens_at_ms <= now_ms() {
+        tracing::warn!(queue = %q, opens_at_ms = sale.opens_at_ms, "USHER_QUEUES_FILE: the sale's opens_at has passed: configured without a draw");
+        return Ok(());
+    }
+    let seed = sale.seed.clone().unwrap_or_else(Seed::generate);
+    store.schedule(q, Some(sale.opens_at_ms), &seed).await?;
+    if let Some(r) = sale.drand_round {
+        store.set_beacon(q, BeaconChange::Round(Some(r))).await?;
+    }
+    tracing::warn!(
+        target: "audit",
+        who = "queues-file",
+        queue = %q,
+        commitment = %seed.commitment(),
+        seed_from_file = sale.seed.is_some(),
+        "sale scheduled from USHER_QUEUES_FILE"
+    );
+    Ok(())
 }
 
 /// Re-applies the file every [`RECHECK`] until `cancel`; `hint` hears of each queue
@@ -165,7 +224,7 @@ mod tests {
         )
         .expect("valid yaml");
         assert_eq!(f.len(), 2);
-        let (q, cfg) = &f.queues[0];
+        let (q, cfg, _) = &f.queues[0];
         assert_eq!(
             (q.as_str(), cfg.admit_per_second, cfg.paused),
             ("concert", 5.0, true)
@@ -181,13 +240,39 @@ mod tests {
         ] {
             assert!(QueuesFile::parse(p, bad).is_err(), "{bad}");
         }
-        // A scheduled sale is the admin API's: its seed is committed once.
-        for sale in [
-            "a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n",
-            "a:\n  draw_beacon: {drand_round: 1}\n",
+        // A sale: opens_at (past ones too: the file outlives them), its seed and round.
+        let seed = "ab".repeat(32);
+        let f = QueuesFile::parse(
+            p,
+            &format!("a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n  draw_seed: \"{seed}\"\n  draw_beacon: {{drand_round: 7}}\nb:\n  opens_at: \"2001-01-01T00:00:00Z\"\n"),
+        )
+        .expect("sales");
+        let sale = f.queues[0].2.as_ref().expect("a has a sale");
+        assert_eq!(sale.seed, Seed::from_hex(&seed));
+        assert_eq!(sale.drand_round, Some(7));
+        assert!(f.queues[1].2.as_ref().is_some_and(|s| s.seed.is_none()));
+        assert!(
+            !format!("{f:?}").contains(&seed),
+            "the seed never shows in Debug"
+        );
+        // Still refused: what has no sale to belong to, and what is not a seed or a time.
+        for (bad, why) in [
+            (
+                format!("a:\n  draw_seed: \"{seed}\"\n"),
+                "need the sale's opens_at",
+            ),
+            (
+                "a:\n  draw_beacon: {drand_round: 1}\n".to_owned(),
+                "need the sale's opens_at",
+            ),
+            ("a:\n  opens_at: \"soon\"\n".to_owned(), "RFC 3339"),
+            (
+                "a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n  draw_seed: \"abcd\"\n".to_owned(),
+                "32 bytes of hex",
+            ),
         ] {
-            let e = QueuesFile::parse(p, sale).expect_err(sale).to_string();
-            assert!(e.contains("admin API"), "{sale}: {e}");
+            let e = QueuesFile::parse(p, &bad).expect_err(&bad).to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }

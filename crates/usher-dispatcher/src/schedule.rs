@@ -1,7 +1,9 @@
 //! A queue's scheduled sale in the admin API: `"opens_at"` in `PUT /admin/queues/{queue}`.
 //!
-//! Setting a new time generates the draw's secret seed and publishes its commitment at once;
-//! moving a pending sale keeps its seed; `null` unschedules a sale whose draw already ran (a
+//! Setting a new time generates the draw's secret seed (or takes the operator's `draw_seed`,
+//! which `USHER_QUEUES_FILE` can then carry so a queue configured again after a Redis data
+//! loss keeps the same commitment) and publishes its commitment at once; moving a pending
+//! sale keeps its seed (another `draw_seed` for it is refused); `null` unschedules a sale whose draw already ran (a
 //! pending one cannot be: its pre-queue is waiting for the draw). The draw itself is
 //! [`crate::admission`]'s (`admission/draw.rs`).
 
@@ -22,22 +24,55 @@ use crate::state::{redis_down, AppState};
 #[derive(Debug)]
 pub(crate) enum Scheduling {
     Unchanged,
-    /// Open at this time (ms since the epoch).
-    At(u64),
+    /// Open at this time (ms since the epoch); a new sale takes this seed when given.
+    At(u64, Option<Seed>),
     Unscheduled,
 }
 
-/// Checks a `PUT`'s `opens_at` against the queue's current schedule.
+/// `"draw_seed"`: 64 hex characters (32 bytes), or absent.
+pub(crate) fn seed_hex<'de, D>(d: D) -> Result<Option<Seed>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(hex) => Seed::from_hex(&hex).map(Some).ok_or_else(|| {
+            serde::de::Error::custom("draw_seed must be 32 bytes of hex (64 characters)")
+        }),
+    }
+}
+
+/// Checks a `PUT`'s `opens_at` (and `draw_seed`) against the queue's current schedule.
 pub(crate) async fn check(
     store: &Store,
     q: &QueueId,
     opens_at: Option<&Option<String>>,
+    seed: Option<&Seed>,
 ) -> Result<Scheduling, ApiError> {
     let Some(asked) = opens_at else {
+        if seed.is_some() {
+            return Err(ApiError::bad_request(
+                "draw_seed is given with the opens_at of the sale it seeds",
+            ));
+        }
         return Ok(Scheduling::Unchanged);
     };
     let current = store.schedule_of(q).await.map_err(redis_down)?;
+    if let (Some(seed), Some(s)) = (seed, &current) {
+        // A seed chosen after people joined could be picked to suit them.
+        if s.phase == DrawPhase::Pending && s.commitment.as_deref() != Some(&seed.commitment()) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "this sale's draw is pending: it keeps the seed it committed to (draw_seed differs)",
+            ));
+        }
+    }
     let Some(text) = asked else {
+        if seed.is_some() {
+            return Err(ApiError::bad_request(
+                "draw_seed is given with the opens_at of the sale it seeds",
+            ));
+        }
         return match current {
             Some(s) if s.phase == DrawPhase::Pending => Err(ApiError::bad_request(
                 "opens_at cannot be removed while its draw is pending: people wait in its \
@@ -60,19 +95,19 @@ pub(crate) async fn check(
             "opens_at ({text}) must be in the future"
         )));
     }
-    Ok(Scheduling::At(at))
+    Ok(Scheduling::At(at, seed.cloned()))
 }
 
 /// Applies a checked schedule. A new sale gets a fresh seed (only its commitment is shown
 /// before the draw); a pending one keeps its own.
 pub(crate) async fn apply(store: &Store, q: &QueueId, s: Scheduling) -> Result<(), ApiError> {
-    let at = match s {
+    let (at, seed) = match s {
         Scheduling::Unchanged => return Ok(()),
-        Scheduling::At(at) => Some(at),
-        Scheduling::Unscheduled => None,
+        Scheduling::At(at, seed) => (Some(at), seed),
+        Scheduling::Unscheduled => (None, None),
     };
     if store
-        .schedule(q, at, &Seed::generate())
+        .schedule(q, at, &seed.unwrap_or_else(Seed::generate))
         .await
         .map_err(redis_down)?
     {

@@ -147,6 +147,7 @@
       if (e.lastEventId) save({ ...saved(), ticket: e.lastEventId });
       scheduled(JSON.parse(e.data));
     });
+    es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
     // HOOK(proof-of-work): the abuse issue's `challenge` event is not designed yet. When it
     // is, solve it here in a Web Worker (the CSP allows `worker-src 'self'`), show progress,
     // and join with the solution. Until then the page only says it is checking.
@@ -171,6 +172,13 @@
     };
     tick();
     countdown = setInterval(tick, 1000);
+  }
+  // The draw this place joined was voided (Redis lost the queue before it ran): say so, and
+  // whether a new draw is held. The stream then ends with a short retry: and resumes by itself.
+  function drawVoid(d) {
+    const text = t(d.commitment ? "draw_void_redrawn" : "draw_void_line");
+    showNotice(text);
+    if (channel) channel.postMessage({ type: "notice", message: text });
   }
   function stopCountdown() { if (countdown) { clearInterval(countdown); countdown = null; } }
 

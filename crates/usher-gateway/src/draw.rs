@@ -1,10 +1,12 @@
 //! `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record, for anyone to check
 //! the order (README, "Scheduled sale and the draw").
 //!
-//! `{"queue","opens_at","commitment","seed","entrants","beacon"}`: the commitment from the
-//! moment the sale is scheduled, the seed and the entrant hashes (in drawn order) once the
-//! draw ran, and the public randomness beacon mixed in (`{"drand_round","randomness"}`, or
-//! `null` when the sale names none). A
+//! `{"queue","status","opens_at","commitment","seed","entrants","beacon","voided"}`: `status`
+//! (`pending`, `done` or `void`), the commitment from the moment the sale is scheduled, the
+//! seed and the entrant hashes (in drawn order) once the draw ran, the public randomness
+//! beacon mixed in (`{"drand_round","randomness"}`, or `null` when the sale names none), and
+//! a draw voided by a Redis data loss (`{"reason","commitment"}`, or `null`: see
+//! `usher_core::store::PreQueueFate`). A
 //! drawn record never changes, and 100,000 entrants make 6.6 MB of JSON, so each gateway
 //! renders it once and serves the same bytes to every request (the commitment, read on every
 //! request, tells a new sale's record from the last one).
@@ -16,6 +18,7 @@ use axum::body::Bytes;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use usher_core::draw::VoidReason;
 use usher_core::ids::QueueId;
 use usher_core::store::{DrawPhase, Schedule, Store};
 use usher_core::time::rfc3339_ms;
@@ -50,11 +53,20 @@ impl Draws {
 #[derive(Serialize)]
 struct DrawRecord<'a> {
     queue: &'a QueueId,
+    status: &'static str,
     opens_at: String,
-    commitment: &'a str,
+    /// The draw held; `null` when the draw is void and none is held.
+    commitment: Option<&'a str>,
     seed: Option<&'a str>,
     entrants: Option<Vec<String>>,
     beacon: Option<BeaconRecord<'a>>,
+    voided: Option<VoidedRecord<'a>>,
+}
+
+#[derive(Serialize)]
+struct VoidedRecord<'a> {
+    reason: VoidReason,
+    commitment: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -71,17 +83,21 @@ pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<R
             "queue {q} does not exist or has no scheduled sale"
         )));
     };
-    if s.phase == DrawPhase::Pending {
-        let body = render(&q, &s, None);
-        return Ok(([(header::CACHE_CONTROL, "no-cache")], json(body)).into_response());
-    }
-    let body = match draws.get(&q, &s.commitment) {
+    let commitment = match (&s.commitment, s.phase) {
+        (Some(c), DrawPhase::Done) => c,
+        // Pending, or void: not final, so never cached.
+        _ => {
+            let body = render(&q, &s, None);
+            return Ok(([(header::CACHE_CONTROL, "no-cache")], json(body)).into_response());
+        }
+    };
+    let body = match draws.get(&q, commitment) {
         Some(b) => b,
         None => {
             let entrants = store.drawn_entrants(&q).await.map_err(redis_unavailable)?;
             let hex = entrants.iter().map(|h| h.to_hex()).collect();
             let b = render(&q, &s, Some(hex));
-            draws.put(q, s.commitment.clone(), b.clone());
+            draws.put(q, commitment.clone(), b.clone());
             b
         }
     };
@@ -91,13 +107,22 @@ pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<R
 fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
     let record = DrawRecord {
         queue: q,
+        status: match s.phase {
+            DrawPhase::Pending => "pending",
+            DrawPhase::Done => "done",
+            DrawPhase::Void => "void",
+        },
         opens_at: rfc3339_ms(s.opens_at_ms),
-        commitment: &s.commitment,
+        commitment: s.commitment.as_deref(),
         seed: s.seed.as_deref(),
         entrants,
         beacon: s.beacon.as_ref().map(|b| BeaconRecord {
             drand_round: b.drand_round,
             randomness: b.randomness.as_deref(),
+        }),
+        voided: s.voided.as_ref().map(|v| VoidedRecord {
+            reason: v.reason,
+            commitment: v.commitment.as_deref(),
         }),
     };
     Bytes::from(serde_json::to_vec(&record).unwrap_or_default())

@@ -12,6 +12,10 @@
 //! its places name the new index.
 //!
 //! The state is per queue: a Cluster shard can lose some queues and keep the others.
+//!
+//! It also keeps the commitment of each pending draw whose pre-queue browsers are held here,
+//! as a heartbeat last read it: after a loss, it tells whether the draw the queue came back
+//! with is the one these browsers joined (`lua/restore_pre.lua`).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -51,6 +55,8 @@ const RECENTLY_RESTORED: Duration = Duration::from_secs(10);
 pub(crate) struct Recovery {
     window: Duration,
     queues: Mutex<HashMap<QueueId, Watch>>,
+    /// The commitment of each pending draw seen, by queue.
+    draws: Mutex<HashMap<QueueId, String>>,
 }
 
 impl Recovery {
@@ -58,7 +64,20 @@ impl Recovery {
         Self {
             window,
             queues: Mutex::default(),
+            draws: Mutex::default(),
         }
+    }
+
+    /// A heartbeat read `q`'s pending draw: `commitment` is the one its pre-queue joined.
+    pub(crate) fn saw_draw(&self, q: &QueueId, commitment: String) {
+        let mut draws = self.draws.lock().unwrap_or_else(|p| p.into_inner());
+        draws.insert(q.clone(), commitment);
+    }
+
+    /// The commitment of `q`'s pending draw as last seen, if any.
+    pub(crate) fn seen_draw(&self, q: &QueueId) -> Option<String> {
+        let draws = self.draws.lock().unwrap_or_else(|p| p.into_inner());
+        draws.get(q).cloned()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Watch>> {
@@ -153,6 +172,8 @@ impl Recovery {
     /// Forgets queues no longer held here.
     pub(crate) fn retain(&self, held: &[QueueId]) {
         self.lock().retain(|q, _| held.contains(q));
+        let mut draws = self.draws.lock().unwrap_or_else(|p| p.into_inner());
+        draws.retain(|q, _| held.contains(q));
     }
 }
 

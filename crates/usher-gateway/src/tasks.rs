@@ -5,10 +5,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
+use usher_core::draw::{EntrantHash, VoidReason};
 use usher_core::ids::QueueId;
-use usher_core::store::{DevSecret, DrawPhase, GatewayConnections, Interest, Restore, StoreError};
+use usher_core::messages::DrawVoidEvent;
+use usher_core::store::{
+    DevSecret, DrawPhase, GatewayConnections, Interest, PreQueueFate, PreRestore, Restore,
+    SeenDraw, StoreError,
+};
+use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 
+use crate::frames::event_frame;
 use crate::gateway::Gateway;
 use crate::metrics;
 use crate::recovery::Action;
@@ -141,14 +148,19 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         }
     }
     // A draw whose message this gateway missed (sent while it was away, or lost): its
-    // pre-queue streams end all the same, within a heartbeat.
+    // pre-queue streams end all the same, within a heartbeat. A pending draw's commitment is
+    // kept for a data loss; a sale Redis lost is left to the restore, which keeps or voids it.
     for q in gw.hub().scheduled_queues() {
-        if store
-            .schedule_of(&q)
-            .await?
-            .is_none_or(|s| s.phase == DrawPhase::Done)
-        {
-            gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
+        match store.schedule_of(&q).await? {
+            Some(s) if s.phase == DrawPhase::Pending => {
+                if let Some(c) = s.commitment {
+                    gw.recovery().saw_draw(&q, c);
+                }
+            }
+            None => {}
+            Some(_) => {
+                gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
+            }
         }
     }
     Ok(())
@@ -169,11 +181,72 @@ async fn restore(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
             gw.hub().close_queue(q, reason);
         }
         Restore::Done { restored, epoch } => {
+            restore_pre_queue(gw, q).await?;
             gw.recovery().restored(q, epoch);
             // The other gateways put their places back within a heartbeat or two of this one.
             gw.hub().allow_rise(q, Instant::now() + RISE_AFTER_RESTORE);
             tracing::warn!(queue = %q, held = places.len(), restored, "places put back after redis lost the queue");
         }
+    }
+    Ok(())
+}
+
+/// Puts the pre-queue places of `q`'s browsers held here back (`Store::restore_pre_queue`):
+/// the draw they joined is kept when the queue came back with its seed; otherwise each of
+/// them is told (`draw_void`) and resumes into the new draw's pre-queue or its place in line.
+async fn restore_pre_queue(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
+    let (places, opens_at_ms) = gw.hub().scheduled_places(q);
+    if places.is_empty() {
+        return Ok(());
+    }
+    let entrants: Vec<_> = places
+        .iter()
+        .map(|&p| {
+            let ticket = Ticket::issue(gw.ticket_key(), q, p);
+            (p, EntrantHash::of_ticket(&ticket))
+        })
+        .collect();
+    let seen = gw.recovery().seen_draw(q);
+    let draw = SeenDraw {
+        commitment: seen.as_deref(),
+        opens_at_ms,
+    };
+    let store = gw.store();
+    let fate = match store
+        .restore_pre_queue(q, gw.index(), &entrants, draw, now_ms())
+        .await?
+    {
+        PreRestore::Unknown => return Ok(()),
+        PreRestore::Closed(reason) => {
+            gw.hub().close_queue(q, reason);
+            return Ok(());
+        }
+        PreRestore::Done { fate, restored, .. } => {
+            tracing::warn!(queue = %q, held = places.len(), restored, ?fate, "pre-queue places put back after redis lost the queue");
+            fate
+        }
+    };
+    let now = store.schedule_of(q).await?;
+    let commitment = now
+        .filter(|s| s.phase == DrawPhase::Pending)
+        .and_then(|s| s.commitment);
+    if let Some(c) = &commitment {
+        gw.recovery().saw_draw(q, c.clone());
+    }
+    if fate.voided() {
+        let ev = DrawVoidEvent {
+            queue: q.clone(),
+            reason: VoidReason::RedisDataLost,
+            voided_commitment: seen,
+            commitment,
+        };
+        let frame = event_frame("draw_void", None, &ev).into();
+        let told = gw
+            .hub()
+            .void_scheduled(q, &frame, || gw.jittered_retry_ms());
+        tracing::warn!(queue = %q, told, redrawn = ev.commitment.is_some(), "the draw published before redis lost the queue is void");
+    } else if fate == PreQueueFate::Drawn {
+        gw.hub().end_scheduled(q, || gw.jittered_retry_ms());
     }
     Ok(())
 }

@@ -39,6 +39,13 @@ pub enum Update {
     Ended {
         retry_ms: Option<u64>,
     },
+    /// Terminal: the rendered `draw_void` frame (shared, no `id:` line), then a `retry:` of
+    /// `retry_ms`, so the browser resumes into what holds now (a new draw's pre-queue, or its
+    /// place in line).
+    DrawVoid {
+        frame: Arc<str>,
+        retry_ms: u64,
+    },
 }
 
 impl Update {
@@ -84,6 +91,9 @@ impl Update {
             Update::Admitted(a) => Some(json_frame("admitted", Some(ticket), &a.json)),
             Update::Closed(c) => Some(event_frame("closed", None, c)),
             Update::Ended { retry_ms: Some(ms) } => Some(retry_frame(*ms)),
+            Update::DrawVoid { frame, retry_ms } => {
+                Some(format!("{frame}{}", retry_frame(*retry_ms)))
+            }
             Update::Ended { retry_ms: None } | Update::Admitting => None,
         }
     }

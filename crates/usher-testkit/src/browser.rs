@@ -25,6 +25,8 @@ pub struct Seen {
     pub closed: Vec<Value>,
     /// Payloads of `scheduled` events (in a scheduled sale's pre-queue).
     pub scheduled: Vec<Value>,
+    /// Payloads of `draw_void` events (the draw its pre-queue place joined was voided).
+    pub draw_void: Vec<Value>,
     /// Responses received (first connection included).
     pub connects: u32,
     /// The status that made it give up, if any.
@@ -132,6 +134,7 @@ async fn browse(gateways: Vec<SseClient>, path: String, first: usize, seen: Arc<
                                 finished = true;
                             }
                             "scheduled" => s.scheduled.push(data.clone()),
+                            "draw_void" => s.draw_void.push(data.clone()),
                             _ => {}
                         }
                     });

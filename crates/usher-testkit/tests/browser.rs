@@ -2,12 +2,14 @@
 //! (`crates/usher-testkit/browser/waiting_room.py`), against real processes. The test installs
 //! what it needs (`scripts/ensure-browser.sh`: chromium with apt, Playwright and k6 in a venv
 //! under target/), so `cargo test` on a fresh clone runs it. Screenshots of every state go to
-//! `target/screenshots/`.
+//! `target/screenshots/`. A scheduled sale on the page (`scheduled_page.py`): the countdown,
+//! the draw, the position and admission, and a draw voided by a Redis data loss.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{booking_demo, browser_venv, workspace};
 use usher_testkit::RedisServer;
@@ -44,7 +46,7 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
     .await?;
     let booking = booking_demo(&dispatcher).await?;
     let shots = workspace().join("target/screenshots");
-    let mut driver = usher_testkit::tools::spawn_driver(
+    let driver = usher_testkit::tools::spawn_driver(
         &venv,
         "waiting_room.py",
         &[
@@ -57,31 +59,12 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
             ("USHER_TEST_BOOKING", booking.url()),
         ],
     )?;
-    let mut stdin = driver.stdin.take().context("driver stdin")?;
-    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
-    let mut result = None;
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
-            match line.as_str() {
-                "CONTROL kill-gateway" => gateway.kill9(),
-                "CONTROL start-gateway" => gateway.restart().await?,
-                l if l.starts_with("RESULT ") => {
-                    result = Some(l.to_owned());
-                    continue;
-                }
-                other => {
-                    eprintln!("driver: {other}");
-                    continue;
-                }
-            }
-            stdin.write_all(b"OK\n").await?;
-        }
-        anyhow::Ok(())
-    };
-    tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .context("the browser tests took longer than 4 minutes")??;
-    let passed = usher_testkit::tools::driver_passed(&mut driver, result).await?;
+    let passed = drive(
+        driver,
+        &mut GatewayControls(&mut gateway),
+        Duration::from_secs(240),
+    )
+    .await?;
     assert_eq!(passed, SCENARIOS, "every scenario ran and passed");
     for shot in [
         "waiting",
@@ -95,6 +78,146 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
         "admitted",
         "sold-out",
         "embedded",
+    ] {
+        let path = shots.join(format!("{shot}.png"));
+        assert!(path.exists(), "screenshot {}", path.display());
+    }
+    Ok(())
+}
+
+/// What a driver's `CONTROL` lines ask of the test.
+trait Controls {
+    async fn control(&mut self, cmd: &str) -> anyhow::Result<()>;
+}
+
+/// Runs a Playwright driver to its end within `limit`: each `CONTROL <cmd>` line is done by
+/// `controls` and answered `OK`; returns the scenarios it reported passing.
+async fn drive(
+    mut driver: Child,
+    controls: &mut impl Controls,
+    limit: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let mut stdin = driver.stdin.take().context("driver stdin")?;
+    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
+    let mut result = None;
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(cmd) = line.strip_prefix("CONTROL ") {
+                controls.control(cmd).await?;
+                stdin.write_all(b"OK\n").await?;
+            } else if line.starts_with("RESULT ") {
+                result = Some(line);
+            } else {
+                eprintln!("driver: {line}");
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(limit, run)
+        .await
+        .with_context(|| format!("the browser tests took longer than {limit:?}"))??;
+    usher_testkit::tools::driver_passed(&mut driver, result).await
+}
+
+/// `kill-gateway` and `start-gateway`.
+struct GatewayControls<'a>(&'a mut Proc);
+
+impl Controls for GatewayControls<'_> {
+    async fn control(&mut self, cmd: &str) -> anyhow::Result<()> {
+        match cmd {
+            "kill-gateway" => self.0.kill9(),
+            "start-gateway" => self.0.restart().await?,
+            other => anyhow::bail!("unknown control {other:?}"),
+        }
+        Ok(())
+    }
+}
+
+/// `flush-redis`: Redis loses everything (a `FLUSHALL`), as in a data loss.
+struct FlushControls(String);
+
+impl Controls for FlushControls {
+    async fn control(&mut self, cmd: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(cmd == "flush-redis", "unknown control {cmd:?}");
+        let client = redis::Client::open(self.0.as_str())?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
+        Ok(())
+    }
+}
+
+/// A scheduled sale on the page: a countdown to `opens_at` that goes down, "you are in the
+/// draw", the position after the draw, then admission with a token that verifies; and a draw
+/// voided by a Redis data loss (the queue comes back from `USHER_QUEUES_FILE` without the
+/// sale), explained in English and Korean before the position shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow::Result<()> {
+    let venv = browser_venv()?;
+    let redis = RedisServer::start()?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("queues.yaml");
+    std::fs::write(&file, "void:\n  paused: true\n")?;
+    let env = [
+        ("USHER_REDIS_URL", redis.url()),
+        ("USHER_TICK_MS", "200".into()),
+        ("USHER_HEARTBEAT_MS", "300".into()),
+        // The draw ends the pre-queue streams with a retry: of at least 1 s (jittered), so
+        // "you are in the draw" stays on screen until the browser resumes into the line.
+        ("USHER_RETRY_MS", "2000".into()),
+        ("USHER_QUEUES_FILE", file.display().to_string()),
+        (
+            "USHER_TICKET_KEY",
+            "page-draw-test-ticket-key-0123456789abcd".into(),
+        ),
+        (
+            "USHER_JWT_KEY",
+            usher_core::token::SigningKey::generate_pem()?,
+        ),
+    ];
+    let dispatcher = Proc::start("usher-dispatcher", &env).await?;
+    let gateway = Proc::start("usher-gateway", &env).await?;
+    let booking = booking_demo(&dispatcher).await?;
+    let driver = usher_testkit::tools::spawn_driver(
+        &venv,
+        "scheduled_page.py",
+        &[
+            ("USHER_TEST_GATEWAY", gateway.url()),
+            ("USHER_TEST_DISPATCHER", dispatcher.url()),
+            (
+                "USHER_TEST_ADMIN_TOKEN",
+                usher_testkit::config::ADMIN_TOKEN.to_string(),
+            ),
+            ("USHER_TEST_BOOKING", booking.url()),
+        ],
+    )?;
+    let passed = drive(
+        driver,
+        &mut FlushControls(redis.url()),
+        Duration::from_secs(180),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "gateway:\n{}\ndispatcher:\n{}",
+            gateway.log_tail(),
+            dispatcher.log_tail()
+        )
+    })?;
+    assert_eq!(
+        passed,
+        [
+            "countdown, then the draw, then a position, then admission",
+            "a draw voided by a data loss is explained, in English and Korean",
+        ]
+    );
+    let shots = workspace().join("target/screenshots");
+    for shot in [
+        "scheduled-countdown",
+        "scheduled-draw",
+        "scheduled-position",
+        "scheduled-admitted",
+        "draw-void",
+        "draw-void-korean",
     ] {
         let path = shots.join(format!("{shot}.png"));
         assert!(path.exists(), "screenshot {}", path.display());

@@ -4,13 +4,14 @@
 -- Rules: while a draw is pending, a new time moves it and keeps the seed (a seed chosen after
 -- people joined could be picked to suit them), and unscheduling is refused; the time the last
 -- draw already ran at changes nothing; any other time starts a new sale: a new seed and
--- commitment, and the previous draw's record is forgotten.
+-- commitment, and the previous draw's record is forgotten (a voided draw's record too: see
+-- restore_pre.lua).
 -- Returns {SCHEDULE_SET} or {SCHEDULE_DRAW_PENDING} (unscheduling refused).
 local m = redis.call('HMGET', KEYS[1], 'draw', 'opens_at_ms')
 if ARGV[1] == '' then
   if m[1] == 'pending' then return {SCHEDULE_DRAW_PENDING} end
   redis.call('HDEL', KEYS[1], 'opens_at_ms', 'draw', 'draw_seed', 'draw_commitment',
-    'draw_beacon_round', 'draw_beacon')
+    'draw_beacon_round', 'draw_beacon', 'draw_void', 'draw_void_commitment')
   redis.call('DEL', KEYS[4], KEYS[5])
   return {SCHEDULE_SET}
 end
@@ -20,7 +21,8 @@ if m[1] == 'pending' then
 end
 if m[1] == 'done' and m[2] == ARGV[1] then return {SCHEDULE_SET} end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-redis.call('HDEL', KEYS[1], 'draw_beacon_round', 'draw_beacon')
+redis.call('HDEL', KEYS[1], 'draw_beacon_round', 'draw_beacon', 'draw_void',
+  'draw_void_commitment')
 redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[1], 'draw', 'pending', 'draw_seed', ARGV[2],
   'draw_commitment', ARGV[3])
 return {SCHEDULE_SET}

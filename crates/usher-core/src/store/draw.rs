@@ -11,7 +11,7 @@ use super::dispatch::Lease;
 use super::reply::{BeaconStatus, DrawStatus, ScheduleStatus};
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
-use crate::draw::{EntrantHash, Seed};
+use crate::draw::{EntrantHash, Seed, VoidReason};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::{self, QueueKeys};
 
@@ -22,6 +22,18 @@ pub enum DrawPhase {
     Pending,
     /// The draw ran: the seed and the entrants are published.
     Done,
+    /// The draw was voided and none is held: Redis lost the queue before its draw, and it
+    /// was configured again without a sale; its pre-queue went into the line in join order
+    /// (`lua/restore_pre.lua`).
+    Void,
+}
+
+/// A published draw that was voided before it ran (see [`VoidReason`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoidedDraw {
+    pub reason: VoidReason,
+    /// The voided commitment, when a gateway saw it before the loss.
+    pub commitment: Option<String>,
 }
 
 /// A queue's scheduled sale, as the public draw record shows it.
@@ -29,12 +41,15 @@ pub enum DrawPhase {
 pub struct Schedule {
     pub opens_at_ms: u64,
     pub phase: DrawPhase,
-    /// Lowercase hex SHA-256 of the seed.
-    pub commitment: String,
+    /// Lowercase hex SHA-256 of the seed of the draw held (`None` only when [`DrawPhase::Void`]).
+    pub commitment: Option<String>,
     /// The seed (hex): `None` until the draw ran.
     pub seed: Option<String>,
     /// The public randomness mixed into the order, when the sale names one.
     pub beacon: Option<Beacon>,
+    /// A draw published earlier and voided: with [`DrawPhase::Void`], or before the draw held
+    /// now (then `commitment` is a new one, published after the loss).
+    pub voided: Option<VoidedDraw>,
 }
 
 /// A public randomness beacon named in advance: a drand round, and its randomness (hex)
@@ -169,26 +184,42 @@ impl Store {
             Option<String>,
             Option<u64>,
             Option<String>,
+            Option<String>,
+            Option<String>,
         );
-        let (open, at, phase, seed, commitment, round, randomness): Fields = redis::cmd("HMGET")
-            .arg(&k.meta)
-            .arg("open")
-            .arg("opens_at_ms")
-            .arg("draw")
-            .arg("draw_seed")
-            .arg("draw_commitment")
-            .arg("draw_beacon_round")
-            .arg("draw_beacon")
-            .query_async(&mut self.c())
-            .await?;
+        let (open, at, phase, seed, commitment, round, randomness, void, void_commitment): Fields =
+            redis::cmd("HMGET")
+                .arg(&k.meta)
+                .arg("open")
+                .arg("opens_at_ms")
+                .arg("draw")
+                .arg("draw_seed")
+                .arg("draw_commitment")
+                .arg("draw_beacon_round")
+                .arg("draw_beacon")
+                .arg("draw_void")
+                .arg("draw_void_commitment")
+                .query_async(&mut self.c())
+                .await?;
         let phase = match phase.as_deref() {
             Some("pending") => DrawPhase::Pending,
             Some("done") => DrawPhase::Done,
+            Some("void") => DrawPhase::Void,
             _ => return Ok(None),
         };
-        let (Some(opens_at_ms), Some(commitment)) = (at, commitment) else {
+        let Some(opens_at_ms) = at else {
             return Ok(None);
         };
+        if commitment.is_none() && phase != DrawPhase::Void {
+            return Ok(None);
+        }
+        let voided = void.map(|r| VoidedDraw {
+            // Written by restore_pre.lua from VoidReason::as_str; an unknown name (a newer
+            // version's) still reads as a void draw.
+            reason: VoidReason::parse(&r).unwrap_or(VoidReason::RedisDataLost),
+            commitment: void_commitment,
+        });
+        let commitment = commitment.filter(|_| phase != DrawPhase::Void);
         let parsed = seed.as_deref().and_then(Seed::from_hex);
         Ok(Some((
             Schedule {
@@ -200,6 +231,7 @@ impl Store {
                     drand_round,
                     randomness,
                 }),
+                voided,
             },
             parsed,
             open.as_deref() == Some("1"),

@@ -10,6 +10,8 @@
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
 //! * `draw` — a scheduled sale: its schedule, entrant hashes, the draw and its record;
+//! * `draw_restore` — a scheduled sale's pre-queue put back after a data loss, its published
+//!   commitment kept or its draw recorded void;
 //! * `policy` — backends' load reports, a queue's adaptive setting, passthrough wake signals;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
@@ -32,6 +34,7 @@ mod connection;
 mod decode;
 mod dispatch;
 mod draw;
+mod draw_restore;
 mod gateway_load;
 mod gateways;
 mod oom;
@@ -53,7 +56,10 @@ pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
-pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule};
+pub use draw::{
+    Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule, VoidedDraw,
+};
+pub use draw_restore::{PreQueueFate, PreRestore, SeenDraw};
 pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;

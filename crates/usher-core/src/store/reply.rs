@@ -155,6 +155,23 @@ statuses! {
         Done = 2 => "RESTORE_DONE",
     }
 
+    /// What a `restore_pre` call did with a scheduled sale's pre-queue places after a data
+    /// loss (see `lua/restore_pre.lua`).
+    pub enum PreRestoreStatus {
+        /// The queue is not configured: nothing to restore into (yet).
+        Unknown = 0 => "PRE_RESTORE_UNKNOWN",
+        /// The queue is closed; its close reason follows (or false).
+        Closed = 1 => "PRE_RESTORE_CLOSED",
+        /// Back in the pre-queue of the draw whose commitment was published before the loss.
+        Kept = 2 => "PRE_RESTORE_KEPT",
+        /// Back in the pre-queue of a draw with a new commitment: the earlier one is void.
+        Redrawn = 3 => "PRE_RESTORE_REDRAWN",
+        /// The new draw ran already: places it did not place went to the tail of the line.
+        Drawn = 4 => "PRE_RESTORE_DRAWN",
+        /// No draw is pending: the draw is void and the places are in line in join order.
+        Void = 5 => "PRE_RESTORE_VOID",
+    }
+
     /// What a `trim_outbox` call did.
     pub enum TrimStatus {
         /// Another replica holds the queue's lease: nothing was trimmed.
@@ -203,6 +220,9 @@ mod tests {
         }
         for s in SessionStatus::ALL {
             assert_eq!(SessionStatus::from_code(s.code()), Some(*s));
+        }
+        for s in PreRestoreStatus::ALL {
+            assert_eq!(PreRestoreStatus::from_code(s.code()), Some(*s));
         }
         let mut names: Vec<&str> = all().into_iter().map(|(n, _)| n).collect();
         let len = names.len();

@@ -53,6 +53,7 @@ scripts!(
     register_gateway,
     heartbeat_gateway,
     restore,
+    restore_pre,
     gateways,
     session,
     touch_session,

@@ -400,6 +400,13 @@ impl Hub {
     /// each with its own `retry:` from `retry_ms`, so the browsers resume into their drawn
     /// places. Returns how many were ended.
     pub fn end_scheduled(&self, queue: &QueueId, mut retry_ms: impl FnMut() -> u64) -> usize {
+        self.end_scheduled_with(queue, || Update::Ended {
+            retry_ms: Some(retry_ms()),
+        })
+    }
+
+    /// Ends every pre-queue stream of `queue` with the terminal update `make` gives each.
+    fn end_scheduled_with(&self, queue: &QueueId, mut make: impl FnMut() -> Update) -> usize {
         let mut inner = self.lock();
         let picked: Vec<u64> = inner
             .queues
@@ -413,8 +420,7 @@ impl Hub {
             })
             .unwrap_or_default();
         for &p in &picked {
-            let retry_ms = Some(retry_ms());
-            inner.deliver(queue, PlaceId(p), Update::Ended { retry_ms });
+            inner.deliver(queue, PlaceId(p), make());
         }
         picked.len()
     }
@@ -445,12 +451,19 @@ impl Hub {
 
     /// The places of `queue` held here, in the order of their last known positions (the
     /// place id breaks ties): the order they are put back in after a Redis data loss.
+    /// Pre-queue places are not in line: [`Hub::scheduled_places`] has them.
     pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<PlaceId> {
         let inner = self.lock();
         let mut places: Vec<(u64, u64)> = inner
             .queues
             .get(queue)
-            .map(|slots| slots.iter().map(|(p, s)| (s.position, *p)).collect())
+            .map(|slots| {
+                slots
+                    .iter()
+                    .filter(|(_, s)| !s.is_scheduled())
+                    .map(|(p, s)| (s.position, *p))
+                    .collect()
+            })
             .unwrap_or_default();
         places.sort_unstable();
         places.into_iter().map(|(_, p)| PlaceId(p)).collect()
@@ -593,5 +606,6 @@ impl Inner {
     }
 }
 
+mod draw_void;
 #[cfg(test)]
 mod tests;

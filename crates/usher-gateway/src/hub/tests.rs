@@ -241,3 +241,36 @@ fn draining_ends_connections_with_a_retry() {
     assert_eq!(hub.end_some(10, || 1), 2);
     assert_eq!(hub.connections(), 0);
 }
+
+#[test]
+fn pre_queue_places_are_restored_apart_and_told_of_a_void_draw() {
+    use usher_core::messages::ScheduledEvent;
+    let hub = Hub::new();
+    let (_w, rx_waiting) = connect(&hub, place(3), 1);
+    let opens_at_ms = 1_900_000_000_000;
+    let mut pre = Vec::new();
+    for p in [9, 7] {
+        let r = hub.reserve(&q(), place(p));
+        let first = Update::Scheduled(ScheduledEvent::new(q(), opens_at_ms));
+        pre.push(hub.attach(r, first).expect("attached").1);
+    }
+    assert_eq!(hub.places_in_line_order(&q()), vec![place(3)]);
+    assert_eq!(
+        hub.scheduled_places(&q()),
+        (vec![place(7), place(9)], Some(opens_at_ms)),
+        "in join order, with the opens_at their streams were told"
+    );
+    let frame: Arc<str> = "event: draw_void\ndata: {}\n\n".into();
+    assert_eq!(hub.void_scheduled(&q(), &frame, || 1500), 2);
+    for rx in &pre {
+        let u = rx.borrow().clone();
+        assert!(u.is_terminal());
+        assert_eq!(
+            u.frame("t").as_deref(),
+            Some("event: draw_void\ndata: {}\n\nretry: 1500\n\n")
+        );
+    }
+    assert!(matches!(*rx_waiting.borrow(), Update::Waiting(_)));
+    assert_eq!(hub.scheduled_places(&q()), (vec![], None));
+    assert_eq!(hub.connections(), 1);
+}
