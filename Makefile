@@ -7,7 +7,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint build bench
+.PHONY: help run test lint build bench pow-figures
 
 help: ## List the targets
 	@echo "usher make targets:"
@@ -33,6 +33,9 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 
 build: ## Release build of the whole workspace
 	$(CARGO) build --release --workspace
+
+pow-figures: ## Proof-of-work cost figures: the page's solver in Chromium (also as a phone) and the Rust solver
+	bash scripts/pow-figures.sh
 
 bench: ## Benchmarks: runs scripts/bench.sh when present
 	@if [ -f scripts/bench.sh ]; then \

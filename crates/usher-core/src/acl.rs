@@ -135,9 +135,11 @@ const GATEWAY: &[&str] = &[
     "+exists",
     "+xinfo|groups",
     "+xlen",
+    "+zremrangebyscore",
     "~usher:{q:*}:*",
     "~usher:{gw}:*",
     "~usher:{gw:*}:stream",
     "~usher:dev:ticket-key",
+    "~usher:challenge-secret",
     "&usher:wake",
 ];

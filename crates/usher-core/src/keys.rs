@@ -17,6 +17,7 @@
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
+//! | `usher:{q:<id>}:spent` | zset | proof of work (meta `challenge` = `pow`, `pow_difficulty`): the id of each puzzle whose solution took a place → until when to remember it (ms: the puzzle's expiry + 60 s, so gateways whose clocks differ by up to a minute still refuse it); `join.lua` adds with `ZADD NX` (one solution, one place) and first trims what is past (`ZREMRANGEBYSCORE`), so it holds the solutions of the last puzzle lifetime only |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -66,6 +67,7 @@
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
 //! | `usher:{gw}:connections` | hash | gateway process index → `<streams>\|<open client connections>`, its last heartbeat's report (read by the admin API; one field per index ever handed out, so at most 65,535) |
 //! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
+//! | `usher:challenge-secret` | string | the proof-of-work puzzle secret (hex) gateways share when `USHER_CHALLENGE_SECRET` is not set: the first gateway stores one (`SET NX`), every one reads it back, and running gateways write theirs back after a loss |
 //! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
 //! | `usher:audit` | stream | admin changes, newest last, capped with `XADD MAXLEN ~` (`store::AUDIT_MAXLEN`); fields `at_ms`, `who` (token label), `method`, `path`, `status`, `summary` (the body, shortened; never a token) |
 //!
@@ -83,7 +85,7 @@
 //!   (register, heartbeat, prune) touch the three keys together;
 //! * each gateway stream has its own tag `{gw:<id>}`, so streams spread over the masters; a
 //!   dispatcher writing to several sends one pipeline per stream;
-//! * `usher:queues`, `usher:dispatchers`, `usher:audit` and `usher:dev:*` are untagged and need
+//! * `usher:queues`, `usher:dispatchers`, `usher:audit`, `usher:challenge-secret` and `usher:dev:*` are untagged and need
 //!   no tag: every command on them names that one key alone (`SADD`/`SMEMBERS`; a `MULTI` of
 //!   three commands on `usher:dispatchers`; `XADD`/`XREVRANGE`; `SET NX` then `GET`);
 //! * each backend's load report has its own tag `{be:<name>}` and is read and written alone;
@@ -110,6 +112,8 @@ pub struct QueueKeys {
     pub lease: String,
     pub ended: String,
     pub passed: String,
+    /// Proof of work: the spent solutions (see the table above).
+    pub spent: String,
     /// Scheduled sale (see the table above).
     pub pre: String,
     pub entrants: String,
@@ -132,6 +136,7 @@ impl QueueKeys {
             lease: k("lease"),
             ended: k("ended"),
             passed: k("passed"),
+            spent: k("spent"),
             pre: k("pre"),
             entrants: k("entrants"),
             drawn: k("drawn"),
@@ -150,6 +155,8 @@ pub const GW_CONNECTIONS: &str = "usher:{gw}:connections";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
+/// The puzzle secret gateways share when `USHER_CHALLENGE_SECRET` is not set.
+pub const CHALLENGE_SECRET: &str = "usher:challenge-secret";
 /// Pub/sub channel: a queue id per passthrough admission (see the schema above).
 pub const WAKE_CHANNEL: &str = "usher:wake";
 
@@ -236,6 +243,7 @@ mod tests {
                 &k.drawn,
                 &k.draw,
                 &k.passed,
+                &k.spent,
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

@@ -4,6 +4,7 @@
 //! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
 //! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
 //! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
+//! * [`challenge`] — the proof-of-work challenge: the setting, signed puzzles, solutions.
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
 //! * [`page`] — a queue's waiting-room page settings (booking URL, embedding origin, title,
@@ -16,6 +17,7 @@
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
 pub mod acl;
+pub mod challenge;
 pub mod draw;
 pub mod ids;
 pub mod keyring;

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::page::PageSettings;
@@ -152,6 +153,10 @@ pub struct QueueUpdate {
     /// Absent: unchanged; `null`: off.
     #[serde(default, deserialize_with = "present")]
     pub adaptive: Option<Option<Adaptive>>,
+    /// What a join must bring: `"none"` or `"pow"` (a solved proof-of-work puzzle).
+    pub challenge: Option<Challenge>,
+    /// Leading zero bits of the proof of work (1..=32).
+    pub pow_difficulty: Option<u8>,
 }
 
 impl QueueUpdate {
@@ -275,6 +280,9 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         a.check(MAX_ADMIT_PER_SECOND)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
+    if let Some(d) = u.pow_difficulty {
+        check_difficulty(d).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    }
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -316,6 +324,12 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     }
     if let Some(a) = &u.adaptive {
         cfg.adaptive = a.clone();
+    }
+    if let Some(c) = u.challenge {
+        cfg.challenge = c;
+    }
+    if let Some(d) = u.pow_difficulty {
+        cfg.pow_difficulty = d;
     }
     Ok(cfg)
 }
@@ -359,7 +373,7 @@ async fn put_queue(
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

@@ -14,6 +14,7 @@
   const t = (key, vars = {}) =>
     (S[key] || key).replace(/\{(\w+)\}/g, (_, k) => (k in vars ? vars[k] : ""));
   const STORE = "usher:" + Q;
+  const SCRIPT = document.currentScript.src; // the assets' base and version (?v=)
   const ANNOUNCE_EVERY_MS = 30000; // screen readers hear the position at most this often
   const ETA_HOLD_MS = 15000; // the ETA text changes at most this often
 
@@ -66,6 +67,7 @@
     const st = state;
     document.body.dataset.state = st.phase;
     $("waiting").hidden = st.phase !== "waiting";
+    drawChallenge(st);
     const msg = $("message");
     msg.hidden = !st.message;
     msg.textContent = st.message || "";
@@ -110,10 +112,12 @@
   // ---- the stream (only in the tab that holds the lock) ----
   let es = null, countdown = null;
 
-  function open() {
+  // `solution`: a solved proof-of-work puzzle for a join (a resume never needs one).
+  function open(solution) {
     if (es) es.close();
     const { ticket } = saved();
-    const url = cfg.stream + (ticket ? "?ticket=" + encodeURIComponent(ticket) : "");
+    const url = cfg.stream + (ticket ? "?ticket=" + encodeURIComponent(ticket)
+      : solution ? "?pow=" + encodeURIComponent(solution) : "");
     setConn("connecting");
     es = new EventSource(url);
     es.onopen = () => setConn("connected");
@@ -148,10 +152,51 @@
       scheduled(JSON.parse(e.data));
     });
     es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
-    // HOOK(proof-of-work): the abuse issue's `challenge` event is not designed yet. When it
-    // is, solve it here in a Web Worker (the CSP allows `worker-src 'self'`), show progress,
-    // and join with the solution. Until then the page only says it is checking.
-    es.addEventListener("challenge", () => setState({ phase: "challenge", message: t("challenge") }));
+    // The queue asks a proof of work (README, "Proof of work"): the stream ends after this
+    // event; solve the puzzle it carries, then join with the solution.
+    es.addEventListener("challenge", (e) => {
+      es.close();
+      solveChallenge(JSON.parse(e.data));
+    });
+  }
+
+  // ---- proof of work: solved in a Web Worker (pow-worker.js), with progress ----
+  let solver = null;
+  function solveChallenge(d) {
+    if (solver) solver.terminate();
+    const expected = Math.pow(2, d.difficulty); // hashes a solution takes on average
+    const progress = (hashes) =>
+      setState({ phase: "challenge", message: t("challenge"), work: Math.min(0.99, hashes / expected) });
+    progress(0);
+    const url = new URL("pow-worker.js", SCRIPT);
+    url.search = new URL(SCRIPT).search;
+    try {
+      solver = new Worker(url);
+    } catch {
+      return challengeFailed();
+    }
+    solver.onmessage = ({ data }) => {
+      if (data.nonce === undefined) return progress(data.hashes);
+      solver.terminate();
+      solver = null;
+      setState({ phase: "challenge", message: t("challenge"), work: 1 });
+      open(d.puzzle + "." + data.nonce);
+    };
+    solver.onerror = () => challengeFailed();
+    solver.postMessage({ puzzle: d.puzzle, difficulty: d.difficulty });
+  }
+  function challengeFailed() {
+    if (solver) solver.terminate();
+    solver = null;
+    setState({ phase: "challenge", message: t("challenge_failed"), work: 0 });
+    button("primary", t("challenge_retry"), () => open());
+  }
+  function drawChallenge(st) {
+    $("pow").hidden = st.phase !== "challenge";
+    const pct = Math.round((st.work || 0) * 100);
+    $("pow-fill").style.width = pct + "%";
+    $("pow-bar").setAttribute("aria-valuenow", String(pct));
+    $("pow-bar").setAttribute("aria-label", t("challenge_progress"));
   }
 
   function scheduled(d) {

@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use clap::Parser;
+use usher_core::challenge::{ChallengeSecret, ShortSecret};
 use usher_core::ids::ServerId;
 use usher_core::secret::{SecretError, TicketKey};
 use usher_core::store::RedisArgs;
@@ -159,6 +160,18 @@ pub struct Config {
     /// order. Past this window they get `place_lost`.
     #[arg(long, env = "USHER_RESTORE_WINDOW_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub restore_window_secs: u64,
+
+    /// Key (at least 32 bytes of text) that signs proof-of-work puzzles (queues with
+    /// `challenge: "pow"`); every gateway must share it, so a puzzle fetched from one is
+    /// accepted by all. When unset, one is generated, shared with the other gateways through
+    /// Redis (`usher:challenge-secret`) and written back after a Redis loss.
+    #[arg(long, env = "USHER_CHALLENGE_SECRET", hide_env_values = true)]
+    pub challenge_secret: Option<String>,
+
+    /// Seconds a proof-of-work puzzle stays good after it was issued. Long enough for a slow
+    /// phone to solve it and join; a solution is good for one place whatever its age.
+    #[arg(long, env = "USHER_CHALLENGE_TTL_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(CHALLENGE_TTL_SECS))]
+    pub challenge_ttl_secs: u64,
 }
 
 // The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and
@@ -171,6 +184,7 @@ const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
 const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
 const TRUSTED_PROXY_HOPS: RangeInclusive<u64> = 0..=16;
 const TIMEOUT_SECS: RangeInclusive<u64> = 1..=300;
+const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=3600;
 
 /// A configuration that cannot work. Each error names the variable and its bad value (a
 /// secret's length only).
@@ -185,6 +199,8 @@ pub enum ConfigError {
     },
     #[error("USHER_TICKET_KEY: {0}")]
     TicketKey(#[from] SecretError),
+    #[error("USHER_CHALLENGE_SECRET: {0}")]
+    ChallengeSecret(#[from] ShortSecret),
 }
 
 impl Config {
@@ -218,6 +234,11 @@ impl Config {
                 TIMEOUT_SECS,
             ),
             ("USHER_MAX_SOCKETS", self.max_sockets, 1..=u64::MAX),
+            (
+                "USHER_CHALLENGE_TTL_SECS",
+                self.challenge_ttl_secs,
+                CHALLENGE_TTL_SECS,
+            ),
         ] {
             if !range.contains(&value) {
                 return Err(ConfigError::OutOfRange {
@@ -229,7 +250,22 @@ impl Config {
             }
         }
         self.ticket_key()?;
+        self.challenge_secret()?;
         Ok(())
+    }
+
+    /// The configured puzzle secret; `None` when unset (one is shared through Redis).
+    pub fn challenge_secret(&self) -> Result<Option<ChallengeSecret>, ConfigError> {
+        let secret = self
+            .challenge_secret
+            .as_ref()
+            .map(|k| ChallengeSecret::new(k.as_bytes()));
+        Ok(secret.transpose()?)
+    }
+
+    /// How long a proof-of-work puzzle stays good.
+    pub fn challenge_ttl(&self) -> Duration {
+        Duration::from_secs(self.challenge_ttl_secs)
     }
 
     /// The configured ticket key; `None` when unset (a development key is used).

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use usher_core::challenge::Proof;
 use usher_core::ids::{PlaceId, QueueId, ServerId};
 use usher_core::messages::{CloseReason, StreamMessage};
 use usher_core::secret::TicketKey;
@@ -14,6 +15,7 @@ use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
 use crate::away::Away;
+use crate::challenge::Challenges;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
@@ -54,6 +56,8 @@ pub(crate) struct Gateway {
     open_sockets: Arc<AtomicU64>,
     /// What each client address holds here, against the per-IP limits.
     ip_limits: Arc<IpLimits>,
+    /// Proof-of-work puzzles: issued and checked here.
+    challenges: Challenges,
 }
 
 impl Gateway {
@@ -65,6 +69,7 @@ impl Gateway {
         store: Store,
         ticket_key: TicketKey,
         dev_ticket_key: Option<String>,
+        challenges: Challenges,
     ) -> Self {
         let away = Arc::new(Away::default());
         let ip_limits = Arc::new(IpLimits::new(Limits {
@@ -96,7 +101,12 @@ impl Gateway {
             stopped: CancellationToken::new(),
             draining: AtomicBool::new(false),
             open_sockets: Arc::default(),
+            challenges,
         }
+    }
+
+    pub(crate) fn challenges(&self) -> &Challenges {
+        &self.challenges
     }
 
     pub(crate) fn id(&self) -> &ServerId {
@@ -169,8 +179,13 @@ impl Gateway {
     }
 
     /// Takes a new place in `q` for a browser held here (batched with the other joins of `q`).
-    pub(crate) async fn join(&self, q: &QueueId) -> Result<PlaceState, JoinError> {
-        self.joins.join(q).await
+    /// Takes a new place in `q`, spending `proof` in a proof-of-work queue.
+    pub(crate) async fn join(
+        &self,
+        q: &QueueId,
+        proof: Option<Proof>,
+    ) -> Result<PlaceState, JoinError> {
+        self.joins.join(q, proof).await
     }
 
     /// A browser went away: keep its place for the queue's grace period. Recorded in batches

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
+use usher_core::challenge::{Proof, Refusal};
 use usher_core::draw::EntrantHash;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::secret::TicketKey;
-use usher_core::store::{Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
+use usher_core::store::{JoinBatch, Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
 use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 
@@ -38,10 +39,17 @@ pub(crate) enum JoinError {
     /// The call this join waited for will not come (the process is stopping).
     #[error("the join call was abandoned")]
     Abandoned,
+    /// The queue asks a proof of work, and this join's was missing, too easy or spent: it
+    /// took no place.
+    #[error("the proof of work was refused: {0:?}")]
+    Refused(Refusal),
 }
 
 /// A join's answer.
 type Reply = Result<PlaceState, JoinError>;
+
+/// A join waiting for the next call: its proof of work, and where its answer goes.
+type Waiter = (Option<Proof>, oneshot::Sender<Reply>);
 
 struct Shared {
     store: Store,
@@ -52,7 +60,7 @@ struct Shared {
     /// Where a place goes whose request vanished before it came back.
     away: Arc<Away>,
     /// The queues with a join call under way, and the joins waiting for the next one.
-    queues: Mutex<HashMap<QueueId, Vec<oneshot::Sender<Reply>>>>,
+    queues: Mutex<HashMap<QueueId, Vec<Waiter>>>,
 }
 
 impl Joiner {
@@ -73,19 +81,20 @@ impl Joiner {
         }
     }
 
-    /// Takes a new place in `q` for a browser held here.
-    pub(crate) async fn join(&self, q: &QueueId) -> Reply {
-        let waiting = {
+    /// Takes a new place in `q` for a browser held here; in a proof-of-work queue only with
+    /// a `proof` that is good and not spent yet.
+    pub(crate) async fn join(&self, q: &QueueId, proof: Option<Proof>) -> Reply {
+        let (waiting, proof) = {
             let mut queues = self.shared.lock();
             match queues.get_mut(q) {
                 Some(waiters) => {
                     let (tx, rx) = oneshot::channel();
-                    waiters.push(tx);
-                    Some(rx)
+                    waiters.push((proof, tx));
+                    (Some(rx), None)
                 }
                 None => {
                     queues.insert(q.clone(), Vec::new());
-                    None
+                    (None, proof)
                 }
             }
         };
@@ -98,24 +107,33 @@ impl Joiner {
             shared: self.shared.clone(),
             q: q.clone(),
         };
-        self.shared.call(q, 1).await.map(|j| j.state(0))
+        self.shared
+            .call(q, vec![proof])
+            .await
+            .and_then(|b| answer(&b, 0))
     }
 }
 
+/// The `i`-th join's answer from its batch's call.
+fn answer(b: &JoinBatch, i: usize) -> Reply {
+    b.outcome(i).map_err(JoinError::Refused)
+}
+
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Vec<oneshot::Sender<Reply>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Vec<Waiter>>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One join call taking `n` places in `q`. When Redis fails it, every join waiting for `q`
-    /// is answered "try later" now, instead of one batch after another each waiting for its
-    /// own failure (up to the response timeout each, behind a Redis that hangs).
-    async fn call(&self, q: &QueueId, n: usize) -> Result<Joined, JoinError> {
-        match self.take(q, n).await {
+    /// One join call taking a place in `q` for each join of a batch (with its proof of
+    /// work). When Redis fails it, every join waiting for `q` is answered "try later" now,
+    /// instead of one batch after another each waiting for its own failure (up to the
+    /// response timeout each, behind a Redis that hangs).
+    async fn call(&self, q: &QueueId, proofs: Vec<Option<Proof>>) -> Result<JoinBatch, JoinError> {
+        match self.take(q, &proofs).await {
             Ok(j) => {
-                if let Joined::Places {
+                if let Some(Joined::Places {
                     admitted_now: 1.., ..
-                } = j
+                }) = j.joined
                 {
                     // Passthrough: the dispatcher mints and delivers these at once when woken
                     // (a lost wake costs one tick: it also drains them every tick).
@@ -135,7 +153,7 @@ impl Shared {
                     .get_mut(q)
                     .map(std::mem::take)
                     .unwrap_or_default();
-                for tx in waiters {
+                for (_, tx) in waiters {
                     let _ = tx.send(Err(e.clone()));
                 }
                 Err(e)
@@ -149,10 +167,10 @@ impl Shared {
     /// before any ticket goes out, so every ticket a browser holds takes part in the draw (a
     /// place whose hashes failed to record goes in line after the drawn ones, and its browser
     /// is told to try again).
-    async fn take(&self, q: &QueueId, n: usize) -> Result<Joined, StoreError> {
+    async fn take(&self, q: &QueueId, proofs: &[Option<Proof>]) -> Result<JoinBatch, StoreError> {
         let index = self.index.load(Ordering::Relaxed);
-        let joined = self.store.join_many(q, index, now_ms(), n).await?;
-        if let Joined::Scheduled { last, count, .. } = joined {
+        let joined = self.store.join_proven(q, index, now_ms(), proofs).await?;
+        if let Some(Joined::Scheduled { last, count, .. }) = joined.joined {
             let entrants: Vec<_> = (last + 1 - count..=last)
                 .map(|p| {
                     let ticket = Ticket::issue(&self.ticket_key, q, PlaceId(p));
@@ -209,9 +227,13 @@ async fn drive(shared: Arc<Shared>, q: QueueId) {
             let n = waiters.len().min(JOIN_BATCH_MAX);
             waiters.drain(..n).collect()
         };
-        let joined = shared.call(&q, batch.len()).await;
-        for (i, tx) in batch.into_iter().enumerate() {
-            let reply = joined.as_ref().map(|j| j.state(i)).map_err(Clone::clone);
+        let (proofs, txs): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let joined = shared.call(&q, proofs).await;
+        for (i, tx) in txs.into_iter().enumerate() {
+            let reply = joined
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|j| answer(j, i));
             match tx.send(reply) {
                 // The request went away before its place came back: let the place lapse after
                 // the grace period instead of waiting in line for nobody.

@@ -29,6 +29,7 @@
 pub mod config;
 
 mod away;
+mod challenge;
 mod client;
 mod draw;
 mod errors;
@@ -54,6 +55,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use usher_core::challenge::ChallengeSecret;
 use usher_core::ids::ServerId;
 use usher_core::secret::{SecretError, TicketKey};
 use usher_core::store::{DevSecret, Store, StoreError};
@@ -129,6 +131,25 @@ pub async fn run(
     Ok(())
 }
 
+/// The puzzle signer: the configured secret, or the one every gateway shares through Redis.
+async fn challenges(cfg: &Config, store: &Store) -> Result<challenge::Challenges, Error> {
+    let (secret, shared) = match cfg.challenge_secret()? {
+        Some(s) => (s, None),
+        None => {
+            let s = store
+                .shared_dev_secret(DevSecret::ChallengeSecret, ChallengeSecret::generate_hex())
+                .await?;
+            let secret = ChallengeSecret::new(s.as_bytes()).map_err(ConfigError::from)?;
+            (secret, Some(s))
+        }
+    };
+    Ok(challenge::Challenges::new(
+        secret,
+        shared,
+        cfg.challenge_ttl(),
+    ))
+}
+
 /// Connects, registers this gateway, and starts its background tasks.
 async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     let id = cfg.server_id.clone().unwrap_or_else(ServerId::random);
@@ -151,6 +172,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
             TicketKey::new(k.into_bytes())?
         }
     };
+    let challenges = challenges(&cfg, &store).await?;
     let index = store
         .register_gateway(&id, now_ms(), cfg.registry_ttl())
         .await?;
@@ -162,6 +184,7 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
         store,
         ticket_key,
         dev_ticket_key,
+        challenges,
     ));
     tokio::spawn({
         let gw = gw.clone();

@@ -53,6 +53,8 @@ pub(crate) enum Refusal {
     IpPlaces,
     /// The socket is in the reserve kept for health checks (`--max-sockets`).
     Sockets,
+    /// A proof-of-work queue's join came without a good, unspent solution (`event: challenge`).
+    Challenge,
 }
 
 impl Refusal {
@@ -65,6 +67,7 @@ impl Refusal {
             Refusal::IpStreams => "ip_streams",
             Refusal::IpPlaces => "ip_places",
             Refusal::Sockets => "sockets",
+            Refusal::Challenge => "challenge",
         }
     }
 }

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::Deserialize;
+use usher_core::challenge::Challenge;
 use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
@@ -35,6 +36,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             delete(leave_handler),
         )
         .route("/api/queues/{queue}/draw", get(draw_handler))
+        .route("/api/queues/{queue}/challenge", get(challenge_handler))
         .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
             async move {
@@ -72,6 +74,29 @@ async fn draw_handler(
 ) -> Result<Response, ApiError> {
     let q = parse_queue(&raw)?;
     crate::draw::record(gw.store(), gw.draws(), q).await
+}
+
+/// `GET /api/queues/{queue}/challenge`: a fresh proof-of-work puzzle for a queue that asks
+/// one (`404` for an unknown queue, `409` for a queue that asks none).
+async fn challenge_handler(
+    State(gw): State<Arc<Gateway>>,
+    Path(raw): Path<String>,
+) -> Result<Response, ApiError> {
+    let q = parse_queue(&raw)?;
+    let setting = gw
+        .challenges()
+        .setting(gw.store(), &q)
+        .await
+        .map_err(redis_unavailable)?
+        .ok_or_else(|| unknown_queue(&q))?;
+    if setting.challenge != Challenge::Pow {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("queue {q} asks no proof of work: join without one"),
+        ));
+    }
+    let puzzle = gw.challenges().issue(&q, setting.difficulty, None);
+    Ok(([("cache-control", "no-store")], Json(puzzle)).into_response())
 }
 
 #[derive(Debug, Deserialize)]

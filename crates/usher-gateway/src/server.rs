@@ -32,7 +32,9 @@ use usher_http::ApiError;
 use crate::client::{forwarded_for, proxy_header, IpKey, ProxyHeader};
 use crate::errors::{check_ticket, parse_queue};
 use crate::gateway::Gateway;
-use crate::head::{self, percent_decode, stream_target, ticket_param, Head, Parsed, MAX_HEAD};
+use crate::head::{
+    self, percent_decode, query_param, stream_target, ticket_param, Head, Parsed, MAX_HEAD,
+};
 use crate::metrics::{self, Refusal, SocketRefusal};
 use crate::stream::{self, Framing, Setup};
 
@@ -408,19 +410,22 @@ impl Conn {
         let parsed = (|| {
             let q = parse_queue(&percent_decode(r.raw_queue).unwrap_or_default())?;
             let from_query = ticket_param(r.query)?;
+            let pow = query_param(r.query, "pow")?;
             let ticket = r.last_event_id.filter(|t| !t.is_empty()).or(from_query);
             let place = ticket
                 .as_deref()
                 .map(|t| check_ticket(gw.ticket_key(), &q, t))
                 .transpose()?;
-            Ok::<_, ApiError>((q, place, ticket))
+            Ok::<_, ApiError>((q, place, ticket, pow))
         })();
         let setup = match parsed {
             Ok(_) if self.reserve => {
                 metrics::refused(Refusal::Sockets);
                 Setup::TryLater
             }
-            Ok((q, place, ticket)) => Box::pin(stream::open(gw, q, place, ticket, r.client)).await,
+            Ok((q, place, ticket, pow)) => {
+                Box::pin(stream::open(gw, q, place, ticket, pow, r.client)).await
+            }
             Err(e) => Setup::Failed(e),
         };
         if let Setup::Failed(e) = &setup {

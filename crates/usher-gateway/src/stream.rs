@@ -12,6 +12,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::Instrument;
+use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
@@ -20,6 +21,7 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
+use crate::challenge::Gate;
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
@@ -32,6 +34,10 @@ use crate::update::{admitted_event, Update};
 
 /// How many times `retry:` a browser waits when Redis is out of memory.
 const OOM_BACKOFF: u64 = 10;
+
+/// How many times `retry:` a client that does not understand `event: challenge` waits before
+/// it reconnects without a solution (the page closes its stream and solves first).
+const CHALLENGE_BACKOFF: u64 = 10;
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept
 /// for the grace period).
@@ -57,6 +63,8 @@ pub(crate) enum Setup {
     TryMuchLater,
     /// A permanent error status.
     Failed(ApiError),
+    /// `event: challenge` (a fresh puzzle, and why the join took no place), then the end.
+    Challenge(ChallengeEvent),
 }
 
 /// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
@@ -150,6 +158,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    pow: Option<String>,
     client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
@@ -171,7 +180,7 @@ pub(crate) async fn open(
         .map(|()| slot)
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, client, slot).await,
+        Ok(slot) => setup(gw, q, place, ticket, pow, client, slot).await,
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
@@ -185,6 +194,7 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
+    pow: Option<String>,
     client: IpKey,
     slot: StreamSlot,
 ) -> Setup {
@@ -210,10 +220,20 @@ async fn setup(
             }
         }
         None => {
+            // A proof-of-work queue: the solution is checked before Redis is asked anything.
+            let challenges = gw.challenges();
+            let setting = match challenges.setting(gw.store(), &q).await {
+                Ok(s) => s,
+                Err(e) => return refused_by_redis(&logged(e)),
+            };
+            let proof = match challenges.gate(&q, setting, pow.as_deref()) {
+                Gate::Pass(proof) => proof,
+                Gate::Refuse(puzzle) => return challenged(puzzle),
+            };
             // The join's span (its queue; never its ticket, which is issued below).
             let span = tracing::info_span!("join", queue = %q);
             joined = SpanLink::of(&span);
-            match gw.join(&q).instrument(span).await {
+            match gw.join(&q, proof).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
                         PlaceState::Waiting { place, .. }
@@ -230,6 +250,12 @@ async fn setup(
                 Err(JoinError::Abandoned) => {
                     metrics::refused(Refusal::Redis);
                     return Setup::TryLater;
+                }
+                Err(JoinError::Refused(reason)) => {
+                    return match challenges.refused(gw.store(), &q, reason).await {
+                        Ok(puzzle) => challenged(puzzle),
+                        Err(e) => refused_by_redis(&logged(e)),
+                    };
                 }
             }
         }
@@ -352,6 +378,13 @@ async fn setup(
             Setup::Once(ended.frame(&ticket.unwrap_or_default()).unwrap_or_default())
         }
     }
+}
+
+/// A join refused for its proof of work: a fresh puzzle, counted as refused.
+fn challenged(puzzle: ChallengeEvent) -> Setup {
+    metrics::refused(Refusal::Challenge);
+    tracing::debug!(queue = %puzzle.queue, reason = ?puzzle.reason, "join refused: proof of work");
+    Setup::Challenge(puzzle)
 }
 
 /// A stream Redis could not set up: `retry:`, counted as refused; a longer one when Redis is
@@ -492,6 +525,11 @@ pub(crate) async fn pump(
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
         Setup::TryMuchLater => retry_frame(jittered(retry * OOM_BACKOFF)),
+        // No `id:`: the browser holds no ticket yet.
+        Setup::Challenge(puzzle) => {
+            retry_frame(jittered(retry * CHALLENGE_BACKOFF))
+                + &event_frame("challenge", None, &puzzle)
+        }
     };
     // A whole response in one write: head, its only chunk, the last chunk.
     chunk_with(sock, framing, framing.head(), &text, framing.last())

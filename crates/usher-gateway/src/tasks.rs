@@ -119,14 +119,14 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         gw.recovery().restore_all();
         tracing::warn!(old, new, "another gateway process owns this registry index (redis lost the registry); registered again");
     }
-    if let Some(key) = gw.dev_ticket_key() {
+    for (which, secret) in [
+        (DevSecret::TicketKey, gw.dev_ticket_key()),
+        (DevSecret::ChallengeSecret, gw.challenges().shared_secret()),
+    ] {
+        let Some(secret) = secret else { continue };
         // Written back (if missing) so that gateways started after a loss agree with this one.
-        if store
-            .shared_dev_secret(DevSecret::TicketKey, key.to_owned())
-            .await?
-            != key
-        {
-            tracing::warn!("the development ticket key in redis is not this gateway's (redis lost it and another gateway stored a new one): tickets of one are refused by the other until they restart");
+        if store.shared_dev_secret(which, secret.to_owned()).await? != secret {
+            tracing::warn!(?which, "a secret shared through redis is not this gateway's (redis lost it and another gateway stored a new one): tickets or puzzles of one are refused by the other until they restart");
         }
     }
     store.ensure_stream(gw.id(), config.stream_ttl()).await?;

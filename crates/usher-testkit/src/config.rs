@@ -64,6 +64,10 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         body_timeout_secs: 10,
         idle_timeout_secs: 30,
         restore_window_secs: 120,
+        // Proof of work (issue 14): the secret is shared through Redis, as in production
+        // without USHER_CHALLENGE_SECRET; puzzles live the default 120 s.
+        challenge_secret: None,
+        challenge_ttl_secs: 120,
     }
 }
 

@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
+use usher_core::challenge::ChallengeEvent;
 use usher_core::messages::{AdmittedEvent, ClosedEvent, WaitingEvent};
 use usher_sse::{Event, Item, Parser};
 
@@ -48,6 +49,8 @@ pub struct Recorder {
     empty_streams: AtomicU64,
     waiting_events: AtomicU64,
     slow_joins: AtomicU64,
+    challenges: AtomicU64,
+    pow_hashes: AtomicU64,
     /// Connections in a final state; `all_finished` fires when it reaches `assigned`.
     finished: AtomicU64,
     assigned: u64,
@@ -98,6 +101,8 @@ impl Recorder {
             empty_streams: g(&self.empty_streams),
             waiting_events: g(&self.waiting_events),
             slow_joins: g(&self.slow_joins),
+            challenges: g(&self.challenges),
+            pow_hashes: g(&self.pow_hashes),
         }
     }
 
@@ -187,6 +192,10 @@ struct State {
     joined: bool,
     /// Counted in the `waiting` gauge.
     in_line: bool,
+    /// A proof-of-work puzzle to solve before the next join (`event: challenge`) ...
+    challenge: Option<ChallengeEvent>,
+    /// ... and the solution the next join sends (`?pow=`).
+    pow: Option<String>,
 }
 
 impl State {
@@ -235,6 +244,8 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         started: Instant::now(),
         joined: false,
         in_line: false,
+        challenge: None,
+        pow: None,
     };
     let mut next_gw = (index % ctx.gateways.len() as u64) as usize;
     let mut first = true;
@@ -247,6 +258,9 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         next_gw = next_gw.wrapping_add(1);
         match attempt(&ctx, gw, source, &mut st).await {
             Flow::Final(f) => break f,
+            // A proof-of-work queue refused the join: solve (on a blocking thread: it is all
+            // CPU) and join again at once, as the page does.
+            Flow::Retry if st.challenge.is_some() => solve(&rec, &mut st).await,
             Flow::Retry => tokio::time::sleep(st.retry).await,
         }
     };
@@ -257,6 +271,24 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         Final::Failed => inc(&rec.failed),
     }
     rec.finish();
+}
+
+/// Solves the pending puzzle and keeps the solution for the next join.
+async fn solve(rec: &Recorder, st: &mut State) {
+    let Some(c) = st.challenge.take() else { return };
+    let puzzle = c.puzzle;
+    let solved = tokio::task::spawn_blocking(move || {
+        let (nonce, hashes) = usher_core::challenge::solve(&puzzle, c.difficulty, 0);
+        (format!("{puzzle}.{nonce}"), hashes)
+    })
+    .await;
+    match solved {
+        Ok((solution, hashes)) => {
+            rec.pow_hashes.fetch_add(hashes, Ordering::Relaxed);
+            st.pow = Some(solution);
+        }
+        Err(_) => rec.error("pow_solver"),
+    }
 }
 
 /// The step at which opening a stream failed (counted as an error of that kind).
@@ -308,9 +340,20 @@ async fn open(
     gw: &Gateway,
     source: Option<IpAddr>,
     ticket: Option<&str>,
+    pow: Option<&str>,
 ) -> Result<(TcpStream, Head, Vec<u8>, usize), OpenError> {
     let mut stream = connect(gw.addr, source).await?;
-    let req = http::request(&ctx.path, &gw.host, ticket);
+    let req = match pow.filter(|_| ticket.is_none()) {
+        Some(solution) => {
+            let sep = if ctx.path.contains('?') { '&' } else { '?' };
+            http::request(
+                &format!("{}{sep}pow={solution}", ctx.path),
+                &gw.host,
+                ticket,
+            )
+        }
+        None => http::request(&ctx.path, &gw.host, ticket),
+    };
     stream.write_all(&req).await.map_err(|_| OpenError::Io)?;
     let mut buf = vec![0u8; READ_BUF];
     let mut filled = 0;
@@ -352,7 +395,7 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
     let rec = &ctx.rec;
     let opened = tokio::time::timeout(
         ctx.connect_timeout,
-        open(ctx, gw, source, st.ticket.as_deref()),
+        open(ctx, gw, source, st.ticket.as_deref(), st.pow.as_deref()),
     )
     .await;
     let (mut stream, head, mut buf, filled) = match opened {
@@ -481,6 +524,14 @@ fn handle(ctx: &Ctx, st: &mut State, item: Item) -> Option<Final> {
                     None
                 }
                 "admitted" => Some(on_admitted(rec, &e)),
+                "challenge" => {
+                    inc(&rec.challenges);
+                    match serde_json::from_str::<ChallengeEvent>(&e.data) {
+                        Ok(c) => st.challenge = Some(c),
+                        Err(_) => rec.error("parse"),
+                    }
+                    None
+                }
                 "closed" => {
                     let reason = serde_json::from_str::<ClosedEvent>(&e.data)
                         .map(|c| c.reason.to_string())

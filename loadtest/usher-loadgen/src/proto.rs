@@ -33,6 +33,12 @@ pub struct Counters {
     pub waiting_events: u64,
     /// Joins slower than [`SLOW_JOIN_MS`]: the timeline shows when they happened.
     pub slow_joins: u64,
+    /// `challenge` events received (a proof-of-work queue refused a join).
+    #[serde(default)]
+    pub challenges: u64,
+    /// SHA-256 hashes computed to solve them.
+    #[serde(default)]
+    pub pow_hashes: u64,
 }
 
 /// The join latency target (BENCHMARKS.md): joins slower than this are counted per second.
@@ -57,6 +63,8 @@ impl Counters {
         self.empty_streams += o.empty_streams;
         self.waiting_events += o.waiting_events;
         self.slow_joins += o.slow_joins;
+        self.challenges += o.challenges;
+        self.pow_hashes += o.pow_hashes;
     }
 
     /// Connections in a final state.

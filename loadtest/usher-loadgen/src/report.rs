@@ -78,6 +78,9 @@ pub struct Totals {
     pub waiting_events: u64,
     /// Joins slower than the target (`proto::SLOW_JOIN_MS`).
     pub slow_joins: u64,
+    /// Proof of work: `challenge` events received, and hashes computed to solve them.
+    pub challenges: u64,
+    pub pow_hashes: u64,
     /// Joins completed per second between the first and the last join's completion:
     /// `(joined - 1) / (last - first)`; `None` with fewer than two joins.
     pub join_rate_per_s: Option<f64>,
@@ -317,6 +320,8 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             empty_streams: c.empty_streams,
             waiting_events: c.waiting_events,
             slow_joins: c.slow_joins,
+            challenges: c.challenges,
+            pow_hashes: c.pow_hashes,
             join_rate_per_s: join_span.and_then(|(a, b)| {
                 (c.joined >= 2 && b > a)
                     .then(|| round_to((c.joined - 1) as f64 * 1e6 / (b - a) as f64, 1))
@@ -414,6 +419,13 @@ pub fn summary(r: &Report) -> String {
         crate::proto::SLOW_JOIN_MS,
         t.slow_joins
     );
+    if t.challenges > 0 {
+        let _ = writeln!(
+            s,
+            "proof of work  challenges {}  hashes {}",
+            t.challenges, t.pow_hashes
+        );
+    }
     let cs = &r.cpu_stalls;
     let stalls = match cs.longest_ms {
         None if cs.cpus_watched == 0 => "not probed (no CPU could be pinned)".to_owned(),

@@ -1,13 +1,23 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, active, passed, away, pre   (one hash tag: {q:<id>})
--- ARGV: gateway index, now ms, gws ttl ms, n (places to take, 1..JOIN_BATCH_MAX)
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent   (one hash tag: {q:<id>})
+-- ARGV: gateway index, now ms, gws ttl ms, n (joins in the batch, 1..JOIN_BATCH_MAX),
+--       the joins' proofs of work: n entries joined by ',', each '' (none) or
+--       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash)
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
 -- were admitted in this call (passthrough), the others wait, and the last is at position
 -- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms} when they went to a scheduled sale's
 -- pre-queue.
+--
+-- Proof of work (meta `challenge` = `pow`): a join takes a place only with a proof whose
+-- difficulty is at least `pow_difficulty` and whose puzzle id is not in `spent` yet (added
+-- now, kept 60 s past the puzzle's expiry: one solution, one place, however many gateways
+-- see it at once). The places then go to the accepted joins only, in batch order, and
+-- `n` above counts those; every reply gets one more element, the verdict of each join
+-- (POW_*), or is {PLACE_CHALLENGED, verdicts} when no join was accepted. Other queues
+-- ignore the proofs and their replies have no verdicts.
 --
 -- Passthrough: when the queue has `passthrough` on, is not paused, and nobody waits (no
 -- waiting and no away places), the first places of the batch are admitted at once, as many
@@ -20,6 +30,31 @@ if closed then return {PLACE_QUEUE_CLOSED} end
 local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
+local verdicts = nil
+local challenge = redis.call('HMGET', KEYS[1], 'challenge', 'pow_difficulty')
+if challenge[1] == 'pow' then
+  local need = tonumber(challenge[2]) or 0
+  redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. fmt(now))
+  verdicts = {}
+  local accepted = 0
+  for entry in string.gmatch((ARGV[5] or '') .. ',', '([^,]*),') do
+    local id, d, exp = string.match(entry, '^([%w_-]+):(%d+):(%d+)$')
+    local v = POW_ACCEPTED
+    if not id then
+      v = POW_MISSING
+    elseif tonumber(d) < need then
+      v = POW_INSUFFICIENT
+    elseif redis.call('ZADD', KEYS[9], 'NX', fmt(tonumber(exp) + 60000), id) == 0 then
+      v = POW_SPENT
+    else
+      accepted = accepted + 1
+    end
+    verdicts[#verdicts + 1] = v
+  end
+  if #verdicts ~= n then return redis.error_reply('join: ' .. #verdicts .. ' proofs for ' .. n .. ' joins') end
+  if accepted == 0 then return {PLACE_CHALLENGED, verdicts} end
+  n = accepted
+end
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
 -- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
 -- (below) admits nobody: this block comes first and returns.
@@ -31,7 +66,7 @@ if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
     pre[#pre + 1] = member_of(seq, gw)
   end
   redis.call('ZADD', KEYS[8], unpack(pre))
-  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0')}
+  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), verdicts}
 end
 local last = redis.call('INCRBY', KEYS[2], n)
 local first = last - n + 1
@@ -78,4 +113,4 @@ end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', KEYS[3])
 local rate, configured = eta_rates(KEYS[1])
-return {PLACE_WAITING, last, w, rate, configured, now_admitted}
+return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

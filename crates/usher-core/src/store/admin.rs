@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scripts::SCRIPTS;
 use super::{Result, Store};
+use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
@@ -49,6 +50,16 @@ pub struct QueueConfig {
     pub passthrough: bool,
     /// The rate follows a backend's reported load instead of `admit_per_second` (`None`: off).
     pub adaptive: Option<Adaptive>,
+    /// What a join must bring to take a place: nothing, or a solved proof-of-work puzzle.
+    #[serde(default)]
+    pub challenge: Challenge,
+    /// Leading zero bits a proof-of-work solution's hash must have (used with `pow`).
+    #[serde(default = "default_pow_difficulty")]
+    pub pow_difficulty: u8,
+}
+
+fn default_pow_difficulty() -> u8 {
+    DEFAULT_POW_DIFFICULTY
 }
 
 impl Default for QueueConfig {
@@ -65,6 +76,8 @@ impl Default for QueueConfig {
             max_active: None,
             passthrough: true,
             adaptive: None,
+            challenge: Challenge::None,
+            pow_difficulty: DEFAULT_POW_DIFFICULTY,
         }
     }
 }
@@ -126,6 +139,11 @@ impl Store {
             // Queues stored before the field existed keep queueing everyone.
             passthrough: flag("passthrough"),
             adaptive: v.get("adaptive").and_then(|s| serde_json::from_str(s).ok()),
+            challenge: v
+                .get("challenge")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_default(),
+            pow_difficulty: parsed_or(&v, "pow_difficulty", d.pow_difficulty),
         }))
     }
 
@@ -151,6 +169,10 @@ impl Store {
             .arg(if cfg.paused { "1" } else { "0" })
             .arg("passthrough")
             .arg(if cfg.passthrough { "1" } else { "0" })
+            .arg("challenge")
+            .arg(cfg.challenge.as_str())
+            .arg("pow_difficulty")
+            .arg(cfg.pow_difficulty)
             .query_async(&mut c)
             .await?;
         // Optional settings: stored when set, deleted when `null`.

@@ -30,6 +30,7 @@ use crate::keys;
 
 mod admin;
 mod audit;
+mod challenge;
 mod connection;
 mod decode;
 mod dispatch;
@@ -51,6 +52,7 @@ mod timed;
 
 pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
+pub use challenge::ChallengeSetting;
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
@@ -64,9 +66,10 @@ pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;
 pub use page::QueuePage;
-pub use places::{Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::{RatePolicy, Wakes};
 pub use recovery::{Restore, RESTORE_BATCH};
+pub use reply::PowVerdict;
 pub use sessions::SessionState;
 pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
 pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
@@ -131,6 +134,9 @@ pub enum DevSecret {
     TicketKey,
     /// The dispatcher's admin token with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`.
     AdminToken,
+    /// The gateways' puzzle secret without `USHER_CHALLENGE_SECRET` (not only for development:
+    /// any secret all gateways share will do).
+    ChallengeSecret,
 }
 
 impl Store {
@@ -177,6 +183,7 @@ impl Store {
             DevSecret::JwtKey => keys::DEV_JWT_KEY,
             DevSecret::TicketKey => keys::DEV_TICKET_KEY,
             DevSecret::AdminToken => keys::DEV_ADMIN_TOKEN,
+            DevSecret::ChallengeSecret => keys::CHALLENGE_SECRET,
         };
         let mut c = self.c();
         let _: Value = redis::cmd("SET")

@@ -6,9 +6,10 @@ use redis::Value;
 use super::decode::{array, rate_of, status, text, u};
 use super::dispatch::records::TokenRecord;
 use super::gateways::GWS_TTL_MS;
-use super::reply::{LeaveStatus, PlaceStatus};
+use super::reply::{LeaveStatus, PlaceStatus, PowVerdict};
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
+use crate::challenge::{Proof, Refusal};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
 use crate::messages::CloseReason;
@@ -111,6 +112,49 @@ impl Joined {
     }
 }
 
+/// What one join call did for each join of its batch: see [`Store::join_proven`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinBatch {
+    /// The places taken by the accepted joins (`None`: no join was accepted).
+    pub joined: Option<Joined>,
+    /// In a proof-of-work queue, each join's verdict; empty otherwise (every join accepted).
+    pub verdicts: Vec<PowVerdict>,
+}
+
+impl JoinBatch {
+    /// The `i`-th join's (0-based) place, or why its proof of work took none.
+    pub fn outcome(&self, i: usize) -> std::result::Result<PlaceState, Refusal> {
+        let mut j = i;
+        if !self.verdicts.is_empty() {
+            match self.verdicts.get(i) {
+                Some(PowVerdict::Accepted) => {}
+                Some(PowVerdict::Missing) => return Err(Refusal::Missing),
+                Some(PowVerdict::Spent) => return Err(Refusal::Spent),
+                Some(PowVerdict::Insufficient) | None => return Err(Refusal::Invalid),
+            }
+            j = self.verdicts[..i]
+                .iter()
+                .filter(|v| **v == PowVerdict::Accepted)
+                .count();
+        }
+        match &self.joined {
+            Some(joined) => Ok(joined.state(j)),
+            None => Err(Refusal::Invalid),
+        }
+    }
+}
+
+/// How many joins of a batch of `n` take a place: those accepted, or all without verdicts.
+fn accepted(verdicts: &[PowVerdict], n: usize) -> u64 {
+    if verdicts.is_empty() {
+        return n as u64;
+    }
+    verdicts
+        .iter()
+        .filter(|v| **v == PowVerdict::Accepted)
+        .count() as u64
+}
+
 /// What a leave removed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaveOutcome {
@@ -130,13 +174,48 @@ pub const JOIN_BATCH_MAX: usize = 500;
 
 impl Store {
     /// Takes `n` new places (1..=[`JOIN_BATCH_MAX`]) at the tail of `q` in one atomic call, for
-    /// `n` browsers held by gateway `gw`, in the order given: see [`Joined::state`].
+    /// `n` browsers held by gateway `gw`, in the order given: see [`Joined::state`]. For a
+    /// queue without a challenge; in a proof-of-work queue use [`Store::join_proven`] (here
+    /// every join lacks a proof, so the call fails).
     pub async fn join_many(&self, q: &QueueId, gw: u16, now_ms: u64, n: usize) -> Result<Joined> {
+        let batch = self.join_proven(q, gw, now_ms, &vec![None; n]).await?;
+        match batch {
+            JoinBatch {
+                joined: Some(j),
+                verdicts,
+            } if verdicts.is_empty() => Ok(j),
+            _ => Err(protocol(format!(
+                "queue {q} asks a proof of work of every join"
+            ))),
+        }
+    }
+
+    /// Takes places at the tail of `q` in one atomic call for a batch of joins held by gateway
+    /// `gw`, each with its proof of work when it brought one (checked by the gateway already;
+    /// see `join.lua`): in a proof-of-work queue only the joins whose proof is good and not
+    /// spent take a place, and their proofs are spent. See [`JoinBatch::outcome`].
+    pub async fn join_proven(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        now_ms: u64,
+        proofs: &[Option<Proof>],
+    ) -> Result<JoinBatch> {
+        let n = proofs.len();
         if n == 0 || n > JOIN_BATCH_MAX {
             return Err(protocol(format!(
                 "a join batch takes 1 to {JOIN_BATCH_MAX} places, not {n}"
             )));
         }
+        let proof_arg = proofs
+            .iter()
+            .map(|p| {
+                p.as_ref().map_or(String::new(), |p| {
+                    format!("{}:{}:{}", p.id, p.difficulty, p.expires_ms)
+                })
+            })
+            .collect::<Vec<_>>()
+            .join(",");
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .join
@@ -148,44 +227,71 @@ impl Store {
             .key(&k.passed)
             .key(&k.away)
             .key(&k.pre)
+            .key(&k.spent)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
             .arg(n)
+            .arg(proof_arg)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
-        match status(&a, PlaceStatus::from_code) {
-            Some(PlaceStatus::QueueClosed) => Ok(Joined::QueueClosed),
+        let verdicts_at = |i: usize| -> Result<Vec<PowVerdict>> {
+            let Some(v) = a.get(i) else {
+                return Ok(Vec::new());
+            };
+            let list = array(v.clone())?
+                .iter()
+                .map(|x| {
+                    i64::try_from(u(x)?)
+                        .ok()
+                        .and_then(PowVerdict::from_code)
+                        .ok_or_else(|| protocol(format!("join verdict {x:?}")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if list.len() != n {
+                return Err(protocol(format!("join verdicts {list:?} for {n} joins")));
+            }
+            Ok(list)
+        };
+        let (joined, verdicts) = match status(&a, PlaceStatus::from_code) {
+            Some(PlaceStatus::QueueClosed) => (Some(Joined::QueueClosed), Vec::new()),
+            Some(PlaceStatus::Challenged) => (None, verdicts_at(1)?),
             Some(PlaceStatus::Scheduled) if a.len() >= 3 => {
+                let verdicts = verdicts_at(3)?;
+                let n = accepted(&verdicts, n);
                 let last = u(&a[1])?;
-                if last < n as u64 {
+                if last < n {
                     return Err(protocol(format!("join reply {a:?} for {n} places")));
                 }
-                Ok(Joined::Scheduled {
+                let j = Joined::Scheduled {
                     last,
-                    count: n as u64,
+                    count: n,
                     opens_at_ms: u(&a[2]).unwrap_or(0),
-                })
+                };
+                (Some(j), verdicts)
             }
             Some(PlaceStatus::Waiting) if a.len() >= 6 => {
+                let verdicts = verdicts_at(6)?;
+                let n = accepted(&verdicts, n);
                 let last = u(&a[1])?;
                 let waiting = u(&a[2])?;
-                let n = n as u64;
                 let admitted_now = u(&a[5])?;
                 if last < n || admitted_now > n || waiting < n - admitted_now {
                     return Err(protocol(format!("join reply {a:?} for {n} places")));
                 }
-                Ok(Joined::Places {
+                let j = Joined::Places {
                     last,
                     count: n,
                     waiting,
                     rate: rate_of(&a[3], &a[4]),
                     admitted_now,
-                })
+                };
+                (Some(j), verdicts)
             }
-            _ => Err(protocol(format!("join reply {a:?}"))),
-        }
+            _ => return Err(protocol(format!("join reply {a:?}"))),
+        };
+        Ok(JoinBatch { joined, verdicts })
     }
 
     /// Resumes `place` for a browser now held by gateway `gw` (moving the place's routing to
@@ -293,7 +399,8 @@ impl Store {
                     previous_gateway: before,
                 })
             }
-            None => Err(bad()),
+            // Only a join answers this.
+            Some(PlaceStatus::Challenged) | None => Err(bad()),
         }
     }
 

@@ -74,6 +74,20 @@ statuses! {
         SessionEnded = 5 => "PLACE_SESSION_ENDED",
         /// In a scheduled sale's pre-queue, waiting for the draw; `opens_at_ms` follows.
         Scheduled = 6 => "PLACE_SCHEDULED",
+        /// A proof-of-work queue refused every join of the call; the verdicts follow.
+        Challenged = 7 => "PLACE_CHALLENGED",
+    }
+
+    /// What `join.lua` made of one join's proof of work, in a proof-of-work queue.
+    pub enum PowVerdict {
+        /// Spent now: the join takes a place.
+        Accepted = 0 => "POW_ACCEPTED",
+        /// No solution.
+        Missing = 1 => "POW_MISSING",
+        /// The puzzle is easier than the queue asks now.
+        Insufficient = 2 => "POW_INSUFFICIENT",
+        /// The solution took a place already.
+        Spent = 3 => "POW_SPENT",
     }
 
     /// Where an admitted place's session stands: the first element of a `session`,

@@ -148,19 +148,24 @@ pub(crate) fn stream_target(target: &str) -> Option<(&str, &str)> {
 
 /// The `ticket` query parameter; duplicates or undecodable values are errors.
 pub(crate) fn ticket_param(query: &str) -> Result<Option<String>, ApiError> {
-    let mut ticket = None;
+    query_param(query, "ticket")
+}
+
+/// The query parameter `name`, decoded; given twice it is refused (`400`).
+pub(crate) fn query_param(query: &str, name: &str) -> Result<Option<String>, ApiError> {
+    let mut value = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == "ticket" {
-            if ticket.is_some() {
-                return Err(ApiError::bad_request("duplicate ticket parameter"));
+        if k == name {
+            if value.is_some() {
+                return Err(ApiError::bad_request(format!("duplicate {name} parameter")));
             }
-            ticket = Some(
+            value = Some(
                 percent_decode(v).ok_or_else(|| ApiError::bad_request("malformed query string"))?,
             );
         }
     }
-    Ok(ticket)
+    Ok(value)
 }
 
 pub(crate) fn percent_decode(s: &str) -> Option<String> {

@@ -17,6 +17,7 @@ const BUILT_IN: &[(&str, &[u8])] = &[
     ("index.html", include_bytes!("../../page/index.html")),
     ("page.css", include_bytes!("../../page/page.css")),
     ("page.js", include_bytes!("../../page/page.js")),
+    ("pow-worker.js", include_bytes!("../../page/pow-worker.js")),
     ("i18n/en.json", include_bytes!("../../page/i18n/en.json")),
     ("i18n/ko.json", include_bytes!("../../page/i18n/ko.json")),
 ];

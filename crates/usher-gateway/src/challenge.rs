@@ -1,0 +1,151 @@
+//! The proof-of-work challenge at the gateway (README, "Security", "Proof of work"): issuing
+//! signed puzzles, and checking a join's solution before Redis is asked anything.
+//!
+//! Every check that needs no Redis happens here: the MAC, the queue, the expiry and the hash
+//! ([`usher_core::challenge::check_solution`]). Only a solution that passes them reaches the
+//! join script, which spends it (one solution, one place) and checks the queue's current
+//! difficulty. The queue's setting is cached for [`SETTING_TTL`], so a flood of joins for a
+//! proof-of-work queue costs one `HMGET` a second, not one per join.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use usher_core::challenge::{
+    check_solution, Challenge, ChallengeEvent, ChallengeSecret, Proof, Puzzle, Refusal,
+    DEFAULT_POW_DIFFICULTY,
+};
+use usher_core::ids::QueueId;
+use usher_core::store::{ChallengeSetting, Store, StoreError};
+use usher_core::time::{now_ms, rfc3339_ms};
+
+/// How long a queue's challenge setting is used before it is read again: an operator's change
+/// reaches every gateway within this (the join script applies it at once).
+const SETTING_TTL: Duration = Duration::from_secs(1);
+/// Most queues whose setting is cached (only configured queues are; past this the cache is
+/// emptied and refilled).
+const MAX_CACHED: usize = 10_000;
+
+/// What a join needs to bring, and what to answer it.
+pub(crate) enum Gate {
+    /// Join, with this proof (spent by the join script) when the queue asks one.
+    Pass(Option<Proof>),
+    /// Refused before Redis was asked: answer `event: challenge` with this fresh puzzle.
+    Refuse(ChallengeEvent),
+}
+
+/// Issues and checks puzzles.
+pub(crate) struct Challenges {
+    secret: ChallengeSecret,
+    /// The secret shared through Redis, when none is configured: written back at every
+    /// heartbeat, so gateways started after a Redis loss read the same one.
+    shared: Option<String>,
+    ttl_ms: u64,
+    settings: Mutex<HashMap<QueueId, (Instant, ChallengeSetting)>>,
+}
+
+impl Challenges {
+    pub(crate) fn new(secret: ChallengeSecret, shared: Option<String>, ttl: Duration) -> Self {
+        Self {
+            secret,
+            shared,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            settings: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, (Instant, ChallengeSetting)>> {
+        self.settings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The secret to write back to Redis, when it was generated rather than configured.
+    pub(crate) fn shared_secret(&self) -> Option<&str> {
+        self.shared.as_deref()
+    }
+
+    /// `q`'s setting, cached for [`SETTING_TTL`]; `None` for an unknown queue.
+    pub(crate) async fn setting(
+        &self,
+        store: &Store,
+        q: &QueueId,
+    ) -> Result<Option<ChallengeSetting>, StoreError> {
+        if let Some((at, s)) = self.lock().get(q) {
+            if at.elapsed() < SETTING_TTL {
+                return Ok(Some(*s));
+            }
+        }
+        let s = store.challenge_setting(q).await?;
+        let mut cache = self.lock();
+        match s {
+            Some(s) => {
+                if cache.len() >= MAX_CACHED {
+                    cache.clear();
+                }
+                cache.insert(q.clone(), (Instant::now(), s));
+            }
+            None => {
+                cache.remove(q);
+            }
+        }
+        Ok(s)
+    }
+
+    /// Drops `q`'s cached setting (the join script said it changed).
+    pub(crate) fn forget(&self, q: &QueueId) {
+        self.lock().remove(q);
+    }
+
+    /// A fresh puzzle for `q` at `difficulty`; `reason` says why a join was refused.
+    pub(crate) fn issue(
+        &self,
+        q: &QueueId,
+        difficulty: u8,
+        reason: Option<Refusal>,
+    ) -> ChallengeEvent {
+        let p = Puzzle::new(q.clone(), difficulty, now_ms());
+        ChallengeEvent {
+            queue: q.clone(),
+            puzzle: p.sign(&self.secret),
+            difficulty,
+            expires_at: rfc3339_ms(p.issued_ms.saturating_add(self.ttl_ms)),
+            reason,
+        }
+    }
+
+    /// What a join for `q` with `solution` (the `pow` query parameter) needs, given the
+    /// queue's setting (`None`: unknown queue, left to the join script to answer).
+    pub(crate) fn gate(
+        &self,
+        q: &QueueId,
+        setting: Option<ChallengeSetting>,
+        solution: Option<&str>,
+    ) -> Gate {
+        let Some(s) = setting.filter(|s| s.challenge == Challenge::Pow) else {
+            return Gate::Pass(None);
+        };
+        let checked = match solution.filter(|s| !s.is_empty()) {
+            None => Err(Refusal::Missing),
+            Some(sol) => check_solution(&self.secret, q, sol, now_ms(), self.ttl_ms),
+        };
+        match checked {
+            Ok(proof) => Gate::Pass(Some(proof)),
+            Err(reason) => Gate::Refuse(self.issue(q, s.difficulty, Some(reason))),
+        }
+    }
+
+    /// The puzzle for a join the join script refused (`reason`), at the queue's current
+    /// difficulty (read again: the cached setting was stale if the script disagreed).
+    pub(crate) async fn refused(
+        &self,
+        store: &Store,
+        q: &QueueId,
+        reason: Refusal,
+    ) -> Result<ChallengeEvent, StoreError> {
+        self.forget(q);
+        let difficulty = self
+            .setting(store, q)
+            .await?
+            .map_or(DEFAULT_POW_DIFFICULTY, |s| s.difficulty);
+        Ok(self.issue(q, difficulty, Some(reason)))
+    }
+}
