@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use usher_core::draw::{EntrantHash, VoidReason};
-use usher_core::ids::QueueId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::DrawVoidEvent;
 use usher_core::store::{
     DevSecret, DrawPhase, GatewayConnections, Interest, PreQueueFate, PreRestore, Restore,
@@ -38,14 +38,33 @@ pub(crate) async fn flush_away(gw: Arc<Gateway>) {
             () = gw.stopped().cancelled() => true,
             _ = every.tick() => false,
         };
-        for (q, places) in gw.away().take() {
+        for (q, mut places) in gw.away().take() {
+            // A browser that came back here since it went away (a reload, a dropped mobile
+            // connection) is not away.
+            places.retain(|p| !gw.hub().holds(&q, *p));
+            if places.is_empty() {
+                continue;
+            }
             match gw
                 .store()
                 .mark_away(&q, &places, gw.index(), now_ms())
                 .await
             {
                 Ok(n) => {
-                    tracing::debug!(queue = %q, gone = places.len(), kept = n, "browsers went away")
+                    tracing::debug!(queue = %q, gone = places.len(), kept = n, "browsers went away");
+                    // One that came back while the marks were written may have had its resume
+                    // applied first: its mark is taken back (a failure here leaves it away
+                    // until its browser reconnects, as before this check).
+                    let back: Vec<PlaceId> = places
+                        .into_iter()
+                        .filter(|p| gw.hub().holds(&q, *p))
+                        .collect();
+                    if !back.is_empty() {
+                        if let Err(e) = gw.store().mark_back(&q, &back, gw.index()).await {
+                            metrics::redis_error();
+                            tracing::debug!(queue = %q, error = %e, "could not take back away marks");
+                        }
+                    }
                 }
                 Err(e) => {
                     metrics::redis_error();

@@ -457,6 +457,24 @@ impl Store {
         }
         Ok(n)
     }
+
+    /// Clears the away marks of `places` that gateway `gw` holds again (see `lua/back.lua`):
+    /// for places whose browsers came back while [`Store::mark_away`] was writing them.
+    /// Returns how many were away.
+    pub async fn mark_back(&self, q: &QueueId, places: &[PlaceId], gw: u16) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        let mut n = 0;
+        for chunk in places.chunks(1000) {
+            let mut inv = SCRIPTS.back.key(&k.waiting);
+            inv.key(&k.away).arg(gw);
+            for p in chunk {
+                inv.arg(p.0);
+            }
+            let m: u64 = inv.invoke_async(&mut self.c()).await?;
+            n += m;
+        }
+        Ok(n)
+    }
 }
 
 /// A gateway index a script returned as decimal text (`None` for false or anything else).

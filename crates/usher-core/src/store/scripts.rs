@@ -44,6 +44,7 @@ scripts!(
     status,
     leave,
     away,
+    back,
     tick,
     complete,
     trim_outbox,

@@ -83,6 +83,11 @@ impl Hub {
         }
     }
 
+    /// Whether a connection here holds (or is resuming) `place`.
+    pub fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
+        self.lock().holds(queue, place)
+    }
+
     /// Gives up a reservation that never became a connection. Returns `true` when it still
     /// owned the place (so the place should be marked away).
     pub fn unreserve(&self, r: &Reservation) -> bool {
