@@ -25,9 +25,12 @@ use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::keys::{self, QueueKeys};
 use usher_core::store::Store;
+use usher_core::time::{now_ms, rfc3339_ms};
+use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::{RedisCluster, SseClient};
 
 /// Browsers per queue.
@@ -296,4 +299,70 @@ async fn losing_the_gateway_registry_shard_restores_its_queues_and_spares_the_ot
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_development_keys_shard_keeps_tickets_and_tokens_valid() -> anyhow::Result<()> {
     shard_loss(keys::DEV_JWT_KEY, true).await
+}
+
+/// A scheduled sale on a shard that survives, while the shard holding `usher:draws` (the
+/// sales whose draw is pending) loses its data: the dispatcher lists the sale again from its
+/// own pending draw, draws it at its time, and the pre-queue's browsers are put in line and
+/// admitted, each with a token of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_draw_is_still_drawn_after_the_sales_registry_shard_is_lost() -> anyhow::Result<()>
+{
+    let mut stack = Stack::<RedisCluster>::launch(StackOptions {
+        redis_args: vec![
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--cluster-require-full-coverage",
+            "no",
+        ],
+        ..StackOptions::default()
+    })
+    .await?;
+    let lost = stack.redis.master_port_of(keys::DRAWS)?;
+    let (_, elsewhere) = tokio::task::block_in_place(|| pick_queues(&stack.redis, lost))?;
+    let q = elsewhere[0].as_str();
+    stack.create_queue(q, 50.0).await?;
+    stack
+        .put_queue(q, json!({"opens_at": rfc3339_ms(now_ms() + 4000)}))
+        .await?;
+    let clients = vec![SseClient::new(stack.gateway_url(0))];
+    let browsers: Vec<Browser> = (0..4)
+        .map(|i| Browser::spawn(clients.clone(), q, i, Duration::from_secs(60)))
+        .collect();
+    assert!(
+        eventually(T, || browsers
+            .iter()
+            .all(|b| !b.seen().scheduled.is_empty()))
+        .await,
+        "every browser is in the pre-queue"
+    );
+    // The dispatcher has read the registries since the sale was scheduled (ticks of 100 ms):
+    // a sale scheduled less than a tick before the loss is known to no dispatcher (ARCHITECTURE,
+    // "Failure model").
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| stack.redis.lose_shard(lost))?;
+
+    assert!(
+        eventually(Duration::from_secs(30), || browsers
+            .iter()
+            .all(|b| !b.seen().admitted.is_empty()))
+        .await,
+        "the sale was drawn and everyone admitted: {:?}",
+        browsers
+            .iter()
+            .map(|b| b.seen().admitted.len())
+            .collect::<Vec<_>>()
+    );
+    let jwks = jwks_at(&stack.http, &stack.dispatcher.url()).await?;
+    let mut jtis = HashSet::new();
+    for b in &browsers {
+        let s = b.seen();
+        assert_eq!(s.admitted.len(), 1, "{s:?}");
+        let token = s.admitted[0]["token"].as_str().unwrap_or_default();
+        let claims = verify_token(&jwks, token, q)?;
+        assert!(jtis.insert(claims["jti"].to_string()), "jti reused");
+    }
+    Ok(())
 }

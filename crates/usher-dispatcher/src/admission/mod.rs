@@ -9,6 +9,7 @@
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
 //! * `passthrough` — the courier of admissions made by joins themselves (woken per join).
 //! * `rate` — the measured admission rate and a tick's expected admissions.
+//! * `registry` — the queue and sale registries as a tick reads them, lost entries listed again.
 //! * `gateways` — live gateways and stream-message batching, shared by the above.
 //!
 //! Imports run one way: this file uses its submodules, and none of them uses it.
@@ -21,6 +22,7 @@ mod passthrough;
 mod premint;
 mod queue;
 mod rate;
+mod registry;
 mod schedule;
 mod settings;
 mod tokens;
@@ -45,6 +47,7 @@ use passthrough::{HeldLeases, Passthrough};
 use premint::{spawn_premint, PremintPlan};
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
+use registry::Registries;
 use schedule::{admission_time, read_lead, sleep_until_ms, Schedule};
 
 /// Drives admission for the queues this replica holds.
@@ -57,8 +60,8 @@ pub struct Admitter {
     gateways: Arc<Vec<GatewayInfo>>,
     /// `held`'s leases, shared with the passthrough courier.
     leases: HeldLeases,
-    /// Every queue the registry listed since this replica started (see [`Admitter::relist`]).
-    known: HashSet<QueueId>,
+    /// What the queue registries listed since this replica started.
+    registries: Registries,
 }
 
 /// Queues whose admission just became possible or faster (sent by the admin API).
@@ -85,7 +88,7 @@ impl Admitter {
             held: HashMap::new(),
             gateways: Default::default(),
             leases: HeldLeases::default(),
-            known: HashSet::new(),
+            registries: Registries::default(),
         }
     }
 
@@ -195,46 +198,6 @@ impl Admitter {
         }
     }
 
-    /// The registry's queues, plus those it listed before and lost while their settings
-    /// remain, which are listed again. The registry is one key: in a cluster, its shard can
-    /// lose its data while the queues' own shards keep theirs, and a queue missing from it
-    /// would never be ticked again. A queue whose settings are gone too was lost with its own
-    /// shard: it comes back when it is configured again (`USHER_QUEUES_FILE`, an operator).
-    async fn relist(&mut self, mut queues: Vec<QueueId>) -> Vec<QueueId> {
-        let listed: HashSet<&QueueId> = queues.iter().collect();
-        let missing: Vec<QueueId> = self
-            .known
-            .iter()
-            .filter(|q| !listed.contains(q))
-            .cloned()
-            .collect();
-        let mut back = Vec::new();
-        for q in missing {
-            match self.store.queue_config(&q).await {
-                Ok(Some(_)) => back.push(q),
-                Ok(None) => {
-                    self.known.remove(&q);
-                }
-                // Asked again next tick.
-                Err(_) => metrics::redis_error(),
-            }
-        }
-        if !back.is_empty() {
-            match self.store.register_queues(&back).await {
-                Ok(()) => tracing::warn!(
-                    queues = ?back.iter().map(QueueId::as_str).collect::<Vec<_>>(),
-                    "the queue registry lost queues whose settings remain (its data was lost); listed them again"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not list lost queues again; retrying next tick")
-                }
-            }
-            queues.extend(back);
-        }
-        self.known.extend(queues.iter().cloned());
-        queues
-    }
-
     /// One tick over every queue this replica holds or should hold, now.
     pub async fn tick(&mut self) -> Result<TickReport, StoreError> {
         self.tick_at(now_ms()).await
@@ -253,7 +216,7 @@ impl Admitter {
             self.store.sale_queues(),
         )
         .inspect_err(|_| metrics::redis_error())?;
-        let queues = self.relist(queues).await;
+        let (queues, sales) = self.registries.relist(&self.store, queues, sales).await;
         // (Capped: a wall clock stepped back must not stall every tick.)
         sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
         let gateways = Arc::new(gateways);
