@@ -74,7 +74,8 @@ pub struct RedisArgs {
 
     /// PEM file of the certificate authority (or authorities) that signed the Redis server's
     /// certificate, for a private CA. Without it, a `rediss://` URL is verified against the
-    /// system's trusted roots. Needs a `rediss://` URL.
+    /// system's trusted roots. Needs a `rediss://` URL (`rediss+sentinel://` in sentinel mode,
+    /// where it checks the sentinels and the masters).
     #[arg(
         id = "redis_ca_file",
         value_name = "FILE",
@@ -84,7 +85,8 @@ pub struct RedisArgs {
     pub ca_file: Option<PathBuf>,
 
     /// PEM file of this client's certificate (chain), for a Redis server that requires mutual
-    /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` URL.
+    /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` (or
+    /// `rediss+sentinel://`) URL.
     #[arg(
         id = "redis_client_cert",
         value_name = "FILE",
