@@ -5,9 +5,10 @@
 //! * joins/s: `--clients` concurrent callers run the join script (`--join-batch` places per
 //!   call, as a gateway batches a burst of joins per queue), spread round-robin over the
 //!   queues, for `--seconds`;
-//! * admissions/s: the queues, now long, are ticked together for `--seconds` (one tick round
-//!   = every queue's tick script calls at one admission time, 1,000 admissions per call, up to
-//!   `--admit-per-tick` per queue), as the dispatcher replicas holding them would.
+//! * admissions/s: the queues, filled up to `--line` places each, are ticked together for
+//!   `--seconds` (one tick round = every queue's tick script calls at one admission time,
+//!   1,000 admissions per call, up to `--admit-per-tick` per queue), as the dispatcher
+//!   replicas holding them would.
 //!
 //! Only usher's scripts and Redis are measured: no gateway, no HTTP, no token signing (the
 //! dispatcher's signing bounds admissions first; README, "Sizing"). The caller runs on the
@@ -23,7 +24,7 @@ use anyhow::Context;
 use clap::Parser;
 use futures::stream::{self, StreamExt};
 use usher_core::ids::QueueId;
-use usher_core::store::{Joined, QueueConfig, RedisArgs, Store, Tick};
+use usher_core::store::{Joined, QueueConfig, RedisArgs, Store, Tick, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 use usher_testkit::{RedisCluster, RedisServer};
 
@@ -60,6 +61,11 @@ struct Args {
     /// Places admitted per queue per tick round (one script call per 1,000).
     #[arg(long, env = "USHER_BENCH_ADMIT_PER_TICK", default_value_t = 1000)]
     admit_per_tick: u64,
+
+    /// Places each queue's line is filled up to (untimed) before the admissions phase, so no
+    /// line runs dry during it; the phase also ends when every line is empty.
+    #[arg(long, env = "USHER_BENCH_LINE", default_value_t = 40_000)]
+    line: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -202,6 +208,15 @@ async fn measure(
 
     // Admissions: rounds of every queue's tick at one admission time, 100 ms apart in
     // admission time (so each round's budget is `admit_per_tick` per queue), run back to back.
+    for q in &queues {
+        let waiting = store.queue_stats(q, now_ms()).await?.waiting;
+        let mut missing = args.line.saturating_sub(waiting);
+        while missing > 0 {
+            let n = missing.min(JOIN_BATCH_MAX as u64);
+            store.join_many(q, 1, now_ms(), n as usize).await?;
+            missing -= n;
+        }
+    }
     let mut leases = Vec::new();
     let open = QueueConfig {
         paused: false,
@@ -219,8 +234,10 @@ async fn measure(
     let cpu0 = cpu_ticks(&servers.pids());
     let base = now_ms();
     let start = Instant::now();
-    while start.elapsed() < phase {
+    let mut busy = true;
+    while busy && start.elapsed() < phase {
         rounds += 1;
+        busy = false;
         let at = base + 100 * rounds;
         let ticks: Vec<_> = stream::iter(queues.iter().zip(&leases))
             .map(|(q, lease)| async move {
@@ -236,6 +253,7 @@ async fn measure(
                 };
                 admitted += o.admitted;
                 dropped += o.dropped;
+                busy |= o.admitted > 0;
             }
         }
     }
