@@ -20,6 +20,10 @@
 #                gateways, each followed by the same run against as many joins floors;
 #                admission latency at 1,000 and 2,500 admissions per tick, each followed by
 #                usher-floor for a burst of that size: where this machine meets the targets
+#   6. shards  — usher-bench-shards: joins/s and admissions/s (usher's scripts, no HTTP) with
+#                24 queues on one redis-server vs a Redis Cluster of three masters, each started
+#                by the tool on its own (twice, to show the noise); then one queue on one Redis,
+#                its ceiling. No latency is reported, so no floor is needed
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (six to nine minutes) and stops by itself; every process started
@@ -30,8 +34,10 @@
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
 # ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200),
-# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep"; a subset runs just those and leaves
-# BENCHMARKS.md alone, for profiling one scenario), RUST_LOG (passed to the servers).
+# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards"; a subset runs just those and
+# leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
+# RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
+# Cluster") by hand: the report script rewrites only the load section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +55,8 @@ REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
 BIN=target/release
-SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep} "
+SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards} "
+SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
 
 log() { echo "bench: $*" >&2; }
@@ -273,6 +280,15 @@ for n in 1000 2500; do
     # The floor for a burst of that size (one sender and one receiver per core).
     "$BIN/usher-floor" --connections "$n" --senders 2 --receivers 2 >"$OUT/floor-$n-2x2.json"
 done
+fi
+
+if want shards; then
+log "6/6 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
+settle
+for run in 1 2; do
+    "$BIN/usher-bench-shards" --queues "$SHARD_QUEUES" >"$OUT/shards-$run.json"
+done
+"$BIN/usher-bench-shards" --queues 1 --clients 16 --layouts single >"$OUT/shards-one-queue.json"
 fi
 
 if want redis && want joins && want hold && want admit && want sweep; then

@@ -91,6 +91,13 @@
 //! * each backend's load report has its own tag `{be:<name>}` and is read and written alone;
 //!   the dispatcher passes the rate it implies to the tick as an argument.
 //!
+//! When one shard loses its data (a master restarted empty), every global key on it is
+//! rebuilt by its writers, so none needs a copy elsewhere: `usher:queues` and `usher:draws` by
+//! each dispatcher replica from the queues and pending sales it saw listed (their own keys
+//! still say they belong), the `{gw}` registry and `usher:dispatchers` by heartbeats, the
+//! development keys by the processes holding them, gateway streams by their gateways; only
+//! `usher:audit`'s history is lost (`tests/cluster_shard_loss.rs`).
+//!
 //! No script reads a key outside its tag: values from elsewhere (the live gateways, the lease
 //! value) arrive as arguments. The scripts name no key themselves
 //! (`store::scripts::tests::no_script_names_a_key_of_its_own`), and the cluster suites would

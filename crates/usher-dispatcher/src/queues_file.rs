@@ -135,14 +135,17 @@ impl QueuesFile {
     }
 }
 
-/// Configures every queue of `file` that Redis does not know; returns those it configured.
+/// Configures every queue of `file` that Redis does not know, and lists the others in the
+/// registry again if it lost them; returns those it configured.
 pub async fn configure_missing(
     store: &Store,
     file: &QueuesFile,
 ) -> Result<Vec<QueueId>, StoreError> {
     let mut configured = Vec::new();
+    let mut present = Vec::new();
     for (q, cfg, sale) in &file.queues {
         if store.queue_config(q).await?.is_some() {
+            present.push(q.clone());
             continue;
         }
         // Before the settings, as `PUT` does: the queue takes no join into its line first.
@@ -158,6 +161,9 @@ pub async fn configure_missing(
         );
         configured.push(q.clone());
     }
+    // A queue whose settings survived may still be missing from the registry (in a cluster the
+    // registry's shard can lose its data alone): list it again, or nobody would tick it.
+    store.register_queues(&present).await?;
     Ok(configured)
 }
 

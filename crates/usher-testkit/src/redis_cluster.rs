@@ -1,5 +1,6 @@
-//! A real Redis Cluster per test: 3 masters and 3 replicas, each a `redis-server` child
-//! process on a free loopback port, joined with `redis-cli --cluster create`.
+//! A real Redis Cluster per test: 3 masters and 3 replicas (or another shape, e.g. masters
+//! only for a benchmark), each a `redis-server` child process on a free loopback port,
+//! joined with `redis-cli --cluster create`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -8,9 +9,6 @@ use anyhow::{bail, ensure, Context};
 use usher_core::store::RedisArgs;
 
 use crate::redis_server::{cli, free_port, redis_cli, RedisServer};
-
-/// Nodes of a test cluster; half of them masters.
-const NODES: usize = 6;
 
 /// A running cluster; every node is killed when dropped.
 pub struct RedisCluster {
@@ -22,8 +20,15 @@ impl RedisCluster {
     /// replica per master, and waits until every node reports `cluster_state:ok` and knows
     /// all six.
     pub fn start(extra: &[&str]) -> anyhow::Result<Self> {
-        let mut nodes = Vec::with_capacity(NODES);
-        for _ in 0..NODES {
+        Self::start_shaped(3, 1, extra)
+    }
+
+    /// Starts `masters` masters with `replicas` replicas each (`masters` ≥ 3, Redis Cluster's
+    /// minimum), as [`RedisCluster::start`] does.
+    pub fn start_shaped(masters: usize, replicas: usize, extra: &[&str]) -> anyhow::Result<Self> {
+        let count = masters * (1 + replicas);
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
             nodes.push(start_node(extra)?);
         }
         let cluster = Self { nodes };
@@ -35,7 +40,7 @@ impl RedisCluster {
         let out = Command::new(cli())
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .with_context(|| format!("cannot run {} (install redis-tools)", cli()))?;
         ensure!(
@@ -58,7 +63,7 @@ impl RedisCluster {
                 .iter()
                 .filter(|n| !n.is_killed())
                 .map(RedisServer::port)
-                .filter(|&p| !node_ok(p))
+                .filter(|&p| !node_ok(p, self.nodes.len()))
                 .collect();
             if pending.is_empty() {
                 return Ok(());
@@ -149,9 +154,9 @@ fn start_node(extra: &[&str]) -> anyhow::Result<RedisServer> {
     RedisServer::start_with(&args)
 }
 
-/// Whether the node on `port` reports `cluster_state:ok`, knows every node and, if it is a
-/// replica, has synced with its master.
-fn node_ok(port: u16) -> bool {
+/// Whether the node on `port` reports `cluster_state:ok`, knows all `nodes` nodes and, if it
+/// is a replica, has synced with its master.
+fn node_ok(port: u16, nodes: usize) -> bool {
     let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
         return false;
     };
@@ -169,7 +174,7 @@ fn node_ok(port: u16) -> bool {
     let synced = repl.contains("role:master") || repl.contains("master_link_status:up");
     synced
         && info.contains("cluster_state:ok")
-        && info.contains(&format!("cluster_known_nodes:{NODES}"))
+        && info.contains(&format!("cluster_known_nodes:{nodes}"))
 }
 
 impl RedisCluster {
@@ -234,5 +239,51 @@ impl RedisCluster {
             self.cli_on(port, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
         }
         Ok(moved)
+    }
+}
+
+impl RedisCluster {
+    /// Ports of the live replicas of the master on `port` (by `CLUSTER NODES`).
+    pub fn replica_ports_of(&self, port: u16) -> anyhow::Result<Vec<u16>> {
+        let id = self.node_id(port)?;
+        let nodes = self.cli_on(port, &["CLUSTER", "NODES"])?;
+        let mut out = Vec::new();
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 3 && f[2].contains("slave") && f[3] == id {
+                let p = f[1].split(['@', ':']).nth(1).context("node address")?;
+                out.push(p.parse()?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shard of the master on `port` loses its data: its replicas are killed (nobody can
+    /// take over), then the master is killed and started again on the same port and
+    /// directory without its data files but with its `nodes.conf`, so it rejoins as the
+    /// same node, owning the same slots, empty. Waits until the cluster is ok again.
+    pub fn lose_shard(&mut self, port: u16) -> anyhow::Result<()> {
+        let replicas = self.replica_ports_of(port)?;
+        for n in self.nodes.iter_mut() {
+            if replicas.contains(&n.port()) {
+                n.kill();
+            }
+        }
+        let master = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .context("no node on that port")?;
+        master.kill();
+        for data in ["dump.rdb", "appendonlydir", "appendonly.aof"] {
+            let path = master.dir().join(data);
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else if path.exists() {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        master.start_again()?;
+        self.wait_ok(Duration::from_secs(30))
     }
 }

@@ -49,18 +49,6 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-pub(crate) fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 64];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
-}
-
 /// The `process_id` of the Redis server answering on `port` (`INFO server`), if one answers.
 fn server_pid(port: u16) -> Option<u32> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -107,9 +95,18 @@ impl RedisServer {
     /// a certificate the CA signed when `auth_clients`). The plain port stays open for the
     /// harness (readiness, probes); usher under test is given [`RedisServer::tls_url`].
     pub fn start_tls(pki: &crate::tls::TestPki, auth_clients: bool) -> anyhow::Result<Self> {
+        Self::start_tls_with(pki, auth_clients, &[])
+    }
+
+    /// [`RedisServer::start_tls`] with extra server arguments (e.g. `--tls-replication yes`).
+    pub fn start_tls_with(
+        pki: &crate::tls::TestPki,
+        auth_clients: bool,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let tls_port = free_port()?;
         let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
-        let args = [
+        let mut args = [
             "--save".to_owned(),
             String::new(),
             "--appendonly".to_owned(),
@@ -124,7 +121,9 @@ impl RedisServer {
             path(pki.ca()),
             "--tls-auth-clients".to_owned(),
             if auth_clients { "yes" } else { "no" }.to_owned(),
-        ];
+        ]
+        .to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut server = Self::start_with(&args)?;
         server.tls_port = Some(tls_port);
@@ -231,8 +230,13 @@ impl RedisServer {
     /// `rediss://127.0.0.1:<tls port>` (a server from [`RedisServer::start_tls`]; panics
     /// otherwise, a bug in the test).
     pub fn tls_url(&self) -> String {
-        let port = self.tls_port.expect("server started with start_tls");
-        format!("rediss://127.0.0.1:{port}")
+        format!("rediss://127.0.0.1:{}", self.tls_port())
+    }
+
+    /// The TLS port (a server from [`RedisServer::start_tls`]; panics otherwise, a bug in the
+    /// test).
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.expect("server started with start_tls")
     }
 
     pub fn dir(&self) -> &std::path::Path {

@@ -239,3 +239,33 @@ pub struct Admitted {
     pub token: String,
     pub claims: Value,
 }
+
+/// The queue's counters as the admin API shows them (`None` while it does not exist).
+pub async fn queue_view(d: &usher_testkit::procs::Proc, q: &str) -> Option<Value> {
+    let r = usher_testkit::config::admin_client()
+        .get(format!("{}/admin/queues/{q}", d.url()))
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.json().await.ok()
+}
+
+/// Waits (up to 20 s) until the dispatcher at `d` shows `n` places waiting in `q`.
+pub async fn wait_waiting(d: &usher_testkit::procs::Proc, q: &str, n: u64) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = queue_view(d, q).await;
+        if v.as_ref().is_some_and(|v| v["waiting"] == n) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{q}: waiting never reached {n}: {v:?}\n{}",
+            d.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

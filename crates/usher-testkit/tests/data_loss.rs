@@ -7,8 +7,8 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{data, join_watch, place_of, position, verify_token, T};
-use serde_json::{json, Value};
+use common::{data, join_watch, place_of, position, queue_view, verify_token, wait_waiting, T};
+use serde_json::json;
 use usher_core::ids::ServerId;
 use usher_core::store::Store;
 use usher_core::time::now_ms;
@@ -41,35 +41,6 @@ async fn join_all(gateways: &[SseClient], queue: &str, n: usize) -> anyhow::Resu
         out.push((ticket, w));
     }
     Ok(out)
-}
-
-/// The queue's counters as the admin API shows them (`None` while it does not exist).
-async fn queue_view(d: &Proc, q: &str) -> Option<Value> {
-    let r = admin_client()
-        .get(format!("{}/admin/queues/{q}", d.url()))
-        .send()
-        .await
-        .ok()?;
-    if !r.status().is_success() {
-        return None;
-    }
-    r.json().await.ok()
-}
-
-async fn wait_waiting(d: &Proc, q: &str, n: u64) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = queue_view(d, q).await;
-        if v.as_ref().is_some_and(|v| v["waiting"] == n) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{q}: waiting never reached {n}: {v:?}\n{}",
-            d.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn survives(loss: Loss) -> anyhow::Result<()> {

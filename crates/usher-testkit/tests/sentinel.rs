@@ -1,6 +1,7 @@
-//! Redis Sentinel: usher finds the master through a real sentinel (`redis+sentinel://`), and
-//! when the master stops answering and the sentinel promotes the replica, usher follows
-//! without a restart.
+//! Redis Sentinel: usher finds the master through a real sentinel (`redis+sentinel://`, or
+//! `rediss+sentinel://` over TLS with a private CA and client certificates), and when the
+//! master stops answering and the sentinel promotes the replica, usher follows without a
+//! restart.
 
 mod common;
 
@@ -10,10 +11,32 @@ use common::join_and_admit;
 use usher_core::store::{RedisArgs, RedisMode, Store};
 use usher_testkit::redis_sentinel::RedisSentinel;
 use usher_testkit::stack;
+use usher_testkit::tls::TestPki;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usher_follows_the_master_across_a_sentinel_failover() -> anyhow::Result<()> {
     let s = tokio::task::block_in_place(RedisSentinel::start)?;
+    follows_a_failover(&s, s.replica.port()).await
+}
+
+/// The same over TLS: the sentinel listens on TLS only, every server requires a client
+/// certificate, and the addresses the sentinel names are TLS ports, so usher reaches the
+/// sentinel and both masters (before and after the failover) over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usher_follows_the_master_across_a_sentinel_failover_over_tls() -> anyhow::Result<()> {
+    let pki = TestPki::generate()?;
+    let s = tokio::task::block_in_place(|| RedisSentinel::start_tls(&pki))?;
+    assert_eq!(
+        s.master_port()?,
+        s.master.tls_port(),
+        "named by its TLS port"
+    );
+    follows_a_failover(&s, s.replica.tls_port()).await
+}
+
+/// The flow works through the sentinel, the master freezes, the sentinel names the replica
+/// (`promoted_port`), and the same servers go on admitting without a restart.
+async fn follows_a_failover(s: &RedisSentinel, promoted_port: u16) -> anyhow::Result<()> {
     let args = s.redis_args();
     let mut d = usher_testkit::config::dispatcher("", 100);
     d.redis = args.clone();
@@ -24,7 +47,7 @@ async fn usher_follows_the_master_across_a_sentinel_failover() -> anyhow::Result
     let http = usher_testkit::config::admin_client();
     join_and_admit(&http, &dispatcher.url(), &gateway.url(), "before").await?;
 
-    let old = s.master.port();
+    let old = s.master_port()?;
     // The master freezes (SIGSTOP: a hung or partitioned master). It keeps its port, so the
     // replica cannot meet another process there while it waits for the failover.
     let status = std::process::Command::new("kill")
@@ -41,7 +64,7 @@ async fn usher_follows_the_master_across_a_sentinel_failover() -> anyhow::Result
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let promoted = promoted.expect("the sentinel promoted the replica within 30 s");
-    assert_eq!(s.master_port()?, s.replica.port());
+    assert_eq!(s.master_port()?, promoted_port);
 
     // The same servers, without a restart, work against the new master (the first attempts
     // may meet the failover and fail like any Redis outage).
@@ -86,4 +109,64 @@ async fn a_wrong_master_name_or_url_is_a_startup_error() -> anyhow::Result<()> {
     let store = Store::open(&s.redis_args()).await?;
     store.ping().await?;
     Ok(())
+}
+
+/// TLS settings that cannot work are startup errors: a plain URL to a TLS sentinel, the TLS
+/// files without the TLS scheme, a CA that did not sign the servers, no client certificate
+/// where the servers require one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_tls_without_the_right_settings_is_a_startup_error() -> anyhow::Result<()> {
+    let pki = TestPki::generate()?;
+    let s = tokio::task::block_in_place(|| RedisSentinel::start_tls(&pki))?;
+    let good = s.redis_args();
+    let tls_url = good.url.clone();
+    let plain_url = tls_url.replacen("rediss+sentinel://", "redis+sentinel://", 1);
+
+    let plain = RedisArgs {
+        mode: RedisMode::Sentinel,
+        ..RedisArgs::standalone(plain_url.clone())
+    };
+    assert!(
+        Store::open(&plain).await.is_err(),
+        "plain TCP to a TLS sentinel"
+    );
+    let files_without_tls = RedisArgs {
+        url: plain_url,
+        ..good.clone()
+    };
+    let err = Store::open(&files_without_tls)
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("rediss+sentinel://"), "{err}");
+    let other_ca = TestPki::generate()?;
+    let untrusted = RedisArgs {
+        ca_file: Some(other_ca.ca()),
+        ..good.clone()
+    };
+    let err = Store::open(&untrusted).await.err().map(|e| e.to_string());
+    assert!(names_certificates(&err), "an unknown CA: {err:?}");
+    let no_client_cert = RedisArgs {
+        client_cert: None,
+        client_key: None,
+        ..good.clone()
+    };
+    let err = Store::open(&no_client_cert)
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        names_certificates(&err),
+        "mutual TLS without a client certificate: {err:?}"
+    );
+    let store = Store::open(&good).await?;
+    store.ping().await?;
+    Ok(())
+}
+
+/// Whether a startup error says it is about certificates.
+fn names_certificates(err: &Option<String>) -> bool {
+    err.as_ref()
+        .is_some_and(|e| e.to_lowercase().contains("certificate"))
 }

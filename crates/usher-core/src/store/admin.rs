@@ -222,10 +222,22 @@ impl Store {
             .await?;
         // The registry is another slot: its own command (a cluster refuses a pipeline that
         // spans slots).
+        self.register_queues(std::slice::from_ref(q)).await
+    }
+
+    /// Adds queues to the registry (`usher:queues`); already registered ones are unchanged.
+    /// The registry is one key, so in a cluster it lives on one shard: when that shard loses
+    /// its data, queues on the other shards keep their settings and places but are no longer
+    /// listed, and the dispatcher lists them again with this (the queues it knew, the queues
+    /// of `USHER_QUEUES_FILE`).
+    pub async fn register_queues(&self, ids: &[QueueId]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         let _: () = redis::cmd("SADD")
             .arg(keys::QUEUES)
-            .arg(q.as_str())
-            .query_async(&mut c)
+            .arg(ids.iter().map(QueueId::as_str).collect::<Vec<_>>())
+            .query_async(&mut self.c())
             .await?;
         Ok(())
     }

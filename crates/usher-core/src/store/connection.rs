@@ -45,7 +45,8 @@ pub struct RedisArgs {
     /// cluster mode, one seed node or a comma-separated list of them
     /// (`redis://10.0.0.1:6379,redis://10.0.0.2:6379`); the other nodes are discovered. In
     /// sentinel mode, `redis+sentinel://[user:password@]host:26379[,host:26379…]/<master name>`
-    /// (the credentials are the master's). An ACL user's name and password go in the URL (README, "Running on managed Redis", lists the
+    /// (the credentials are the master's), or `rediss+sentinel://…` for TLS to the sentinels
+    /// and the master. An ACL user's name and password go in the URL (README, "Running on managed Redis", lists the
     /// commands and keys each binary needs).
     #[arg(
         id = "redis_url",
@@ -60,7 +61,7 @@ pub struct RedisArgs {
     /// How Redis is deployed: `standalone` (one server or one managed endpoint), `cluster`
     /// (Redis Cluster, e.g. ElastiCache/MemoryDB with cluster mode enabled; every usher key of
     /// one queue shares a hash slot, so queues spread over the cluster's masters) or `sentinel`
-    /// (a master and replicas watched by Redis Sentinel; plain TCP only).
+    /// (a master and replicas watched by Redis Sentinel; TLS with `rediss+sentinel://`).
     #[arg(
         id = "redis_mode",
         value_name = "MODE",
@@ -73,7 +74,8 @@ pub struct RedisArgs {
 
     /// PEM file of the certificate authority (or authorities) that signed the Redis server's
     /// certificate, for a private CA. Without it, a `rediss://` URL is verified against the
-    /// system's trusted roots. Needs a `rediss://` URL.
+    /// system's trusted roots. Needs a `rediss://` URL (`rediss+sentinel://` in sentinel mode,
+    /// where it checks the sentinels and the masters).
     #[arg(
         id = "redis_ca_file",
         value_name = "FILE",
@@ -83,7 +85,8 @@ pub struct RedisArgs {
     pub ca_file: Option<PathBuf>,
 
     /// PEM file of this client's certificate (chain), for a Redis server that requires mutual
-    /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` URL.
+    /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` (or
+    /// `rediss+sentinel://`) URL.
     #[arg(
         id = "redis_client_cert",
         value_name = "FILE",
@@ -183,8 +186,11 @@ impl RedisArgs {
             return Err(config("USHER_REDIS_URL has an empty entry"));
         }
         if self.mode == RedisMode::Sentinel {
-            if self.ca_file.is_some() || self.client_cert.is_some() {
-                return Err(config("sentinel mode does not support TLS files yet"));
+            let files = self.ca_file.is_some() || self.client_cert.is_some();
+            if files && !sentinel::wants_tls(self.url.trim()) {
+                return Err(config(
+                    "USHER_REDIS_CA_FILE and USHER_REDIS_CLIENT_CERT need a rediss+sentinel:// URL",
+                ));
             }
             return Ok(vec![self.url.trim()]);
         }
@@ -289,8 +295,12 @@ impl Conn {
                 Ok(Self::Cluster(client.get_async_connection().await?))
             }
             RedisMode::Sentinel => Ok(Self::Sentinel(
-                SentinelConn::open(urls[0], sentinel::config(CONNECT_TIMEOUT, response_timeout))
-                    .await?,
+                SentinelConn::open(
+                    urls[0],
+                    certs,
+                    sentinel::config(CONNECT_TIMEOUT, response_timeout),
+                )
+                .await?,
             )),
         }
     }
@@ -361,6 +371,12 @@ mod tests {
         a.ca_file = Some("/ca.pem".into());
         assert!(a.urls().is_err());
         a.url = "rediss://a:1".into();
+        assert!(a.urls().is_ok());
+        // Sentinel mode: the TLS files need the TLS sentinel scheme.
+        a.mode = RedisMode::Sentinel;
+        a.url = "redis+sentinel://a:1/m".into();
+        assert!(a.urls().is_err());
+        a.url = "rediss+sentinel://a:1/m".into();
         assert!(a.urls().is_ok());
         // An unreadable file is a clean error, not a panic.
         assert!(a.certificates().is_err());

@@ -9,6 +9,7 @@
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
 //! * `passthrough` — the courier of admissions made by joins themselves (woken per join).
 //! * `rate` — the measured admission rate and a tick's expected admissions.
+//! * `registry` — the queue and sale registries as a tick reads them, lost entries listed again.
 //! * `gateways` — live gateways and stream-message batching, shared by the above.
 //!
 //! Imports run one way: this file uses its submodules, and none of them uses it.
@@ -21,6 +22,7 @@ mod passthrough;
 mod premint;
 mod queue;
 mod rate;
+mod registry;
 mod schedule;
 mod settings;
 mod tokens;
@@ -45,6 +47,7 @@ use passthrough::{HeldLeases, Passthrough};
 use premint::{spawn_premint, PremintPlan};
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
+use registry::Registries;
 use schedule::{admission_time, read_lead, sleep_until_ms, Schedule};
 
 /// Drives admission for the queues this replica holds.
@@ -57,6 +60,8 @@ pub struct Admitter {
     gateways: Arc<Vec<GatewayInfo>>,
     /// `held`'s leases, shared with the passthrough courier.
     leases: HeldLeases,
+    /// What the queue registries listed since this replica started.
+    registries: Registries,
 }
 
 /// Queues whose admission just became possible or faster (sent by the admin API).
@@ -83,6 +88,7 @@ impl Admitter {
             held: HashMap::new(),
             gateways: Default::default(),
             leases: HeldLeases::default(),
+            registries: Registries::default(),
         }
     }
 
@@ -210,6 +216,7 @@ impl Admitter {
             self.store.sale_queues(),
         )
         .inspect_err(|_| metrics::redis_error())?;
+        let (queues, sales) = self.registries.relist(&self.store, queues, sales).await;
         // (Capped: a wall clock stepped back must not stall every tick.)
         sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
         let gateways = Arc::new(gateways);
