@@ -6,7 +6,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use usher_core::ids::QueueId;
@@ -15,7 +14,10 @@ use usher_core::page::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
+use usher_http::openapi::route;
 use usher_http::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::state::redis_down;
 pub use crate::state::AppState;
@@ -29,20 +31,20 @@ const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
 const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
 
+/// Every route, from one table that also describes them (`GET /openapi.json`): a route is
+/// added with `.routes(routes!(handler))` for an annotated handler, or `.routes(route::<stub>(
+/// handler))` for one described in [`crate::openapi`].
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/admin/queues", get(list_queues))
-        .route(
-            "/admin/queues/{queue}",
-            get(get_queue).put(put_queue).delete(close_queue),
-        )
-        .route("/admin/queues/{queue}/notice", post(notice))
-        .route("/admin/gateways", get(crate::gateway_list::list_gateways))
-        .route(
-            "/admin/queues/{queue}/draw/beacon",
-            post(crate::schedule::post_beacon),
-        )
-        .route("/admin/audit", get(crate::audit::list))
+    use crate::openapi as doc;
+    let admin = OpenApiRouter::new()
+        .routes(route::<doc::__path_list_queues, _, _, _>(list_queues))
+        .routes(route::<doc::__path_get_queue, _, _, _>(get_queue))
+        .routes(route::<doc::__path_put_queue, _, _, _>(put_queue))
+        .routes(route::<doc::__path_close_queue, _, _, _>(close_queue))
+        .routes(route::<doc::__path_notice, _, _, _>(notice))
+        .routes(routes!(crate::gateway_list::list_gateways))
+        .routes(routes!(crate::schedule::post_beacon))
+        .routes(routes!(crate::audit::list))
         // The last layer runs first: authorize, then record the change.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -53,8 +55,8 @@ pub fn router(state: AppState) -> Router {
             crate::admin_auth::authorize,
         ));
     let store = state.store.clone();
-    Router::new()
-        .route("/.well-known/jwks.json", get(jwks))
+    let table = OpenApiRouter::with_openapi(doc::frame())
+        .routes(route::<doc::__path_jwks, _, _, _>(jwks))
         .merge(admin)
         .merge(crate::dashboard::routes())
         .merge(crate::sessions::routes())
@@ -80,8 +82,9 @@ pub fn router(state: AppState) -> Router {
                     details,
                 }
             }
-        }))
-        .with_state(state)
+        }));
+    let (router, _doc) = usher_http::openapi::finish(table);
+    router.with_state(state)
 }
 
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
@@ -98,7 +101,7 @@ async fn jwks(State(st): State<AppState>) -> Response {
 }
 
 /// A queue as the admin API shows it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueView {
     pub queue: QueueId,
     #[serde(flatten)]
@@ -117,7 +120,7 @@ pub struct QueueView {
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
 /// for a new queue).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueUpdate {
     pub admit_per_second: Option<f64>,
@@ -429,14 +432,14 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
 }
 
 /// `POST /admin/queues/{queue}/notice` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoticeBody {
     pub message: String,
 }
 
 /// `POST /admin/queues/{queue}/notice` answer: how many gateways the notice went to.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NoticeSent {
     pub queue: QueueId,
     pub gateways: usize,

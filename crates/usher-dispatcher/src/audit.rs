@@ -108,6 +108,18 @@ pub struct AuditQuery {
 }
 
 /// `GET /admin/audit?limit=N`: the newest records, newest first.
+#[utoipa::path(
+    get,
+    path = "/admin/audit",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "How many records (default 100).")),
+    responses(
+        (status = 200, description = "The newest admin changes, newest first.", body = crate::openapi::AuditList),
+        (status = 400, description = "`limit` out of 1–1000, or an unknown query parameter.", body = usher_http::openapi::ErrorBody),
+        crate::openapi::AdminReadErrors,
+    ),
+)]
 pub(crate) async fn list(
     State(st): State<AppState>,
     query: Result<Query<AuditQuery>, QueryRejection>,

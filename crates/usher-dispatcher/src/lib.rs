@@ -12,6 +12,8 @@
 //! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
 //! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
+//! * [`openapi`] — the API description (`GET /openapi.json`): its frame and `admin`'s route
+//!   descriptions; the router's table makes the rest.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
@@ -25,6 +27,7 @@ pub mod dashboard;
 mod dev_secrets;
 pub mod gateway_list;
 mod metrics;
+pub mod openapi;
 pub mod queues_file;
 mod schedule;
 pub mod sessions;

@@ -47,19 +47,27 @@ impl Draws {
     }
 }
 
-#[derive(Serialize)]
-struct DrawRecord<'a> {
+/// `GET /api/queues/{queue}/draw` answer: a scheduled sale's public record.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct DrawRecord<'a> {
     queue: &'a QueueId,
+    /// RFC 3339.
     opens_at: String,
+    /// SHA-256 of the seed (hex), published before anyone could join the pre-queue.
     commitment: &'a str,
+    /// The seed (hex); `null` until the draw.
     seed: Option<&'a str>,
+    /// The entrants' hashes (hex) in drawn order; `null` until the draw.
     entrants: Option<Vec<String>>,
+    /// `null` unless the sale names a drand round.
     beacon: Option<BeaconRecord<'a>>,
 }
 
-#[derive(Serialize)]
+/// The drand round a sale names, and its randomness once recorded.
+#[derive(Serialize, utoipa::ToSchema)]
 struct BeaconRecord<'a> {
     drand_round: u64,
+    /// The round's randomness (hex), `null` until an operator records it.
     randomness: Option<&'a str>,
 }
 

@@ -41,6 +41,7 @@ mod joins;
 mod keepalive;
 mod limits;
 mod metrics;
+mod openapi;
 mod page;
 mod recovery;
 mod routes;
