@@ -10,9 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use usher_core::ids::QueueId;
-use usher_core::messages::{
-    eta_seconds, AdmittedEvent, CloseReason, ScheduledEvent, WaitingEvent,
-};
+use usher_core::messages::{eta_seconds, AdmittedEvent, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
 use usher_http::openapi::ErrorBody;

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::response::IntoResponse;
-use utoipa_axum::router::OpenApiRouter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use utoipa_axum::router::OpenApiRouter;
 
 /// The `content-type` of the Prometheus text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
@@ -81,14 +81,17 @@ where
     F: Fn() + Clone + Send + Sync + 'static,
 {
     let handle = install();
-    OpenApiRouter::new().routes(crate::openapi::route::<crate::openapi::__path_metrics, _, _, _>(
-        move || {
-            let handle = handle.clone();
-            let before = before.clone();
-            async move {
-                before();
-                ([("content-type", CONTENT_TYPE)], handle.render()).into_response()
-            }
-        },
-    ))
+    OpenApiRouter::new().routes(crate::openapi::route::<
+        crate::openapi::__path_metrics,
+        _,
+        _,
+        _,
+    >(move || {
+        let handle = handle.clone();
+        let before = before.clone();
+        async move {
+            before();
+            ([("content-type", CONTENT_TYPE)], handle.render()).into_response()
+        }
+    }))
 }

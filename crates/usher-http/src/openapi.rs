@@ -70,9 +70,9 @@ where
     S: Clone + Send + Sync + 'static,
 {
     let methods = P::methods();
-    let router = methods
-        .iter()
-        .fold(MethodRouter::new(), |r, m| r.on(m.to_method_filter(), handler.clone()));
+    let router = methods.iter().fold(MethodRouter::new(), |r, m| {
+        r.on(m.to_method_filter(), handler.clone())
+    });
     let mut paths = Paths::new();
     paths.add_path_operation(P::path(), methods, P::operation());
     let mut schemas = Vec::new();
