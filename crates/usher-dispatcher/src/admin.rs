@@ -112,9 +112,9 @@ pub struct QueueView {
     #[serde(flatten)]
     pub page: PageSettings,
     /// The rate the queue admits at now (0 while paused, full, or adaptive without a fresh
-    /// load report) ...
+    /// load report).
     pub effective_per_second: f64,
-    /// ... and why.
+    /// Why `effective_per_second` is what it is.
     pub rate_reason: RateReason,
 }
 
@@ -130,15 +130,15 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
-    /// Absent: unchanged; `null`: unscheduled; a time: the sale opens then (see
-    /// [`crate::schedule`]).
+    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then (see
+    /// `crate::schedule`).
     #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
     /// mixes in that round's randomness.
     #[serde(default, deserialize_with = "present")]
     pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
-    /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
+    /// Waiting-room page settings (`PageSettings`): a value sets, `""` unsets.
     pub booking_url: Option<String>,
     pub embed_origin: Option<String>,
     pub title: Option<String>,
