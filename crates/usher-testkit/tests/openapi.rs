@@ -179,8 +179,33 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
     let beacon = admin
         .post(format!("{d}/admin/queues/oa/draw/beacon"))
         .json(&json!({"randomness": "00".repeat(32)}));
-    let path = "/admin/queues/{queue}/draw/beacon";
-    assert_eq!(x.answer(D, "POST", path, beacon).await?.0, 404);
+    let beacon_path = "/admin/queues/{queue}/draw/beacon";
+    assert_eq!(x.answer(D, "POST", beacon_path, beacon).await?.0, 404);
+
+    // A scheduled sale: its beacon, its pending draw record, a pre-queue stream's `scheduled`.
+    let opens_at = (time::OffsetDateTime::now_utc() + time::Duration::hours(1))
+        .format(&time::format_description::well_known::Rfc3339)?;
+    let sale = json!({"opens_at": opens_at, "draw_beacon": {"drand_round": 7}});
+    let put = admin.put(format!("{d}/admin/queues/sale")).json(&sale);
+    assert_eq!(x.answer(D, "PUT", queue, put).await?.0, 201);
+    let beacon = admin
+        .post(format!("{d}/admin/queues/sale/draw/beacon"))
+        .json(&json!({"randomness": "ab".repeat(32)}));
+    assert_eq!(x.answer(D, "POST", beacon_path, beacon).await?.0, 200);
+    let draw = anon.get(format!("{g}/api/queues/sale/draw"));
+    let (code, record) = x.answer(G, "GET", "/api/queues/{queue}/draw", draw).await?;
+    assert_eq!((code, &record["seed"]), (200, &serde_json::Value::Null));
+    let mut pre = RawStream::open(&format!("{g}/api/queues/sale/stream")).await?;
+    let pre_frames = pre.read_until(|f| has_event(f, "scheduled")).await?;
+    let pre_ticket = event(&pre_frames, "scheduled")?["id"]
+        .as_str()
+        .context("scheduled has an id")?
+        .to_owned();
+    let status = anon.get(format!("{g}/api/queues/sale/status?ticket={pre_ticket}"));
+    let (code, body) = x
+        .answer(G, "GET", "/api/queues/{queue}/status", status)
+        .await?;
+    assert_eq!((code, &body["state"]), (200, &json!("scheduled")));
 
     // A browser joins: its stream, while the queue is paused: `retry:`, `waiting`, keepalives.
     let mut a = RawStream::open(&format!("{g}/api/queues/oa/stream")).await?;
@@ -291,11 +316,11 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
 
     // Every frame of both streams, as the document's `text/event-stream` items.
     let mut names = Vec::new();
-    for f in all_a.iter().chain(&all_b) {
+    for f in all_a.iter().chain(&all_b).chain(&pre_frames) {
         names.push(f["event"].as_str().unwrap_or("-").to_owned());
         x.add(G, stream_path, "GET", 200, "text/event-stream", f.clone());
     }
-    for name in ["waiting", "notice", "admitted", "closed"] {
+    for name in ["waiting", "notice", "admitted", "closed", "scheduled"] {
         assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
     }
     assert!(all_a.iter().any(|f| f.get("retry").is_some()));
