@@ -1,12 +1,12 @@
-//! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
+//! The admin API's queue handlers (list, get, put, close, notice) and the JWKS document;
+//! [`crate::routes`] serves them.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
@@ -14,10 +14,7 @@ use usher_core::page::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;
-use usher_http::openapi::route;
 use usher_http::ApiError;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 use crate::state::redis_down;
 pub use crate::state::AppState;
@@ -31,68 +28,12 @@ const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
 const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
 
-/// Every route, from one table that also describes them (`GET /openapi.json`): a route is
-/// added with `.routes(routes!(handler))` for an annotated handler, or `.routes(route::<stub>(
-/// handler))` for one described in [`crate::openapi`].
-pub fn router(state: AppState) -> Router {
-    use crate::openapi as doc;
-    let admin = OpenApiRouter::new()
-        .routes(route::<doc::__path_list_queues, _, _, _>(list_queues))
-        .routes(route::<doc::__path_get_queue, _, _, _>(get_queue))
-        .routes(route::<doc::__path_put_queue, _, _, _>(put_queue))
-        .routes(route::<doc::__path_close_queue, _, _, _>(close_queue))
-        .routes(route::<doc::__path_notice, _, _, _>(notice))
-        .routes(routes!(crate::gateway_list::list_gateways))
-        .routes(routes!(crate::schedule::post_beacon))
-        .routes(routes!(crate::audit::list))
-        // The last layer runs first: authorize, then record the change.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::audit::record,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.admin_tokens.clone(),
-            crate::admin_auth::authorize,
-        ));
-    let store = state.store.clone();
-    let table = OpenApiRouter::with_openapi(doc::frame())
-        .routes(route::<doc::__path_jwks, _, _, _>(jwks))
-        .merge(admin)
-        .merge(crate::dashboard::routes())
-        .merge(crate::sessions::routes())
-        .merge(crate::backends::routes())
-        .merge(usher_http::metrics::metrics_routes(|| {}))
-        .merge(usher_http::health_routes(move |verbose| {
-            let store = store.clone();
-            async move {
-                // Always ready while it runs: the JWKS needs no Redis, and the admin and
-                // session routes answer 503 by themselves while Redis is away.
-                let details = if verbose {
-                    let redis = if store.ping().await.is_ok() {
-                        "ok"
-                    } else {
-                        "unreachable"
-                    };
-                    serde_json::json!({ "redis": redis })
-                } else {
-                    serde_json::Value::Null
-                };
-                usher_http::Readiness {
-                    ready: true,
-                    details,
-                }
-            }
-        }));
-    let (router, _doc) = usher_http::openapi::finish(table);
-    router.with_state(state)
-}
-
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
 /// verifier meeting an unknown `kid` re-fetches anyway (rotation publishes a key on every
 /// replica before any replica signs with it).
 const JWKS_MAX_AGE: &str = "public, max-age=60";
 
-async fn jwks(State(st): State<AppState>) -> Response {
+pub(crate) async fn jwks(State(st): State<AppState>) -> Response {
     (
         [(header::CACHE_CONTROL, JWKS_MAX_AGE)],
         Json(st.keys.jwks()),
@@ -219,17 +160,23 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     }))
 }
 
-async fn list_queues(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let mut out = Vec::new();
-    for q in st.store.queue_ids().await.map_err(redis_down)? {
-        if let Some(v) = view(&st, q).await? {
-            out.push(v);
-        }
-    }
-    Ok(Json(serde_json::json!({ "queues": out })))
+/// `GET /admin/queues` answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QueueList {
+    pub queues: Vec<QueueView>,
 }
 
-async fn get_queue(
+pub(crate) async fn list_queues(State(st): State<AppState>) -> Result<Json<QueueList>, ApiError> {
+    let mut queues = Vec::new();
+    for q in st.store.queue_ids().await.map_err(redis_down)? {
+        if let Some(v) = view(&st, q).await? {
+            queues.push(v);
+        }
+    }
+    Ok(Json(QueueList { queues }))
+}
+
+pub(crate) async fn get_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<QueueView>, ApiError> {
@@ -320,7 +267,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
 
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
-async fn put_queue(
+pub(crate) async fn put_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     body: Result<Json<QueueUpdate>, JsonRejection>,
@@ -390,7 +337,7 @@ fn close_reason(q: Result<Query<CloseQuery>, QueryRejection>) -> Result<CloseRea
 
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "close_queue", queue = %raw))]
-async fn close_queue(
+pub(crate) async fn close_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     query: Result<Query<CloseQuery>, QueryRejection>,
@@ -449,7 +396,7 @@ pub struct NoticeSent {
 /// each live gateway holding browsers of it (the gateways `state` goes to).
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "notice", queue = %raw))]
-async fn notice(
+pub(crate) async fn notice(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     body: Result<Json<NoticeBody>, JsonRejection>,

@@ -1,6 +1,6 @@
 //! The dispatcher's API description (`GET /openapi.json`, OpenAPI 3.1).
 //!
-//! The document comes from the router's own table ([`crate::admin::router`], a
+//! The document comes from the router's own table ([`crate::routes::router`], a
 //! `utoipa_axum` `OpenApiRouter`): every route is registered with its description, so nothing
 //! is served undescribed. Handlers in short modules carry their `#[utoipa::path]` themselves;
 //! `admin`'s are described here, as stubs registered with [`usher_http::openapi::route`]
@@ -9,11 +9,10 @@
 //! answers built as JSON values.
 
 use usher_core::ids::QueueId;
-use usher_core::store::AuditRecord;
 use usher_http::openapi::{ErrorBody, ADMIN_TOKEN, ENTRY_TOKEN, SERVICE_TOKEN};
 use utoipa::{IntoResponses, OpenApi, ToSchema};
 
-use crate::admin::{NoticeBody, NoticeSent, QueueUpdate, QueueView};
+use crate::admin::{NoticeBody, NoticeSent, QueueList, QueueUpdate, QueueView};
 
 /// The frame: title, tags, shared components. Paths come from the router.
 #[derive(OpenApi)]
@@ -77,20 +76,6 @@ pub(crate) enum AdminWriteErrors {
     /// Redis is out of memory: the change was refused (reads and `DELETE` still work).
     #[response(status = 507)]
     OutOfMemory(ErrorBody),
-}
-
-/// `GET /admin/queues` answer.
-#[derive(ToSchema)]
-#[allow(dead_code)] // A description: the handler builds the same JSON.
-pub(crate) struct QueueList {
-    pub queues: Vec<QueueView>,
-}
-
-/// `GET /admin/audit` answer, newest first.
-#[derive(ToSchema)]
-#[allow(dead_code)] // A description: the handler builds the same JSON.
-pub(crate) struct AuditList {
-    pub records: Vec<AuditRecord>,
 }
 
 /// The JWKS document: every key, the signing key first.
