@@ -44,7 +44,7 @@ const MAC_LEN: usize = 16;
 const ID_LEN: usize = 12;
 
 /// What a queue asks of a join before it takes a place.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Challenge {
     /// Nothing: every join takes a place.
@@ -90,8 +90,9 @@ pub fn check_difficulty(d: u8) -> Result<(), BadDifficulty> {
 
 /// Why a join was not given a place, told to the browser with a fresh puzzle
 /// (`event: challenge`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = ChallengeReason)]
 pub enum Refusal {
     /// The join carried no solution.
     Missing,
@@ -311,7 +312,7 @@ fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 
 /// `GET /api/queues/{queue}/challenge` answer, and the payload of `event: challenge` (with
 /// `reason`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChallengeEvent {
     pub queue: QueueId,
     /// The puzzle to solve: send `?pow=<puzzle>.<nonce>` with the next join.

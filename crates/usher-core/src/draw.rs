@@ -82,7 +82,9 @@ impl std::fmt::Debug for Seed {
 
 /// Why a scheduled sale's published draw was voided. A closed set; its wire form (the draw
 /// record's `voided.reason`, the `draw_void` event's `reason`) is the snake_case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum VoidReason {
     /// Redis lost the queue before its draw ran, and the queue was configured again without

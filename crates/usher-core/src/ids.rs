@@ -10,8 +10,11 @@ pub const MAX_QUEUE_ID_LEN: usize = 64;
 
 /// A queue (one performance's line). 1–64 characters of `[A-Za-z0-9_-]`, so it is safe in
 /// URLs, Redis key names, hash tags and ticket strings without escaping.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$", example = "concert")]
 pub struct QueueId(String);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

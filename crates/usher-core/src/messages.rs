@@ -67,7 +67,7 @@ impl QueueState {
 /// Why a stream ended with `closed`, or why a gateway stopped holding a place. A closed set:
 /// the dispatcher and the gateways agree on it by type, and its wire form is the snake_case
 /// name (`"queue_closed"`, …), byte for byte what browsers have always received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CloseReason {
     /// The ticket left the line (`DELETE /api/queues/{queue}/tickets/{ticket}`).
@@ -166,7 +166,7 @@ pub enum StreamMessage {
 }
 
 /// `event: waiting` payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WaitingEvent {
     pub queue: QueueId,
     /// 1-based; 1 = next to be admitted.
@@ -182,7 +182,7 @@ pub struct WaitingEvent {
 
 /// `event: scheduled` payload: the browser is in a scheduled sale's pre-queue, and the draw
 /// at `opens_at` puts it in line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduledEvent {
     pub queue: QueueId,
     /// RFC 3339.
@@ -207,7 +207,7 @@ impl ScheduledEvent {
 /// browser's last event id stays its ticket); the stream then ends with a short `retry:`, and
 /// the browser's resume gets `scheduled` (a new draw is held) or `waiting` (none is: the
 /// pre-queue went into the line in join order). Clients that do not know the event ignore it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DrawVoidEvent {
     pub queue: QueueId,
     pub reason: crate::draw::VoidReason,
@@ -218,7 +218,7 @@ pub struct DrawVoidEvent {
 }
 
 /// `event: admitted` payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AdmittedEvent {
     pub queue: QueueId,
     pub token: String,
@@ -229,14 +229,14 @@ pub struct AdmittedEvent {
 }
 
 /// `event: closed` payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClosedEvent {
     pub queue: QueueId,
     pub reason: CloseReason,
 }
 
 /// `event: notice` payload: an operator's message to the line ("Section A is sold out").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NoticeEvent {
     pub queue: QueueId,
     pub message: String,

@@ -17,7 +17,7 @@ pub const MAX_URL_LEN: usize = 2048;
 /// The page settings of one queue. Each is optional: without `booking_url` the page shows the
 /// admission itself, without `embed_origin` no site may frame it, without `title` it shows
 /// the queue id, without `logo_url` it shows no logo.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PageSettings {
     /// Where the page POSTs the entry token on `admitted` (an auto-submitted form).
     #[serde(default, skip_serializing_if = "Option::is_none")]

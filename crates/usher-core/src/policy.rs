@@ -14,8 +14,9 @@ pub const MAX_BACKEND_NAME_LEN: usize = 64;
 
 /// A booking backend that reports its load (`PUT /api/backends/{name}/load`). 1–64 characters
 /// of `[A-Za-z0-9_-]`, safe in URLs and Redis key names; many queues may follow one backend.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9_-]{1,64}$", example = "bookings")]
 pub struct BackendName(String);
 
 /// A backend name that is not 1–64 characters of `[A-Za-z0-9_-]`.
@@ -62,7 +63,7 @@ impl fmt::Display for BackendName {
 /// An admission rate that follows a backend's load: `max_per_second` at or below `load_low`,
 /// `min_per_second` at or above `load_high`, linear in between. Without a report younger than
 /// `stale_after_seconds` the backend counts as down and the rate is 0.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Adaptive {
     pub backend: BackendName,
@@ -155,7 +156,7 @@ impl LoadReport {
 
 /// Why a queue admits at the rate `GET /admin/queues/{q}` shows: a closed set, serialised as
 /// its snake_case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RateReason {
     /// `admit_per_second`, as configured.

@@ -1,13 +1,12 @@
-//! HTTP: the admin API, the JWKS document and health checks (and [`crate::sessions`]' routes).
+//! The admin API's queue handlers (list, get, put, close, notice) and the JWKS document;
+//! [`crate::routes`] serves them.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
@@ -30,67 +29,12 @@ const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
 const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
 
-pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/admin/queues", get(list_queues))
-        .route(
-            "/admin/queues/{queue}",
-            get(get_queue).put(put_queue).delete(close_queue),
-        )
-        .route("/admin/queues/{queue}/notice", post(notice))
-        .route("/admin/gateways", get(crate::gateway_list::list_gateways))
-        .route(
-            "/admin/queues/{queue}/draw/beacon",
-            post(crate::schedule::post_beacon),
-        )
-        .route("/admin/audit", get(crate::audit::list))
-        // The last layer runs first: authorize, then record the change.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::audit::record,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.admin_tokens.clone(),
-            crate::admin_auth::authorize,
-        ));
-    let store = state.store.clone();
-    Router::new()
-        .route("/.well-known/jwks.json", get(jwks))
-        .merge(admin)
-        .merge(crate::dashboard::routes())
-        .merge(crate::sessions::routes())
-        .merge(crate::backends::routes())
-        .merge(usher_http::metrics::metrics_routes(|| {}))
-        .merge(usher_http::health_routes(move |verbose| {
-            let store = store.clone();
-            async move {
-                // Always ready while it runs: the JWKS needs no Redis, and the admin and
-                // session routes answer 503 by themselves while Redis is away.
-                let details = if verbose {
-                    let redis = if store.ping().await.is_ok() {
-                        "ok"
-                    } else {
-                        "unreachable"
-                    };
-                    serde_json::json!({ "redis": redis })
-                } else {
-                    serde_json::Value::Null
-                };
-                usher_http::Readiness {
-                    ready: true,
-                    details,
-                }
-            }
-        }))
-        .with_state(state)
-}
-
 /// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
 /// verifier meeting an unknown `kid` re-fetches anyway (rotation publishes a key on every
 /// replica before any replica signs with it).
 const JWKS_MAX_AGE: &str = "public, max-age=60";
 
-async fn jwks(State(st): State<AppState>) -> Response {
+pub(crate) async fn jwks(State(st): State<AppState>) -> Response {
     (
         [(header::CACHE_CONTROL, JWKS_MAX_AGE)],
         Json(st.keys.jwks()),
@@ -99,7 +43,7 @@ async fn jwks(State(st): State<AppState>) -> Response {
 }
 
 /// A queue as the admin API shows it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueView {
     pub queue: QueueId,
     #[serde(flatten)]
@@ -110,15 +54,15 @@ pub struct QueueView {
     #[serde(flatten)]
     pub page: PageSettings,
     /// The rate the queue admits at now (0 while paused, full, or adaptive without a fresh
-    /// load report) ...
+    /// load report).
     pub effective_per_second: f64,
-    /// ... and why.
+    /// Why `effective_per_second` is what it is.
     pub rate_reason: RateReason,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
 /// for a new queue).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueUpdate {
     pub admit_per_second: Option<f64>,
@@ -128,8 +72,8 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
-    /// Absent: unchanged; `null`: unscheduled; a time: the sale opens then (see
-    /// [`crate::schedule`]).
+    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then (see
+    /// `crate::schedule`).
     #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
@@ -140,8 +84,9 @@ pub struct QueueUpdate {
     /// characters. Secret until the draw: never shown, logged or audited (its `Debug` is
     /// redacted). See [`crate::schedule`].
     #[serde(default, deserialize_with = "crate::schedule::seed_hex")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{64}$", write_only)]
     pub draw_seed: Option<usher_core::draw::Seed>,
-    /// Waiting-room page settings ([`PageSettings`]): a value sets, `""` unsets.
+    /// Waiting-room page settings (`PageSettings`): a value sets, `""` unsets.
     pub booking_url: Option<String>,
     pub embed_origin: Option<String>,
     pub title: Option<String>,
@@ -226,17 +171,23 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     }))
 }
 
-async fn list_queues(State(st): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let mut out = Vec::new();
-    for q in st.store.queue_ids().await.map_err(redis_down)? {
-        if let Some(v) = view(&st, q).await? {
-            out.push(v);
-        }
-    }
-    Ok(Json(serde_json::json!({ "queues": out })))
+/// `GET /admin/queues` answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct QueueList {
+    pub queues: Vec<QueueView>,
 }
 
-async fn get_queue(
+pub(crate) async fn list_queues(State(st): State<AppState>) -> Result<Json<QueueList>, ApiError> {
+    let mut queues = Vec::new();
+    for q in st.store.queue_ids().await.map_err(redis_down)? {
+        if let Some(v) = view(&st, q).await? {
+            queues.push(v);
+        }
+    }
+    Ok(Json(QueueList { queues }))
+}
+
+pub(crate) async fn get_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<QueueView>, ApiError> {
@@ -336,7 +287,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
 
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
-async fn put_queue(
+pub(crate) async fn put_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     body: Result<Json<QueueUpdate>, JsonRejection>,
@@ -407,7 +358,7 @@ fn close_reason(q: Result<Query<CloseQuery>, QueryRejection>) -> Result<CloseRea
 
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "close_queue", queue = %raw))]
-async fn close_queue(
+pub(crate) async fn close_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     query: Result<Query<CloseQuery>, QueryRejection>,
@@ -449,14 +400,14 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
 }
 
 /// `POST /admin/queues/{queue}/notice` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoticeBody {
     pub message: String,
 }
 
 /// `POST /admin/queues/{queue}/notice` answer: how many gateways the notice went to.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NoticeSent {
     pub queue: QueueId,
     pub gateways: usize,
@@ -466,7 +417,7 @@ pub struct NoticeSent {
 /// each live gateway holding browsers of it (the gateways `state` goes to).
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "notice", queue = %raw))]
-async fn notice(
+pub(crate) async fn notice(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     body: Result<Json<NoticeBody>, JsonRejection>,

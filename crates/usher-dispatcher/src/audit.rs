@@ -120,11 +120,29 @@ pub struct AuditQuery {
     pub limit: Option<usize>,
 }
 
+/// `GET /admin/audit` answer, newest first.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct AuditList {
+    pub records: Vec<AuditRecord>,
+}
+
 /// `GET /admin/audit?limit=N`: the newest records, newest first.
+#[utoipa::path(
+    get,
+    path = "/admin/audit",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "How many records (default 100).")),
+    responses(
+        (status = 200, description = "The newest admin changes, newest first.", body = AuditList),
+        (status = 400, description = "`limit` out of 1–1000, or an unknown query parameter.", body = usher_http::openapi::ErrorBody),
+        crate::openapi::AdminReadErrors,
+    ),
+)]
 pub(crate) async fn list(
     State(st): State<AppState>,
     query: Result<Query<AuditQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<AuditList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -133,7 +151,7 @@ pub(crate) async fn list(
         )));
     }
     let records = st.store.audit_log(limit).await.map_err(redis_down)?;
-    Ok(Json(serde_json::json!({ "records": records })))
+    Ok(Json(AuditList { records }))
 }
 
 #[cfg(test)]

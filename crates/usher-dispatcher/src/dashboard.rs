@@ -11,9 +11,9 @@
 use axum::extract::Path;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use usher_http::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The dashboard's Content-Security-Policy.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
@@ -43,10 +43,10 @@ const ASSETS: [Asset; 2] = [
 ];
 
 /// `GET /admin/ui` and `GET /admin/ui/assets/{name}`.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new()
-        .route("/admin/ui", get(index))
-        .route("/admin/ui/assets/{name}", get(asset))
+pub fn routes<S: Clone + Send + Sync + 'static>() -> OpenApiRouter<S> {
+    OpenApiRouter::new()
+        .routes(routes!(index))
+        .routes(routes!(asset))
 }
 
 /// A static response with the dashboard's security headers. `no-cache`: the assets carry no
@@ -67,10 +67,26 @@ fn respond(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/admin/ui",
+    tag = "dashboard",
+    responses((status = 200, description = "The dashboard's page (served without the token; a strict Content-Security-Policy, no framing).", content_type = "text/html", body = String)),
+)]
 async fn index() -> Response {
     respond("text/html; charset=utf-8", INDEX)
 }
 
+#[utoipa::path(
+    get,
+    path = "/admin/ui/assets/{name}",
+    tag = "dashboard",
+    params(("name" = String, Path, description = "`dashboard.js` or `dashboard.css`.")),
+    responses(
+        (status = 200, description = "The asset (`Cache-Control: no-cache`).", content((String = "text/javascript"), (String = "text/css"))),
+        (status = 404, description = "No such asset.", body = usher_http::openapi::ErrorBody),
+    ),
+)]
 async fn asset(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|a| a.name == name) {
         Some(a) => respond(a.content_type, a.body),

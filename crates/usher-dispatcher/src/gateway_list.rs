@@ -14,7 +14,7 @@ use usher_http::ApiError;
 use crate::state::{redis_down, AppState};
 
 /// One gateway as the admin API shows it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GatewayView {
     pub index: u16,
     /// Its `USHER_SERVER_ID`.
@@ -33,11 +33,21 @@ pub struct GatewayView {
 }
 
 /// `GET /admin/gateways` answer.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GatewayList {
     pub gateways: Vec<GatewayView>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/admin/gateways",
+    tag = "admin",
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Every gateway registered in the last day, live ones first.", body = GatewayList),
+        crate::openapi::AdminReadErrors,
+    ),
+)]
 pub(crate) async fn list_gateways(
     State(st): State<AppState>,
 ) -> Result<Json<GatewayList>, ApiError> {

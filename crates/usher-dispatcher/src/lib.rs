@@ -3,7 +3,7 @@
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * [`signing`] — where the entry-token keys come from.
 //! * [`admission`] — the tick loop.
-//! * [`admin`] — HTTP routes: admin API, JWKS, health.
+//! * [`admin`] — the admin API's queue handlers and the JWKS.
 //! * [`admin_auth`] — the admin tokens and their labels; `audit` — the trail of admin changes.
 //! * [`queues_file`] — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
 //! * [`sessions`] — the session API booking services call with an entry token.
@@ -12,6 +12,9 @@
 //! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
 //! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
+//! * [`openapi`] — the API description (`GET /openapi.json`): its frame and `admin`'s route
+//!   descriptions; the router's table makes the rest.
+//! * [`routes`] — every route, in the one table that serves and describes them.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
@@ -25,7 +28,9 @@ pub mod dashboard;
 mod dev_secrets;
 pub mod gateway_list;
 mod metrics;
+pub mod openapi;
 pub mod queues_file;
+pub mod routes;
 mod schedule;
 pub mod sessions;
 pub mod signing;
@@ -123,7 +128,7 @@ pub async fn run(
         ));
     }
     let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
-    let app = admin::router(admin::AppState {
+    let app = routes::router(admin::AppState {
         store,
         keys: keys.clone(),
         admin_tokens,

@@ -122,7 +122,7 @@ pub(crate) async fn apply(store: &Store, q: &QueueId, s: Scheduling) -> Result<(
 
 /// `"draw_beacon"` in `PUT /admin/queues/{queue}`: the drand round whose randomness the draw
 /// mixes in.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BeaconSpec {
     pub drand_round: u64,
@@ -147,14 +147,14 @@ pub(crate) async fn apply_beacon(
 }
 
 /// `POST /admin/queues/{queue}/draw/beacon` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BeaconBody {
     pub randomness: String,
 }
 
 /// The beacon as recorded.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BeaconView {
     pub queue: QueueId,
     pub drand_round: u64,
@@ -165,6 +165,20 @@ pub struct BeaconView {
 const BEACON_BYTES: std::ops::RangeInclusive<usize> = 16..=64;
 
 /// `POST /admin/queues/{queue}/draw/beacon`: records the named round's randomness.
+#[utoipa::path(
+    post,
+    path = "/admin/queues/{queue}/draw/beacon",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    request_body(content = BeaconBody, description = "The named drand round's randomness: 16 to 64 bytes of hex."),
+    responses(
+        (status = 200, description = "Recorded.", body = BeaconView),
+        (status = 404, description = "The queue has no scheduled sale.", body = usher_http::openapi::ErrorBody),
+        (status = 409, description = "The draw already ran, or other randomness is recorded for the round.", body = usher_http::openapi::ErrorBody),
+        crate::openapi::AdminWriteErrors,
+    ),
+)]
 pub(crate) async fn post_beacon(
     State(st): State<AppState>,
     Path(raw): Path<String>,

@@ -8,29 +8,32 @@
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Serialize;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::SessionState;
 use usher_core::time::{now_ms, rfc3339_ms};
+use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::state::{redis_down, AppState};
 
 /// The routes, merged into the dispatcher's router.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/session", get(status).delete(release))
-        .route("/api/session/touch", post(touch))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(status, release))
+        .routes(routes!(touch))
 }
 
 /// `200` body of `GET /api/session` and `POST /api/session/touch`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct SessionView {
     queue: QueueId,
     /// The session id (the token's `jti`).
     session: String,
+    /// RFC 3339.
     expires_at: String,
 }
 
@@ -96,6 +99,18 @@ async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> 
 }
 
 /// `GET /api/session`: `200` while the session is active, `410` once it has ended.
+#[utoipa::path(
+    get,
+    path = "/api/session",
+    tag = "sessions",
+    security(("entry_token" = [])),
+    responses(
+        (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+        (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
+    ),
+)]
 async fn status(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let b = bearer(&st, &headers).await?;
     let s = st
@@ -108,6 +123,18 @@ async fn status(State(st): State<AppState>, headers: HeaderMap) -> Result<Respon
 
 /// `POST /api/session/touch`: a sliding session is extended (never past the token's cap);
 /// `200` with the expiry, `410` once the session has ended.
+#[utoipa::path(
+    post,
+    path = "/api/session/touch",
+    tag = "sessions",
+    security(("entry_token" = [])),
+    responses(
+        (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+        (status = 410, description = "The session has ended.", body = ErrorBody),
+    ),
+)]
 async fn touch(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let b = bearer(&st, &headers).await?;
     let s = st
@@ -128,6 +155,17 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
 }
 
 /// `DELETE /api/session`: ends the session at once, freeing its slot; `204` every time.
+#[utoipa::path(
+    delete,
+    path = "/api/session",
+    tag = "sessions",
+    security(("entry_token" = [])),
+    responses(
+        (status = 204, description = "The session has ended (idempotent): its slot is free, and a resume of its place gets `closed` `session_ended`."),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn release(State(st): State<AppState>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
     let b = match bearer(&st, &headers).await {
         Ok(b) => b,

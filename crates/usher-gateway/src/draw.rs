@@ -50,28 +50,42 @@ impl Draws {
     }
 }
 
-#[derive(Serialize)]
-struct DrawRecord<'a> {
+/// `GET /api/queues/{queue}/draw` answer: a scheduled sale's public record.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct DrawRecord<'a> {
     queue: &'a QueueId,
-    status: &'static str,
+    /// `pending` (before the draw), `done` (after it) or `void` (voided by a Redis data loss,
+    /// and none held since).
+    status: DrawPhase,
+    /// RFC 3339.
     opens_at: String,
-    /// The draw held; `null` when the draw is void and none is held.
+    /// SHA-256 of the seed (hex), published before anyone could join the pre-queue; `null`
+    /// when the draw is void and none is held.
     commitment: Option<&'a str>,
+    /// The seed (hex); `null` until the draw.
     seed: Option<&'a str>,
+    /// The entrants' hashes (hex) in drawn order; `null` until the draw.
     entrants: Option<Vec<String>>,
+    /// `null` unless the sale names a drand round.
     beacon: Option<BeaconRecord<'a>>,
+    /// `null` unless a draw published earlier was voided by a Redis data loss; it stays
+    /// beside a new draw's record.
     voided: Option<VoidedRecord<'a>>,
 }
 
-#[derive(Serialize)]
+/// A draw voided by a Redis data loss.
+#[derive(Serialize, utoipa::ToSchema)]
 struct VoidedRecord<'a> {
     reason: VoidReason,
+    /// The voided commitment (hex); `null` when no gateway had read it.
     commitment: Option<&'a str>,
 }
 
-#[derive(Serialize)]
+/// The drand round a sale names, and its randomness once recorded.
+#[derive(Serialize, utoipa::ToSchema)]
 struct BeaconRecord<'a> {
     drand_round: u64,
+    /// The round's randomness (hex), `null` until an operator records it.
     randomness: Option<&'a str>,
 }
 
@@ -107,11 +121,7 @@ pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<R
 fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
     let record = DrawRecord {
         queue: q,
-        status: match s.phase {
-            DrawPhase::Pending => "pending",
-            DrawPhase::Done => "done",
-            DrawPhase::Void => "void",
-        },
+        status: s.phase,
         opens_at: rfc3339_ms(s.opens_at_ms),
         commitment: s.commitment.as_deref(),
         seed: s.seed.as_deref(),

@@ -20,7 +20,10 @@
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
 //! * `page` — the waiting-room page at `/q/{queue}` (built in, or `USHER_PAGE_DIR`).
-//! * `routes` — the other HTTP routes: status, leave, health, the page.
+//! * `openapi` — the API description's frame: the event stream (served by `server`, outside
+//!   the router) and the schemas of every frame it writes.
+//! * `routes` — the other HTTP routes: status, leave, health, the page; one table that also
+//!   makes the API description (`GET /openapi.json`).
 //! * `server` — the HTTP/1.1 accept loop: streams served directly, the rest by `routes`.
 //! * this module — startup and shutdown ([`run`]).
 //!
@@ -42,6 +45,7 @@ mod joins;
 mod keepalive;
 mod limits;
 mod metrics;
+mod openapi;
 mod page;
 mod recovery;
 mod routes;

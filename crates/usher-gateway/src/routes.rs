@@ -7,14 +7,17 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use usher_core::challenge::Challenge;
-use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
+use usher_core::ids::QueueId;
+use usher_core::messages::{eta_seconds, AdmittedEvent, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
+use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::errors::{
     check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
@@ -24,19 +27,19 @@ use crate::metrics;
 use crate::page::Page;
 use crate::update::{admitted_event, Update};
 
-/// Every route but `GET /api/queues/{queue}/stream`.
+/// Every route but `GET /api/queues/{queue}/stream`, from one table that also describes them
+/// (`GET /openapi.json`, whose frame [`crate::openapi::ApiDoc`] describes the stream): a
+/// route is added with `.routes(routes!(handler))` for a handler annotated with
+/// `#[utoipa::path]`.
 pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
     let ready_gw = gw.clone();
     let scraped_gw = gw.clone();
     let page = crate::page::routes(gw.clone(), page);
-    Router::new()
-        .route("/api/queues/{queue}/status", get(status_handler))
-        .route(
-            "/api/queues/{queue}/tickets/{ticket}",
-            delete(leave_handler),
-        )
-        .route("/api/queues/{queue}/draw", get(draw_handler))
-        .route("/api/queues/{queue}/challenge", get(challenge_handler))
+    let table = OpenApiRouter::with_openapi(<crate::openapi::ApiDoc as utoipa::OpenApi>::openapi())
+        .routes(routes!(status_handler))
+        .routes(routes!(leave_handler))
+        .routes(routes!(draw_handler))
+        .routes(routes!(challenge_handler))
         .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
             async move {
@@ -61,13 +64,27 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             )
         }))
         .with_state(gw)
-        .merge(page)
+        .merge(page);
+    let (router, _doc) = usher_http::openapi::finish(table);
+    router
         // The router's own 404 and 405, and extractor rejections, answer JSON too (after the
         // merge, so the merged router's fallback is covered).
         .layer(axum::middleware::from_fn(usher_http::json_errors))
 }
 
 /// `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record.
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}/draw",
+    tag = "draw",
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    responses(
+        (status = 200, description = "The draw record: `status` is `pending`, `done` or `void`; `seed` and `entrants` are `null` until the draw; `voided` names a commitment voided by a Redis data loss (`Cache-Control: no-cache`; a finished draw's record: `public, max-age=60`).", body = crate::draw::DrawRecord<'_>),
+        (status = 400, description = "A malformed queue id.", body = ErrorBody),
+        (status = 404, description = "Unknown queue, or one without a scheduled sale.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn draw_handler(
     State(gw): State<Arc<Gateway>>,
     Path(raw): Path<String>,
@@ -78,6 +95,19 @@ async fn draw_handler(
 
 /// `GET /api/queues/{queue}/challenge`: a fresh proof-of-work puzzle for a queue that asks
 /// one (`404` for an unknown queue, `409` for a queue that asks none).
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}/challenge",
+    tag = "browsers",
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    responses(
+        (status = 200, description = "A fresh proof-of-work puzzle, good at every gateway until `expires_at` (`Cache-Control: no-store`); `reason` is absent. Join with `?pow=<puzzle>.<nonce>`.", body = usher_core::challenge::ChallengeEvent),
+        (status = 400, description = "A malformed queue id.", body = ErrorBody),
+        (status = 404, description = "Unknown queue.", body = ErrorBody),
+        (status = 409, description = "The queue asks no proof of work: join without one.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn challenge_handler(
     State(gw): State<Arc<Gateway>>,
     Path(raw): Path<String>,
@@ -104,7 +134,41 @@ struct TicketQuery {
     ticket: Option<String>,
 }
 
+/// `GET /api/queues/{queue}/status` answer: where a place stands, as the stream's events say
+/// it, with `state` naming which.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub(crate) enum PlaceStatus {
+    /// The `waiting` event's payload.
+    Waiting(WaitingEvent),
+    /// The `admitted` event's payload (the same token on every poll while the session is
+    /// active).
+    Admitted(AdmittedEvent),
+    /// Between admission and token, an instant: poll again.
+    Admitting { queue: QueueId },
+    /// The `scheduled` event's payload.
+    Scheduled(ScheduledEvent),
+    /// The place was admitted and its session has ended (`reason`: `session_ended`).
+    Closed { queue: QueueId, reason: CloseReason },
+}
+
 /// `GET /api/queues/{queue}/status?ticket=…`
+#[utoipa::path(
+    get,
+    path = "/api/queues/{queue}/status",
+    tag = "browsers",
+    params(
+        ("queue" = QueueId, Path, description = "The queue id."),
+        ("ticket" = crate::openapi::Ticket, Query, description = "The place's ticket."),
+    ),
+    responses(
+        (status = 200, description = "Where the place stands (`Cache-Control: no-store`), for clients that poll.", body = PlaceStatus),
+        (status = 400, description = "A malformed queue id, a missing, forged or foreign ticket.", body = ErrorBody),
+        (status = 404, description = "Unknown or closed queue (the error names a reason other than `queue_closed`).", body = ErrorBody),
+        (status = 410, description = "The place no longer exists.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn status_handler(
     State(gw): State<Arc<Gateway>>,
     Path(raw): Path<String>,
@@ -127,42 +191,46 @@ async fn status_handler(
             waiting,
             rate,
             ..
-        } => {
-            let mut v = serde_json::to_value(WaitingEvent {
-                queue: q,
-                position,
-                waiting,
-                eta_seconds: eta_seconds(position, rate),
-                as_of_ms: now_ms(),
-            })
-            .unwrap_or_default();
-            v["state"] = "waiting".into();
-            v
-        }
-        PlaceState::Admitted(rec) => {
-            let mut v = serde_json::to_value(admitted_event(&q, &rec)).unwrap_or_default();
-            v["state"] = "admitted".into();
-            v
-        }
+        } => PlaceStatus::Waiting(WaitingEvent {
+            queue: q,
+            position,
+            waiting,
+            eta_seconds: eta_seconds(position, rate),
+            as_of_ms: now_ms(),
+        }),
+        PlaceState::Admitted(rec) => PlaceStatus::Admitted(admitted_event(&q, &rec)),
         PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {
-            serde_json::json!({"queue": q, "state": "admitting"})
+            PlaceStatus::Admitting { queue: q }
         }
         PlaceState::Scheduled { opens_at_ms, .. } => {
-            let mut v =
-                serde_json::to_value(ScheduledEvent::new(q, opens_at_ms)).unwrap_or_default();
-            v["state"] = "scheduled".into();
-            v
+            PlaceStatus::Scheduled(ScheduledEvent::new(q, opens_at_ms))
         }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
         PlaceState::Gone => return Err(place_gone()),
-        PlaceState::SessionEnded => serde_json::json!({
-            "queue": q, "state": "closed", "reason": CloseReason::SessionEnded,
-        }),
+        PlaceState::SessionEnded => PlaceStatus::Closed {
+            queue: q,
+            reason: CloseReason::SessionEnded,
+        },
     };
     Ok(([("cache-control", "no-store")], Json(body)).into_response())
 }
 
 /// `DELETE /api/queues/{queue}/tickets/{ticket}`
+#[utoipa::path(
+    delete,
+    path = "/api/queues/{queue}/tickets/{ticket}",
+    tag = "browsers",
+    params(
+        ("queue" = QueueId, Path, description = "The queue id."),
+        ("ticket" = crate::openapi::Ticket, Path, description = "The place's ticket."),
+    ),
+    responses(
+        (status = 204, description = "Left the line (idempotent): everyone behind moves up, and the place's stream ends with `closed` `left`. An admitted ticket gives up its session (it ends like a release)."),
+        (status = 400, description = "A malformed queue id, a forged or foreign ticket.", body = ErrorBody),
+        (status = 404, description = "Unknown queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn leave_handler(
     State(gw): State<Arc<Gateway>>,
     Path((raw, ticket)): Path<(String, String)>,

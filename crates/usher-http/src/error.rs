@@ -36,7 +36,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
             self.status,
-            axum::Json(serde_json::json!({ "error": self.message })),
+            axum::Json(crate::openapi::ErrorBody {
+                error: self.message,
+            }),
         )
             .into_response()
     }

@@ -16,7 +16,9 @@ use std::future::Future;
 use axum::extract::RawQuery;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::openapi::__path_readyz;
 
 /// What a readiness check found.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,25 +31,25 @@ pub struct Readiness {
 
 /// `/healthz` answers 200 while the process runs; `/readyz` answers 200 when `check(verbose)`
 /// finds the server ready and 503 otherwise. `verbose` is true for `/readyz?verbose`: only
-/// then is the check expected to look at dependencies, so probes cost them nothing.
-pub fn health_routes<S, F, Fut>(check: F) -> Router<S>
+/// then is the check expected to look at dependencies, so probes cost them nothing. Both are
+/// described in the server's API description ([`crate::openapi`]).
+pub fn health_routes<S, F, Fut>(check: F) -> OpenApiRouter<S>
 where
     S: Clone + Send + Sync + 'static,
     F: Fn(bool) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Readiness> + Send + 'static,
 {
-    Router::new()
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            axum::routing::get(move |RawQuery(query): RawQuery| {
+    OpenApiRouter::new()
+        .routes(utoipa_axum::routes!(crate::openapi::healthz))
+        .routes(crate::openapi::route::<__path_readyz, _, _, _>(
+            move |RawQuery(query): RawQuery| {
                 let check = check.clone();
                 async move {
                     let verbose = query.is_some_and(|q| q.split('&').any(|p| p == "verbose"));
                     readyz(check(verbose).await, verbose)
                 }
-            }),
-        )
+            },
+        ))
 }
 
 fn readyz(r: Readiness, verbose: bool) -> Response {

@@ -4,12 +4,14 @@
 //!
 //! Layout: `error` (`ApiError`), `health` (`/healthz`, `/readyz`), `metrics` (the Prometheus
 //! recorder and `/metrics`), `serve` (`listen`, `serve`), `limits` (`ServeLimits`: deadlines and connection caps,
-//! the whole-body deadline).
+//! the whole-body deadline), `openapi` (what every server's API description shares: the error
+//! body, the security schemes, the health routes' descriptions, `GET /openapi.json`).
 
 mod error;
 mod health;
 mod limits;
 pub mod metrics;
+pub mod openapi;
 mod serve;
 
 pub use error::{json_errors, ApiError};

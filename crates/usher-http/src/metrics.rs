@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::response::IntoResponse;
-use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use utoipa_axum::router::OpenApiRouter;
 
 /// The `content-type` of the Prometheus text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
@@ -73,22 +73,25 @@ pub fn install() -> PrometheusHandle {
 
 /// `GET /metrics`: the process's series in the Prometheus text format. `before` runs before
 /// each rendering, to set the gauges that are read off the server's state at scrape time
-/// rather than kept up to date on every change.
-pub fn metrics_routes<S, F>(before: F) -> Router<S>
+/// rather than kept up to date on every change. Described in the server's API description
+/// ([`crate::openapi`]).
+pub fn metrics_routes<S, F>(before: F) -> OpenApiRouter<S>
 where
     S: Clone + Send + Sync + 'static,
     F: Fn() + Clone + Send + Sync + 'static,
 {
     let handle = install();
-    Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let handle = handle.clone();
-            let before = before.clone();
-            async move {
-                before();
-                ([("content-type", CONTENT_TYPE)], handle.render()).into_response()
-            }
-        }),
-    )
+    OpenApiRouter::new().routes(crate::openapi::route::<
+        crate::openapi::__path_metrics,
+        _,
+        _,
+        _,
+    >(move || {
+        let handle = handle.clone();
+        let before = before.clone();
+        async move {
+            before();
+            ([("content-type", CONTENT_TYPE)], handle.render()).into_response()
+        }
+    }))
 }

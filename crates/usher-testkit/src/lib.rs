@@ -2,11 +2,12 @@
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
 //! only tests and benchmarks need ([`probe`]), the browser tools the page's tests drive
 //! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
-//! ([`otlp`]).
+//! ([`otlp`]), and what the API description test needs ([`openapi`]).
 
 pub mod browser;
 pub mod config;
 pub mod nginx;
+pub mod openapi;
 pub mod otlp;
 pub mod probe;
 pub mod procs;

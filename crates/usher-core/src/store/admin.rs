@@ -19,7 +19,7 @@ use crate::policy::Adaptive;
 pub const EPOCH_IDS_PER_MS: u64 = 10;
 
 /// A queue's settings, as stored and as shown by the admin API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueConfig {
     /// Places admitted per second.
     pub admit_per_second: f64,
@@ -94,7 +94,7 @@ impl QueueConfig {
 }
 
 /// Counters shown next to a queue's config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueStats {
     pub waiting: u64,
     /// Waiting places whose browser is away (disconnected, within its grace period): they

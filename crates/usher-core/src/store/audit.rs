@@ -14,7 +14,7 @@ use crate::keys;
 pub const AUDIT_MAXLEN: u64 = 10_000;
 
 /// One admin change: who made it, what it was, when, and how it was answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuditRecord {
     /// Stream entry id (set when read back; empty when appending).
     #[serde(default)]

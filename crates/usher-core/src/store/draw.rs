@@ -15,8 +15,9 @@ use crate::draw::{EntrantHash, Seed, VoidReason};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::{self, QueueKeys};
 
-/// Where a scheduled sale stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a scheduled sale stands (the draw record's `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum DrawPhase {
     /// Before the draw: joins go to the pre-queue, the seed is secret.
     Pending,

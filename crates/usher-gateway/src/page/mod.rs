@@ -15,12 +15,14 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
+use usher_core::ids::QueueId;
 use usher_core::page::PageSettings;
 use usher_core::store::QueuePage;
+use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use template::PageError;
 use template::Template;
@@ -53,10 +55,10 @@ struct PageState {
 }
 
 /// `GET /q/{queue}` and `GET /q/assets/{name}`.
-pub(crate) fn routes(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
-    Router::new()
-        .route("/q/assets/{name}", get(asset))
-        .route("/q/{queue}", get(page_handler))
+pub(crate) fn routes(gw: Arc<Gateway>, page: Arc<Page>) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(routes!(asset))
+        .routes(routes!(page_handler))
         .with_state(PageState { gw, page })
 }
 
@@ -65,6 +67,21 @@ struct PageQuery {
     lang: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/q/{queue}",
+    tag = "page",
+    params(
+        ("queue" = QueueId, Path, description = "The queue id."),
+        ("lang" = Option<String>, Query, description = "The page's language (`en`, `ko`, or another of `USHER_PAGE_DIR`'s), over `Accept-Language`."),
+    ),
+    responses(
+        (status = 200, description = "The waiting-room page (`Cache-Control: no-cache`, a strict `Content-Security-Policy` whose `frame-ancestors` is the queue's `embed_origin`, `Referrer-Policy: no-referrer`, `Vary: Accept-Language`).", content_type = "text/html", body = String),
+        (status = 400, description = "A malformed queue id.", body = ErrorBody),
+        (status = 404, description = "Unknown queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
 async fn page_handler(
     State(st): State<PageState>,
     Path(raw): Path<String>,
@@ -151,6 +168,16 @@ fn content_security_policy(s: &PageSettings) -> String {
     )
 }
 
+#[utoipa::path(
+    get,
+    path = "/q/assets/{name}",
+    tag = "page",
+    params(("name" = String, Path, description = "An asset the page links (`page.js`, `page.css`, …).")),
+    responses(
+        (status = 200, description = "The asset, with its content type (`Cache-Control: public, max-age=86400`: the page links it with a version).", content((String = "text/javascript"), (String = "text/css"), (String = "application/json"))),
+        (status = 404, description = "No such asset.", body = ErrorBody),
+    ),
+)]
 async fn asset(State(st): State<PageState>, Path(name): Path<String>) -> Response {
     match st.page.template.asset(&name) {
         Some(a) => (
