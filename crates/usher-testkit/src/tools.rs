@@ -67,6 +67,24 @@ pub fn spawn_driver(
         .context("cannot start the Playwright driver")
 }
 
+/// The environment a page driver (`browser/*.py`) reads: the servers it talks to, and the
+/// test admin token.
+pub fn page_driver_env(
+    gateway: &str,
+    dispatcher: &str,
+    booking: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("USHER_TEST_GATEWAY", gateway.to_owned()),
+        ("USHER_TEST_DISPATCHER", dispatcher.to_owned()),
+        (
+            "USHER_TEST_ADMIN_TOKEN",
+            crate::config::ADMIN_TOKEN.to_string(),
+        ),
+        ("USHER_TEST_BOOKING", booking.to_owned()),
+    ]
+}
+
 /// The scenarios a Playwright driver reported passing: waits for it to exit, and fails unless
 /// it exited cleanly and its `RESULT` line (`RESULT ok ["scenario", ...]`) says so.
 pub async fn driver_passed(

@@ -49,15 +49,7 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
     let driver = usher_testkit::tools::spawn_driver(
         &venv,
         "waiting_room.py",
-        &[
-            ("USHER_TEST_GATEWAY", gateway.url()),
-            ("USHER_TEST_DISPATCHER", dispatcher.url()),
-            (
-                "USHER_TEST_ADMIN_TOKEN",
-                usher_testkit::config::ADMIN_TOKEN.to_string(),
-            ),
-            ("USHER_TEST_BOOKING", booking.url()),
-        ],
+        &usher_testkit::tools::page_driver_env(&gateway.url(), &dispatcher.url(), &booking.url()),
     )?;
     let passed = drive(
         driver,
@@ -180,15 +172,7 @@ async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow
     let driver = usher_testkit::tools::spawn_driver(
         &venv,
         "scheduled_page.py",
-        &[
-            ("USHER_TEST_GATEWAY", gateway.url()),
-            ("USHER_TEST_DISPATCHER", dispatcher.url()),
-            (
-                "USHER_TEST_ADMIN_TOKEN",
-                usher_testkit::config::ADMIN_TOKEN.to_string(),
-            ),
-            ("USHER_TEST_BOOKING", booking.url()),
-        ],
+        &usher_testkit::tools::page_driver_env(&gateway.url(), &dispatcher.url(), &booking.url()),
     )?;
     let passed = drive(
         driver,

@@ -40,15 +40,7 @@ async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
     let mut driver = usher_testkit::tools::spawn_driver(
         &venv,
         "pow.py",
-        &[
-            ("USHER_TEST_GATEWAY", gateway.url()),
-            ("USHER_TEST_DISPATCHER", dispatcher.url()),
-            (
-                "USHER_TEST_ADMIN_TOKEN",
-                usher_testkit::config::ADMIN_TOKEN.to_string(),
-            ),
-            ("USHER_TEST_BOOKING", booking.url()),
-        ],
+        &usher_testkit::tools::page_driver_env(&gateway.url(), &dispatcher.url(), &booking.url()),
     )?;
     let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
     let (mut result, mut figures) = (None, Vec::new());
