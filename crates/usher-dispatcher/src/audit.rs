@@ -136,7 +136,7 @@ pub struct AuditList {
     responses(
         (status = 200, description = "The newest admin changes, newest first.", body = AuditList),
         (status = 400, description = "`limit` out of 1–1000, or an unknown query parameter.", body = usher_http::openapi::ErrorBody),
-        crate::openapi::AdminReadErrors,
+        crate::admin_errors::AdminReadErrors,
     ),
 )]
 pub(crate) async fn list(

@@ -20,6 +20,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+mod admin_errors;
 pub mod admission;
 mod audit;
 pub mod backends;

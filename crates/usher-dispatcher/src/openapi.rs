@@ -5,14 +5,15 @@
 //! is served undescribed. Handlers in short modules carry their `#[utoipa::path]` themselves;
 //! `admin`'s are described here, as stubs registered with [`usher_http::openapi::route`]
 //! (which serves the real handler at the stub's path and methods), to keep `admin.rs` short.
-//! Here too: the document's frame ([`ApiDoc`]), the error sets routes share, and the shapes of
-//! answers built as JSON values.
+//! Here too: the document's frame ([`ApiDoc`]) and the shapes of answers built as JSON values;
+//! the error sets routes share are in [`crate::admin_errors`].
 
 use usher_core::ids::QueueId;
 use usher_http::openapi::{ErrorBody, ADMIN_TOKEN, ENTRY_TOKEN, SERVICE_TOKEN};
-use utoipa::{IntoResponses, OpenApi, ToSchema};
+use utoipa::{OpenApi, ToSchema};
 
 use crate::admin::{NoticeBody, NoticeSent, QueueList, QueueUpdate, QueueView};
+use crate::admin_errors::{AdminReadErrors, AdminWriteErrors};
 
 /// The frame: title, tags, shared components. Paths come from the router.
 #[derive(OpenApi)]
@@ -46,36 +47,6 @@ pub fn frame() -> utoipa::openapi::OpenApi {
         ],
     );
     doc
-}
-
-/// Errors every admin read may answer.
-#[derive(IntoResponses)]
-#[allow(dead_code)] // A description: the handlers answer `ApiError`.
-pub(crate) enum AdminReadErrors {
-    /// Missing or wrong admin bearer token.
-    #[response(status = 401)]
-    Unauthorized(ErrorBody),
-    /// Redis is unreachable.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
-}
-
-/// Errors every admin change may answer (beyond the route's own).
-#[derive(IntoResponses)]
-#[allow(dead_code)] // A description: the handlers answer `ApiError`.
-pub(crate) enum AdminWriteErrors {
-    /// A malformed queue id or body, or a setting out of range.
-    #[response(status = 400)]
-    BadRequest(ErrorBody),
-    /// Missing or wrong admin bearer token.
-    #[response(status = 401)]
-    Unauthorized(ErrorBody),
-    /// Redis is unreachable.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
-    /// Redis is out of memory: the change was refused (reads and `DELETE` still work).
-    #[response(status = 507)]
-    OutOfMemory(ErrorBody),
 }
 
 /// The JWKS document: every key, the signing key first.

@@ -176,7 +176,7 @@ const BEACON_BYTES: std::ops::RangeInclusive<usize> = 16..=64;
         (status = 200, description = "Recorded.", body = BeaconView),
         (status = 404, description = "The queue has no scheduled sale.", body = usher_http::openapi::ErrorBody),
         (status = 409, description = "The draw already ran, or other randomness is recorded for the round.", body = usher_http::openapi::ErrorBody),
-        crate::openapi::AdminWriteErrors,
+        crate::admin_errors::AdminWriteErrors,
     ),
 )]
 pub(crate) async fn post_beacon(
