@@ -4,8 +4,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// The workspace's root directory.
 pub fn workspace() -> PathBuf {
@@ -99,4 +101,53 @@ pub async fn driver_passed(
             .strip_prefix("RESULT ok ")
             .context("the driver reported a failure")?,
     )?)
+}
+
+/// What a test does for a running Playwright driver: the `CONTROL <cmd>` lines it sends (done,
+/// then answered `OK`) and the `FIGURE <name> <value>` lines it reports.
+// Only ever awaited in place by [`drive`] (no `Send` bound needed), hence the allow.
+#[allow(async_fn_in_trait)]
+pub trait Controls {
+    /// Does what a `CONTROL` line asks; a driver that sends none needs no implementation.
+    async fn control(&mut self, cmd: &str) -> anyhow::Result<()> {
+        anyhow::bail!("unknown control {cmd:?}")
+    }
+
+    /// A measured figure the driver reports (`FIGURE` lines); ignored unless wanted.
+    fn figure(&mut self, _figure: &str) {}
+}
+
+/// A driver that asks nothing of the test.
+impl Controls for () {}
+
+/// Runs a Playwright driver to its end within `limit`, serving its `CONTROL` and `FIGURE`
+/// lines through `controls` and passing any other line to stderr; returns the scenarios it
+/// reported passing (see [`driver_passed`]).
+pub async fn drive(
+    mut driver: tokio::process::Child,
+    controls: &mut impl Controls,
+    limit: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let mut stdin = driver.stdin.take().context("driver stdin")?;
+    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
+    let mut result = None;
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(cmd) = line.strip_prefix("CONTROL ") {
+                controls.control(cmd).await?;
+                stdin.write_all(b"OK\n").await?;
+            } else if let Some(f) = line.strip_prefix("FIGURE ") {
+                controls.figure(f);
+            } else if line.starts_with("RESULT ") {
+                result = Some(line);
+            } else {
+                eprintln!("driver: {line}");
+            }
+        }
+        anyhow::Ok(())
+    };
+    tokio::time::timeout(limit, run)
+        .await
+        .with_context(|| format!("the browser tests took longer than {limit:?}"))??;
+    driver_passed(&mut driver, result).await
 }

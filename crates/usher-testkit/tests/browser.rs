@@ -8,10 +8,8 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Child;
 use usher_testkit::procs::Proc;
-use usher_testkit::tools::{booking_demo, browser_venv, workspace};
+use usher_testkit::tools::{booking_demo, browser_venv, drive, workspace, Controls};
 use usher_testkit::RedisServer;
 
 /// Every scenario the driver must report as passed.
@@ -75,40 +73,6 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
         assert!(path.exists(), "screenshot {}", path.display());
     }
     Ok(())
-}
-
-/// What a driver's `CONTROL` lines ask of the test.
-trait Controls {
-    async fn control(&mut self, cmd: &str) -> anyhow::Result<()>;
-}
-
-/// Runs a Playwright driver to its end within `limit`: each `CONTROL <cmd>` line is done by
-/// `controls` and answered `OK`; returns the scenarios it reported passing.
-async fn drive(
-    mut driver: Child,
-    controls: &mut impl Controls,
-    limit: Duration,
-) -> anyhow::Result<Vec<String>> {
-    let mut stdin = driver.stdin.take().context("driver stdin")?;
-    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
-    let mut result = None;
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(cmd) = line.strip_prefix("CONTROL ") {
-                controls.control(cmd).await?;
-                stdin.write_all(b"OK\n").await?;
-            } else if line.starts_with("RESULT ") {
-                result = Some(line);
-            } else {
-                eprintln!("driver: {line}");
-            }
-        }
-        anyhow::Ok(())
-    };
-    tokio::time::timeout(limit, run)
-        .await
-        .with_context(|| format!("the browser tests took longer than {limit:?}"))??;
-    usher_testkit::tools::driver_passed(&mut driver, result).await
 }
 
 /// `kill-gateway` and `start-gateway`.

@@ -7,10 +7,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use usher_testkit::browser::Browser;
 use usher_testkit::procs::Proc;
-use usher_testkit::tools::{browser_venv, workspace};
+use usher_testkit::tools::{browser_venv, drive, workspace, Controls};
 use usher_testkit::{RedisServer, SseClient};
 
 const TOKEN: &str = "dashboard-test-admin-token";
@@ -193,7 +192,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     let d = dispatcher(&redis).await?;
     let gw = Proc::start("usher-gateway", &[("USHER_REDIS_URL", redis.url())]).await?;
     let shots = workspace().join("target/screenshots");
-    let mut driver = usher_testkit::tools::spawn_driver(
+    let driver = usher_testkit::tools::spawn_driver(
         &venv,
         "dashboard.py",
         &[
@@ -201,35 +200,12 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
             ("USHER_TEST_ADMIN_TOKEN", TOKEN.to_string()),
         ],
     )?;
-    let mut stdin = driver.stdin.take().context("driver stdin")?;
-    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
-    let mut result = None;
-    let mut browsers = Vec::new();
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(rest) = line.strip_prefix("CONTROL join ") {
-                let (queue, n) = rest.split_once(' ').context("join <queue> <n>")?;
-                for _ in 0..n.parse::<usize>()? {
-                    browsers.push(Browser::spawn(
-                        vec![SseClient::new(gw.url())],
-                        queue,
-                        0,
-                        Duration::from_secs(180),
-                    ));
-                }
-                stdin.write_all(b"OK\n").await?;
-            } else if line.starts_with("RESULT ") {
-                result = Some(line);
-            } else {
-                eprintln!("driver: {line}");
-            }
-        }
-        anyhow::Ok(())
+    let mut controls = JoinControls {
+        gateway: gw.url(),
+        browsers: Vec::new(),
     };
-    tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .context("the dashboard tests took longer than 4 minutes")??;
-    let passed = usher_testkit::tools::driver_passed(&mut driver, result).await?;
+    let passed = drive(driver, &mut controls, Duration::from_secs(240)).await?;
+    let browsers = controls.browsers;
     assert_eq!(passed, SCENARIOS, "every scenario ran and passed");
     // The simulated browsers the dashboard watched were all admitted (it resumed the queue
     // and saw nobody waiting before closing it).
@@ -249,4 +225,26 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         assert!(path.exists(), "screenshot {}", path.display());
     }
     Ok(())
+}
+
+/// `join <queue> <n>`: `n` simulated browsers join `queue` for the dashboard to watch.
+struct JoinControls {
+    gateway: String,
+    browsers: Vec<Browser>,
+}
+
+impl Controls for JoinControls {
+    async fn control(&mut self, cmd: &str) -> anyhow::Result<()> {
+        let rest = cmd.strip_prefix("join ").context("join <queue> <n>")?;
+        let (queue, n) = rest.split_once(' ').context("join <queue> <n>")?;
+        for _ in 0..n.parse::<usize>()? {
+            self.browsers.push(Browser::spawn(
+                vec![SseClient::new(self.gateway.clone())],
+                queue,
+                0,
+                Duration::from_secs(180),
+            ));
+        }
+        Ok(())
+    }
 }

@@ -9,10 +9,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use usher_testkit::procs::Proc;
-use usher_testkit::tools::{booking_demo, browser_venv, workspace};
+use usher_testkit::tools::{booking_demo, browser_venv, drive, workspace, Controls};
 use usher_testkit::RedisServer;
 
 const SCENARIOS: [&str; 3] = [
@@ -37,30 +35,14 @@ async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
     )
     .await?;
     let booking = booking_demo(&dispatcher).await?;
-    let mut driver = usher_testkit::tools::spawn_driver(
+    let driver = usher_testkit::tools::spawn_driver(
         &venv,
         "pow.py",
         &usher_testkit::tools::page_driver_env(&gateway.url(), &dispatcher.url(), &booking.url()),
     )?;
-    let mut lines = BufReader::new(driver.stdout.take().context("driver stdout")?).lines();
-    let (mut result, mut figures) = (None, Vec::new());
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(f) = line.strip_prefix("FIGURE ") {
-                println!("proof of work: {f}");
-                figures.push(f.to_owned());
-            } else if line.starts_with("RESULT ") {
-                result = Some(line);
-            } else {
-                eprintln!("driver: {line}");
-            }
-        }
-        anyhow::Ok(())
-    };
-    tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .context("the browser tests took longer than 4 minutes")??;
-    let passed = usher_testkit::tools::driver_passed(&mut driver, result).await?;
+    let mut figures = Figures(Vec::new());
+    let passed = drive(driver, &mut figures, Duration::from_secs(240)).await?;
+    let figures = figures.0;
     assert_eq!(passed, SCENARIOS, "every scenario ran and passed");
     assert!(
         figures
@@ -76,4 +58,14 @@ async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
         .join("target/screenshots/pow-challenge.png")
         .exists());
     Ok(())
+}
+
+/// The solver speeds the driver measured (`FIGURE` lines), printed as they come.
+struct Figures(Vec<String>);
+
+impl Controls for Figures {
+    fn figure(&mut self, f: &str) {
+        println!("proof of work: {f}");
+        self.0.push(f.to_owned());
+    }
 }
