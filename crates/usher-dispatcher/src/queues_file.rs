@@ -144,7 +144,10 @@ pub async fn configure_missing(
     let mut configured = Vec::new();
     let mut present = Vec::new();
     for (q, cfg, sale) in &file.queues {
-        if store.queue_config(q).await?.is_some() {
+        // Configured means its epoch is written, which `put_queue` does last: a restore cut
+        // short after the sale was scheduled (`meta` no longer empty) is done again, not taken
+        // for a configured queue whose browsers would then be told `place_lost`.
+        if store.queue_epoch(q).await?.is_some() {
             present.push(q.clone());
             continue;
         }

@@ -59,11 +59,25 @@ pub(crate) async fn check(
     };
     let current = store.schedule_of(q).await.map_err(redis_down)?;
     if let (Some(seed), Some(s)) = (seed, &current) {
+        let commitment = seed.commitment();
         // A seed chosen after people joined could be picked to suit them.
-        if s.phase == DrawPhase::Pending && s.commitment.as_deref() != Some(&seed.commitment()) {
+        if s.phase == DrawPhase::Pending && s.commitment.as_deref() != Some(&commitment) {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "this sale's draw is pending: it keeps the seed it committed to (draw_seed differs)",
+            ));
+        }
+        // A seed already drawn with is published (the draw record), and a voided one may have
+        // been: anyone could compute a new sale's order from it and keep only good places.
+        let published = s.phase == DrawPhase::Done && s.commitment.as_deref() == Some(&commitment);
+        let voided = s
+            .voided
+            .as_ref()
+            .is_some_and(|v| v.commitment.as_deref() == Some(&commitment));
+        if published || voided {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "draw_seed is this queue's earlier draw's seed, which is public: a new sale needs a new seed",
             ));
         }
     }

@@ -41,7 +41,7 @@ pub(crate) struct Challenges {
     /// heartbeat, so gateways started after a Redis loss read the same one.
     shared: Option<String>,
     ttl_ms: u64,
-    settings: Mutex<HashMap<QueueId, (Instant, ChallengeSetting)>>,
+    settings: Mutex<HashMap<QueueId, (Instant, Option<ChallengeSetting>)>>,
 }
 
 impl Challenges {
@@ -54,7 +54,7 @@ impl Challenges {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, (Instant, ChallengeSetting)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, (Instant, Option<ChallengeSetting>)>> {
         self.settings.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -63,7 +63,9 @@ impl Challenges {
         self.shared.as_deref()
     }
 
-    /// `q`'s setting, cached for [`SETTING_TTL`]; `None` for an unknown queue.
+    /// `q`'s setting, cached for [`SETTING_TTL`]; `None` for an unknown queue (cached too: a
+    /// flood of joins to made-up queue names costs one read per name per period, not one per
+    /// join).
     pub(crate) async fn setting(
         &self,
         store: &Store,
@@ -71,22 +73,15 @@ impl Challenges {
     ) -> Result<Option<ChallengeSetting>, StoreError> {
         if let Some((at, s)) = self.lock().get(q) {
             if at.elapsed() < SETTING_TTL {
-                return Ok(Some(*s));
+                return Ok(*s);
             }
         }
         let s = store.challenge_setting(q).await?;
         let mut cache = self.lock();
-        match s {
-            Some(s) => {
-                if cache.len() >= MAX_CACHED {
-                    cache.clear();
-                }
-                cache.insert(q.clone(), (Instant::now(), s));
-            }
-            None => {
-                cache.remove(q);
-            }
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
         }
+        cache.insert(q.clone(), (Instant::now(), s));
         Ok(s)
     }
 
@@ -134,14 +129,17 @@ impl Challenges {
     }
 
     /// The puzzle for a join the join script refused (`reason`), at the queue's current
-    /// difficulty (read again: the cached setting was stale if the script disagreed).
+    /// difficulty: read again unless the solution was merely spent (then the cached setting
+    /// agreed with the script; a replayed solution must not cost a read of Redis each time).
     pub(crate) async fn refused(
         &self,
         store: &Store,
         q: &QueueId,
         reason: Refusal,
     ) -> Result<ChallengeEvent, StoreError> {
-        self.forget(q);
+        if reason != Refusal::Spent {
+            self.forget(q);
+        }
         let difficulty = self
             .setting(store, q)
             .await?

@@ -436,5 +436,21 @@ async fn a_draw_seed_is_taken_for_a_new_sale_only_and_never_shown() -> anyhow::R
             );
         }
     }
+
+    // Once drawn, the seed is public (the record shows it): a new sale may not take it again,
+    // or anyone could compute that sale's order in advance.
+    let soon = rfc3339_ms(now_ms() + 1_500);
+    let r = put(json!({"opens_at": soon, "draw_seed": seed, "paused": false})).await?;
+    assert_eq!(r.status(), 200);
+    let drawn = s.record_when(|r| r["status"] == "done").await?;
+    assert_eq!(drawn["seed"], seed.as_str());
+    let next = rfc3339_ms(now_ms() + 60_000);
+    let r = put(json!({"opens_at": next, "draw_seed": seed})).await?;
+    assert_eq!(r.status(), 409);
+    let e: Value = r.json().await?;
+    assert!(e["error"].as_str().unwrap_or("").contains("public"), "{e}");
+    let fresh = hex::encode(Sha256::digest(b"the next sale's own seed"));
+    let r = put(json!({"opens_at": next, "draw_seed": fresh})).await?;
+    assert_eq!(r.status(), 200);
     Ok(())
 }

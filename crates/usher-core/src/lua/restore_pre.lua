@@ -2,7 +2,8 @@
 -- by its browsers (they joined before the draw). The draw's published commitment is kept
 -- when the queue was configured again with the same seed (USHER_QUEUES_FILE's `draw_seed`);
 -- otherwise that draw is void, and the record says so, never silently.
--- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away   (one hash tag: {q:<id>})
+-- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away, active, tokens, ended
+--       (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, the commitment the gateway saw published before
 --       ('' = unknown), the opens_at ms it saw ('' = unknown), the void reason, then pairs:
 --       place id, its entrant hash (32 raw bytes), in join order
@@ -40,15 +41,17 @@ local function void()
   end
 end
 
--- Puts every place into set `key` under its own id, held by this gateway.
-local function put_back(key)
+-- Puts every place into set `key` under its own id, held by this gateway. Into the line, a
+-- place admitted since is left out: a restore repeated after a tick admitted some of its
+-- places (a gateway retries one that failed half way) must not line them up again.
+local function put_back(key, skip_admitted)
   local add = {}
   for _, id in ipairs(ids) do
     local place = tonumber(id)
     if place > highest then highest = place end
     local mine = member_of(place, gw)
     local found = find_member(key, place)
-    if found ~= mine then
+    if found ~= mine and not (skip_admitted and admitted_state(KEYS[9], KEYS[10], KEYS[11], id, now)) then
       if found then redis.call('ZREM', key, found) else restored = restored + 1 end
       add[#add + 1] = place; add[#add + 1] = mine
     end
@@ -86,7 +89,7 @@ elseif m[4] == 'done' then
   end
   status = PRE_RESTORE_DRAWN
 else
-  put_back(KEYS[5])
+  put_back(KEYS[5], true)
   redis.call('HSET', KEYS[1], 'draw', 'void')
   if not m[7] and ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[5]) end
   void()
