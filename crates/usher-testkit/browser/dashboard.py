@@ -16,12 +16,14 @@ stderr.
 
 import json
 import os
-import sys
 import time
 import urllib.error
 import urllib.request
 
 from playwright.sync_api import sync_playwright
+
+import driver
+from driver import control, log
 
 DISPATCHER = os.environ["USHER_TEST_DISPATCHER"]
 TOKEN = os.environ["USHER_TEST_ADMIN_TOKEN"]
@@ -34,10 +36,6 @@ CARD = f"[data-queue='{Q}']"
 passed = []
 
 
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
 def admin(method, path):
     """The admin API as the test sees it (checks what the dashboard's calls did)."""
     req = urllib.request.Request(DISPATCHER + path, method=method,
@@ -46,27 +44,12 @@ def admin(method, path):
         return json.loads(r.read())
 
 
-def control(cmd):
-    print("CONTROL " + cmd, flush=True)
-    assert sys.stdin.readline().strip() == "OK", cmd
-
-
 def shot(page, name, **kw):
     page.screenshot(path=os.path.join(SHOTS, name + ".png"), **kw)
 
 
 def until(page, expr, timeout=T):
-    """Polls `expr` in the page until it is true (evaluate, not wait_for_function: the
-    dashboard's CSP forbids compiling strings in the page)."""
-    deadline = time.time() + timeout / 1000
-    while True:
-        try:
-            if page.evaluate(expr):
-                return
-        except Exception:  # a navigation under way
-            pass
-        assert time.time() < deadline, f"not true within {timeout} ms: {expr}"
-        time.sleep(0.05)
+    driver.until(page, expr, timeout)
 
 
 def field(page, name):

@@ -15,13 +15,15 @@ import base64
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
 import os
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
 from playwright.sync_api import sync_playwright
+
+import driver
+from driver import control, log
 
 GW = os.environ["USHER_TEST_GATEWAY"]
 DISPATCHER = os.environ["USHER_TEST_DISPATCHER"]
@@ -30,10 +32,6 @@ SHOTS = os.environ["USHER_TEST_SCREENSHOTS"]
 T = 15_000  # ms: the longest any single wait may take
 PHONE = {"width": 390, "height": 760}
 passed = []
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
 
 
 def call(method, url, body=None, headers=None):
@@ -57,27 +55,12 @@ def admin(method, path, body=None):
     return out
 
 
-def control(cmd):
-    print("CONTROL " + cmd, flush=True)
-    assert sys.stdin.readline().strip() == "OK", cmd
-
-
 def shot(page, name):
     page.screenshot(path=os.path.join(SHOTS, name + ".png"))
 
 
 def until(page, expr, timeout=T):
-    """Polls `expr` in the page until it is true. (Playwright's wait_for_function compiles
-    the expression inside the page, which the page's CSP rightly forbids; evaluate does not.)"""
-    deadline = time.time() + timeout / 1000
-    while True:
-        try:
-            if page.evaluate(expr):
-                return
-        except Exception:  # a navigation under way
-            pass
-        assert time.time() < deadline, f"not true within {timeout} ms: {expr}"
-        time.sleep(0.05)
+    driver.until(page, expr, timeout)
 
 
 def wait_state(page, state, timeout=T):
