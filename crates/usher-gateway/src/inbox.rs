@@ -118,14 +118,41 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             place,
             reason,
         } => {
-            // A browser that left hears why, and so does the old connection of a place resumed
-            // on another gateway (`resumed_elsewhere`: it must not reconnect and take the place
-            // back). Any other reason just ends the connection.
+            // A browser that left hears why. Any other reason but a takeover just ends the
+            // connection.
             let update = match reason {
-                CloseReason::Left | CloseReason::ResumedElsewhere => Update::closed(&queue, reason),
+                CloseReason::ResumedElsewhere => {
+                    tokio::spawn(taken_over(gw.clone(), queue, place));
+                    return;
+                }
+                CloseReason::Left => Update::closed(&queue, reason),
                 _ => Update::superseded(),
             };
             hub.finish(&queue, place, update);
+        }
+    }
+}
+
+/// Another gateway resumed `place`: the connection here hears `closed` `resumed_elsewhere`
+/// (it must not reconnect and take the place back), unless the news is stale. The message
+/// was sent after the other gateway's resume; a browser may have come back here since (a
+/// reload that landed on this gateway again), and that newer connection keeps the place. So
+/// the connection seen now is ended only if Redis names another gateway as the holder; a
+/// connection set up after this check is newer than the takeover and is never touched.
+async fn taken_over(gw: Arc<Gateway>, queue: QueueId, place: PlaceId) {
+    let Some(conn) = gw.hub().connection_of(&queue, place) else {
+        return;
+    };
+    match gw.store().holder(&queue, place).await {
+        Ok(Some(holder)) if holder != gw.index() => {
+            let update = Update::closed(&queue, CloseReason::ResumedElsewhere);
+            gw.hub().finish_connection(&queue, place, conn, update);
+        }
+        // Held here again, or no longer waiting (its admission or end reaches the holder).
+        Ok(_) => {}
+        Err(e) => {
+            metrics::redis_error();
+            tracing::warn!(error = %e, queue = %queue, "could not check who holds a place taken over elsewhere");
         }
     }
 }

@@ -458,6 +458,31 @@ impl Store {
         Ok(n)
     }
 
+    /// The gateway that holds `place` in Redis now: the one its waiting (or pre-queue) member
+    /// names. `None` when the place is in neither set (admitted, gone, or never taken). A
+    /// gateway told that its connection was taken over elsewhere asks this first: the news
+    /// may be older than its own newer connection for the place (tests/pow.rs resumes a place
+    /// on one gateway right after another).
+    pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
+        let k = QueueKeys::new(q);
+        let seq = place.seq();
+        let (waiting, pre): (Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
+            .cmd("ZRANGEBYSCORE")
+            .arg(&k.waiting)
+            .arg(seq)
+            .arg(seq)
+            .cmd("ZRANGEBYSCORE")
+            .arg(&k.pre)
+            .arg(seq)
+            .arg(seq)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(waiting
+            .first()
+            .or_else(|| pre.first())
+            .and_then(|m| crate::keys::member_gateway(m)))
+    }
+
     /// Clears the away marks of `places` that gateway `gw` holds again (see `lua/back.lua`):
     /// for places whose browsers came back while [`Store::mark_away`] was writing them.
     /// Returns how many were away.

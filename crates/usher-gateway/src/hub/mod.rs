@@ -45,6 +45,10 @@ pub struct Attached {
     id: u64,
 }
 
+/// One connection (or reservation) for a place, as [`Hub::connection_of`] saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionId(u64);
+
 impl Hub {
     pub fn new() -> Self {
         Self::default()
@@ -148,6 +152,31 @@ impl Hub {
     /// Sends a terminal update to the connection holding `place`. Returns whether one did.
     pub fn finish(&self, queue: &QueueId, place: PlaceId, u: Update) -> bool {
         self.lock().deliver(queue, place, u)
+    }
+
+    /// The connection (or reservation) holding `place` here now, to end it later with
+    /// [`Hub::finish_connection`] and not a newer one that takes the place over meanwhile.
+    pub fn connection_of(&self, queue: &QueueId, place: PlaceId) -> Option<ConnectionId> {
+        let inner = self.lock();
+        let slot = inner.queues.get(queue)?.get(&place.0)?;
+        Some(ConnectionId(slot.id))
+    }
+
+    /// Like [`Hub::finish`], for connection `c` only. Returns whether it was still here.
+    pub fn finish_connection(
+        &self,
+        queue: &QueueId,
+        place: PlaceId,
+        c: ConnectionId,
+        u: Update,
+    ) -> bool {
+        let mut inner = self.lock();
+        let current = inner
+            .queues
+            .get(queue)
+            .and_then(|conns| conns.get(&place.0))
+            .is_some_and(|s| s.id == c.0);
+        current && inner.deliver(queue, place, u)
     }
 
     /// Applies a queue snapshot: every browser of the queue whose position went down gets a
