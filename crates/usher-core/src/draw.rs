@@ -55,18 +55,33 @@ impl Seed {
         beacon: Option<&[u8]>,
         entrants: Vec<(EntrantHash, T)>,
     ) -> Vec<(EntrantHash, T)> {
+        self.order_after(beacon, entrants, None)
+    }
+
+    /// Like [`Seed::order`], keeping only the entrants drawn after `after` (the last entrant a
+    /// draw interrupted half-way recorded): the rest of the order, so the record stays in
+    /// drawn order when another replica finishes the draw. Entrants that would come before
+    /// `after` (they joined after the interrupted read) are left out; the draw puts them FIFO
+    /// behind the drawn ones, as it does every entrant its read missed.
+    pub fn order_after<T>(
+        &self,
+        beacon: Option<&[u8]>,
+        entrants: Vec<(EntrantHash, T)>,
+        after: Option<&EntrantHash>,
+    ) -> Vec<(EntrantHash, T)> {
         let mut key = self.0.to_vec();
         key.extend_from_slice(beacon.unwrap_or_default());
+        let after = after.map(|h| (sort_key(&key, h), *h));
         let mut keyed: Vec<_> = entrants
             .into_iter()
             .map(|(h, t)| (sort_key(&key, &h), h, t))
+            .filter(|(k, h, _)| after.is_none_or(|a| (*k, *h) > a))
             .collect();
         keyed.sort_by_key(|a| (a.0, a.1));
         keyed.into_iter().map(|(_, h, t)| (h, t)).collect()
     }
 }
 
-/// The key an entrant sorts by: HMAC-SHA256(key, the entrant hash's 64 hex characters).
 fn sort_key(key: &[u8], entrant: &EntrantHash) -> [u8; 32] {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key)
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
@@ -168,5 +183,23 @@ mod tests {
             once,
             "a beacon changes the order"
         );
+    }
+
+    #[test]
+    fn the_rest_of_an_order_continues_it() {
+        let entrants: Vec<_> = (0..40)
+            .map(|i| (EntrantHash::of_ticket(&format!("q.{i}.mac")), i))
+            .collect();
+        let seed = Seed::generate();
+        let whole = seed.order(Some(b"beacon"), entrants.clone());
+        // Interrupted after 15: the rest, read again, is the whole order's tail.
+        let last = whole[14].0;
+        let rest = seed.order_after(Some(b"beacon"), entrants, Some(&last));
+        assert_eq!(rest, whole[15..].to_vec());
+        // An entrant ordered before the interruption point, read only now, is left out.
+        let early: Vec<_> = whole[..15].to_vec();
+        assert!(seed
+            .order_after(Some(b"beacon"), early, Some(&last))
+            .is_empty());
     }
 }

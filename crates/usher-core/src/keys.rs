@@ -38,9 +38,13 @@
 //! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
 //! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
+//! | `usher:{q:<id>}:drawing` | string | the draw so far, while its steps run (`lua/draw_step.lua` appends each step's hashes; `lua/draw.lua` renames it to `draw`); never shown |
 //!
 //! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
 //! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.
+//! The draw runs in steps of [`crate::store::DRAW_STEP`] places, each one script call, so no
+//! call holds Redis long; between steps `waiting` already holds the places drawn so far, and
+//! `draw` stays `pending` until the last step, so nobody is admitted meanwhile.
 //!
 //! Positions stay "score = place id": the draw does not re-score places, it gives every
 //! pre-queue place a *new* place id, `seq + 1 ..= seq + n` in drawn order (`INCRBY seq n`: ids
@@ -126,6 +130,7 @@ pub struct QueueKeys {
     pub entrants: String,
     pub drawn: String,
     pub draw: String,
+    pub drawing: String,
 }
 
 impl QueueKeys {
@@ -148,6 +153,7 @@ impl QueueKeys {
             entrants: k("entrants"),
             drawn: k("drawn"),
             draw: k("draw"),
+            drawing: k("drawing"),
         }
     }
 }
@@ -249,6 +255,7 @@ mod tests {
                 &k.entrants,
                 &k.drawn,
                 &k.draw,
+                &k.drawing,
                 &k.passed,
                 &k.spent,
             ] {

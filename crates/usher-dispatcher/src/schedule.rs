@@ -129,7 +129,7 @@ pub(crate) async fn apply(store: &Store, q: &QueueId, s: Scheduling) -> Result<(
         Ok(())
     } else {
         Err(ApiError::bad_request(
-            "opens_at cannot be removed while its draw is pending",
+            "opens_at cannot be removed while its draw is pending, nor moved once the draw has begun",
         ))
     }
 }

@@ -28,6 +28,64 @@ impl RedisProbe {
             .await
     }
 
+    /// Starts recording every command that holds Redis for `at_least_us` microseconds or more
+    /// (`SLOWLOG`; the last 4,096 are kept). Redis records the commands a script runs too,
+    /// each on its own, so a low threshold fills the log with those. Restores nothing: only
+    /// for a benchmark's own Redis.
+    pub async fn record_commands(&self, at_least_us: u64) -> redis::RedisResult<()> {
+        let mut c = self.conn.clone();
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(at_least_us)
+            .arg("slowlog-max-len")
+            .arg(4096)
+            .query_async(&mut c)
+            .await?;
+        redis::cmd("SLOWLOG").arg("RESET").query_async(&mut c).await
+    }
+
+    /// The commands recorded since [`RedisProbe::record_commands`]: each one's name
+    /// (uppercase) and how long it ran inside Redis, in microseconds.
+    pub async fn recorded_commands(&self) -> redis::RedisResult<Vec<(String, u64)>> {
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(4096)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            // [id, unix time, duration µs, [command, args...], client address, client name]
+            let redis::Value::Array(fields) = e else {
+                continue;
+            };
+            let (Some(redis::Value::Int(us)), Some(redis::Value::Array(argv))) =
+                (fields.get(2), fields.get(3))
+            else {
+                continue;
+            };
+            let name = match argv.first() {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_uppercase(),
+                _ => continue,
+            };
+            out.push((name, u64::try_from(*us).unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
+    /// How many times Redis ran command `name` (lowercase, e.g. `evalsha`) since it started,
+    /// from `INFO commandstats`: calls from clients, not the commands scripts run.
+    pub async fn calls(&self, name: &str) -> redis::RedisResult<u64> {
+        let info = self.info("commandstats").await?;
+        let prefix = format!("cmdstat_{name}:calls=");
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
         let v: Option<u64> = redis::cmd("MEMORY")

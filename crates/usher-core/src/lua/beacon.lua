@@ -1,6 +1,8 @@
 -- A scheduled sale's public randomness beacon (a drand round named in advance): name the
--- round, or record its randomness once it is published. Only while the draw is pending.
--- KEYS: meta   (one hash tag: {q:<id>})
+-- round, or record its randomness once it is published. Only while the draw is pending; once
+-- its steps began (`drawing` exists) the order's key is fixed, so the round can no longer
+-- change.
+-- KEYS: meta, drawing   (one hash tag: {q:<id>})
 -- ARGV: 'round' and the round ('' = none), or 'randomness' and its hex
 -- Naming a (new) round forgets any randomness recorded for the previous one; randomness is
 -- recorded once (the same value again is accepted) and only for a named round.
@@ -9,6 +11,7 @@
 local m = redis.call('HMGET', KEYS[1], 'draw', 'draw_beacon_round', 'draw_beacon')
 if m[1] ~= 'pending' then return {BEACON_NOT_PENDING} end
 if ARGV[1] == 'round' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {BEACON_NOT_PENDING} end
   redis.call('HDEL', KEYS[1], 'draw_beacon')
   if ARGV[2] == '' then
     redis.call('HDEL', KEYS[1], 'draw_beacon_round')

@@ -98,3 +98,32 @@ local function eta_rates(meta)
   local m = redis.call('HMGET', meta, 'rate', 'bucket_rate', 'admit_per_second')
   return m[1], m[2] or m[3]
 end
+
+-- Puts `order` (a list of {pre-queue place id, its pre-queue member}) at the tail of the line
+-- of a scheduled sale, in that order: each gets a new place id `seq + 1 ..` (INCRBY, so later
+-- joins come after every one of them), `drawn` maps its pre-queue id to the new id, it starts
+-- away for `grace_ms` (its browser still holds a pre-queue stream; one gone for good is
+-- dropped, never admitted) and leaves the pre-queue. Returns the first new id.
+local function place_drawn(seq, pre, waiting, away, drawn, order, now, grace_ms)
+  local n = #order
+  local first = tonumber(redis.call('GET', seq) or '0') + 1
+  if n == 0 then return first end
+  first = redis.call('INCRBY', seq, n) - n + 1
+  -- In chunks: Lua's unpack takes a few thousand values at most.
+  for c = 1, n, 1000 do
+    local zadd, map, gone, left = {}, {}, {}, {}
+    for i = c, math.min(c + 999, n) do
+      local new = first + i - 1
+      local gw = tonumber(member_gateway(order[i][2]))
+      zadd[#zadd + 1] = new; zadd[#zadd + 1] = member_of(new, gw)
+      map[#map + 1] = order[i][1]; map[#map + 1] = fmt(new)
+      gone[#gone + 1] = now + grace_ms; gone[#gone + 1] = fmt(new)
+      left[#left + 1] = order[i][2]
+    end
+    redis.call('ZADD', waiting, unpack(zadd))
+    redis.call('HSET', drawn, unpack(map))
+    if grace_ms > 0 then redis.call('ZADD', away, unpack(gone)) end
+    redis.call('ZREM', pre, unpack(left))
+  end
+  return first
+end

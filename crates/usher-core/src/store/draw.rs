@@ -2,8 +2,6 @@
 //! gateways, as they hand out pre-queue tickets), the draw (the dispatcher holding the
 //! queue's lease) and the published result (the gateways' `GET /api/queues/{q}/draw`).
 
-use std::collections::HashMap;
-
 use redis::Value;
 
 use super::decode::{array, status, text, u};
@@ -90,7 +88,15 @@ pub struct DueDraw {
     pub beacon: Option<Vec<u8>>,
     /// Pre-queue places with their entrant hashes, in no particular order.
     pub entrants: Vec<(EntrantHash, PlaceId)>,
+    /// The last entrant recorded when a draw was interrupted between its steps (a crash, a
+    /// lost lease, a Redis error): the draw goes on after it ([`crate::draw::Seed::order_after`]).
+    pub after: Option<EntrantHash>,
 }
+
+/// Most places one draw step places (one `lua/draw_step.lua` call): a few milliseconds of
+/// Redis time, so a draw of any size never holds Redis for long (BENCHMARKS.md, "Scheduled
+/// sale: the draw").
+pub const DRAW_STEP: usize = 1_000;
 
 /// What [`Store::run_draw`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +112,7 @@ pub enum DrawOutcome {
 impl Store {
     /// Schedules the sale of `q` to open at `opens_at_ms` (with `seed` if this starts a new
     /// sale), or unschedules it (`None`). `false` when refused: a pending draw cannot be
-    /// unscheduled. See `lua/schedule.lua` for when the seed is kept.
+    /// unscheduled, nor moved once its steps began. See `lua/schedule.lua` for when the seed is kept.
     pub async fn schedule(
         &self,
         q: &QueueId,
@@ -121,6 +127,7 @@ impl Store {
             .key(&k.entrants)
             .key(&k.drawn)
             .key(&k.draw)
+            .key(&k.drawing)
             .arg(opens_at_ms.map(|t| t.to_string()).unwrap_or_default())
             .arg(seed.to_hex())
             .arg(seed.commitment())
@@ -269,6 +276,7 @@ impl Store {
         let v: Value = SCRIPTS
             .beacon
             .key(&k.meta)
+            .key(&k.drawing)
             .arg(what)
             .arg(value)
             .invoke_async(&mut self.c())
@@ -311,34 +319,83 @@ impl Store {
         let seed =
             seed.ok_or_else(|| protocol(format!("queue {q}: draw_seed is not 32 bytes of hex")))?;
         let k = QueueKeys::new(q);
-        let (pre, hashes): (Vec<Value>, HashMap<u64, Vec<u8>>) = redis::pipe()
-            .cmd("ZRANGE")
-            .arg(&k.pre)
-            .arg(0)
+        let recorded: Vec<u8> = redis::cmd("GETRANGE")
+            .arg(&k.drawing)
+            .arg(-32)
             .arg(-1)
-            .arg("WITHSCORES")
-            .cmd("HGETALL")
-            .arg(&k.entrants)
             .query_async(&mut self.c())
             .await?;
-        let mut entrants = Vec::with_capacity(hashes.len());
-        for score in pre.iter().skip(1).step_by(2) {
-            let place = text(score)
-                .and_then(|t| t.parse::<u64>().ok())
-                .ok_or_else(|| protocol(format!("pre-queue score {score:?}")))?;
-            if let Some(h) = hashes.get(&place).and_then(|b| EntrantHash::from_bytes(b)) {
-                entrants.push((h, PlaceId(place)));
-            }
-        }
+        let after = match recorded.len() {
+            0 => None,
+            _ => Some(EntrantHash::from_bytes(&recorded).ok_or_else(|| {
+                protocol(format!(
+                    "queue {q}: draw record ends in {} bytes",
+                    recorded.len()
+                ))
+            })?),
+        };
+        let entrants = self.pre_queue_entrants(&k).await?;
         Ok(Some(DueDraw {
             seed,
             beacon,
             entrants,
+            after,
         }))
     }
 
+    /// The pre-queue places of `k`'s queue with an entrant hash, read in pages of
+    /// [`DRAW_STEP`] (by place id, then their hashes), so no read holds Redis for long. The
+    /// pages are not one snapshot: a place that joins meanwhile may be missed (the draw puts
+    /// it FIFO behind the drawn ones) and one that leaves may be read (the draw skips it).
+    async fn pre_queue_entrants(&self, k: &QueueKeys) -> Result<Vec<(EntrantHash, PlaceId)>> {
+        let mut entrants = Vec::new();
+        let mut from = "-inf".to_string();
+        loop {
+            let page: Vec<Value> = redis::cmd("ZRANGEBYSCORE")
+                .arg(&k.pre)
+                .arg(&from)
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(DRAW_STEP)
+                .query_async(&mut self.c())
+                .await?;
+            let places = page
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .map(|score| {
+                    text(score)
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .ok_or_else(|| protocol(format!("pre-queue score {score:?}")))
+                })
+                .collect::<Result<Vec<u64>>>()?;
+            let Some(last) = places.last() else {
+                return Ok(entrants);
+            };
+            from = format!("({last}");
+            let hashes: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+                .arg(&k.entrants)
+                .arg(&places)
+                .query_async(&mut self.c())
+                .await?;
+            for (place, hash) in places.iter().zip(hashes) {
+                if let Some(h) = hash.as_deref().and_then(EntrantHash::from_bytes) {
+                    entrants.push((h, PlaceId(*place)));
+                }
+            }
+            if places.len() < DRAW_STEP {
+                return Ok(entrants);
+            }
+        }
+    }
+
     /// Runs the draw of `q`: `order` (entrant hashes and pre-queue places, in drawn order)
-    /// takes new places at the tail of the line, and is published (`lua/draw.lua`).
+    /// takes new places at the tail of the line in steps of [`DRAW_STEP`]
+    /// (`lua/draw_step.lua`), then the pre-queue places it does not name follow and the draw
+    /// is published (`lua/draw.lua`). Every call checks the lease; an interrupted draw stays
+    /// pending, and the next call (by this replica or another) goes on where it stopped.
     pub async fn run_draw(
         &self,
         q: &QueueId,
@@ -347,12 +404,19 @@ impl Store {
         order: &[(EntrantHash, PlaceId)],
     ) -> Result<DrawOutcome> {
         let k = QueueKeys::new(q);
-        let ids = order
-            .iter()
-            .map(|(_, p)| p.0.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let blob: Vec<u8> = order.iter().flat_map(|(h, _)| h.0).collect();
+        let (mut drawn, mut first) = (0, None);
+        for step in order.chunks(DRAW_STEP) {
+            match self.draw_step(q, lease, now_ms, step).await? {
+                DrawStep::Placed { placed, first: f } => {
+                    if placed > 0 {
+                        first.get_or_insert(f);
+                    }
+                    drawn += placed;
+                }
+                DrawStep::LeaseLost => return Ok(DrawOutcome::LeaseLost),
+                DrawStep::NotPending => return Ok(DrawOutcome::NotPending),
+            }
+        }
         let v: Value = SCRIPTS
             .draw
             .key(&k.meta)
@@ -364,23 +428,62 @@ impl Store {
             .key(&k.draw)
             .key(&k.entrants)
             .key(&k.lease)
+            .key(&k.drawing)
+            .arg(&lease.value)
+            .arg(now_ms)
+            .invoke_async(&mut self.c())
+            .await?;
+        match draw_reply(v)? {
+            DrawStep::Placed { placed, first: f } => Ok(DrawOutcome::Done {
+                drawn,
+                after: placed,
+                first: first.unwrap_or(f),
+            }),
+            DrawStep::LeaseLost => Ok(DrawOutcome::LeaseLost),
+            DrawStep::NotPending => Ok(DrawOutcome::NotPending),
+        }
+    }
+
+    /// One step of [`Store::run_draw`]: `step` (at most [`DRAW_STEP`] entrants, the next ones
+    /// in drawn order) takes places at the tail of the line and is appended to the record so
+    /// far (`lua/draw_step.lua`). The draw stays pending.
+    pub async fn draw_step(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        now_ms: u64,
+        step: &[(EntrantHash, PlaceId)],
+    ) -> Result<DrawStep> {
+        if step.len() > DRAW_STEP {
+            return Err(protocol(format!(
+                "a draw step places at most {DRAW_STEP} entrants, not {}",
+                step.len()
+            )));
+        }
+        let k = QueueKeys::new(q);
+        let ids = step
+            .iter()
+            .map(|(_, p)| p.0.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let blob: Vec<u8> = step.iter().flat_map(|(h, _)| h.0).collect();
+        let v: Value = SCRIPTS
+            .draw_step
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.pre)
+            .key(&k.waiting)
+            .key(&k.away)
+            .key(&k.drawn)
+            .key(&k.drawing)
+            .key(&k.lease)
             .arg(&lease.value)
             .arg(now_ms)
             .arg(ids)
             .arg(blob)
             .invoke_async(&mut self.c())
             .await?;
-        let a = array(v)?;
-        match status(&a, DrawStatus::from_code) {
-            Some(DrawStatus::LeaseLost) => Ok(DrawOutcome::LeaseLost),
-            Some(DrawStatus::NotPending) => Ok(DrawOutcome::NotPending),
-            Some(DrawStatus::Done) if a.len() >= 4 => Ok(DrawOutcome::Done {
-                drawn: u(&a[1])?,
-                after: u(&a[2])?,
-                first: u(&a[3])?,
-            }),
-            _ => Err(protocol(format!("draw reply {a:?}"))),
-        }
+        draw_reply(v)
     }
 
     /// The entrant hashes of `q`'s last draw, in drawn order (empty before any draw).
@@ -398,5 +501,29 @@ impl Store {
             .chunks_exact(32)
             .filter_map(EntrantHash::from_bytes)
             .collect())
+    }
+}
+
+/// What one draw script call ([`Store::draw_step`], or the draw's end) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawStep {
+    /// Another replica holds the queue's lease: nothing was placed.
+    LeaseLost,
+    /// No draw is pending (already done, unscheduled, or the queue is closed).
+    NotPending,
+    /// `placed` places (those of the step still in the pre-queue) from place id `first` on.
+    Placed { placed: u64, first: u64 },
+}
+
+fn draw_reply(v: Value) -> Result<DrawStep> {
+    let a = array(v)?;
+    match status(&a, DrawStatus::from_code) {
+        Some(DrawStatus::LeaseLost) => Ok(DrawStep::LeaseLost),
+        Some(DrawStatus::NotPending) => Ok(DrawStep::NotPending),
+        Some(DrawStatus::Done) if a.len() >= 3 => Ok(DrawStep::Placed {
+            placed: u(&a[1])?,
+            first: u(&a[2])?,
+        }),
+        _ => Err(protocol(format!("draw reply {a:?}"))),
     }
 }

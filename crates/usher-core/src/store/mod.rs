@@ -59,7 +59,8 @@ pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
 pub use draw::{
-    Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DueDraw, Schedule, VoidedDraw,
+    Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DrawStep, DueDraw, Schedule,
+    VoidedDraw, DRAW_STEP,
 };
 pub use draw_restore::{PreQueueFate, PreRestore, SeenDraw};
 pub use gateway_load::GatewayConnections;

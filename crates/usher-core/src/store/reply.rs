@@ -121,13 +121,14 @@ statuses! {
         Ticked = 1 => "TICK_TICKED",
     }
 
-    /// What a `draw` call did.
+    /// What a `draw_step` or `draw` call did.
     pub enum DrawStatus {
         /// Another replica holds the queue's lease: nothing was drawn.
         LeaseLost = -1 => "DRAW_LEASE_LOST",
         /// No draw is pending (already done, unscheduled, or the queue is closed).
         NotPending = 0 => "DRAW_NOT_PENDING",
-        /// The pre-queue was placed in the line; counts and the first new place id follow.
+        /// Places were put in the line (a step's, or the last ones and the draw is done): how
+        /// many, and the first new place id, follow.
         Done = 1 => "DRAW_DONE",
     }
 

@@ -3,9 +3,11 @@
 //! that round's randomness).
 //!
 //! The order is computed here (Lua has no HMAC: `usher_core::draw`) from the seed and the
-//! pre-queue read just before, and applied in one atomic script that checks the lease, so a
-//! crash or a hand-over before it leaves the draw pending for the next holder, and one after
-//! it leaves it done: it runs exactly once. Pre-queue places the read missed go FIFO behind
+//! pre-queue read just before, and applied in steps of `DRAW_STEP` places, each a script that
+//! checks the lease, so no call holds Redis for long. A crash or a hand-over between steps
+//! leaves the draw pending: the next holder reads the places still in the pre-queue and goes
+//! on after the last entrant recorded, so the record stays in drawn order; the last script
+//! makes it done, so it runs exactly once. Pre-queue places the read missed go FIFO behind
 //! the drawn ones. Then every live gateway is told, and ends its pre-queue streams so the
 //! browsers resume into their places.
 
@@ -27,7 +29,7 @@ pub(super) async fn draw_if_due(
         return Ok(true);
     };
     let (seed, beacon) = (due.seed, due.beacon);
-    let order = seed.order(beacon.as_deref(), due.entrants);
+    let order = seed.order_after(beacon.as_deref(), due.entrants, due.after.as_ref());
     match store.run_draw(q, lease, now, &order).await? {
         DrawOutcome::LeaseLost => return Ok(false),
         DrawOutcome::NotPending => return Ok(true),

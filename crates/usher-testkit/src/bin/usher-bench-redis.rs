@@ -44,8 +44,9 @@ struct Args {
     admit_per_tick: u64,
 
     /// Entrants of a scheduled sale's pre-queue whose draw is timed: reading the pre-queue,
-    /// computing the order, the draw script (which blocks Redis) and reading the published
-    /// record. 0 times no draw.
+    /// computing the order, the draw's script calls (each holds Redis while it runs; the
+    /// longest single Redis call is reported) and reading the published record. 0 times no
+    /// draw.
     #[arg(long, env = "USHER_BENCH_DRAW_ENTRANTS", default_value_t = 0)]
     draw_entrants: u64,
 }
@@ -69,7 +70,7 @@ async fn main() -> anyhow::Result<()> {
         results.push(measure(&store, &probe, n, &args).await?);
     }
     let draw = if args.draw_entrants > 0 {
-        Some(measure_draw(&store, args.draw_entrants).await?)
+        Some(measure_draw(&store, &probe, args.draw_entrants).await?)
     } else {
         None
     };
@@ -173,8 +174,13 @@ async fn measure(
     }))
 }
 
-/// Times the draw of a scheduled sale with `n` entrants.
-async fn measure_draw(store: &Store, n: u64) -> anyhow::Result<serde_json::Value> {
+/// Times the draw of a scheduled sale with `n` entrants, and how long its longest single
+/// Redis command held Redis (every other queue waits that long).
+async fn measure_draw(
+    store: &Store,
+    probe: &RedisProbe,
+    n: u64,
+) -> anyhow::Result<serde_json::Value> {
     let q = QueueId::new(format!("bench-draw-{n}"))?;
     store.put_queue(&q, &QueueConfig::default()).await?;
     let seed = Seed::generate();
@@ -205,6 +211,9 @@ async fn measure_draw(store: &Store, n: u64) -> anyhow::Result<serde_json::Value
         .acquire_lease(&q, "bench", Duration::from_secs(600))
         .await?
         .context("lease")?;
+    // Only commands of a millisecond or more: Redis also records every command a script runs.
+    probe.record_commands(1000).await?;
+    let scripts_before = probe.calls("evalsha").await?;
     let t = Instant::now();
     let due = store.due_draw(&q, now_ms()).await?.context("draw due")?;
     let read_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -222,11 +231,22 @@ async fn measure_draw(store: &Store, n: u64) -> anyhow::Result<serde_json::Value
     let record = store.drawn_entrants(&q).await?;
     let record_ms = t.elapsed().as_secs_f64() * 1000.0;
     anyhow::ensure!(record.len() as u64 == n, "record of {}", record.len());
+    let commands = probe.recorded_commands().await?;
+    let longest = |name: Option<&str>| {
+        commands
+            .iter()
+            .filter(|(c, _)| name.is_none_or(|n| c == n))
+            .max_by_key(|(_, us)| *us)
+            .map(|(c, us)| serde_json::json!({"command": c, "ms": *us as f64 / 1000.0}))
+    };
     Ok(serde_json::json!({
         "entrants": n,
         "read_pre_queue_ms": read_ms,
         "order_ms": order_ms,
-        "draw_script_ms": script_ms,
+        "draw_scripts_ms": script_ms,
+        "script_calls": probe.calls("evalsha").await? - scripts_before,
+        "longest_draw_script": longest(Some("EVALSHA")),
+        "longest_redis_command": longest(None),
         "read_record_ms": record_ms,
     }))
 }
