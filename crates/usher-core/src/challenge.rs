@@ -1,11 +1,15 @@
 //! The proof-of-work challenge a queue may ask of every join (`challenge: "pow"`): the
 //! setting, the signed puzzle, the solution check and a solver.
 //!
-//! A **puzzle** is `1.<queue>.<issued ms>.<difficulty>.<id>.<mac>`: a version, the queue it is
-//! good for, when a gateway issued it, the leading zero bits asked, 96 random bits (the id the
+//! A **puzzle** is `2.<queue>.<expires ms>.<difficulty>.<id>.<mac>`: a version, the queue it
+//! is good for, when it expires, the leading zero bits asked, 96 random bits (the id the
 //! spent-set remembers, unpadded base64url) and an HMAC-SHA256 (128 bits kept, unpadded
 //! base64url) under the secret every gateway shares, so a puzzle fetched from one gateway is
-//! accepted by any other. It is good for a short time after `issued` (a gateway flag).
+//! accepted by any other. The issuing gateway signs the expiry in (its puzzle lifetime flag),
+//! so every gateway holds a puzzle to the same expiry, and the spent-set remembers a solution
+//! until then whichever gateway spent it: gateways with different lifetimes (a rolling
+//! change of the flag) never reopen a spent solution. (Version 1 signed the issue time, and
+//! each gateway added its own lifetime.)
 //!
 //! A **solution** is `<puzzle>.<nonce>`, the nonce a decimal `u64`, such that
 //! SHA-256(`<puzzle>.<nonce>`) starts with at least `difficulty` zero bits. Finding one takes
@@ -37,7 +41,7 @@ pub const DEFAULT_POW_DIFFICULTY: u8 = 19;
 pub const MIN_SECRET_LEN: usize = 32;
 
 /// The version a puzzle starts with.
-const VERSION: &str = "1";
+const VERSION: &str = "2";
 /// MAC bytes kept (128 bits).
 const MAC_LEN: usize = 16;
 /// Random id bytes (96 bits).
@@ -149,20 +153,21 @@ impl fmt::Debug for ChallengeSecret {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Puzzle {
     pub queue: QueueId,
-    pub issued_ms: u64,
+    /// When the puzzle is refused from (ms since the epoch), signed in by the issuer.
+    pub expires_ms: u64,
     pub difficulty: u8,
     /// 96 random bits, unpadded base64url (16 characters).
     pub id: String,
 }
 
 impl Puzzle {
-    /// A new puzzle for `queue`, issued at `now_ms`.
-    pub fn new(queue: QueueId, difficulty: u8, now_ms: u64) -> Self {
+    /// A new puzzle for `queue`, good until `expires_ms`.
+    pub fn new(queue: QueueId, difficulty: u8, expires_ms: u64) -> Self {
         let mut id = [0u8; ID_LEN];
         rand::thread_rng().fill_bytes(&mut id);
         Self {
             queue,
-            issued_ms: now_ms,
+            expires_ms,
             difficulty,
             id: URL_SAFE_NO_PAD.encode(id),
         }
@@ -171,7 +176,7 @@ impl Puzzle {
     fn body(&self) -> String {
         format!(
             "{VERSION}.{}.{}.{}.{}",
-            self.queue, self.issued_ms, self.difficulty, self.id
+            self.queue, self.expires_ms, self.difficulty, self.id
         )
     }
 
@@ -186,7 +191,7 @@ impl Puzzle {
     pub fn verify(secret: &ChallengeSecret, text: &str) -> Option<Self> {
         let (body, tag) = text.rsplit_once('.')?;
         let mut parts = body.split('.');
-        let (v, queue, issued, difficulty, id) = (
+        let (v, queue, expires, difficulty, id) = (
             parts.next()?,
             parts.next()?,
             parts.next()?,
@@ -207,7 +212,7 @@ impl Puzzle {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         Some(Self {
             queue: QueueId::new(queue).ok()?,
-            issued_ms: issued.parse().ok()?,
+            expires_ms: expires.parse().ok()?,
             difficulty: difficulty.parse().ok()?,
             id: id_ok.then(|| id.to_owned())?,
         })
@@ -225,15 +230,14 @@ pub struct Proof {
     pub expires_ms: u64,
 }
 
-/// Checks a solution (`<puzzle>.<nonce>`) for `queue` at `now_ms`, with puzzles good for
-/// `ttl_ms` after issue: the MAC, the queue, the expiry, then the hash. Everything but
-/// whether it was spent already, which only Redis knows.
+/// Checks a solution (`<puzzle>.<nonce>`) for `queue` at `now_ms`: the MAC, the queue, the
+/// puzzle's signed expiry, then the hash. Everything but whether it was spent already, which
+/// only Redis knows.
 pub fn check_solution(
     secret: &ChallengeSecret,
     queue: &QueueId,
     solution: &str,
     now_ms: u64,
-    ttl_ms: u64,
 ) -> Result<Proof, Refusal> {
     let (text, nonce) = solution.rsplit_once('.').ok_or(Refusal::Invalid)?;
     let nonce_ok = !nonce.is_empty()
@@ -247,7 +251,7 @@ pub fn check_solution(
     if &p.queue != queue {
         return Err(Refusal::Invalid);
     }
-    let expires_ms = p.issued_ms.saturating_add(ttl_ms);
+    let expires_ms = p.expires_ms;
     if now_ms >= expires_ms {
         return Err(Refusal::Expired);
     }
@@ -346,9 +350,9 @@ mod tests {
 
     #[test]
     fn a_solved_puzzle_is_accepted_once_checked() {
-        let p = Puzzle::new(q(), 8, 1_000);
+        let p = Puzzle::new(q(), 8, 121_000);
         let s = solved(&p);
-        let proof = check_solution(&secret(), &q(), &s, 2_000, 120_000);
+        let proof = check_solution(&secret(), &q(), &s, 2_000);
         assert_eq!(
             proof,
             Ok(Proof {
@@ -363,25 +367,27 @@ mod tests {
 
     #[test]
     fn stale_forged_foreign_and_unsolved_solutions_are_refused() {
-        let p = Puzzle::new(q(), 8, 1_000);
+        let p = Puzzle::new(q(), 8, 121_000);
         let s = solved(&p);
-        let check = |s: &str, now| check_solution(&secret(), &q(), s, now, 120_000);
+        let check = |s: &str, now| check_solution(&secret(), &q(), s, now);
         assert_eq!(check(&s, 121_000), Err(Refusal::Expired));
         let other = ChallengeSecret::new(vec![8u8; 32]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            check_solution(&other, &q(), &s, 2_000, 120_000),
+            check_solution(&other, &q(), &s, 2_000),
             Err(Refusal::Invalid)
         );
         let elsewhere = QueueId::new("other").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            check_solution(&secret(), &elsewhere, &s, 2_000, 120_000),
+            check_solution(&secret(), &elsewhere, &s, 2_000),
             Err(Refusal::Invalid)
         );
-        // A harder difficulty written over the signed one breaks the MAC.
+        // A later expiry or a harder difficulty written over the signed ones breaks the MAC.
+        let later = s.replacen(".121000.", ".999999.", 1);
+        assert_eq!(check(&later, 2_000), Err(Refusal::Invalid));
         let tampered = s.replacen(".8.", ".9.", 1);
         assert_eq!(check(&tampered, 2_000), Err(Refusal::Invalid));
         // A nonce that does not reach the difficulty (one that is at most 2^-20 likely to).
-        let text = Puzzle::new(q(), 20, 1_000).sign(&secret());
+        let text = Puzzle::new(q(), 20, 121_000).sign(&secret());
         let (good, _) = solve(&text, 20, 0);
         let bad = (0..good).find(|n| {
             let h = Sha256::digest(format!("{text}.{n}").as_bytes());

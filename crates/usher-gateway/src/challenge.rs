@@ -97,12 +97,12 @@ impl Challenges {
         difficulty: u8,
         reason: Option<Refusal>,
     ) -> ChallengeEvent {
-        let p = Puzzle::new(q.clone(), difficulty, now_ms());
+        let p = Puzzle::new(q.clone(), difficulty, now_ms().saturating_add(self.ttl_ms));
         ChallengeEvent {
             queue: q.clone(),
             puzzle: p.sign(&self.secret),
             difficulty,
-            expires_at: rfc3339_ms(p.issued_ms.saturating_add(self.ttl_ms)),
+            expires_at: rfc3339_ms(p.expires_ms),
             reason,
         }
     }
@@ -120,7 +120,7 @@ impl Challenges {
         };
         let checked = match solution.filter(|s| !s.is_empty()) {
             None => Err(Refusal::Missing),
-            Some(sol) => check_solution(&self.secret, q, sol, now_ms(), self.ttl_ms),
+            Some(sol) => check_solution(&self.secret, q, sol, now_ms()),
         };
         match checked {
             Ok(proof) => Gate::Pass(Some(proof)),

@@ -168,10 +168,10 @@ pub struct Config {
     #[arg(long, env = "USHER_CHALLENGE_SECRET", hide_env_values = true)]
     pub challenge_secret: Option<String>,
 
-    /// Seconds a proof-of-work puzzle stays good after it was issued. Long enough for a slow
-    /// phone to solve it and join; a solution is good for one place whatever its age. Set the
-    /// same on every gateway: a spent solution is remembered until its puzzle expires by the
-    /// gateway that spent it, so one with a longer setting could accept it again afterwards.
+    /// Seconds a proof-of-work puzzle this gateway issues stays good. Long enough for a slow
+    /// phone to solve it and join; a solution is good for one place whatever its age. The
+    /// expiry is signed into the puzzle, so every gateway holds it to the issuer's expiry and
+    /// the settings may differ between gateways.
     #[arg(long, env = "USHER_CHALLENGE_TTL_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(CHALLENGE_TTL_SECS))]
     pub challenge_ttl_secs: u64,
 }

@@ -71,7 +71,7 @@ async fn refused(mut conn: SseConn, reason: &str) -> anyhow::Result<Value> {
     assert_eq!(e.id, "", "a refused join gets no ticket");
     let d = data(&e);
     assert_eq!(d["reason"], reason, "{d}");
-    assert!(d["puzzle"].as_str().is_some_and(|p| p.starts_with("1.")));
+    assert!(d["puzzle"].as_str().is_some_and(|p| p.starts_with("2.")));
     assert!(d["expires_at"].is_string());
     assert_eq!(conn.next_item(T).await?, None, "the stream ends");
     Ok(d)
@@ -224,6 +224,35 @@ async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     let fresh = solved(&short.url(), "pow").await?;
     let mut conn = join(&short.url(), "pow", Some(&fresh)).await?;
     assert_eq!(first(&mut conn).await?.event, "waiting");
+    short.stop().await?;
+    Ok(())
+}
+
+/// The expiry is signed into the puzzle, so gateways with different puzzle lifetimes (a
+/// rolling change of `USHER_CHALLENGE_TTL_SECS`) agree on it: a solution spent on the one
+/// with the short lifetime stays spent on the one with the long lifetime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_with_different_puzzle_lifetimes_never_reopen_a_spent_solution(
+) -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    pow_queue(&stack, "pow").await?;
+    let long = stack.gateway_url(0);
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
+    cfg.challenge_ttl_secs = 1;
+    let short = usher_testkit::stack::gateway_with(cfg).await?;
+    // A puzzle of the long-lived gateway, spent on the short-lived one.
+    let s = solved(&long, "pow").await?;
+    let mut conn = join(&short.url(), "pow", Some(&s)).await?;
+    assert_eq!(first(&mut conn).await?.event, "waiting");
+    // Past the short gateway's own lifetime: still spent, on either gateway.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    refused(join(&long, "pow", Some(&s)).await?, "spent").await?;
+    refused(join(&short.url(), "pow", Some(&s)).await?, "spent").await?;
+    assert_eq!(
+        waiting_count(&stack, "pow").await?,
+        1,
+        "one solution, one place"
+    );
     short.stop().await?;
     Ok(())
 }
