@@ -38,7 +38,8 @@
 //! | `usher:{q:<id>}:entrants` | hash | pre-queue place id → its entrant hash (32 raw bytes: SHA-256 of its ticket), written by the gateway before the browser gets its ticket; deleted by the draw |
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
 //! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
-//! | `usher:{q:<id>}:drawing` | string | the draw so far, while its steps run (`lua/draw_step.lua` appends each step's hashes; `lua/draw.lua` renames it to `draw`); never shown |
+//! | `usher:{q:<id>}:drawing` | string | the draw so far: created empty when the draw begins (`lua/draw_begin.lua`; from then on the sale's time and beacon round are fixed), each step's hashes appended (`lua/draw_step.lua`), renamed to `draw` at the end (`lua/draw.lua`); deleted by a close mid-draw; never shown |
+//! | `usher:{q:<id>}:meta` (during a draw) | hash | also `draw_began_ms`: when the draw began (its end stamps the drawn places' grace again if it took long) |
 //!
 //! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
 //! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.

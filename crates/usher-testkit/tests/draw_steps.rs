@@ -1,20 +1,23 @@
 //! A scheduled sale's draw runs in steps of `DRAW_STEP` places, one script call each, so a
 //! big pre-queue never holds Redis for the whole draw (BENCHMARKS.md, "Scheduled sale: the
-//! draw"). A draw interrupted between steps (a crash, a lost lease) stays pending; the next
-//! lease holder goes on after the last entrant recorded, and the line and the published
-//! record come out as one uninterrupted draw of the same entrants would have made them.
+//! draw"). A draw interrupted between steps (a crash, a lost lease, a step sent twice) stays
+//! pending; the next lease holder goes on after the last entrant recorded, and the published
+//! record stays in drawn order, with the line following it. A close mid-draw treats every
+//! entrant alike, and a draw that took long does not let its first places expire unheard.
 //!
 //! Driven through `usher_core::store` against a real `redis-server`, as the dispatcher drives
-//! it: the interruption is placed exactly between two steps.
+//! it: each interruption is placed exactly between two calls.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use usher_core::draw::{EntrantHash, Seed};
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::keys::QueueKeys;
+use usher_core::messages::CloseReason;
 use usher_core::store::{
-    BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DrawStep, Joined, Lease, PlaceState,
-    QueueConfig, Store, DRAW_STEP,
+    BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DrawPrep, DrawStep, DueDraw, Joined,
+    Lease, PlaceState, PreQueueFate, PreRestore, QueueConfig, SeenDraw, Store, DRAW_STEP,
 };
 use usher_core::time::now_ms;
 use usher_testkit::{RedisProbe, RedisServer};
@@ -61,54 +64,87 @@ async fn position(store: &Store, q: &QueueId, place: PlaceId) -> anyhow::Result<
     }
 }
 
+/// A lease's time to live in these tests: long enough for a debug build's step.
+const TTL_MS: u64 = 60_000;
+
+/// A queue `name` with a scheduled sale of `n` entrants, due now, and replica A's lease.
+async fn sale(
+    store: &Store,
+    name: &str,
+    n: usize,
+    cfg: QueueConfig,
+) -> anyhow::Result<(QueueId, Seed, Vec<(EntrantHash, PlaceId)>, Lease)> {
+    let q = QueueId::new(name)?;
+    store.put_queue(&q, &cfg).await?;
+    let seed = Seed::generate();
+    store
+        .schedule(&q, Some(now_ms() + 3_600_000), &seed)
+        .await?;
+    let entrants = join_pre(store, &q, n as u64, "early").await?;
+    // Due now (a pending sale keeps its seed when moved).
+    assert!(store.schedule(&q, Some(now_ms()), &seed).await?);
+    let lease = store
+        .acquire_lease(&q, "replica-a", Duration::from_millis(TTL_MS))
+        .await?
+        .context("lease")?;
+    Ok((q, seed, entrants, lease))
+}
+
+/// [`Store::prepare_draw`], which must find the draw ready.
+async fn ready(store: &Store, q: &QueueId, lease: &Lease, now: u64) -> anyhow::Result<DueDraw> {
+    match store.prepare_draw(q, lease, TTL_MS, now).await? {
+        DrawPrep::Ready(due) => Ok(due),
+        other => anyhow::bail!("the draw is not ready: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::Result<()> {
     const N: usize = 2 * DRAW_STEP + DRAW_STEP / 2;
     let redis = RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
     let probe = RedisProbe::connect(&redis.url()).await?;
-    let q = QueueId::new("steps")?;
-    store.put_queue(&q, &QueueConfig::default()).await?;
-    let seed = Seed::generate();
-    store
-        .schedule(&q, Some(now_ms() + 3_600_000), &seed)
-        .await?;
-    let early = join_pre(&store, &q, N as u64, "early").await?;
-    // Due now (a pending sale keeps its seed when moved).
-    assert!(store.schedule(&q, Some(now_ms()), &seed).await?);
-    let lease = store
-        .acquire_lease(&q, "replica-a", Duration::from_secs(60))
-        .await?
-        .context("lease")?;
-    let due = store.due_draw(&q, now_ms()).await?.context("draw due")?;
-    assert_eq!(due.after, None, "nothing recorded yet");
+    let (q, seed, early, lease) = sale(&store, "steps", N, QueueConfig::default()).await?;
+    let due = ready(&store, &q, &lease, now_ms()).await?;
+    assert_eq!((due.after, due.recorded), (None, 0), "nothing recorded yet");
     let order = due.seed.order(None, due.entrants);
     assert_eq!(order.len(), N);
 
     // A replica without the lease places nothing.
     let stale = Lease {
-        value: "replica-b".into(),
+        value: "replica-b|1".into(),
         ..lease.clone()
     };
     assert_eq!(
-        store.draw_step(&q, &stale, now_ms(), &order[..10]).await?,
+        store
+            .draw_step(&q, &stale, TTL_MS, now_ms(), 0, &order[..10])
+            .await?,
         DrawStep::LeaseLost
     );
     // More than a step is refused before Redis is asked.
     assert!(store
-        .draw_step(&q, &lease, now_ms(), &order[..DRAW_STEP + 1])
+        .draw_step(&q, &lease, TTL_MS, now_ms(), 0, &order[..DRAW_STEP + 1])
         .await
         .is_err());
 
-    // One step, then the replica stops.
+    // One step, then the same step again (a client re-sending a request whose reply it
+    // lost): the second finds the record longer than it expects and does nothing.
+    let step = &order[..DRAW_STEP];
     let DrawStep::Placed { placed, .. } = store
-        .draw_step(&q, &lease, now_ms(), &order[..DRAW_STEP])
+        .draw_step(&q, &lease, TTL_MS, now_ms(), 0, step)
         .await?
     else {
         anyhow::bail!("the first step placed nothing");
     };
     assert_eq!(placed, DRAW_STEP as u64);
-    // Still pending: nothing is published, and the time can no longer move.
+    assert_eq!(
+        store
+            .draw_step(&q, &lease, TTL_MS, now_ms(), 0, step)
+            .await?,
+        DrawStep::Stale
+    );
+    // Then the replica stops. The draw is still pending: nothing is published, and its time
+    // and beacon round can no longer change.
     let s = store.schedule_of(&q).await?.context("schedule")?;
     assert_eq!((s.phase, s.seed), (DrawPhase::Pending, None));
     assert!(
@@ -121,17 +157,35 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
         "and its order's key: no beacon round can be named now"
     );
     assert!(store.drawn_entrants(&q).await?.is_empty(), "not published");
+    // A place drawn already has its position; one not drawn yet is still in the pre-queue.
+    assert_eq!(position(&store, &q, step[0].1).await?, 1);
+    assert!(matches!(
+        store.status(&q, order[DRAW_STEP].1, now_ms()).await?,
+        PlaceState::Scheduled { .. }
+    ));
     // Joins meanwhile still go to the pre-queue.
     let late = join_pre(&store, &q, 40, "late").await?;
 
-    // The next holder reads what is left and goes on after the last entrant recorded: the
-    // rest of the committed order, plus the late entrants that sort after that point.
-    let due = store
-        .due_draw(&q, now_ms())
+    // Another replica takes the queue over, with a clock ten minutes behind (before
+    // `opens_at`): a draw begun is ready whatever the clock. It reads what is left and goes
+    // on after the last entrant recorded: the rest of the committed order, plus the late
+    // entrants that sort after that point.
+    let b = store
+        .acquire_lease(&q, "replica-b", Duration::from_millis(TTL_MS))
+        .await?;
+    assert!(b.is_none(), "replica-a still holds the lease");
+    store.release_lease(&q, &lease).await?;
+    let lease_b = store
+        .acquire_lease(&q, "replica-b", Duration::from_millis(TTL_MS))
         .await?
-        .context("the draw is still due")?;
+        .context("lease b")?;
+    let behind = now_ms() - 600_000;
+    let due = ready(&store, &q, &lease_b, behind).await?;
     let last = order[DRAW_STEP - 1].0;
-    assert_eq!(due.after, Some(last));
+    assert_eq!(
+        (due.after, due.recorded),
+        (Some(last), 32 * DRAW_STEP as u64)
+    );
     let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
     let late_drawn = seed.order_after(None, late.clone(), Some(&last));
     assert_eq!(rest.len(), N - DRAW_STEP + late_drawn.len());
@@ -141,9 +195,18 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
         .copied()
         .collect();
     assert_eq!(rest_of_early, order[DRAW_STEP..].to_vec());
+    // The first replica, back, can no longer go on.
+    assert_eq!(
+        store
+            .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest)
+            .await?,
+        DrawOutcome::LeaseLost
+    );
 
     let scripts_before = probe.calls("evalsha").await?;
-    let outcome = store.run_draw(&q, &lease, now_ms(), &rest).await?;
+    let outcome = store
+        .run_draw(&q, &lease_b, TTL_MS, behind, due.recorded, &rest)
+        .await?;
     let DrawOutcome::Done { drawn, after, .. } = outcome else {
         anyhow::bail!("draw outcome {outcome:?}");
     };
@@ -159,20 +222,17 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
         "{scripts} script calls: the steps, then the draw's end"
     );
 
-    // Published: the record is what one uninterrupted draw of the same entrants records.
+    // Published, in drawn order: the record is what one draw of the entrants it names gives.
     let s = store.schedule_of(&q).await?.context("schedule")?;
     assert_eq!(s.phase, DrawPhase::Done);
     let record = store.drawn_entrants(&q).await?;
     let mut all_drawn: Vec<_> = early.clone();
     all_drawn.extend(late_drawn.iter().copied());
-    let uninterrupted = seed.order(None, all_drawn);
-    assert_eq!(
-        record,
-        uninterrupted.iter().map(|(h, _)| *h).collect::<Vec<_>>()
-    );
+    let in_order = seed.order(None, all_drawn);
+    assert_eq!(record, in_order.iter().map(|(h, _)| *h).collect::<Vec<_>>());
     // The line follows the record, then the late entrants the draw did not name, in join
     // order.
-    let mut expected: Vec<PlaceId> = uninterrupted.iter().map(|(_, p)| *p).collect();
+    let mut expected: Vec<PlaceId> = in_order.iter().map(|(_, p)| *p).collect();
     let mut fifo: Vec<PlaceId> = late
         .iter()
         .filter(|(h, _)| !late_drawn.iter().any(|(d, _)| d == h))
@@ -187,10 +247,186 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
             "place {place:?}"
         );
     }
-    // Done once: another call changes nothing.
+    // Done once: nothing more to prepare or run.
+    assert!(matches!(
+        store.prepare_draw(&q, &lease_b, TTL_MS, now_ms()).await?,
+        DrawPrep::NotDue
+    ));
     assert_eq!(
-        store.run_draw(&q, &lease, now_ms(), &[]).await?,
+        store
+            .run_draw(&q, &lease_b, TTL_MS, now_ms(), 0, &[])
+            .await?,
         DrawOutcome::NotPending
     );
+    Ok(())
+}
+
+/// Closing the queue while the draw's steps run drops the places drawn so far (they are in
+/// the line, which a close drops) and the pre-queue alike; a reopened queue draws afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_mid_draw_treats_every_entrant_alike() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let n = DRAW_STEP + 200;
+    let (q, _, _, lease) = sale(&store, "closing", n, QueueConfig::default()).await?;
+    let due = ready(&store, &q, &lease, now_ms()).await?;
+    let order = due.seed.order(None, due.entrants);
+    store
+        .draw_step(&q, &lease, TTL_MS, now_ms(), 0, &order[..DRAW_STEP])
+        .await?;
+    assert!(store.close_queue(&q, CloseReason::QueueClosed).await?);
+    // The rest of the draw finds the queue closed.
+    let recorded = 32 * DRAW_STEP as u64;
+    assert_eq!(
+        store
+            .run_draw(&q, &lease, TTL_MS, now_ms(), recorded, &order[DRAW_STEP..])
+            .await?,
+        DrawOutcome::NotPending
+    );
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    for (_, place) in [order[0], order[DRAW_STEP]] {
+        assert_eq!(
+            store.status(&q, place, now_ms()).await?,
+            PlaceState::Gone,
+            "drawn or not, place {place:?} went with the close"
+        );
+    }
+    // Reopened, the sale is still pending and draws whoever joins now, from scratch.
+    let again = join_pre(&store, &q, 5, "again").await?;
+    let due = ready(&store, &q, &lease, now_ms()).await?;
+    assert_eq!((due.after, due.recorded, due.entrants.len()), (None, 0, 5));
+    let order = due.seed.order(None, due.entrants);
+    let outcome = store
+        .run_draw(&q, &lease, TTL_MS, now_ms(), 0, &order)
+        .await?;
+    assert!(
+        matches!(
+            outcome,
+            DrawOutcome::Done {
+                drawn: 5,
+                after: 0,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(store.drawn_entrants(&q).await?.len(), again.len());
+    Ok(())
+}
+
+/// The drawn places start away (their browsers still hold pre-queue streams) and expire
+/// after the grace period unless the browsers come back. A draw that took longer than half
+/// of that (a replica stopped between steps) stamps those still away again at its end, so no
+/// place is dropped before its browser could hear of the draw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_draw_gives_its_first_places_their_whole_grace_period() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let cfg = QueueConfig {
+        grace_seconds: 60,
+        ..QueueConfig::default()
+    };
+    let (q, _, _, lease) = sale(&store, "slow", DRAW_STEP + 10, cfg).await?;
+    let start = now_ms();
+    let due = ready(&store, &q, &lease, start).await?;
+    let order = due.seed.order(None, due.entrants);
+    let DrawStep::Placed { first: id, .. } = store
+        .draw_step(&q, &lease, TTL_MS, start, 0, &order[..DRAW_STEP])
+        .await?
+    else {
+        anyhow::bail!("the first step placed nothing");
+    };
+    // The step's places in line: ids `id ..` in drawn order.
+    let (first, second) = (PlaceId(id), PlaceId(id + 1));
+    // Each place's expiry in the away set (`None`: not away), read as a test's probe.
+    let away = QueueKeys::new(&q).away;
+    let conn = redis::Client::open(redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let expiry = |place: PlaceId| {
+        let (away, mut c) = (away.clone(), conn.clone());
+        async move {
+            let v: Option<u64> = redis::cmd("ZSCORE")
+                .arg(&away)
+                .arg(place.0)
+                .query_async(&mut c)
+                .await?;
+            anyhow::Ok(v)
+        }
+    };
+    assert_eq!(expiry(first).await?, Some(start + 60_000));
+    // The second place's browser comes back: it is no longer away.
+    let _: u64 = redis::cmd("ZREM")
+        .arg(&away)
+        .arg(second.0)
+        .query_async(&mut conn.clone())
+        .await?;
+    // The draw ends ten minutes later.
+    let end = start + 600_000;
+    let due = ready(&store, &q, &lease, end).await?;
+    let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
+    store
+        .run_draw(&q, &lease, TTL_MS, end, due.recorded, &rest)
+        .await?;
+    assert_eq!(expiry(first).await?, Some(end + 60_000), "stamped again");
+    assert_eq!(expiry(second).await?, None, "a browser back stays back");
+    Ok(())
+}
+
+/// A gateway that saw Redis lose its data puts its pre-queue places back (a restore it
+/// repeats when a batch failed half way may land after the draw's first steps): places the
+/// draw placed already stay where it put them, and none is queued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_repeated_mid_draw_keeps_the_drawn_places() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let n = DRAW_STEP + 100;
+    let (q, seed, early, lease) = sale(&store, "restored", n, QueueConfig::default()).await?;
+    let due = ready(&store, &q, &lease, now_ms()).await?;
+    let order = due.seed.order(None, due.entrants);
+    store
+        .draw_step(&q, &lease, TTL_MS, now_ms(), 0, &order[..DRAW_STEP])
+        .await?;
+    // A gateway's restore of the pre-queue places (here all of them: it holds their
+    // browsers), with the commitment it saw, in join order.
+    let commitment = seed.commitment();
+    let mut held: Vec<(PlaceId, EntrantHash)> = early.iter().map(|(h, p)| (*p, *h)).collect();
+    held.sort_unstable_by_key(|(p, _)| p.0);
+    let seen = SeenDraw {
+        commitment: Some(&commitment),
+        opens_at_ms: None,
+    };
+    let restored = store
+        .restore_pre_queue(&q, 0, &held, seen, now_ms())
+        .await?;
+    assert!(
+        matches!(
+            restored,
+            PreRestore::Done {
+                fate: PreQueueFate::Kept,
+                restored: 0,
+                ..
+            }
+        ),
+        "{restored:?}"
+    );
+    // The draw goes on and ends: the line is the drawn order, each place once.
+    let due = ready(&store, &q, &lease, now_ms()).await?;
+    let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
+    assert_eq!(rest.to_vec(), order[DRAW_STEP..].to_vec());
+    let outcome = store
+        .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest)
+        .await?;
+    assert!(
+        matches!(outcome, DrawOutcome::Done { after: 0, .. }),
+        "{outcome:?}"
+    );
+    for (i, (_, place)) in order.iter().enumerate() {
+        assert_eq!(
+            position(&store, &q, *place).await?,
+            i as u64 + 1,
+            "place {place:?}"
+        );
+    }
     Ok(())
 }

@@ -1,29 +1,44 @@
 -- The end of a scheduled sale's draw, by the replica holding the queue's lease, after its
 -- steps (draw_step.lua) placed the drawn order: the pre-queue places no step named (they
--- joined while the draw was computed or run, or their browser never got its ticket: no
--- entrant hash) follow, FIFO, and the draw is published and done.
+-- joined while the draw was read or run, or their browser never got its ticket: no entrant
+-- hash) follow, FIFO, and the draw is published and done.
 -- KEYS: meta, seq, pre, waiting, away, drawn, draw, entrants, lease, drawing   (one hash tag)
--- ARGV: lease value, now ms
+-- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects
 -- The gateways end the pre-queue streams at the draw (their browsers resume at once and see
--- their position), so every placed place starts away, for the grace period.
--- Returns {DRAW_LEASE_LOST}, {DRAW_NOT_PENDING} (already drawn, unscheduled or closed), or
--- {DRAW_DONE, placed FIFO, first of their place ids}.
+-- their position), so every placed place starts away, for the grace period. A step stamped
+-- its places then; if the draw took long (a replica stopped between steps, and the next
+-- took over late), the drawn places still away are stamped again from now, so none is
+-- dropped before its browser heard of the draw.
+-- Returns {DRAW_LEASE_LOST}, {DRAW_NOT_PENDING} (drawn, unscheduled or closed), {DRAW_STALE},
+-- or {DRAW_DONE, placed FIFO, first of their place ids}.
 if redis.call('GET', KEYS[9]) ~= ARGV[1] then return {DRAW_LEASE_LOST} end
-local m = redis.call('HMGET', KEYS[1], 'draw', 'open', 'grace_seconds')
+redis.call('PEXPIRE', KEYS[9], ARGV[2])
+local m = redis.call('HMGET', KEYS[1], 'draw', 'open', 'grace_seconds', 'draw_began_ms')
 if m[1] ~= 'pending' or m[2] ~= '1' then return {DRAW_NOT_PENDING} end
+if redis.call('EXISTS', KEYS[10]) == 0
+  or redis.call('STRLEN', KEYS[10]) ~= tonumber(ARGV[4]) then
+  return {DRAW_STALE}
+end
+local now = tonumber(ARGV[3])
 local grace_ms = (tonumber(m[3]) or 300) * 1000
+if grace_ms > 0 and now - (tonumber(m[4]) or now) > grace_ms / 2 then
+  local ids = redis.call('HVALS', KEYS[6])
+  for c = 1, #ids, 1000 do
+    local again = {}
+    for i = c, math.min(c + 999, #ids) do
+      again[#again + 1] = now + grace_ms; again[#again + 1] = ids[i]
+    end
+    redis.call('ZADD', KEYS[5], 'XX', unpack(again))
+  end
+end
 local pre = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 local order = {}
 for i = 1, #pre, 2 do order[#order + 1] = {pre[i + 1], pre[i]} end
-local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order,
-  tonumber(ARGV[2]), grace_ms)
+local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order, now, grace_ms)
 -- UNLINK: the entrants hash (one field per entrant) is freed in the background, not while
 -- this script holds Redis.
 redis.call('UNLINK', KEYS[3], KEYS[8])
-if redis.call('EXISTS', KEYS[10]) == 1 then
-  redis.call('RENAME', KEYS[10], KEYS[7])
-else
-  redis.call('SET', KEYS[7], '')
-end
+redis.call('RENAME', KEYS[10], KEYS[7])
+redis.call('HDEL', KEYS[1], 'draw_began_ms')
 redis.call('HSET', KEYS[1], 'draw', 'done')
 return {DRAW_DONE, #order, first}

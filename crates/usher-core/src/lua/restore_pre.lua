@@ -43,15 +43,19 @@ end
 
 -- Puts every place into set `key` under its own id, held by this gateway. Into the line, a
 -- place admitted since is left out: a restore repeated after a tick admitted some of its
--- places (a gateway retries one that failed half way) must not line them up again.
-local function put_back(key, skip_admitted)
+-- places (a gateway retries one that failed half way) must not line them up again. Into the
+-- pre-queue, a place a draw under way placed already is left out (a restore repeated after
+-- the draw's first steps): it is in line, under the id `drawn` names.
+local function put_back(key, skip_admitted, skip_drawn)
   local add = {}
   for _, id in ipairs(ids) do
     local place = tonumber(id)
     if place > highest then highest = place end
     local mine = member_of(place, gw)
     local found = find_member(key, place)
-    if found ~= mine and not (skip_admitted and admitted_state(KEYS[9], KEYS[10], KEYS[11], id, now)) then
+    local skip = (skip_admitted and admitted_state(KEYS[9], KEYS[10], KEYS[11], id, now))
+      or (skip_drawn and redis.call('HEXISTS', KEYS[6], id) == 1)
+    if found ~= mine and not skip then
       if found then redis.call('ZREM', key, found) else restored = restored + 1 end
       add[#add + 1] = place; add[#add + 1] = mine
     end
@@ -61,7 +65,7 @@ end
 
 local status
 if m[4] == 'pending' then
-  put_back(KEYS[3])
+  put_back(KEYS[3], false, true)
   if #ids > 0 then
     local hashes = {}
     for i = 7, #ARGV, 2 do hashes[#hashes + 1] = ARGV[i]; hashes[#hashes + 1] = ARGV[i + 1] end

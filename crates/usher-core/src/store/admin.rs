@@ -296,6 +296,9 @@ impl Store {
             .key(&k.waiting)
             .key(&k.gws)
             .key(&k.away)
+            .key(&k.pre)
+            .key(&k.entrants)
+            .key(&k.drawing)
             .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;

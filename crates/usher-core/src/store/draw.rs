@@ -4,9 +4,8 @@
 
 use redis::Value;
 
-use super::decode::{array, status, text, u};
-use super::dispatch::Lease;
-use super::reply::{BeaconStatus, DrawStatus, ScheduleStatus};
+use super::decode::{array, status};
+use super::reply::{BeaconStatus, ScheduleStatus};
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
 use crate::draw::{EntrantHash, Seed, VoidReason};
@@ -78,35 +77,6 @@ pub enum BeaconOutcome {
     NoRound,
     /// Other randomness is already recorded.
     Conflict,
-}
-
-/// A draw that is due: see [`Store::due_draw`].
-#[derive(Debug)]
-pub struct DueDraw {
-    pub seed: Seed,
-    /// The beacon's randomness, when the sale names one.
-    pub beacon: Option<Vec<u8>>,
-    /// Pre-queue places with their entrant hashes, in no particular order.
-    pub entrants: Vec<(EntrantHash, PlaceId)>,
-    /// The last entrant recorded when a draw was interrupted between its steps (a crash, a
-    /// lost lease, a Redis error): the draw goes on after it ([`crate::draw::Seed::order_after`]).
-    pub after: Option<EntrantHash>,
-}
-
-/// Most places one draw step places (one `lua/draw_step.lua` call): a few milliseconds of
-/// Redis time, so a draw of any size never holds Redis for long (BENCHMARKS.md, "Scheduled
-/// sale: the draw").
-pub const DRAW_STEP: usize = 1_000;
-
-/// What [`Store::run_draw`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrawOutcome {
-    /// Another replica holds the queue's lease.
-    LeaseLost,
-    /// No draw is pending (already done, unscheduled, or the queue is closed).
-    NotPending,
-    /// `drawn` places in drawn order, then `after` more FIFO, from place id `first` on.
-    Done { drawn: u64, after: u64, first: u64 },
 }
 
 impl Store {
@@ -182,7 +152,10 @@ impl Store {
     }
 
     /// The schedule with its seed, secret or not (for the draw), and whether the queue is open.
-    async fn schedule_fields(&self, q: &QueueId) -> Result<Option<(Schedule, Option<Seed>, bool)>> {
+    pub(super) async fn schedule_fields(
+        &self,
+        q: &QueueId,
+    ) -> Result<Option<(Schedule, Option<Seed>, bool)>> {
         let k = QueueKeys::new(q);
         type Fields = (
             Option<String>,
@@ -291,201 +264,6 @@ impl Store {
         }
     }
 
-    /// A pending draw of `q` that is due at `now_ms`: its seed, the beacon's randomness (when
-    /// the sale names a round) and its entrants (pre-queue places with an entrant hash).
-    /// `None` when no draw is pending, it is not yet time, or the named beacon's randomness
-    /// is not recorded yet.
-    pub async fn due_draw(&self, q: &QueueId, now_ms: u64) -> Result<Option<DueDraw>> {
-        let Some((s, seed, open)) = self.schedule_fields(q).await? else {
-            return Ok(None);
-        };
-        // A closed queue's draw waits until it reopens (draw.lua would refuse it).
-        if s.phase != DrawPhase::Pending || now_ms < s.opens_at_ms || !open {
-            return Ok(None);
-        }
-        let beacon = match s.beacon {
-            None => None,
-            Some(Beacon {
-                randomness: None, ..
-            }) => return Ok(None),
-            Some(Beacon {
-                randomness: Some(hex),
-                ..
-            }) => Some(
-                hex::decode(&hex)
-                    .map_err(|_| protocol(format!("queue {q}: draw_beacon is not hex")))?,
-            ),
-        };
-        let seed =
-            seed.ok_or_else(|| protocol(format!("queue {q}: draw_seed is not 32 bytes of hex")))?;
-        let k = QueueKeys::new(q);
-        let recorded: Vec<u8> = redis::cmd("GETRANGE")
-            .arg(&k.drawing)
-            .arg(-32)
-            .arg(-1)
-            .query_async(&mut self.c())
-            .await?;
-        let after = match recorded.len() {
-            0 => None,
-            _ => Some(EntrantHash::from_bytes(&recorded).ok_or_else(|| {
-                protocol(format!(
-                    "queue {q}: draw record ends in {} bytes",
-                    recorded.len()
-                ))
-            })?),
-        };
-        let entrants = self.pre_queue_entrants(&k).await?;
-        Ok(Some(DueDraw {
-            seed,
-            beacon,
-            entrants,
-            after,
-        }))
-    }
-
-    /// The pre-queue places of `k`'s queue with an entrant hash, read in pages of
-    /// [`DRAW_STEP`] (by place id, then their hashes), so no read holds Redis for long. The
-    /// pages are not one snapshot: a place that joins meanwhile may be missed (the draw puts
-    /// it FIFO behind the drawn ones) and one that leaves may be read (the draw skips it).
-    async fn pre_queue_entrants(&self, k: &QueueKeys) -> Result<Vec<(EntrantHash, PlaceId)>> {
-        let mut entrants = Vec::new();
-        let mut from = "-inf".to_string();
-        loop {
-            let page: Vec<Value> = redis::cmd("ZRANGEBYSCORE")
-                .arg(&k.pre)
-                .arg(&from)
-                .arg("+inf")
-                .arg("WITHSCORES")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(DRAW_STEP)
-                .query_async(&mut self.c())
-                .await?;
-            let places = page
-                .iter()
-                .skip(1)
-                .step_by(2)
-                .map(|score| {
-                    text(score)
-                        .and_then(|t| t.parse::<u64>().ok())
-                        .ok_or_else(|| protocol(format!("pre-queue score {score:?}")))
-                })
-                .collect::<Result<Vec<u64>>>()?;
-            let Some(last) = places.last() else {
-                return Ok(entrants);
-            };
-            from = format!("({last}");
-            let hashes: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-                .arg(&k.entrants)
-                .arg(&places)
-                .query_async(&mut self.c())
-                .await?;
-            for (place, hash) in places.iter().zip(hashes) {
-                if let Some(h) = hash.as_deref().and_then(EntrantHash::from_bytes) {
-                    entrants.push((h, PlaceId(*place)));
-                }
-            }
-            if places.len() < DRAW_STEP {
-                return Ok(entrants);
-            }
-        }
-    }
-
-    /// Runs the draw of `q`: `order` (entrant hashes and pre-queue places, in drawn order)
-    /// takes new places at the tail of the line in steps of [`DRAW_STEP`]
-    /// (`lua/draw_step.lua`), then the pre-queue places it does not name follow and the draw
-    /// is published (`lua/draw.lua`). Every call checks the lease; an interrupted draw stays
-    /// pending, and the next call (by this replica or another) goes on where it stopped.
-    pub async fn run_draw(
-        &self,
-        q: &QueueId,
-        lease: &Lease,
-        now_ms: u64,
-        order: &[(EntrantHash, PlaceId)],
-    ) -> Result<DrawOutcome> {
-        let k = QueueKeys::new(q);
-        let (mut drawn, mut first) = (0, None);
-        for step in order.chunks(DRAW_STEP) {
-            match self.draw_step(q, lease, now_ms, step).await? {
-                DrawStep::Placed { placed, first: f } => {
-                    if placed > 0 {
-                        first.get_or_insert(f);
-                    }
-                    drawn += placed;
-                }
-                DrawStep::LeaseLost => return Ok(DrawOutcome::LeaseLost),
-                DrawStep::NotPending => return Ok(DrawOutcome::NotPending),
-            }
-        }
-        let v: Value = SCRIPTS
-            .draw
-            .key(&k.meta)
-            .key(&k.seq)
-            .key(&k.pre)
-            .key(&k.waiting)
-            .key(&k.away)
-            .key(&k.drawn)
-            .key(&k.draw)
-            .key(&k.entrants)
-            .key(&k.lease)
-            .key(&k.drawing)
-            .arg(&lease.value)
-            .arg(now_ms)
-            .invoke_async(&mut self.c())
-            .await?;
-        match draw_reply(v)? {
-            DrawStep::Placed { placed, first: f } => Ok(DrawOutcome::Done {
-                drawn,
-                after: placed,
-                first: first.unwrap_or(f),
-            }),
-            DrawStep::LeaseLost => Ok(DrawOutcome::LeaseLost),
-            DrawStep::NotPending => Ok(DrawOutcome::NotPending),
-        }
-    }
-
-    /// One step of [`Store::run_draw`]: `step` (at most [`DRAW_STEP`] entrants, the next ones
-    /// in drawn order) takes places at the tail of the line and is appended to the record so
-    /// far (`lua/draw_step.lua`). The draw stays pending.
-    pub async fn draw_step(
-        &self,
-        q: &QueueId,
-        lease: &Lease,
-        now_ms: u64,
-        step: &[(EntrantHash, PlaceId)],
-    ) -> Result<DrawStep> {
-        if step.len() > DRAW_STEP {
-            return Err(protocol(format!(
-                "a draw step places at most {DRAW_STEP} entrants, not {}",
-                step.len()
-            )));
-        }
-        let k = QueueKeys::new(q);
-        let ids = step
-            .iter()
-            .map(|(_, p)| p.0.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let blob: Vec<u8> = step.iter().flat_map(|(h, _)| h.0).collect();
-        let v: Value = SCRIPTS
-            .draw_step
-            .key(&k.meta)
-            .key(&k.seq)
-            .key(&k.pre)
-            .key(&k.waiting)
-            .key(&k.away)
-            .key(&k.drawn)
-            .key(&k.drawing)
-            .key(&k.lease)
-            .arg(&lease.value)
-            .arg(now_ms)
-            .arg(ids)
-            .arg(blob)
-            .invoke_async(&mut self.c())
-            .await?;
-        draw_reply(v)
-    }
-
     /// The entrant hashes of `q`'s last draw, in drawn order (empty before any draw).
     pub async fn drawn_entrants(&self, q: &QueueId) -> Result<Vec<EntrantHash>> {
         let k = QueueKeys::new(q);
@@ -501,29 +279,5 @@ impl Store {
             .chunks_exact(32)
             .filter_map(EntrantHash::from_bytes)
             .collect())
-    }
-}
-
-/// What one draw script call ([`Store::draw_step`], or the draw's end) did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrawStep {
-    /// Another replica holds the queue's lease: nothing was placed.
-    LeaseLost,
-    /// No draw is pending (already done, unscheduled, or the queue is closed).
-    NotPending,
-    /// `placed` places (those of the step still in the pre-queue) from place id `first` on.
-    Placed { placed: u64, first: u64 },
-}
-
-fn draw_reply(v: Value) -> Result<DrawStep> {
-    let a = array(v)?;
-    match status(&a, DrawStatus::from_code) {
-        Some(DrawStatus::LeaseLost) => Ok(DrawStep::LeaseLost),
-        Some(DrawStatus::NotPending) => Ok(DrawStep::NotPending),
-        Some(DrawStatus::Done) if a.len() >= 3 => Ok(DrawStep::Placed {
-            placed: u(&a[1])?,
-            first: u(&a[2])?,
-        }),
-        _ => Err(protocol(format!("draw reply {a:?}"))),
     }
 }

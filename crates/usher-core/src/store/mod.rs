@@ -36,6 +36,7 @@ mod decode;
 mod dispatch;
 mod draw;
 mod draw_restore;
+mod draw_run;
 mod gateway_load;
 mod gateways;
 mod oom;
@@ -58,11 +59,9 @@ pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
 pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 pub use dispatch::Lease;
-pub use draw::{
-    Beacon, BeaconChange, BeaconOutcome, DrawOutcome, DrawPhase, DrawStep, DueDraw, Schedule,
-    VoidedDraw, DRAW_STEP,
-};
+pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawPhase, Schedule, VoidedDraw};
 pub use draw_restore::{PreQueueFate, PreRestore, SeenDraw};
+pub use draw_run::{DrawOutcome, DrawPrep, DrawStep, DueDraw, DRAW_STEP};
 pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;

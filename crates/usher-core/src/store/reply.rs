@@ -121,7 +121,7 @@ statuses! {
         Ticked = 1 => "TICK_TICKED",
     }
 
-    /// What a `draw_step` or `draw` call did.
+    /// What a `draw_begin`, `draw_step` or `draw` call did.
     pub enum DrawStatus {
         /// Another replica holds the queue's lease: nothing was drawn.
         LeaseLost = -1 => "DRAW_LEASE_LOST",
@@ -130,6 +130,9 @@ statuses! {
         /// Places were put in the line (a step's, or the last ones and the draw is done): how
         /// many, and the first new place id, follow.
         Done = 1 => "DRAW_DONE",
+        /// The record is not as long as the caller expects, or the schedule changed since it
+        /// was read: nothing was done; read again.
+        Stale = 2 => "DRAW_STALE",
     }
 
     /// What a `schedule` call did.

@@ -60,6 +60,7 @@ scripts!(
     touch_session,
     end_session,
     schedule,
+    draw_begin,
     draw_step,
     draw,
     beacon,

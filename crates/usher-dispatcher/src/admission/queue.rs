@@ -15,6 +15,7 @@ use usher_core::time::now_ms;
 use usher_core::token::SigningKey;
 
 use super::deliver::{Courier, Delivery};
+use super::draw::AfterDraw;
 use super::gateways::live_at;
 use super::premint::{spawn_premint, Premint, PremintPlan};
 use super::rate::{expected_per_tick, MeasuredRate};
@@ -84,11 +85,29 @@ impl QueueTick {
             }
         };
         // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
-        if self.sale
-            && !super::draw::draw_if_due(&self.store, &self.gateways, q, &held.lease, self.now)
-                .await?
-        {
-            return Ok(Outcome::NotHeld);
+        if self.sale {
+            let lease_ttl_ms = self.settings.lease_ttl.as_millis() as u64;
+            match super::draw::draw_if_due(
+                &self.store,
+                &self.gateways,
+                q,
+                &held.lease,
+                lease_ttl_ms,
+                self.now,
+            )
+            .await?
+            {
+                AfterDraw::Tick => {}
+                AfterDraw::LeaseLost => return Ok(Outcome::NotHeld),
+                AfterDraw::Wait => {
+                    return Ok(Outcome::Ticked {
+                        held,
+                        admitted: 0,
+                        delivered: 0,
+                        dropped: 0,
+                    })
+                }
+            }
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
         let lease = held.lease.clone();

@@ -12,7 +12,7 @@ use clap::Parser;
 use futures::stream::{self, StreamExt};
 use usher_core::draw::{EntrantHash, Seed};
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::{DrawOutcome, Joined, QueueConfig, Store, Tick, JOIN_BATCH_MAX};
+use usher_core::store::{DrawOutcome, DrawPrep, Joined, QueueConfig, Store, Tick, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 use usher_testkit::{RedisProbe, RedisServer};
 
@@ -215,13 +215,17 @@ async fn measure_draw(
     probe.record_commands(1000).await?;
     let scripts_before = probe.calls("evalsha").await?;
     let t = Instant::now();
-    let due = store.due_draw(&q, now_ms()).await?.context("draw due")?;
+    let DrawPrep::Ready(due) = store.prepare_draw(&q, &lease, 600_000, now_ms()).await? else {
+        anyhow::bail!("the draw is not ready");
+    };
     let read_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
     let order = due.seed.order(None, due.entrants);
     let order_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    let outcome = store.run_draw(&q, &lease, now_ms(), &order).await?;
+    let outcome = store
+        .run_draw(&q, &lease, 600_000, now_ms(), due.recorded, &order)
+        .await?;
     let script_ms = t.elapsed().as_secs_f64() * 1000.0;
     anyhow::ensure!(
         matches!(outcome, DrawOutcome::Done { drawn, .. } if drawn == n),

@@ -1,0 +1,347 @@
+//! Running a scheduled sale's draw, by the dispatcher holding the queue's lease: begin it
+//! (`lua/draw_begin.lua`: from then on its time and beacon round are fixed), read the
+//! pre-queue in pages, then apply the drawn order in steps of [`DRAW_STEP`] places
+//! (`lua/draw_step.lua`) and end it (`lua/draw.lua`). No call holds Redis for long, whatever
+//! the pre-queue's size.
+//!
+//! Every call checks (and renews) the lease, and every step appends to the record so far only
+//! if it is as long as the caller expects, so a draw interrupted anywhere (a crash, a lost
+//! lease, a Redis error, a request re-sent by the client) stays pending and is taken up again
+//! from what Redis holds: the places still in the pre-queue and the last hash recorded
+//! ([`crate::draw::Seed::order_after`]).
+
+use redis::Value;
+
+use super::decode::{array, status, text, u};
+use super::dispatch::Lease;
+use super::draw::{Beacon, DrawPhase};
+use super::reply::DrawStatus;
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
+use crate::draw::{EntrantHash, Seed};
+use crate::ids::{PlaceId, QueueId};
+use crate::keys::QueueKeys;
+
+/// Most places one draw step places (one `lua/draw_step.lua` call), and the pre-queue page
+/// size: a few milliseconds of Redis time each, so a draw of any size never holds Redis for
+/// long (BENCHMARKS.md, "Scheduled sale: the draw").
+pub const DRAW_STEP: usize = 1_000;
+
+/// A draw ready to run: see [`Store::prepare_draw`].
+#[derive(Debug)]
+pub struct DueDraw {
+    pub seed: Seed,
+    /// The beacon's randomness, when the sale names one.
+    pub beacon: Option<Vec<u8>>,
+    /// Pre-queue places with their entrant hashes, in no particular order.
+    pub entrants: Vec<(EntrantHash, PlaceId)>,
+    /// The last entrant recorded when the draw was interrupted between its steps: it goes on
+    /// after it ([`crate::draw::Seed::order_after`]).
+    pub after: Option<EntrantHash>,
+    /// The record's length so far, in bytes (32 per entrant recorded).
+    pub recorded: u64,
+}
+
+/// What [`Store::prepare_draw`] found.
+#[derive(Debug)]
+pub enum DrawPrep {
+    /// No draw to run now: none pending, not yet time, the named beacon's randomness not
+    /// recorded yet, or the queue is closed (its draw waits until it reopens).
+    NotDue,
+    /// Another replica holds the queue's lease.
+    LeaseLost,
+    /// The schedule changed between its read and the draw's start: read it again next tick.
+    Stale,
+    /// Begun (now or before): run it with [`Store::run_draw`].
+    Ready(DueDraw),
+}
+
+/// What [`Store::run_draw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawOutcome {
+    /// Another replica holds the queue's lease.
+    LeaseLost,
+    /// No draw is pending (already done, unscheduled, or the queue is closed).
+    NotPending,
+    /// The record is not as long as expected (a step was applied twice, or lost with a
+    /// failed-over master): the draw stays pending; prepare it again.
+    Stale,
+    /// `drawn` places in drawn order (by this call's steps), then `after` more FIFO, from
+    /// place id `first` on.
+    Done { drawn: u64, after: u64, first: u64 },
+}
+
+/// What one draw script call ([`Store::draw_step`], the start or the end) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawStep {
+    /// Another replica holds the queue's lease: nothing was placed.
+    LeaseLost,
+    /// No draw is pending (already done, unscheduled, or the queue is closed).
+    NotPending,
+    /// The record is not as long as the caller said, or the schedule changed: nothing was
+    /// placed.
+    Stale,
+    /// `placed` places (those of the step still in the pre-queue) from place id `first` on.
+    Placed { placed: u64, first: u64 },
+}
+
+impl Store {
+    /// Gets `q`'s draw ready to run at `now_ms` under `lease` (renewed for `lease_ttl_ms`):
+    /// a pending draw that is due (and whose named beacon's randomness is recorded) is begun,
+    /// then its pre-queue is read. A draw begun before (by this replica or another) is
+    /// always ready, whatever this replica's clock says, so a draw never stops half way.
+    pub async fn prepare_draw(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        lease_ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<DrawPrep> {
+        let Some((s, seed, open)) = self.schedule_fields(q).await? else {
+            return Ok(DrawPrep::NotDue);
+        };
+        if s.phase != DrawPhase::Pending || !open {
+            return Ok(DrawPrep::NotDue);
+        }
+        let k = QueueKeys::new(q);
+        let begun: bool = redis::cmd("EXISTS")
+            .arg(&k.drawing)
+            .query_async(&mut self.c())
+            .await?;
+        let beacon_hex = match &s.beacon {
+            None => None,
+            Some(Beacon {
+                randomness: None, ..
+            }) if !begun => return Ok(DrawPrep::NotDue),
+            Some(b) => b.randomness.clone(),
+        };
+        if !begun && now_ms < s.opens_at_ms {
+            return Ok(DrawPrep::NotDue);
+        }
+        let beacon = beacon_hex
+            .as_deref()
+            .map(|h| {
+                hex::decode(h).map_err(|_| protocol(format!("queue {q}: draw_beacon is not hex")))
+            })
+            .transpose()?;
+        let seed =
+            seed.ok_or_else(|| protocol(format!("queue {q}: draw_seed is not 32 bytes of hex")))?;
+        if !begun {
+            let v: Value = SCRIPTS
+                .draw_begin
+                .key(&k.meta)
+                .key(&k.drawing)
+                .key(&k.lease)
+                .arg(&lease.value)
+                .arg(lease_ttl_ms)
+                .arg(now_ms)
+                .arg(s.opens_at_ms)
+                .arg(beacon_hex.unwrap_or_default())
+                .invoke_async(&mut self.c())
+                .await?;
+            match draw_reply(v)? {
+                DrawStep::Placed { .. } => {}
+                DrawStep::LeaseLost => return Ok(DrawPrep::LeaseLost),
+                DrawStep::NotPending => return Ok(DrawPrep::NotDue),
+                DrawStep::Stale => return Ok(DrawPrep::Stale),
+            }
+        }
+        let (recorded, tail): (u64, Vec<u8>) = redis::pipe()
+            .cmd("STRLEN")
+            .arg(&k.drawing)
+            .cmd("GETRANGE")
+            .arg(&k.drawing)
+            .arg(-32)
+            .arg(-1)
+            .query_async(&mut self.c())
+            .await?;
+        let after = match tail.len() {
+            0 => None,
+            _ => Some(EntrantHash::from_bytes(&tail).ok_or_else(|| {
+                protocol(format!(
+                    "queue {q}: draw record ends in {} bytes",
+                    tail.len()
+                ))
+            })?),
+        };
+        let entrants = self.pre_queue_entrants(&k).await?;
+        Ok(DrawPrep::Ready(DueDraw {
+            seed,
+            beacon,
+            entrants,
+            after,
+            recorded,
+        }))
+    }
+
+    /// The pre-queue places of `k`'s queue with an entrant hash, read in pages of
+    /// [`DRAW_STEP`] (by place id, then their hashes), so no read holds Redis for long. The
+    /// pages are not one snapshot: a place that joins meanwhile may be missed (the draw puts
+    /// it FIFO behind the drawn ones) and one that leaves may be read (the draw skips it).
+    async fn pre_queue_entrants(&self, k: &QueueKeys) -> Result<Vec<(EntrantHash, PlaceId)>> {
+        let mut entrants = Vec::new();
+        let mut from = "-inf".to_string();
+        loop {
+            let page: Vec<Value> = redis::cmd("ZRANGEBYSCORE")
+                .arg(&k.pre)
+                .arg(&from)
+                .arg("+inf")
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(DRAW_STEP)
+                .query_async(&mut self.c())
+                .await?;
+            let places = page
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .map(|score| {
+                    text(score)
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .ok_or_else(|| protocol(format!("pre-queue score {score:?}")))
+                })
+                .collect::<Result<Vec<u64>>>()?;
+            let Some(last) = places.last() else {
+                return Ok(entrants);
+            };
+            from = format!("({last}");
+            let hashes: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+                .arg(&k.entrants)
+                .arg(&places)
+                .query_async(&mut self.c())
+                .await?;
+            for (place, hash) in places.iter().zip(hashes) {
+                if let Some(h) = hash.as_deref().and_then(EntrantHash::from_bytes) {
+                    entrants.push((h, PlaceId(*place)));
+                }
+            }
+            if places.len() < DRAW_STEP {
+                return Ok(entrants);
+            }
+        }
+    }
+
+    /// Runs a prepared draw of `q`: `order` (the rest of the drawn order, from
+    /// [`Seed::order_after`]) takes new places at the tail of the line in steps of
+    /// [`DRAW_STEP`], each appended to the record, which holds `recorded` bytes before them;
+    /// then the pre-queue places the order does not name follow, FIFO, and the draw is
+    /// published. Every call checks and renews the lease (`lease_ttl_ms`).
+    pub async fn run_draw(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        lease_ttl_ms: u64,
+        now_ms: u64,
+        recorded: u64,
+        order: &[(EntrantHash, PlaceId)],
+    ) -> Result<DrawOutcome> {
+        let k = QueueKeys::new(q);
+        let (mut drawn, mut first, mut recorded) = (0, None, recorded);
+        for step in order.chunks(DRAW_STEP) {
+            match self
+                .draw_step(q, lease, lease_ttl_ms, now_ms, recorded, step)
+                .await?
+            {
+                DrawStep::Placed { placed, first: f } => {
+                    if placed > 0 {
+                        first.get_or_insert(f);
+                    }
+                    drawn += placed;
+                    recorded += 32 * step.len() as u64;
+                }
+                DrawStep::LeaseLost => return Ok(DrawOutcome::LeaseLost),
+                DrawStep::NotPending => return Ok(DrawOutcome::NotPending),
+                DrawStep::Stale => return Ok(DrawOutcome::Stale),
+            }
+        }
+        let v: Value = SCRIPTS
+            .draw
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.pre)
+            .key(&k.waiting)
+            .key(&k.away)
+            .key(&k.drawn)
+            .key(&k.draw)
+            .key(&k.entrants)
+            .key(&k.lease)
+            .key(&k.drawing)
+            .arg(&lease.value)
+            .arg(lease_ttl_ms)
+            .arg(now_ms)
+            .arg(recorded)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(match draw_reply(v)? {
+            DrawStep::Placed { placed, first: f } => DrawOutcome::Done {
+                drawn,
+                after: placed,
+                first: first.unwrap_or(f),
+            },
+            DrawStep::LeaseLost => DrawOutcome::LeaseLost,
+            DrawStep::NotPending => DrawOutcome::NotPending,
+            DrawStep::Stale => DrawOutcome::Stale,
+        })
+    }
+
+    /// One step of [`Store::run_draw`]: `step` (at most [`DRAW_STEP`] entrants, the next ones
+    /// in drawn order) takes places at the tail of the line and is appended to the record,
+    /// if the record holds `recorded` bytes (`lua/draw_step.lua`). The draw stays pending.
+    pub async fn draw_step(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        lease_ttl_ms: u64,
+        now_ms: u64,
+        recorded: u64,
+        step: &[(EntrantHash, PlaceId)],
+    ) -> Result<DrawStep> {
+        if step.len() > DRAW_STEP {
+            return Err(protocol(format!(
+                "a draw step places at most {DRAW_STEP} entrants, not {}",
+                step.len()
+            )));
+        }
+        let k = QueueKeys::new(q);
+        let ids = step
+            .iter()
+            .map(|(_, p)| p.0.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let blob: Vec<u8> = step.iter().flat_map(|(h, _)| h.0).collect();
+        let v: Value = SCRIPTS
+            .draw_step
+            .key(&k.meta)
+            .key(&k.seq)
+            .key(&k.pre)
+            .key(&k.waiting)
+            .key(&k.away)
+            .key(&k.drawn)
+            .key(&k.drawing)
+            .key(&k.lease)
+            .arg(&lease.value)
+            .arg(lease_ttl_ms)
+            .arg(now_ms)
+            .arg(recorded)
+            .arg(ids)
+            .arg(blob)
+            .invoke_async(&mut self.c())
+            .await?;
+        draw_reply(v)
+    }
+}
+
+fn draw_reply(v: Value) -> Result<DrawStep> {
+    let a = array(v)?;
+    match status(&a, DrawStatus::from_code) {
+        Some(DrawStatus::LeaseLost) => Ok(DrawStep::LeaseLost),
+        Some(DrawStatus::NotPending) => Ok(DrawStep::NotPending),
+        Some(DrawStatus::Stale) => Ok(DrawStep::Stale),
+        Some(DrawStatus::Done) if a.len() >= 3 => Ok(DrawStep::Placed {
+            placed: u(&a[1])?,
+            first: u(&a[2])?,
+        }),
+        _ => Err(protocol(format!("draw reply {a:?}"))),
+    }
+}
