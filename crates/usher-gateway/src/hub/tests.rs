@@ -1,7 +1,9 @@
 //! The hub's rules, without sockets.
 
+use std::sync::Arc;
+
 use super::*;
-use usher_core::messages::AdmittedEvent;
+use usher_core::messages::{Admission, AdmittedEvent, QueueState, WaitingEvent};
 
 fn q() -> QueueId {
     QueueId::new("q").expect("valid")
