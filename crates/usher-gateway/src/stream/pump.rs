@@ -1,0 +1,214 @@
+//! Writing a held stream: its response head and events, each in one write, until a terminal
+//! update or the browser goes away; keepalive comments on a silent stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tracing::Instrument;
+use usher_runtime::SpanLink;
+
+use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
+use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
+use crate::gateway::Gateway;
+use crate::metrics;
+use crate::update::Update;
+
+/// A write to a browser that takes longer than this ends the connection (the place is kept
+/// for the grace period).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `deliver` span of an update about to be written: for an admission made by a traced
+/// tick, a child of that tick (through the stream message), linked to the browser's `join`
+/// span when it joined here. Otherwise no span. It names the queue only: never the ticket
+/// or the token.
+fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
+    let Update::Admitted(a) = u else {
+        return tracing::Span::none();
+    };
+    let Some(tick) = &a.trace else {
+        return tracing::Span::none();
+    };
+    let span = tracing::info_span!("deliver", queue = %a.event.queue);
+    usher_runtime::traces::set_parent(&span, tick);
+    if let Some(j) = joined {
+        j.add_to(&span);
+    }
+    span
+}
+
+/// How a stream's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// HTTP/1.1: chunked, so the connection can serve another request after the stream.
+    Chunked,
+    /// HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    UntilClose,
+}
+
+impl Framing {
+    /// The response head.
+    fn head(self) -> &'static str {
+        match self {
+            Framing::Chunked => STREAM_HEAD,
+            Framing::UntilClose => STREAM_HEAD_UNTIL_CLOSE,
+        }
+    }
+
+    /// What ends the body.
+    fn last(self) -> &'static str {
+        match self {
+            Framing::Chunked => LAST_CHUNK,
+            Framing::UntilClose => "",
+        }
+    }
+}
+
+/// Writes `text` as one piece of the body (a chunk when chunked), after `prefix` (e.g. the
+/// response head) and before `suffix` (e.g. the last chunk), in one write.
+async fn chunk_with(
+    sock: &mut TcpStream,
+    framing: Framing,
+    prefix: &str,
+    text: &str,
+    suffix: &str,
+) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 20);
+    framed.push_str(prefix);
+    match framing {
+        Framing::Chunked if !text.is_empty() => {
+            // Writing to a String cannot fail.
+            let _ = write!(framed, "{:x}\r\n", text.len());
+            framed.push_str(text);
+            framed.push_str("\r\n");
+        }
+        Framing::Chunked => {}
+        Framing::UntilClose => framed.push_str(text),
+    }
+    framed.push_str(suffix);
+    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+const LAST_CHUNK: &str = "0\r\n\r\n";
+
+/// The response head of every HTTP/1.1 stream.
+pub(crate) const STREAM_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// The response head of an HTTP/1.0 stream: the body ends when the connection closes.
+const STREAM_HEAD_UNTIL_CLOSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+    cache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
+
+/// Serves a set-up stream on `sock` (the head not yet written) until it ends. The body is
+/// chunked; it ends after a terminal update, or when the browser goes away. `Ok(true)` when
+/// the response ended completely and nothing else was read from the connection (it can serve
+/// another request).
+pub(crate) async fn pump(
+    gw: &Arc<Gateway>,
+    sock: &mut TcpStream,
+    setup: Setup,
+    framing: Framing,
+) -> std::io::Result<bool> {
+    let retry = gw.config().retry_ms;
+    let text = match setup {
+        Setup::Live {
+            ticket,
+            holding,
+            rx,
+            joined,
+        } => return pump_live(gw, sock, ticket, holding, rx, joined, framing).await,
+        Setup::Once(frame) => retry_frame(retry) + &frame,
+        Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
+        Setup::TryMuchLater => retry_frame(jittered(retry * OOM_BACKOFF)),
+        // No `id:`: the browser holds no ticket yet.
+        Setup::Challenge(puzzle) => {
+            retry_frame(jittered(retry * CHALLENGE_BACKOFF))
+                + &event_frame("challenge", None, &puzzle)
+        }
+    };
+    // A whole response in one write: head, its only chunk, the last chunk.
+    chunk_with(sock, framing, framing.head(), &text, framing.last())
+        .await
+        .map(|()| true)
+}
+
+/// [`pump`] for a held browser: events as the line moves, until a terminal one.
+async fn pump_live(
+    gw: &Arc<Gateway>,
+    sock: &mut TcpStream,
+    ticket: String,
+    mut holding: Holding,
+    mut rx: watch::Receiver<Update>,
+    joined: Option<SpanLink>,
+    framing: Framing,
+) -> std::io::Result<bool> {
+    let retry = gw.config().retry_ms;
+    // The head goes out with the first chunk: one write (one TCP segment) per join.
+    let mut keepalive = gw.keepalive().subscribe(holding.attached.place.0);
+    let first = rx.borrow_and_update().clone();
+    let mut text = retry_frame(retry);
+    text.push_str(&first.frame(&ticket).unwrap_or_default());
+    let mut done = first.is_terminal();
+    holding.ended(&first);
+    let end = if done { framing.last() } else { "" };
+    chunk_with(sock, framing, framing.head(), &text, end)
+        .instrument(deliver_span(&first, joined.as_ref()))
+        .await?;
+    if let Update::Admitted(_) = &first {
+        metrics::admission_delivered();
+    }
+    let mut last_write = tokio::time::Instant::now();
+    // Bytes a client sent mid-stream are not a request this server can answer afterwards.
+    let mut clean = true;
+    while !done {
+        tokio::select! {
+            changed = rx.changed() => {
+                let u = match changed {
+                    Ok(()) => rx.borrow_and_update().clone(),
+                    Err(_) => Update::superseded(),
+                };
+                done = u.is_terminal();
+                holding.ended(&u);
+                let end = if done { framing.last() } else { "" };
+                let f = u.frame(&ticket).unwrap_or_default();
+                chunk_with(sock, framing, "", &f, end)
+                    .instrument(deliver_span(&u, joined.as_ref()))
+                    .await?;
+                last_write = tokio::time::Instant::now();
+                if let Update::Admitted(_) = &u {
+                    metrics::admission_delivered();
+                }
+                if let Update::Notice { notice, .. } = &u {
+                    gw.hub().notice_shown(&holding.attached, notice);
+                }
+            }
+            _ = keepalive.changed() => {
+                let tick = *keepalive.borrow_and_update();
+                if gw.keepalive().due(last_write, tick) {
+                    chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
+                    last_write = tokio::time::Instant::now();
+                }
+            }
+            readable = sock.readable() => {
+                readable?;
+                let mut buf = [0u8; 64];
+                match sock.try_read(&mut buf) {
+                    // The browser closed the connection.
+                    Ok(0) => return Ok(false),
+                    Ok(_) => clean = false,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    // A terminal update detached the connection already; dropping `holding` releases nothing.
+    drop(holding);
+    Ok(clean)
+}
