@@ -65,7 +65,7 @@ const DISPATCHER: &[&str] = &[
     "+hget",
     "+hmget",
     "+hgetall",
-    "+hvals",
+    "+hscan",
     "+hset",
     "+hsetnx",
     "+hdel",

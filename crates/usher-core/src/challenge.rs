@@ -37,6 +37,12 @@ pub const MAX_POW_DIFFICULTY: u8 = 32;
 /// on average, about 1.5 s for the page's solver on a mid-range phone (the middle of the
 /// 1–3 s a person waits without noticing much; BENCHMARKS.md, "Proof of work").
 pub const DEFAULT_POW_DIFFICULTY: u8 = 19;
+/// Longest a puzzle may live, in seconds (the gateways' `USHER_CHALLENGE_TTL_SECS` at most).
+pub const MAX_PUZZLE_TTL_SECS: u64 = 3600;
+/// How far a signed expiry may lie beyond the longest lifetime from now: the gateways'
+/// clocks may differ by this much. A puzzle expiring later (issued by a gateway whose clock
+/// runs far ahead) is refused, so no solution is held in the spent-set for longer.
+const CLOCK_SKEW_MS: u64 = 60_000;
 /// Shortest accepted challenge secret, in bytes.
 pub const MIN_SECRET_LEN: usize = 32;
 
@@ -255,6 +261,9 @@ pub fn check_solution(
     if now_ms >= expires_ms {
         return Err(Refusal::Expired);
     }
+    if expires_ms > now_ms.saturating_add(MAX_PUZZLE_TTL_SECS * 1000 + CLOCK_SKEW_MS) {
+        return Err(Refusal::Invalid);
+    }
     let hash = Sha256::digest(solution.as_bytes());
     if leading_zero_bits(&hash) < u32::from(p.difficulty) {
         return Err(Refusal::Invalid);
@@ -381,6 +390,9 @@ mod tests {
             check_solution(&secret(), &elsewhere, &s, 2_000),
             Err(Refusal::Invalid)
         );
+        // A signed expiry beyond the longest lifetime (a clock far ahead) is refused.
+        let far = Puzzle::new(q(), 8, 2_000 + MAX_PUZZLE_TTL_SECS * 1000 + 60_001);
+        assert_eq!(check(&solved(&far), 2_000), Err(Refusal::Invalid));
         // A later expiry or a harder difficulty written over the signed ones breaks the MAC.
         let later = s.replacen(".121000.", ".999999.", 1);
         assert_eq!(check(&later, 2_000), Err(Refusal::Invalid));

@@ -39,7 +39,7 @@
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
 //! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
 //! | `usher:{q:<id>}:drawing` | string | the draw so far: created empty when the draw begins (`lua/draw_begin.lua`; from then on the sale's time and beacon round are fixed), each step's hashes appended (`lua/draw_step.lua`), renamed to `draw` at the end (`lua/draw.lua`); deleted by a close mid-draw; never shown |
-//! | `usher:{q:<id>}:meta` (during a draw) | hash | also `draw_began_ms`: when the draw began (its end stamps the drawn places' grace again if it took long) |
+//! | `usher:{q:<id>}:meta` (during a draw) | hash | also `draw_began_ms`: when the draw began (the tick admits nobody while it is set; the draw's end stamps the drawn places' grace again if it took long), and `draw_cutoff`: the place counter then (the draw's entrants are the pre-queue places up to it) |
 //!
 //! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
 //! it is, joins go to `pre`, never to `waiting`, and nobody may be admitted ahead of the draw.

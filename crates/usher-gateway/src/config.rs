@@ -186,7 +186,7 @@ const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
 const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
 const TRUSTED_PROXY_HOPS: RangeInclusive<u64> = 0..=16;
 const TIMEOUT_SECS: RangeInclusive<u64> = 1..=300;
-const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=3600;
+const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=usher_core::challenge::MAX_PUZZLE_TTL_SECS;
 
 /// A configuration that cannot work. Each error names the variable and its bad value (a
 /// secret's length only).

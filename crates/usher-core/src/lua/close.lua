@@ -16,7 +16,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('DEL', KEYS[5], KEYS[6], KEYS[7])
-  redis.call('HDEL', KEYS[1], 'draw_began_ms')
+  redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff')
 end
 redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
 return 1

@@ -1,16 +1,21 @@
 -- The end of a scheduled sale's draw, by the replica holding the queue's lease, after its
--- steps (draw_step.lua) placed the drawn order: the pre-queue places no step named (they
--- joined while the draw was read or run, or their browser never got its ticket: no entrant
--- hash) follow, FIFO, and the draw is published and done.
+-- steps (draw_step.lua) placed the drawn order, in calls of a bounded size (the replica
+-- calls again while the reply is DRAW_MORE):
+-- 1. If the draw took over half the grace period (a replica stopped between steps and the
+--    next took over late), the drawn places still away are stamped again from now, 1,000
+--    `drawn` entries a call (HSCAN from the cursor ARGV[5]), so none is dropped before its
+--    browser heard of the draw. (A step stamped its places when it ran.)
+-- 2. The pre-queue places no step named (they joined after the draw began, or their browser
+--    never got its ticket: no entrant hash) follow, FIFO, 1,000 a call.
+-- 3. When none are left, the draw is published and done.
 -- KEYS: meta, seq, pre, waiting, away, drawn, draw, entrants, lease, drawing   (one hash tag)
--- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects
+-- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects,
+--       the stamping cursor ('0' to start; 'done' once stamped or not needed)
 -- The gateways end the pre-queue streams at the draw (their browsers resume at once and see
--- their position), so every placed place starts away, for the grace period. A step stamped
--- its places then; if the draw took long (a replica stopped between steps, and the next
--- took over late), the drawn places still away are stamped again from now, so none is
--- dropped before its browser heard of the draw.
+-- their position), so every placed place starts away, for the grace period.
 -- Returns {DRAW_LEASE_LOST}, {DRAW_NOT_PENDING} (drawn, unscheduled or closed), {DRAW_STALE},
--- or {DRAW_DONE, placed FIFO, first of their place ids}.
+-- {DRAW_MORE, next cursor, placed FIFO, first of their place ids}, or {DRAW_DONE, placed
+-- FIFO, first of their place ids}.
 if redis.call('GET', KEYS[9]) ~= ARGV[1] then return {DRAW_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[9], ARGV[2])
 local m = redis.call('HMGET', KEYS[1], 'draw', 'open', 'grace_seconds', 'draw_began_ms')
@@ -21,24 +26,27 @@ if redis.call('EXISTS', KEYS[10]) == 0
 end
 local now = tonumber(ARGV[3])
 local grace_ms = (tonumber(m[3]) or 300) * 1000
-if grace_ms > 0 and now - (tonumber(m[4]) or now) > grace_ms / 2 then
-  local ids = redis.call('HVALS', KEYS[6])
-  for c = 1, #ids, 1000 do
-    local again = {}
-    for i = c, math.min(c + 999, #ids) do
-      again[#again + 1] = now + grace_ms; again[#again + 1] = ids[i]
-    end
-    redis.call('ZADD', KEYS[5], 'XX', unpack(again))
+local slow = grace_ms > 0 and now - (tonumber(m[4]) or now) > grace_ms / 2
+if slow and ARGV[5] ~= 'done' then
+  local scan = redis.call('HSCAN', KEYS[6], ARGV[5], 'COUNT', 1000)
+  local again = {}
+  for i = 2, #scan[2], 2 do
+    again[#again + 1] = now + grace_ms; again[#again + 1] = scan[2][i]
   end
+  if #again > 0 then redis.call('ZADD', KEYS[5], 'XX', unpack(again)) end
+  local next = scan[1]
+  if next == '0' then next = 'done' end
+  return {DRAW_MORE, next, 0, 0}
 end
-local pre = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+local pre = redis.call('ZRANGE', KEYS[3], 0, 999, 'WITHSCORES')
 local order = {}
 for i = 1, #pre, 2 do order[#order + 1] = {pre[i + 1], pre[i]} end
 local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order, now, grace_ms)
+if redis.call('ZCARD', KEYS[3]) > 0 then return {DRAW_MORE, 'done', #order, first} end
 -- UNLINK: the entrants hash (one field per entrant) is freed in the background, not while
 -- this script holds Redis.
 redis.call('UNLINK', KEYS[3], KEYS[8])
 redis.call('RENAME', KEYS[10], KEYS[7])
-redis.call('HDEL', KEYS[1], 'draw_began_ms')
+redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff')
 redis.call('HSET', KEYS[1], 'draw', 'done')
 return {DRAW_DONE, #order, first}

@@ -2,7 +2,7 @@
 -- reads the pre-queue: from here on the sale's time and beacon round are fixed
 -- (schedule.lua and beacon.lua refuse changes while `drawing` exists), so the order the
 -- replica computes is the one the steps apply, and every tick waits for the draw's end.
--- KEYS: meta, drawing, lease   (one hash tag)
+-- KEYS: meta, drawing, lease, seq   (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the `opens_at_ms` and the beacon randomness ('' =
 --       none) the replica read
 -- Returns {DRAW_LEASE_LOST}, {DRAW_NOT_PENDING} (drawn, unscheduled or closed), {DRAW_STALE}
@@ -14,5 +14,8 @@ if m[1] ~= 'pending' or m[2] ~= '1' then return {DRAW_NOT_PENDING} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {DRAW_DONE, 0, 0} end
 if m[3] ~= ARGV[4] or (m[4] or '') ~= ARGV[5] then return {DRAW_STALE} end
 redis.call('SET', KEYS[2], '')
-redis.call('HSET', KEYS[1], 'draw_began_ms', ARGV[3])
+-- The entrants are the pre-queue places taken so far (ids up to the counter now): later ones
+-- go FIFO behind the drawn ones, even when the draw is interrupted and read again.
+redis.call('HSET', KEYS[1], 'draw_began_ms', ARGV[3], 'draw_cutoff',
+  redis.call('GET', KEYS[4]) or '0')
 return {DRAW_DONE, 0, 0}

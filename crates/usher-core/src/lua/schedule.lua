@@ -25,7 +25,7 @@ end
 if m[1] == 'done' and m[2] == ARGV[1] then return {SCHEDULE_SET} end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 redis.call('HDEL', KEYS[1], 'draw_beacon_round', 'draw_beacon', 'draw_void',
-  'draw_void_commitment', 'draw_began_ms')
+  'draw_void_commitment', 'draw_began_ms', 'draw_cutoff')
 redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[1], 'draw', 'pending', 'draw_seed', ARGV[2],
   'draw_commitment', ARGV[3])
 return {SCHEDULE_SET}

@@ -56,7 +56,11 @@
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
 local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'bucket', 'bucket_ms',
-  'grace_seconds', 'paused', 'passthrough')
+  'grace_seconds', 'paused', 'passthrough', 'draw_began_ms')
+-- A scheduled sale's draw under way (draw_begin.lua .. draw.lua): part of the pre-queue is in
+-- the line already, its browsers not told yet. Nobody is admitted and no away place expires
+-- until the draw is done, whichever replica ticks (the dispatcher also waits for the draw).
+local drawing = m[8] and true or false
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[7])
 
@@ -91,11 +95,12 @@ else
   budget = math.min(rate * tonumber(ARGV[2]) / 1000, max_per_tick)
   last_ms = now
 end
-if m[6] == '1' then budget = 0 end
+if m[6] == '1' or drawing then budget = 0 end
 
 -- Browsers that did not come back within the grace period: removed, never admitted.
 local dropped = 0
-local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000)
+local gone = {}
+if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000) end
 for _, p in ipairs(gone) do
   local mem = find_member(KEYS[2], p)
   if mem then

@@ -132,6 +132,7 @@ impl Store {
                 .key(&k.meta)
                 .key(&k.drawing)
                 .key(&k.lease)
+                .key(&k.seq)
                 .arg(&lease.value)
                 .arg(lease_ttl_ms)
                 .arg(now_ms)
@@ -146,15 +147,20 @@ impl Store {
                 DrawStep::Stale => return Ok(DrawPrep::Stale),
             }
         }
-        let (recorded, tail): (u64, Vec<u8>) = redis::pipe()
+        let (recorded, tail, cutoff): (u64, Vec<u8>, Option<u64>) = redis::pipe()
             .cmd("STRLEN")
             .arg(&k.drawing)
             .cmd("GETRANGE")
             .arg(&k.drawing)
             .arg(-32)
             .arg(-1)
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("draw_cutoff")
             .query_async(&mut self.c())
             .await?;
+        let cutoff =
+            cutoff.ok_or_else(|| protocol(format!("queue {q}: a draw began without a cutoff")))?;
         let after = match tail.len() {
             0 => None,
             _ => Some(EntrantHash::from_bytes(&tail).ok_or_else(|| {
@@ -164,7 +170,7 @@ impl Store {
                 ))
             })?),
         };
-        let entrants = self.pre_queue_entrants(&k).await?;
+        let entrants = self.pre_queue_entrants(&k, cutoff).await?;
         Ok(DrawPrep::Ready(DueDraw {
             seed,
             beacon,
@@ -174,18 +180,23 @@ impl Store {
         }))
     }
 
-    /// The pre-queue places of `k`'s queue with an entrant hash, read in pages of
-    /// [`DRAW_STEP`] (by place id, then their hashes), so no read holds Redis for long. The
-    /// pages are not one snapshot: a place that joins meanwhile may be missed (the draw puts
-    /// it FIFO behind the drawn ones) and one that leaves may be read (the draw skips it).
-    async fn pre_queue_entrants(&self, k: &QueueKeys) -> Result<Vec<(EntrantHash, PlaceId)>> {
+    /// The pre-queue places of `k`'s queue up to place id `cutoff` (those taken before the
+    /// draw began) with an entrant hash, read in pages of [`DRAW_STEP`] (by place id, then
+    /// their hashes), so no read holds Redis for long. The pages are not one snapshot: a
+    /// place that leaves meanwhile may be read (the draw skips it); later places go FIFO
+    /// behind the drawn ones.
+    async fn pre_queue_entrants(
+        &self,
+        k: &QueueKeys,
+        cutoff: u64,
+    ) -> Result<Vec<(EntrantHash, PlaceId)>> {
         let mut entrants = Vec::new();
         let mut from = "-inf".to_string();
         loop {
             let page: Vec<Value> = redis::cmd("ZRANGEBYSCORE")
                 .arg(&k.pre)
                 .arg(&from)
-                .arg("+inf")
+                .arg(cutoff)
                 .arg("WITHSCORES")
                 .arg("LIMIT")
                 .arg(0)
@@ -255,34 +266,54 @@ impl Store {
                 DrawStep::Stale => return Ok(DrawOutcome::Stale),
             }
         }
-        let v: Value = SCRIPTS
-            .draw
-            .key(&k.meta)
-            .key(&k.seq)
-            .key(&k.pre)
-            .key(&k.waiting)
-            .key(&k.away)
-            .key(&k.drawn)
-            .key(&k.draw)
-            .key(&k.entrants)
-            .key(&k.lease)
-            .key(&k.drawing)
-            .arg(&lease.value)
-            .arg(lease_ttl_ms)
-            .arg(now_ms)
-            .arg(recorded)
-            .invoke_async(&mut self.c())
-            .await?;
-        Ok(match draw_reply(v)? {
-            DrawStep::Placed { placed, first: f } => DrawOutcome::Done {
-                drawn,
-                after: placed,
-                first: first.unwrap_or(f),
-            },
-            DrawStep::LeaseLost => DrawOutcome::LeaseLost,
-            DrawStep::NotPending => DrawOutcome::NotPending,
-            DrawStep::Stale => DrawOutcome::Stale,
-        })
+        // The end, in calls of a bounded size: see `lua/draw.lua`.
+        let (mut after, mut cursor) = (0, "0".to_string());
+        loop {
+            let v: Value = SCRIPTS
+                .draw
+                .key(&k.meta)
+                .key(&k.seq)
+                .key(&k.pre)
+                .key(&k.waiting)
+                .key(&k.away)
+                .key(&k.drawn)
+                .key(&k.draw)
+                .key(&k.entrants)
+                .key(&k.lease)
+                .key(&k.drawing)
+                .arg(&lease.value)
+                .arg(lease_ttl_ms)
+                .arg(now_ms)
+                .arg(recorded)
+                .arg(&cursor)
+                .invoke_async(&mut self.c())
+                .await?;
+            let a = array(v)?;
+            let bad = || protocol(format!("draw end reply {a:?}"));
+            match status(&a, DrawStatus::from_code) {
+                Some(DrawStatus::More) if a.len() >= 4 => {
+                    cursor = text(&a[1]).ok_or_else(bad)?;
+                    let placed = u(&a[2])?;
+                    if placed > 0 {
+                        first.get_or_insert(u(&a[3])?);
+                    }
+                    after += placed;
+                }
+                Some(DrawStatus::Done) if a.len() >= 3 => {
+                    let placed = u(&a[1])?;
+                    after += placed;
+                    return Ok(DrawOutcome::Done {
+                        drawn,
+                        after,
+                        first: first.unwrap_or(u(&a[2])?),
+                    });
+                }
+                Some(DrawStatus::LeaseLost) => return Ok(DrawOutcome::LeaseLost),
+                Some(DrawStatus::NotPending) => return Ok(DrawOutcome::NotPending),
+                Some(DrawStatus::Stale) => return Ok(DrawOutcome::Stale),
+                _ => return Err(bad()),
+            }
+        }
     }
 
     /// One step of [`Store::run_draw`]: `step` (at most [`DRAW_STEP`] entrants, the next ones

@@ -133,6 +133,10 @@ statuses! {
         /// The record is not as long as the caller expects, or the schedule changed since it
         /// was read: nothing was done; read again.
         Stale = 2 => "DRAW_STALE",
+        /// The draw's end placed some of what is left (or stamped some drawn places again)
+        /// and needs another call; the next cursor, how many it placed and the first new
+        /// place id follow.
+        More = 3 => "DRAW_MORE",
     }
 
     /// What a `schedule` call did.
