@@ -561,6 +561,13 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
     assert_eq!(status, 409);
     let (status, _) = put(&stack, Q, json!({"draw_beacon": {"drand_round": 43}})).await?;
     assert_eq!(status, 400);
+    // The same round again (a settings push that repeats it) changes nothing.
+    let (status, v) = put(&stack, Q, json!({"draw_beacon": {"drand_round": 42}})).await?;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        drawn(&stack, 0, Q).await?["beacon"],
+        json!({"drand_round": 42, "randomness": beacon})
+    );
     assert!(
         eventually(Duration::from_secs(20), || browsers
             .iter()
@@ -568,5 +575,19 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
         .await,
         "everyone is admitted after the draw"
     );
+    // Listed again as a sale after its draw (the dispatcher's bookkeeping after a draw
+    // failed, or the draw's reply was lost): a tick finds it drawn and forgets it.
+    let store = usher_core::store::Store::connect(&stack.redis.url()).await?;
+    let q = usher_core::ids::QueueId::new(Q)?;
+    store.mark_sale(&q, true).await?;
+    let mut listed = true;
+    for _ in 0..50 {
+        listed = store.sale_queues().await?.contains(&q);
+        if !listed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!listed, "a drawn sale is no longer read before every tick");
     Ok(())
 }

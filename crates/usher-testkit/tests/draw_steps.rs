@@ -237,7 +237,7 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
     // Done once: nothing more to prepare or run.
     assert!(matches!(
         store.prepare_draw(&q, &lease_b, TTL_MS, now_ms()).await?,
-        DrawPrep::NotDue
+        DrawPrep::NotPending
     ));
     assert_eq!(
         store
@@ -471,5 +471,33 @@ async fn a_tick_admits_nobody_while_a_draw_is_under_way() -> anyhow::Result<()> 
         store.status(&q, order[0].1, later + 100).await?,
         PlaceState::Admitted(_) | PlaceState::AdmissionPending
     ));
+    Ok(())
+}
+
+/// Naming a sale's beacon round again, as a settings push that repeats it does, keeps the
+/// randomness recorded for it (it used to be forgotten, and the draw waited for it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn naming_the_same_beacon_round_again_keeps_its_randomness() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("beacon")?;
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    store
+        .schedule(&q, Some(now_ms() + 3_600_000), &Seed::generate())
+        .await?;
+    let randomness = "ab".repeat(32);
+    for change in [
+        BeaconChange::Round(Some(5)),
+        BeaconChange::Randomness(&randomness),
+        BeaconChange::Round(Some(5)),
+    ] {
+        assert_eq!(store.set_beacon(&q, change).await?, BeaconOutcome::Set);
+    }
+    let beacon = store.schedule_of(&q).await?.and_then(|s| s.beacon);
+    assert_eq!(beacon.and_then(|b| b.randomness), Some(randomness), "kept");
+    // Another round forgets it.
+    store.set_beacon(&q, BeaconChange::Round(Some(6))).await?;
+    let beacon = store.schedule_of(&q).await?.and_then(|s| s.beacon);
+    assert_eq!(beacon.and_then(|b| b.randomness), None);
     Ok(())
 }

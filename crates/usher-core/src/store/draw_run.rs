@@ -45,8 +45,10 @@ pub struct DueDraw {
 /// What [`Store::prepare_draw`] found.
 #[derive(Debug)]
 pub enum DrawPrep {
-    /// No draw to run now: none pending, not yet time, the named beacon's randomness not
-    /// recorded yet, or the queue is closed (its draw waits until it reopens).
+    /// No draw is pending: drawn, voided, or no sale.
+    NotPending,
+    /// A draw is pending but not to run now: not yet time, the named beacon's randomness
+    /// not recorded yet, or the queue is closed (its draw waits until it reopens).
     NotDue,
     /// Another replica holds the queue's lease.
     LeaseLost,
@@ -98,9 +100,12 @@ impl Store {
         now_ms: u64,
     ) -> Result<DrawPrep> {
         let Some((s, seed, open)) = self.schedule_fields(q).await? else {
-            return Ok(DrawPrep::NotDue);
+            return Ok(DrawPrep::NotPending);
         };
-        if s.phase != DrawPhase::Pending || !open {
+        if s.phase != DrawPhase::Pending {
+            return Ok(DrawPrep::NotPending);
+        }
+        if !open {
             return Ok(DrawPrep::NotDue);
         }
         let k = QueueKeys::new(q);
@@ -143,7 +148,7 @@ impl Store {
             match draw_reply(v)? {
                 DrawStep::Placed { .. } => {}
                 DrawStep::LeaseLost => return Ok(DrawPrep::LeaseLost),
-                DrawStep::NotPending => return Ok(DrawPrep::NotDue),
+                DrawStep::NotPending => return Ok(DrawPrep::NotPending),
                 DrawStep::Stale => return Ok(DrawPrep::Stale),
             }
         }

@@ -42,6 +42,12 @@ pub(super) async fn draw_if_due(
 ) -> Result<AfterDraw, StoreError> {
     let due = match store.prepare_draw(q, lease, lease_ttl_ms, now).await? {
         DrawPrep::NotDue => return Ok(AfterDraw::Tick),
+        // Drawn (a tick whose bookkeeping after the draw failed, or whose reply was lost),
+        // voided or unscheduled.
+        DrawPrep::NotPending => {
+            forget_sale(store, q).await?;
+            return Ok(AfterDraw::Tick);
+        }
         DrawPrep::LeaseLost => return Ok(AfterDraw::LeaseLost),
         DrawPrep::Stale => return Ok(AfterDraw::Wait),
         DrawPrep::Ready(due) => due,
@@ -67,8 +73,20 @@ pub(super) async fn draw_if_due(
             tracing::info!(queue = %q, drawn, after, first_place = first, resumed = due.recorded > 0, commitment = %seed.commitment(), beacon = beacon.is_some(), "draw done");
         }
     }
-    // Drawn: no more schedule reads before this queue's ticks, unless a new sale was
-    // scheduled meanwhile.
+    forget_sale(store, q).await?;
+    let msg = StreamMessage::Drawn { queue: q.clone() };
+    let batches: Vec<_> = live_at(gateways, now)
+        .into_values()
+        .map(|id| (id.clone(), vec![msg.clone()]))
+        .collect();
+    store.send(&batches).await?;
+    Ok(AfterDraw::Tick)
+}
+
+/// No more schedule reads before `q`'s ticks (`usher:draws`), unless a new sale was scheduled
+/// meanwhile: its schedule is read again after the removal, so a sale scheduled in between is
+/// listed again.
+async fn forget_sale(store: &Store, q: &QueueId) -> Result<(), StoreError> {
     store.mark_sale(q, false).await?;
     if store
         .schedule_of(q)
@@ -77,11 +95,5 @@ pub(super) async fn draw_if_due(
     {
         store.mark_sale(q, true).await?;
     }
-    let msg = StreamMessage::Drawn { queue: q.clone() };
-    let batches: Vec<_> = live_at(gateways, now)
-        .into_values()
-        .map(|id| (id.clone(), vec![msg.clone()]))
-        .collect();
-    store.send(&batches).await?;
-    Ok(AfterDraw::Tick)
+    Ok(())
 }
