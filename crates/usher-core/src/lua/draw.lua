@@ -8,7 +8,7 @@
 -- 2. The pre-queue places no step named (they joined after the draw began, or their browser
 --    never got its ticket: no entrant hash) follow, FIFO, 1,000 a call.
 -- 3. When none are left, the draw is published and done.
--- KEYS: meta, seq, pre, waiting, away, drawn, draw, entrants, lease, drawing   (one hash tag)
+-- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, draw, entrants   (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects,
 --       the stamping cursor ('0' to start; 'done' once stamped or not needed)
 -- The gateways end the pre-queue streams at the draw (their browsers resume at once and see
@@ -16,12 +16,12 @@
 -- Returns {DRAW_LEASE_LOST}, {DRAW_NOT_PENDING} (drawn, unscheduled or closed), {DRAW_STALE},
 -- {DRAW_MORE, next cursor, placed FIFO, first of their place ids}, or {DRAW_DONE, placed
 -- FIFO, first of their place ids}.
-if redis.call('GET', KEYS[9]) ~= ARGV[1] then return {DRAW_LEASE_LOST} end
-redis.call('PEXPIRE', KEYS[9], ARGV[2])
+if redis.call('GET', KEYS[8]) ~= ARGV[1] then return {DRAW_LEASE_LOST} end
+redis.call('PEXPIRE', KEYS[8], ARGV[2])
 local m = redis.call('HMGET', KEYS[1], 'draw', 'open', 'grace_seconds', 'draw_began_ms')
 if m[1] ~= 'pending' or m[2] ~= '1' then return {DRAW_NOT_PENDING} end
-if redis.call('EXISTS', KEYS[10]) == 0
-  or redis.call('STRLEN', KEYS[10]) ~= tonumber(ARGV[4]) then
+if redis.call('EXISTS', KEYS[7]) == 0
+  or redis.call('STRLEN', KEYS[7]) ~= tonumber(ARGV[4]) then
   return {DRAW_STALE}
 end
 local now = tonumber(ARGV[3])
@@ -45,8 +45,8 @@ local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order, no
 if redis.call('ZCARD', KEYS[3]) > 0 then return {DRAW_MORE, 'done', #order, first} end
 -- UNLINK: the entrants hash (one field per entrant) is freed in the background, not while
 -- this script holds Redis.
-redis.call('UNLINK', KEYS[3], KEYS[8])
-redis.call('RENAME', KEYS[10], KEYS[7])
+redis.call('UNLINK', KEYS[3], KEYS[10])
+redis.call('RENAME', KEYS[7], KEYS[9])
 redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff')
 redis.call('HSET', KEYS[1], 'draw', 'done')
 return {DRAW_DONE, #order, first}

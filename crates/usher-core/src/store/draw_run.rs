@@ -274,22 +274,9 @@ impl Store {
         // The end, in calls of a bounded size: see `lua/draw.lua`.
         let (mut after, mut cursor) = (0, "0".to_string());
         loop {
-            let v: Value = SCRIPTS
-                .draw
-                .key(&k.meta)
-                .key(&k.seq)
-                .key(&k.pre)
-                .key(&k.waiting)
-                .key(&k.away)
-                .key(&k.drawn)
+            let v: Value = placing(&SCRIPTS.draw, &k, lease, lease_ttl_ms, now_ms, recorded)
                 .key(&k.draw)
                 .key(&k.entrants)
-                .key(&k.lease)
-                .key(&k.drawing)
-                .arg(&lease.value)
-                .arg(lease_ttl_ms)
-                .arg(now_ms)
-                .arg(recorded)
                 .arg(&cursor)
                 .invoke_async(&mut self.c())
                 .await?;
@@ -346,26 +333,46 @@ impl Store {
             .collect::<Vec<_>>()
             .join(",");
         let blob: Vec<u8> = step.iter().flat_map(|(h, _)| h.0).collect();
-        let v: Value = SCRIPTS
-            .draw_step
-            .key(&k.meta)
-            .key(&k.seq)
-            .key(&k.pre)
-            .key(&k.waiting)
-            .key(&k.away)
-            .key(&k.drawn)
-            .key(&k.drawing)
-            .key(&k.lease)
-            .arg(&lease.value)
-            .arg(lease_ttl_ms)
-            .arg(now_ms)
-            .arg(recorded)
-            .arg(ids)
-            .arg(blob)
-            .invoke_async(&mut self.c())
-            .await?;
+        let v: Value = placing(
+            &SCRIPTS.draw_step,
+            &k,
+            lease,
+            lease_ttl_ms,
+            now_ms,
+            recorded,
+        )
+        .arg(ids)
+        .arg(blob)
+        .invoke_async(&mut self.c())
+        .await?;
         draw_reply(v)
     }
+}
+
+/// A call of `script` (`draw_step.lua` or `draw.lua`) with what both take first: the keys
+/// `place_drawn` (prelude.lua) and the record need, the lease (checked and renewed for
+/// `lease_ttl_ms`), the time and the record's expected length.
+fn placing<'a>(
+    script: &'a redis::Script,
+    k: &QueueKeys,
+    lease: &Lease,
+    lease_ttl_ms: u64,
+    now_ms: u64,
+    recorded: u64,
+) -> redis::ScriptInvocation<'a> {
+    let mut inv = script.key(&k.meta);
+    inv.key(&k.seq)
+        .key(&k.pre)
+        .key(&k.waiting)
+        .key(&k.away)
+        .key(&k.drawn)
+        .key(&k.drawing)
+        .key(&k.lease)
+        .arg(&lease.value)
+        .arg(lease_ttl_ms)
+        .arg(now_ms)
+        .arg(recorded);
+    inv
 }
 
 fn draw_reply(v: Value) -> Result<DrawStep> {
