@@ -164,8 +164,11 @@ impl Store {
             .arg("draw_cutoff")
             .query_async(&mut self.c())
             .await?;
-        let cutoff =
-            cutoff.ok_or_else(|| protocol(format!("queue {q}: a draw began without a cutoff")))?;
+        // No cutoff: the queue was closed since the draw began (a close mid-draw drops it with
+        // the record); the draw waits for the queue to reopen.
+        let Some(cutoff) = cutoff else {
+            return Ok(DrawPrep::NotDue);
+        };
         let after = match tail.len() {
             0 => None,
             _ => Some(EntrantHash::from_bytes(&tail).ok_or_else(|| {
