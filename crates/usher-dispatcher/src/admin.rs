@@ -306,15 +306,17 @@ pub(crate) async fn put_queue(
     // Before the settings: a new queue must not take joins into its line before its schedule.
     crate::schedule::apply(&st.store, &q, scheduling).await?;
     crate::schedule::apply_beacon(&st.store, &q, u.draw_beacon).await?;
+    if closing {
+        // `open: false` closes the queue exactly like DELETE does; before the settings are
+        // written, so a close that failed leaves the queue open and a retry closes it (the
+        // other way round, a retry would find the queue closed already and skip the close).
+        close(&st, &q, CloseReason::QueueClosed).await?;
+    }
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     st.store
         .put_page_settings(&q, &page)
         .await
         .map_err(redis_down)?;
-    if closing {
-        // `open: false` closes the queue exactly like DELETE does.
-        close(&st, &q, CloseReason::QueueClosed).await?;
-    }
     let admits_more = before.is_none_or(|b| {
         (b.paused && !cfg.paused)
             || (!b.open && cfg.open)
