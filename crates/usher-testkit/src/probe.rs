@@ -74,7 +74,7 @@ impl RedisProbe {
     }
 
     /// How many times Redis ran command `name` (lowercase, e.g. `evalsha`) since it started,
-    /// from `INFO commandstats`: calls from clients, not the commands scripts run.
+    /// from `INFO commandstats` (calls inside scripts included: Redis counts those too).
     pub async fn calls(&self, name: &str) -> redis::RedisResult<u64> {
         let info = self.info("commandstats").await?;
         let prefix = format!("cmdstat_{name}:calls=");

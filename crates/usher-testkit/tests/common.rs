@@ -269,3 +269,25 @@ pub async fn wait_waiting(d: &usher_testkit::procs::Proc, q: &str, n: u64) -> an
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `n` simulated browsers joining `queue`'s pre-queue through `clients` (each reconnects to the
+/// next, as behind a load balancer) and staying up to `hold`, once every one of them holds a
+/// pre-queue place (`event: scheduled`).
+pub async fn in_pre_queue(
+    clients: Vec<SseClient>,
+    queue: &str,
+    n: usize,
+    hold: Duration,
+) -> anyhow::Result<Vec<usher_testkit::browser::Browser>> {
+    let browsers: Vec<_> = (0..n)
+        .map(|i| usher_testkit::browser::Browser::spawn(clients.clone(), queue, i, hold))
+        .collect();
+    anyhow::ensure!(
+        usher_testkit::sse::eventually(T, || browsers
+            .iter()
+            .all(|b| !b.seen().scheduled.is_empty()))
+        .await,
+        "every browser is in the pre-queue"
+    );
+    Ok(browsers)
+}

@@ -71,23 +71,6 @@ async fn drawn(stack: &Stack, gw: usize, queue: &str) -> anyhow::Result<Value> {
     }
 }
 
-/// `n` simulated browsers joining `queue` through the gateway at `url`, once every one of them
-/// holds a pre-queue place (`event: scheduled`).
-async fn in_pre_queue(url: String, queue: &str, n: usize) -> anyhow::Result<Vec<Browser>> {
-    let clients = vec![SseClient::new(url)];
-    let browsers: Vec<Browser> = (0..n)
-        .map(|i| Browser::spawn(clients.clone(), queue, i, Duration::from_secs(60)))
-        .collect();
-    anyhow::ensure!(
-        eventually(T, || browsers
-            .iter()
-            .all(|b| !b.seen().scheduled.is_empty()))
-        .await,
-        "all in the pre-queue"
-    );
-    Ok(browsers)
-}
-
 /// The place id an admitted browser's token names, verified as a booking service would.
 fn admitted_place(jwks: &jsonwebtoken::jwk::JwkSet, admitted: &Value, queue: &str) -> u64 {
     let token = admitted["token"].as_str().expect("token");
@@ -429,7 +412,13 @@ async fn a_pending_draw_is_performed_by_the_next_lease_holder() -> anyhow::Resul
         .send()
         .await?;
     assert_eq!(r.status().as_u16(), 201);
-    let browsers = in_pre_queue(gateways[0].url(), Q, 5).await?;
+    let browsers = in_pre_queue(
+        vec![SseClient::new(gateways[0].url())],
+        Q,
+        5,
+        Duration::from_secs(60),
+    )
+    .await?;
     // Whichever replica drove the queue, only `second` is left to draw.
     first.stop().await?;
     assert!(
@@ -516,7 +505,13 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
         assert!(v["error"].is_string());
     }
 
-    let browsers = in_pre_queue(stack.gateway_url(0), Q, 6).await?;
+    let browsers = in_pre_queue(
+        vec![SseClient::new(stack.gateway_url(0))],
+        Q,
+        6,
+        Duration::from_secs(60),
+    )
+    .await?;
     // Past opens_at without the round's randomness: the draw waits.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (_, waiting) = record(&stack, 0, Q).await?;

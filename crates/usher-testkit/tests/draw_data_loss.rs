@@ -15,7 +15,7 @@ mod draw_check;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{jwks_at, verify_token, T};
+use common::{in_pre_queue, jwks_at, verify_token, T};
 use draw_check::{drawn_order, entrant, python_check};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -80,16 +80,7 @@ impl Setup {
             .iter()
             .map(|g| SseClient::new(g.url()))
             .collect();
-        let browsers: Vec<Browser> = (0..N)
-            .map(|i| Browser::spawn(clients.clone(), Q, i, Duration::from_secs(120)))
-            .collect();
-        anyhow::ensure!(
-            eventually(T, || browsers
-                .iter()
-                .all(|b| !b.seen().scheduled.is_empty()))
-            .await,
-            "every browser is in the pre-queue"
-        );
+        let browsers = in_pre_queue(clients, Q, N, Duration::from_secs(120)).await?;
         // A few heartbeats: each gateway has read the commitment its browsers joined.
         tokio::time::sleep(Duration::from_millis(800)).await;
         Ok(browsers)

@@ -468,16 +468,6 @@ async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Resul
     Ok(())
 }
 
-/// How many times Redis ran `cmd` so far, calls inside scripts included (INFO commandstats).
-async fn calls_of(redis: &RedisProbe, cmd: &str) -> anyhow::Result<u64> {
-    let info = redis.info("commandstats").await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-        .and_then(|r| r.split(',').next()?.parse().ok())
-        .unwrap_or(0))
-}
-
 /// One join call takes a batch of places: consecutive, in the batch's order, the last at the
 /// tail; batches of no places or too many are refused, and a closed queue takes none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -536,11 +526,11 @@ async fn joins_arriving_together_share_redis_calls_and_each_gets_its_own_place(
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("together", PAUSED).await?;
     let redis = RedisProbe::connect(&stack.redis.url()).await?;
-    let before = calls_of(&redis, "incrby").await?;
+    let before = redis.calls("incrby").await?;
     let client = SseClient::new(stack.gateway_url(0));
     let joins = (0..N).map(|_| join(&client, "together"));
     let joined = futures::future::try_join_all(joins).await?;
-    let calls = calls_of(&redis, "incrby").await? - before;
+    let calls = redis.calls("incrby").await? - before;
     // In place order, the positions each browser was told are exactly 1..=N: every browser
     // has its own place, and its position is that place's in the line.
     let mut told: Vec<(u64, u64)> = joined.iter().map(|(t, p, _)| (place_of(t), *p)).collect();
