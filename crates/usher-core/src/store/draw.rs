@@ -34,6 +34,19 @@ pub struct VoidedDraw {
     pub commitment: Option<String>,
 }
 
+/// A scheduled sale as the dispatcher's draw reads it: one `HMGET` of the queue's `meta`.
+pub(super) struct SaleFields {
+    /// What the public record shows (with the seed, secret until the draw).
+    pub(super) schedule: Schedule,
+    /// The seed, parsed (`None` if missing or malformed).
+    pub(super) seed: Option<Seed>,
+    /// Whether the queue is open.
+    pub(super) open: bool,
+    /// The draw's cutoff: set exactly while a draw is under way (`lua/draw_begin.lua` sets it
+    /// with the record `drawing`; the draw's end, a close and a new sale remove both).
+    pub(super) cutoff: Option<u64>,
+}
+
 /// A queue's scheduled sale, as the public draw record shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
@@ -143,7 +156,8 @@ impl Store {
 
     /// The scheduled sale of `q`, if any (the seed only once drawn).
     pub async fn schedule_of(&self, q: &QueueId) -> Result<Option<Schedule>> {
-        Ok(self.schedule_fields(q).await?.map(|(mut s, _, _)| {
+        Ok(self.schedule_fields(q).await?.map(|f| {
+            let mut s = f.schedule;
             if s.phase == DrawPhase::Pending {
                 s.seed = None;
             }
@@ -151,11 +165,8 @@ impl Store {
         }))
     }
 
-    /// The schedule with its seed, secret or not (for the draw), and whether the queue is open.
-    pub(super) async fn schedule_fields(
-        &self,
-        q: &QueueId,
-    ) -> Result<Option<(Schedule, Option<Seed>, bool)>> {
+    /// The schedule with what only the draw may see (see [`SaleFields`]).
+    pub(super) async fn schedule_fields(&self, q: &QueueId) -> Result<Option<SaleFields>> {
         let k = QueueKeys::new(q);
         type Fields = (
             Option<String>,
@@ -167,8 +178,9 @@ impl Store {
             Option<String>,
             Option<String>,
             Option<String>,
+            Option<u64>,
         );
-        let (open, at, phase, seed, commitment, round, randomness, void, void_commitment): Fields =
+        let (open, at, phase, seed, commitment, round, randomness, void, void_commitment, cutoff): Fields =
             redis::cmd("HMGET")
                 .arg(&k.meta)
                 .arg("open")
@@ -180,6 +192,7 @@ impl Store {
                 .arg("draw_beacon")
                 .arg("draw_void")
                 .arg("draw_void_commitment")
+                .arg("draw_cutoff")
                 .query_async(&mut self.c())
                 .await?;
         let phase = match phase.as_deref() {
@@ -202,8 +215,8 @@ impl Store {
         });
         let commitment = commitment.filter(|_| phase != DrawPhase::Void);
         let parsed = seed.as_deref().and_then(Seed::from_hex);
-        Ok(Some((
-            Schedule {
+        Ok(Some(SaleFields {
+            schedule: Schedule {
                 opens_at_ms,
                 phase,
                 commitment,
@@ -214,9 +227,10 @@ impl Store {
                 }),
                 voided,
             },
-            parsed,
-            open.as_deref() == Some("1"),
-        )))
+            seed: parsed,
+            open: open.as_deref() == Some("1"),
+            cutoff,
+        }))
     }
 
     /// Records the entrant hashes of pre-queue places, before their tickets go out: the draw

@@ -99,9 +99,11 @@ impl Store {
         lease_ttl_ms: u64,
         now_ms: u64,
     ) -> Result<DrawPrep> {
-        let Some((s, seed, open)) = self.schedule_fields(q).await? else {
+        let Some(fields) = self.schedule_fields(q).await? else {
             return Ok(DrawPrep::NotPending);
         };
+        let (s, seed, open) = (fields.schedule, fields.seed, fields.open);
+        let begun = fields.cutoff.is_some();
         if s.phase != DrawPhase::Pending {
             return Ok(DrawPrep::NotPending);
         }
@@ -109,10 +111,6 @@ impl Store {
             return Ok(DrawPrep::NotDue);
         }
         let k = QueueKeys::new(q);
-        let begun: bool = redis::cmd("EXISTS")
-            .arg(&k.drawing)
-            .query_async(&mut self.c())
-            .await?;
         let beacon_hex = match &s.beacon {
             None => None,
             Some(Beacon {
