@@ -14,6 +14,8 @@
 //   usher_page_position_updates        position changes seen on the page
 //   usher_page_time_to_admission       page load → admitted (ms)
 //   usher_page_admitted                share of iterations admitted within WAIT
+//   usher_page_browser_unavailable     iterations that got no browser page to open (a fault of the
+//                                      load machine, which says nothing about the waiting room)
 //
 // Environment (all optional):
 //   BASE_URL   gateway (or load balancer) origin   (http://127.0.0.1:8080)
@@ -52,12 +54,25 @@ const firstPosition = new Trend("usher_page_time_to_first_position", true);
 const positionUpdates = new Counter("usher_page_position_updates");
 const toAdmission = new Trend("usher_page_time_to_admission", true);
 const admittedRate = new Rate("usher_page_admitted");
+const browserUnavailable = new Counter("usher_page_browser_unavailable");
 
 const sleepMs = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export default async function () {
-  const context = await browser.newContext();
-  const page = await context.newPage();
+  let context;
+  let page;
+  try {
+    context = await browser.newContext();
+    page = await context.newPage();
+  } catch (e) {
+    // No browser to open the page in. Count it apart: no person joined, so nobody was
+    // refused. (A Chromium that failed to start before the iteration interrupts it instead,
+    // and no metric of this script records it.)
+    console.error(`browser unavailable: ${e}`);
+    browserUnavailable.add(1);
+    if (context) await context.close();
+    return;
+  }
   const start = Date.now();
   let shown = null;
   let admitted = false;

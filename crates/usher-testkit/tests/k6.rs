@@ -60,6 +60,8 @@ async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
     cmd.arg("run")
         .arg("--quiet")
         .arg("--no-usage-report")
+        // No REST API: the two scenarios run at once and would both want port 6565.
+        .arg("--address=")
         .arg(format!("--summary-export={}", summary.display()))
         .arg(workspace().join(script))
         .env("K6_BROWSER_EXECUTABLE_PATH", "/usr/bin/chromium")
@@ -142,37 +144,57 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Result<()> {
     let s = stack().await?;
-    put_queue(
-        &s,
-        "k6page",
-        json!({"admit_per_second": 1, "passthrough": false, "booking_url": format!("{}/entry", s.booking.url())}),
-    )
-    .await?;
-    let summary = k6(
-        "loadtest/k6/page.js",
-        &[
-            ("BASE_URL", s.gateways[0].url()),
-            ("QUEUE", "k6page".into()),
-            ("VUS", "3".into()),
-            ("WAIT", "60".into()),
-            ("DEBUG", std::env::var("USHER_K6_DEBUG").unwrap_or_default()),
-        ],
-    )
-    .await?;
-    let m = &summary["metrics"];
-    assert_eq!(
-        m["usher_page_admitted"]["passes"].as_f64(),
-        Some(3.0),
-        "{m}"
-    );
-    for trend in [
-        "usher_page_time_to_first_position",
-        "usher_page_time_to_admission",
-    ] {
-        assert!(
-            m[trend]["max"].as_f64().is_some_and(|v| v > 0.0),
-            "{trend}: {m}"
+    // k6 starts one Chromium per iteration. On a loaded machine that can fail: the iteration
+    // is interrupted before the script runs, or the script gets no page and counts it apart
+    // (`usher_page_browser_unavailable`). Either way no person joined, and the run proves
+    // nothing; it runs again on a fresh queue, at most three times. In a run where all three
+    // people got their page (each recorded in `usher_page_admitted`), all three must be
+    // admitted.
+    for attempt in 1..=3 {
+        let queue = format!("k6page{attempt}");
+        put_queue(
+            &s,
+            &queue,
+            json!({"admit_per_second": 1, "passthrough": false, "booking_url": format!("{}/entry", s.booking.url())}),
+        )
+        .await?;
+        let summary = k6(
+            "loadtest/k6/page.js",
+            &[
+                ("BASE_URL", s.gateways[0].url()),
+                ("QUEUE", queue),
+                ("VUS", "3".into()),
+                ("WAIT", "60".into()),
+                ("DEBUG", std::env::var("USHER_K6_DEBUG").unwrap_or_default()),
+            ],
+        )
+        .await?;
+        let m = &summary["metrics"];
+        let admitted = &m["usher_page_admitted"];
+        let people =
+            admitted["passes"].as_f64().unwrap_or(0.0) + admitted["fails"].as_f64().unwrap_or(0.0);
+        if people < 3.0 {
+            eprintln!(
+                "attempt {attempt}: {people} of 3 people got a browser page ({} counted unavailable); running again",
+                count(&summary, "usher_page_browser_unavailable")
+            );
+            continue;
+        }
+        assert_eq!(
+            m["usher_page_admitted"]["passes"].as_f64(),
+            Some(3.0),
+            "{m}"
         );
+        for trend in [
+            "usher_page_time_to_first_position",
+            "usher_page_time_to_admission",
+        ] {
+            assert!(
+                m[trend]["max"].as_f64().is_some_and(|v| v > 0.0),
+                "{trend}: {m}"
+            );
+        }
+        return Ok(());
     }
-    Ok(())
+    anyhow::bail!("in three runs of k6, some Chromium failed to start every time")
 }
