@@ -3,7 +3,15 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use time::format_description::well_known::Rfc3339;
+use time::format_description::BorrowedFormatItem;
+use time::macros::format_description;
 use time::OffsetDateTime;
+
+/// RFC 3339 in UTC with exactly three fraction digits. Fixed width, so these strings sort as
+/// the times they name: the `time` crate's own RFC 3339 output drops trailing zeros, and
+/// `…:12Z` (12.000 s) would sort after `…:12.1Z`.
+const RFC3339_MS: &[BorrowedFormatItem<'_>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -13,13 +21,13 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// RFC 3339 (UTC, millisecond precision) for a millisecond timestamp.
+/// RFC 3339 (UTC, always three fraction digits) for a millisecond timestamp.
 pub fn rfc3339_ms(ms: u64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+        .and_then(|t| t.format(RFC3339_MS).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00.000Z".to_owned())
 }
 
 /// Milliseconds since the epoch of an RFC 3339 time (any offset); `None` for anything else,
@@ -52,5 +60,12 @@ mod tests {
             super::rfc3339_ms(1_700_000_000_123),
             "2023-11-14T22:13:20.123Z"
         );
+        // Whole seconds keep their digits, so the strings sort as the times do.
+        let whole = super::rfc3339_ms(1_700_000_000_000);
+        let later = super::rfc3339_ms(1_700_000_000_100);
+        assert_eq!(whole, "2023-11-14T22:13:20.000Z");
+        assert_eq!(later, "2023-11-14T22:13:20.100Z");
+        assert!(whole < later);
+        assert_eq!(super::parse_rfc3339_ms(&whole), Some(1_700_000_000_000));
     }
 }

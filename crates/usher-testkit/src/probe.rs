@@ -86,6 +86,20 @@ impl RedisProbe {
             .unwrap_or(0))
     }
 
+    /// The admission time of the last tick that ran for `q` (meta `bucket_ms`: every tick
+    /// call writes it, with `admitted_total`, in the same script) and `admitted_total`, read
+    /// together. The dispatcher's own clock, so a test can tell which tick did what without
+    /// comparing its wall clock with the dispatcher's.
+    pub async fn last_tick(&self, q: &QueueId) -> redis::RedisResult<(u64, u64)> {
+        let (at, total): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(QueueKeys::new(q).meta)
+            .arg("bucket_ms")
+            .arg("admitted_total")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok((at.unwrap_or(0), total.unwrap_or(0)))
+    }
+
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
         let v: Option<u64> = redis::cmd("MEMORY")

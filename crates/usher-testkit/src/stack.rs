@@ -81,9 +81,11 @@ impl Server {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
-        tokio::time::timeout(Duration::from_secs(10), &mut self.handle)
+        // Generous: a task may still be waiting out a Redis timeout (a frozen master in the
+        // failover tests) before it sees the shutdown.
+        tokio::time::timeout(Duration::from_secs(30), &mut self.handle)
             .await
-            .context("server did not stop within 10 s")??
+            .context("server did not stop within 30 s")??
     }
 }
 
@@ -99,6 +101,8 @@ pub struct StackOptions {
     pub booking: bool,
     /// Extra `redis-server` arguments (default: no persistence).
     pub redis_args: Vec<&'static str>,
+    /// The dispatcher's queue lease, when a test needs other than its default (3 ticks).
+    pub lease_ttl_ms: Option<u64>,
 }
 
 impl Default for StackOptions {
@@ -108,6 +112,7 @@ impl Default for StackOptions {
             tick_ms: 100,
             booking: false,
             redis_args: vec!["--save", "", "--appendonly", "no"],
+            lease_ttl_ms: None,
         }
     }
 }
@@ -164,6 +169,9 @@ impl<R: Backend> Stack<R> {
         let args = redis.redis_args();
         let mut d = crate::config::dispatcher(&args.url, opts.tick_ms);
         d.redis = args.clone();
+        if let Some(ms) = opts.lease_ttl_ms {
+            d.lease_ttl_ms = ms;
+        }
         let dispatcher = dispatcher_with(d).await?;
         let mut gateways = Vec::new();
         for _ in 0..opts.gateways {

@@ -10,19 +10,12 @@ use std::time::Duration;
 use common::{data, T};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use usher_core::time::now_ms;
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::{RedisServer, SseClient};
 
 const TICK_MS: u64 = 200;
-
-/// Milliseconds since the epoch of an RFC 3339 time.
-fn parse_rfc3339_ms(s: &str) -> Option<u64> {
-    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
-}
 
 /// `DELETE /api/session` with `token` on the dispatcher at `base`.
 async fn release(http: &reqwest::Client, base: &str, token: &str) -> anyhow::Result<u16> {
@@ -79,6 +72,8 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
     assert_eq!(q["effective_per_second"], 0.0);
 
     let d = stack.dispatcher.url();
+    let probe = usher_testkit::probe::RedisProbe::connect(&stack.redis.url()).await?;
+    let queue = usher_core::ids::QueueId::new("cap")?;
     let mut ended = Vec::new();
     // An admitted place whose session this test has not ended yet.
     let active_one = |ws: &[Watcher], ended: &[usize]| {
@@ -88,23 +83,31 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         let i = active_one(&watchers, &ended).expect("an active session");
         ended.push(i);
         let (token, _) = admitted_token(&watchers[i]).expect("admitted");
-        let released_at = now_ms();
         assert_eq!(release(&stack.http, &d, &token).await?, 204);
+        // The refill comes from the first tick that runs after the release, on the
+        // dispatcher's clock: wait for a tick newer than the last one before it, and read the
+        // admissions together with that tick's time.
+        let (before, _) = probe.last_tick(&queue).await?;
         let want = 4 + round;
+        let deadline = tokio::time::Instant::now() + T;
+        let after = loop {
+            let now = probe.last_tick(&queue).await?;
+            if now.0 > before {
+                break now;
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no tick ran after the release"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(
+            after.1, want as u64,
+            "round {round}: the first tick after the release refilled the freed slot"
+        );
         assert!(
             usher_testkit::sse::eventually(T, || admitted(&watchers) == want).await,
-            "a freed slot is refilled"
-        );
-        // The admission that refilled it happened at the next tick after the release.
-        let newest = watchers
-            .iter()
-            .filter_map(admitted_token)
-            .filter_map(|(_, at)| parse_rfc3339_ms(&at))
-            .max()
-            .unwrap_or(0);
-        assert!(
-            newest <= released_at + TICK_MS + TICK_MS / 2,
-            "refilled at {newest}, released at {released_at}, tick {TICK_MS} ms"
+            "the refilled browser hears admitted"
         );
         let q = stack.queue("cap").await?;
         assert_eq!(q["active"], 3, "round {round}: {q}");
@@ -243,6 +246,12 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
     }
     // Let the last sessions expire and slots churn a little longer.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The sampler needs CPU to take its samples: on a starved machine, give it the time.
+    let sampled = || samples.load(Ordering::Relaxed) > 100;
+    assert!(
+        usher_testkit::sse::eventually(Duration::from_secs(60), sampled).await,
+        "the sampler ran"
+    );
     stop.store(true, Ordering::Relaxed);
     sampler.await?;
     let (worst, samples) = (

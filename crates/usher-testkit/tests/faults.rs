@@ -150,9 +150,7 @@ fn claims(token: &str) -> Value {
 }
 
 fn ms(rfc3339: &str) -> u64 {
-    time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
-        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as u64)
-        .unwrap_or(0)
+    usher_core::time::parse_rfc3339_ms(rfc3339).unwrap_or(0)
 }
 
 /// What the browsers saw, checked: everyone admitted exactly once with their own unique token,

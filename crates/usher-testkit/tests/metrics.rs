@@ -93,13 +93,14 @@ async fn scrape(http: &reqwest::Client, base: &str) -> anyhow::Result<Scrape> {
     Ok(Scrape { text, samples })
 }
 
-/// Polls `base`'s metrics until `cond` holds for a scrape (or time runs out): the last scrape.
+/// Polls `base`'s metrics until `cond` holds for a scrape (or 30 s pass; a starved machine
+/// may need them): the last scrape, which the caller's asserts then explain.
 async fn scrape_until(
     http: &reqwest::Client,
     base: &str,
     cond: impl Fn(&[Sample]) -> bool,
 ) -> anyhow::Result<Scrape> {
-    let deadline = tokio::time::Instant::now() + T;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let s = scrape(http, base).await?;
         if cond(&s.samples) || tokio::time::Instant::now() > deadline {
@@ -326,9 +327,14 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
             &[("command", "EVALSHA")]
         ) > 0.0
     );
-    // The stream gauges are sampled each heartbeat: present, and nothing left unread.
+    // The stream gauges are sampled each heartbeat: present, and nothing left unread. The
+    // dispatcher keeps sending this gateway state while the queue is open, so one sample may
+    // catch a message between XADD and XACK: wait for a sample with the reader caught up (a
+    // stuck reader never gets there).
     let g = scrape_until(&http, &gw, |s| {
         s.iter().any(|x| x.name == "usher_gateway_stream_lag")
+            && value(s, "usher_gateway_stream_lag", &[]) == 0.0
+            && value(s, "usher_gateway_stream_pending", &[]) == 0.0
     })
     .await?;
     assert_eq!(

@@ -121,15 +121,14 @@ async fn admission_is_fifo<R: Backend>() -> anyhow::Result<()> {
         .put_queue("fifo", json!({"admit_per_second": 300}))
         .await?;
     assert!(eventually(Duration::from_secs(20), || stack_admitted(&watchers) == 200).await);
-    let mut order: Vec<(String, u64)> = watchers
+    let mut order: Vec<(u64, u64)> = watchers
         .iter()
         .enumerate()
         .map(|(i, w)| {
             let a = data(&w.last("admitted").expect("admitted"));
-            (
-                a["admitted_at"].as_str().unwrap_or_default().to_owned(),
-                i as u64,
-            )
+            let at = a["admitted_at"].as_str().unwrap_or_default();
+            let ms = usher_core::time::parse_rfc3339_ms(at).expect("admitted_at is RFC 3339");
+            (ms, i as u64)
         })
         .collect();
     // Sorting by admission time keeps join order: later joiners were never admitted earlier.

@@ -17,12 +17,6 @@ use usher_testkit::SseClient;
 
 const PAUSED: f64 = 0.000_001;
 
-fn ms_of(rfc3339: &str) -> u64 {
-    let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
-        .expect("RFC 3339");
-    (t.unix_timestamp_nanos() / 1_000_000) as u64
-}
-
 /// A browser-like client for each of a stack's first two gateways.
 fn two_clients(stack: &Stack) -> [SseClient; 2] {
     [
@@ -59,15 +53,32 @@ async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow
         .iter()
         .map(|w| {
             let a = w.last("admitted").expect("admitted");
-            ms_of(data(&a)["admitted_at"].as_str().unwrap_or_default())
+            let at = data(&a)["admitted_at"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            usher_core::time::parse_rfc3339_ms(&at).expect("admitted_at is RFC 3339")
         })
         .collect();
     at.sort_unstable();
-    let (first, last) = (at[0], at[N - 1]);
-    // Admission happens in per-tick batches: count everything after the first batch over the
-    // time from the first batch to the last.
-    let first_batch = at.iter().filter(|&&t| t == first).count();
-    let rate = (N - first_batch) as f64 / ((last - first) as f64 / 1000.0);
+    // Admission happens in per-tick batches. Each batch after the first spends what the bucket
+    // refilled since the one before: the rate times the gap, the gap counted up to 1 s (the
+    // refill's cap, so a dispatcher stalled longer loses that budget by design). The last
+    // batch is partial (the line ran out), so the rate is measured from the first batch to the
+    // one before the last.
+    let mut batches = std::collections::BTreeMap::<u64, usize>::new();
+    for &t in &at {
+        *batches.entry(t).or_default() += 1;
+    }
+    let times: Vec<u64> = batches.keys().copied().collect();
+    assert!(times.len() >= 3, "admitted in a few ticks: {batches:?}");
+    let inner = &times[..times.len() - 1];
+    let admitted: usize = inner[1..].iter().map(|t| batches[t]).sum();
+    let refill_ms: u64 = inner.windows(2).map(|w| (w[1] - w[0]).min(1000)).sum();
+    let capped = inner.windows(2).filter(|w| w[1] - w[0] > 1000).count();
+    let rate = admitted as f64 / (refill_ms as f64 / 1000.0);
+    let first_batch = batches[&times[0]];
+    println!("gaps over the refill cap: {capped}");
     println!("drained {N} at {rate:.1}/s (configured {RATE}/s), first batch {first_batch}");
     assert!(
         (rate - RATE).abs() <= RATE * 0.05,
@@ -82,10 +93,13 @@ async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> anyhow::Result<()> {
     const N: usize = 2500;
-    // Ticks of 250 ms (leases of 750 ms: an unoptimised test build needs the time).
+    // Ticks of 250 ms (an unoptimised test build needs the time), and a lease long enough that
+    // minting 1,000 tokens between script calls on a starved machine cannot outlast it: there
+    // is one dispatcher, so the lease is not what this test is about.
     let stack = Stack::start(StackOptions {
         gateways: 2,
         tick_ms: 250,
+        lease_ttl_ms: Some(10_000),
         ..Default::default()
     })
     .await?;
@@ -97,9 +111,10 @@ async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> any
         let (ticket, _, w) = join_watch(&clients[i % 2], "big").await?;
         watchers.push((place_of(&ticket), w));
     }
-    // 250 ms ticks at 10,000/s: the whole line in the first tick after this.
+    // 40,000/s: a tick at least 62.5 ms after the one before (even one right after a late
+    // tick) has budget for the whole line, so it goes in the first tick after this.
     stack
-        .put_queue("big", json!({"admit_per_second": 10_000.0}))
+        .put_queue("big", json!({"admit_per_second": 40_000.0}))
         .await?;
     let done = eventually(Duration::from_secs(30), || {
         watchers.iter().all(|(_, w)| w.last("admitted").is_some())
@@ -147,8 +162,9 @@ async fn queue_on_redis(
             },
         )
         .await?;
+    // Long enough for the thousands of joins a test makes before its first tick.
     let lease = store
-        .acquire_lease(&q, replica, Duration::from_secs(10))
+        .acquire_lease(&q, replica, Duration::from_secs(600))
         .await?
         .ok_or_else(|| anyhow::anyhow!("the lease of a new queue is free"))?;
     Ok((redis, store, q, lease))
@@ -319,20 +335,34 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
 }
 
 /// The dispatcher's Redis work per tick does not depend on how many wait: count commands
-/// (INFO commandstats) over a fixed number of ticks with a short and a long line.
+/// (INFO commandstats) over the dispatcher's own ticks with a short and a long line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions {
-        tick_ms: 100,
-        ..Default::default()
-    })
+    // The dispatcher runs as its own process, so its `/metrics` tick count is its own (the
+    // in-process recorder is shared by every stack of this test binary); a starved machine
+    // then runs fewer ticks in a window without making a tick look dearer.
+    let server = usher_testkit::RedisServer::start()?;
+    let dispatcher = usher_testkit::procs::Proc::start(
+        "usher-dispatcher",
+        &[
+            ("USHER_REDIS_URL", server.url()),
+            ("USHER_TICK_MS", "100".into()),
+        ],
+    )
     .await?;
-    let store = Store::connect(&stack.redis.url()).await?;
-    let redis = RedisProbe::connect(&stack.redis.url()).await?;
-    let client = SseClient::new(stack.gateway_url(0));
+    let gateway = usher_testkit::stack::gateway(&server.url()).await?;
+    let admin = usher_testkit::config::admin_client();
+    let store = Store::connect(&server.url()).await?;
+    let redis = RedisProbe::connect(&server.url()).await?;
+    let client = SseClient::new(gateway.url());
     let mut per_tick = Vec::new();
     for (queue, n) in [("short", 10usize), ("long", 3000usize)] {
-        stack.create_queue(queue, PAUSED).await?;
+        admin
+            .put(format!("{}/admin/queues/{queue}", dispatcher.url()))
+            .json(&json!({"admit_per_second": PAUSED, "passthrough": false}))
+            .send()
+            .await?
+            .error_for_status()?;
         let q = QueueId::new(queue)?;
         // One connected browser (so state is published to its gateway); the rest join through
         // the store, as other gateways' browsers would.
@@ -341,12 +371,19 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
         for _ in 1..n {
             probe::join(&store, &q, gw_index, now_ms()).await?;
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Settle for 3 ticks, then count commands over 20 ticks; INFO is read right after the
+        // tick count moves, so at most a tick's commands fall on the wrong side of the window.
+        let settled = ticks_after(&admin, &dispatcher, None, 3).await?;
         let before = total_calls(&redis).await?;
-        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let counted = ticks_after(&admin, &dispatcher, Some(settled), 20).await?;
         let after = total_calls(&redis).await?;
-        per_tick.push((after - before) as f64 / 20.0);
-        stack.put_queue(queue, json!({"open": false})).await?;
+        per_tick.push((after - before) as f64 / (counted - settled) as f64);
+        admin
+            .put(format!("{}/admin/queues/{queue}", dispatcher.url()))
+            .json(&json!({"open": false}))
+            .send()
+            .await?
+            .error_for_status()?;
     }
     println!("redis commands per tick (INFO commandstats, script-internal calls included): short line {:.1}, long line {:.1}", per_tick[0], per_tick[1]);
     // Nothing per waiter (2,999 more waiters would be +2,999 with per-user ZRANK): only a
@@ -356,7 +393,53 @@ async fn redis_commands_per_tick_do_not_grow_with_the_line() -> anyhow::Result<(
         per_tick[1] <= per_tick[0] + 30.0,
         "commands per tick grew with the line: {per_tick:?}"
     );
-    Ok(())
+    gateway.stop().await
+}
+
+/// Waits until the dispatcher has ticked `n` times since `since` (its `/metrics` tick count;
+/// `None`: since now) and returns the count then.
+async fn ticks_after(
+    admin: &reqwest::Client,
+    dispatcher: &usher_testkit::procs::Proc,
+    since: Option<u64>,
+    n: u64,
+) -> anyhow::Result<u64> {
+    let since = match since {
+        Some(c) => c,
+        None => tick_count(admin, dispatcher).await?,
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = tick_count(admin, dispatcher).await?;
+        if c >= since + n {
+            return Ok(c);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the dispatcher ticked {} times in 60 s, not {n}",
+            c - since
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The dispatcher's tick count (`usher_tick_duration_seconds_count` on its `/metrics`).
+async fn tick_count(
+    http: &reqwest::Client,
+    dispatcher: &usher_testkit::procs::Proc,
+) -> anyhow::Result<u64> {
+    let text = http
+        .get(format!("{}/metrics", dispatcher.url()))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("usher_tick_duration_seconds_count "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64)
 }
 
 async fn total_calls(redis: &RedisProbe) -> anyhow::Result<u64> {

@@ -206,8 +206,10 @@ async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is
     let (_redis, store, gw, q, _id) = one_gateway("pipe", 20.0).await?;
     // An admitted place whose record is in Redis: resuming it is a stream that ends at once.
     let client = SseClient::new(gw.url());
+    // The browser stays connected until its place is admitted: a place whose browser the
+    // gateway has already marked away is passed over by the tick (and this one would then
+    // wait on resume instead of ending).
     let (ticket, _, conn) = join(&client, "pipe").await?;
-    drop(conn);
     let lease = take_lease(&store, &q).await?;
     tick_once(&store, &q, &lease).await?;
     let at = now_ms();
@@ -225,6 +227,7 @@ async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is
             )],
         )
         .await?;
+    drop(conn);
     let stream = format!(
         "GET /api/queues/pipe/stream HTTP/1.1\r\nhost: usher\r\nlast-event-id: {ticket}\r\n"
     );
