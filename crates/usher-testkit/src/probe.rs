@@ -100,6 +100,34 @@ impl RedisProbe {
         Ok((at.unwrap_or(0), total.unwrap_or(0)))
     }
 
+    /// The level of `q`'s admission bucket (meta `bucket`: tokens left for passthrough joins
+    /// and the next tick); 0 before its first tick.
+    pub async fn bucket_level(&self, q: &QueueId) -> redis::RedisResult<f64> {
+        let level: Option<f64> = redis::cmd("HGET")
+            .arg(QueueKeys::new(q).meta)
+            .arg("bucket")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(level.unwrap_or(0.0))
+    }
+
+    /// Waits (at most `within`) until a tick of `q` runs after this call, going by the
+    /// dispatcher's clock (meta `bucket_ms`; a passthrough join moves it too, so call it while
+    /// nobody joins `q`). A fixed sleep "longer than a tick" is a guess on a loaded machine.
+    pub async fn next_tick(&self, q: &QueueId, within: std::time::Duration) -> anyhow::Result<()> {
+        let (before, _) = self.last_tick(q).await?;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.last_tick(q).await?.0 > before {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                anyhow::bail!("no tick of {q} within {within:?}");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
         let v: Option<u64> = redis::cmd("MEMORY")

@@ -154,9 +154,17 @@ async fn one_address_cannot_hold_more_places_or_streams_than_its_limits() -> any
         open(&abuser, "q", None).await?.is_retry(),
         "a 4th place was taken"
     );
-    // Disconnected places kept alive by resuming still count.
+    // Disconnected places kept alive by resuming still count. Wait until the gateway has
+    // marked all three away: it gives back a stream's slot as it marks the place.
     conns.clear();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = tokio::time::Instant::now() + T;
+    while stack.queue("q").await?["away"].as_u64() != Some(3) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the three disconnected places were never marked away"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         open(&abuser, "q", None).await?.is_retry(),
         "a place was taken after disconnects"

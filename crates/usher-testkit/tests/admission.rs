@@ -337,7 +337,9 @@ async fn a_sliding_session_is_touched_through_the_layer() -> anyhow::Result<()> 
     stack
         .put_queue(
             "slide",
-            json!({"admit_per_second": 50.0, "session_ttl_seconds": 2, "sliding_session": true,
+            // A TTL of 6 s: the touch below (after 1.1 s, through a JWKS fetch) lands inside
+            // it even on a loaded machine.
+            json!({"admit_per_second": 50.0, "session_ttl_seconds": 6, "sliding_session": true,
                    "max_session_seconds": 30}),
         )
         .await?;

@@ -23,8 +23,8 @@ const N: usize = 40;
 
 type Line = Vec<(String, u64, Watcher)>;
 
-/// A cluster stack with `queue` holding N browsers, then draining at 10/s (four seconds).
-async fn draining(queue: &str) -> anyhow::Result<(Stack<RedisCluster>, Line)> {
+/// A cluster stack with `queue` holding N browsers, then draining at `rate` per second.
+async fn draining(queue: &str, rate: f64) -> anyhow::Result<(Stack<RedisCluster>, Line)> {
     let stack = Stack::<RedisCluster>::launch(StackOptions::default()).await?;
     stack.create_queue(queue, PAUSED).await?;
     let client = SseClient::new(stack.gateway_url(0));
@@ -33,7 +33,7 @@ async fn draining(queue: &str) -> anyhow::Result<(Stack<RedisCluster>, Line)> {
         line.push(join_watch(&client, queue).await?);
     }
     stack
-        .put_queue(queue, json!({"admit_per_second": 10}))
+        .put_queue(queue, json!({"admit_per_second": rate}))
         .await?;
     Ok((stack, line))
 }
@@ -73,7 +73,7 @@ async fn each_admitted_once(
 /// made just before the kill may be made again, which the queue's `admitted_total` shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result<()> {
-    let (mut stack, line) = draining("failover").await?;
+    let (mut stack, line) = draining("failover", 10.0).await?;
     assert!(eventually(Duration::from_secs(10), || admitted(&line) >= 5).await);
     let meta = QueueKeys::new(&QueueId::new("failover")?).meta;
     let old = stack.redis.master_port_of(&meta)?;
@@ -125,7 +125,9 @@ async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result
 /// synchronous: nothing may be lost or repeated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_queue_slot_migrates_mid_drain_without_loss_or_duplicates() -> anyhow::Result<()> {
-    let (stack, line) = draining("moving").await?;
+    // 4/s: the drain lasts about 10 s, longer than the migration's many redis-cli calls take
+    // on a loaded machine, so the slot surely moves mid-drain.
+    let (stack, line) = draining("moving", 4.0).await?;
     assert!(eventually(Duration::from_secs(10), || admitted(&line) >= 5).await);
     let meta = QueueKeys::new(&QueueId::new("moving")?).meta;
     let slot = hash_slot(&meta);

@@ -291,3 +291,42 @@ pub async fn in_pre_queue(
     );
     Ok(browsers)
 }
+
+/// Waits until every live gateway has run one whole heartbeat that began after this call (so
+/// it has seen every queue's epoch and every pending draw's commitment as they are now). A
+/// beat writes the gateway's registry expiry first, then observes the queues; two new expiries
+/// mean the beat between them ran whole. Deterministic where a fixed sleep is a guess.
+pub async fn heartbeats_done(store: &Store) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    let read = || async {
+        let now = now_ms();
+        Ok::<_, anyhow::Error>(
+            store
+                .gateways(now)
+                .await?
+                .into_iter()
+                .filter(|g| g.is_alive(now))
+                .map(|g| (g.index, g.alive_until_ms))
+                .collect::<HashMap<_, _>>(),
+        )
+    };
+    let mut last = read().await?;
+    anyhow::ensure!(!last.is_empty(), "no live gateway");
+    let mut changes: HashMap<u16, u32> = last.keys().map(|k| (*k, 0)).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while changes.values().any(|&n| n < 2) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "gateways' heartbeats in 30 s: {changes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = read().await?;
+        for (i, n) in changes.iter_mut() {
+            if now.get(i) != last.get(i) {
+                *n += 1;
+            }
+        }
+        last = now;
+    }
+    Ok(())
+}

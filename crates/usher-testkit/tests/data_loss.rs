@@ -7,7 +7,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{data, join_watch, place_of, position, queue_view, verify_token, wait_waiting, T};
+use common::{
+    data, heartbeats_done, join_watch, place_of, position, queue_view, verify_token, wait_waiting,
+    T,
+};
 use serde_json::json;
 use usher_core::ids::ServerId;
 use usher_core::store::Store;
@@ -79,6 +82,8 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
     let browsers = join_all(&clients, "show", 30).await?;
     let before: Vec<u64> = browsers.iter().map(|(t, _)| place_of(t)).collect();
     wait_waiting(&d, "show", 30).await?;
+    // Both gateways have seen the queue's epoch: a restore needs the epoch it replaces.
+    heartbeats_done(&Store::connect(&url).await?).await?;
 
     match loss {
         Loss::Flush => flushall(&url).await?,
@@ -210,7 +215,7 @@ async fn places_are_lost_only_when_the_queue_does_not_come_back_in_time() -> any
     let kept = join_all(std::slice::from_ref(&client), "kept", 5).await?;
     let gone = join_all(std::slice::from_ref(&client), "gone", 5).await?;
     wait_waiting(&d, "gone", 5).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await; // the gateway has seen both epochs
+    heartbeats_done(&Store::connect(&url).await?).await?; // the gateway has seen both epochs
 
     flushall(&url).await?;
     tokio::time::sleep(Duration::from_millis(1000)).await;

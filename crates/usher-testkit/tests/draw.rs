@@ -95,7 +95,7 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     // admitted while the others reconnect after the draw.
     let (status, _) = put(&stack, Q, json!({"admit_per_second": 20.0, "paused": true})).await?;
     assert_eq!(status, 201);
-    let opens_at = schedule(&stack, Q, 3000).await?;
+    let opens_at = schedule(&stack, Q, 8000).await?;
 
     // The commitment is public at once; the seed and the entrants are not.
     let (status, before) = record(&stack, 1, Q).await?;
@@ -273,7 +273,7 @@ async fn pre_queue_places_resume_and_leave() -> anyhow::Result<()> {
     const Q: &str = "presale";
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue(Q, 50.0).await?;
-    let opens_at = schedule(&stack, Q, 2500).await?;
+    let opens_at = schedule(&stack, Q, 8000).await?;
     let c = SseClient::new(stack.gateway_url(0));
     let path = format!("/api/queues/{Q}/stream");
 
@@ -408,7 +408,7 @@ async fn a_pending_draw_is_performed_by_the_next_lease_holder() -> anyhow::Resul
     let second = usher_testkit::stack::dispatcher(&redis.url(), 100).await?;
     let r = http
         .put(format!("{}/admin/queues/{Q}", second.url()))
-        .json(&json!({"admit_per_second": 50.0, "opens_at": rfc3339_ms(now_ms() + 2500)}))
+        .json(&json!({"admit_per_second": 50.0, "opens_at": rfc3339_ms(now_ms() + 8000)}))
         .send()
         .await?;
     assert_eq!(r.status().as_u16(), 201);

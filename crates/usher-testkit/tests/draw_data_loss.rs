@@ -15,10 +15,11 @@ mod draw_check;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{in_pre_queue, jwks_at, verify_token, T};
+use common::{heartbeats_done, in_pre_queue, jwks_at, verify_token, T};
 use draw_check::{drawn_order, entrant, python_check};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use usher_core::store::Store;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
@@ -81,8 +82,8 @@ impl Setup {
             .map(|g| SseClient::new(g.url()))
             .collect();
         let browsers = in_pre_queue(clients, Q, N, Duration::from_secs(120)).await?;
-        // A few heartbeats: each gateway has read the commitment its browsers joined.
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // A whole heartbeat each: every gateway has read the commitment its browsers joined.
+        heartbeats_done(&Store::connect(&self.redis.url()).await?).await?;
         Ok(browsers)
     }
 
@@ -94,7 +95,7 @@ impl Setup {
 
     /// The draw record once `ready` holds for it (polled).
     async fn record_when(&self, ready: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let (status, v) = self.record().await?;
             if status == 200 && ready(&v) {
@@ -175,7 +176,7 @@ fn sale_entry(in_ms: u64, seed: Option<&str>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_in_the_queues_file_keeps_the_published_commitment() -> anyhow::Result<()> {
     let seed = hex::encode(Sha256::digest(b"the operator's secret draw seed"));
-    let s = Setup::start(&sale_entry(9000, Some(&seed))).await?;
+    let s = Setup::start(&sale_entry(20_000, Some(&seed))).await?;
     let (status, before) = s.record().await?;
     assert_eq!(status, 200, "{before}");
     let commitment = before["commitment"].as_str().unwrap_or_default().to_owned();
@@ -241,7 +242,7 @@ async fn a_seed_in_the_queues_file_keeps_the_published_commitment() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_seed_the_draw_is_void_and_a_new_one_is_committed() -> anyhow::Result<()> {
-    let s = Setup::start(&sale_entry(9000, None)).await?;
+    let s = Setup::start(&sale_entry(20_000, None)).await?;
     let (_, before) = s.record().await?;
     let voided = before["commitment"].as_str().unwrap_or_default().to_owned();
     assert_eq!(voided.len(), 64, "{before}");

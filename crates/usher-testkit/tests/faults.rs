@@ -336,9 +336,10 @@ async fn a_drained_gateways_browsers_resume_elsewhere_within_the_drain_window() 
         recovery.as_millis()
     );
     assert!(exited_cleanly, "the drained gateway exits with success");
-    // Drain delay (0.2 s) + drain window (2 s) + the browsers' jittered retry (<= 0.45 s).
+    // Drain delay (0.2 s) + drain window (2 s) + the browsers' jittered retry (<= 0.45 s),
+    // and 3 s for 1,000 resumes on a debug gateway sharing a loaded machine with this test.
     assert!(
-        recovery < Duration::from_millis(2200 + 450 + 1500),
+        recovery < Duration::from_millis(2200 + 450 + 3000),
         "resumed within the drain window: {recovery:?}"
     );
     Ok(())

@@ -102,7 +102,8 @@ async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_r
             .await
             .is_ok()
         {
-            admitted = eventually(Duration::from_secs(10), || w.last("admitted").is_some()).await;
+            // 30 s: the gateway's stream reader backs off up to 5 s while Redis is away.
+            admitted = eventually(Duration::from_secs(30), || w.last("admitted").is_some()).await;
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

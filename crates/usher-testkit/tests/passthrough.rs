@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use common::{data, jwks, verify_token, T};
 use serde_json::json;
+use usher_core::ids::QueueId;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::SseClient;
+use usher_testkit::{RedisProbe, SseClient};
 
 /// A tick long enough that an admission by the tick would be seen as `waiting` first.
 const TICK_MS: u64 = 1000;
@@ -31,15 +32,18 @@ async fn first_event(
     Ok((e, conn))
 }
 
-/// Creates `queue` and waits for its first tick (which sets its token bucket up).
+/// Creates (or changes) `queue` and waits for a tick that ran after it (a new queue's first
+/// tick sets its token bucket up; a changed one's applies the change).
 async fn queue_after_a_tick(
     stack: &Stack,
     queue: &str,
     body: serde_json::Value,
 ) -> anyhow::Result<()> {
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
     stack.put_queue(queue, body).await?;
-    tokio::time::sleep(Duration::from_millis(TICK_MS + 300)).await;
-    Ok(())
+    probe
+        .next_tick(&QueueId::new(queue)?, Duration::from_secs(30))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,8 +53,16 @@ async fn a_join_is_admitted_at_once_only_when_nobody_waits() -> anyhow::Result<(
         ..Default::default()
     })
     .await?;
-    // One token per second, a burst of one: the first joiner passes, the next ones queue.
-    queue_after_a_tick(&stack, "pass", json!({"admit_per_second": 1.0})).await?;
+    // One token per 4 s, a burst of one: the first joiner passes, the next ones queue (the
+    // bucket has no token again for 4 s, however slow the first admission's delivery).
+    queue_after_a_tick(&stack, "pass", json!({"admit_per_second": 0.25})).await?;
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    let pass = QueueId::new("pass")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while probe.bucket_level(&pass).await? < 1.0 {
+        anyhow::ensure!(Instant::now() < deadline, "the bucket never held a token");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let client = SseClient::new(stack.gateway_url(0));
     let asked = Instant::now();
     let (first, mut conn) = first_event(&client, "pass").await?;
@@ -119,13 +131,9 @@ async fn passthrough_off_queues_everyone() -> anyhow::Result<()> {
     let (e, mut conn) = first_event(&client, "line").await?;
     assert_eq!(e.event, "waiting", "passthrough off: everyone queues");
     // ... and is admitted by the tick.
-    conn.wait_for("admitted", Duration::from_millis(3 * TICK_MS))
-        .await?;
+    conn.wait_for("admitted", T).await?;
     // Turned on live, without a restart: the next joiner passes.
-    stack
-        .put_queue("line", json!({"passthrough": true}))
-        .await?;
-    tokio::time::sleep(Duration::from_millis(TICK_MS + 300)).await;
+    queue_after_a_tick(&stack, "line", json!({"passthrough": true})).await?;
     let (e, _c) = first_event(&client, "line").await?;
     assert_eq!(e.event, "admitted");
     Ok(())
@@ -142,6 +150,7 @@ async fn a_burst_at_an_empty_queue_never_beats_the_rate() -> anyhow::Result<()> 
     .await?;
     const RATE: f64 = 10.0;
     const N: usize = 1000;
+    let created = Instant::now();
     queue_after_a_tick(&stack, "burst", json!({"admit_per_second": RATE})).await?;
     let client = SseClient::new(stack.gateway_url(0));
     let started = Instant::now();
@@ -181,7 +190,7 @@ async fn a_burst_at_an_empty_queue_never_beats_the_rate() -> anyhow::Result<()> 
     // And the queue's total never beat the rate since its bucket was set up.
     let q = stack.queue("burst").await?;
     let total = q["admitted_total"].as_u64().unwrap_or(0) as f64;
-    let since = secs + (TICK_MS + 300) as f64 / 1000.0 + 0.5;
+    let since = created.elapsed().as_secs_f64() + 0.5;
     assert!(
         total <= RATE + RATE * since,
         "{total} admitted within {since:.1} s at {RATE}/s"
@@ -199,10 +208,7 @@ async fn a_lost_wake_costs_a_tick_not_the_admission() -> anyhow::Result<()> {
         ..Default::default()
     })
     .await?;
-    stack
-        .put_queue("quiet", json!({"admit_per_second": 5.0}))
-        .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    queue_after_a_tick(&stack, "quiet", json!({"admit_per_second": 5.0})).await?;
     let store = Store::connect(&stack.redis.url()).await?;
     let q = usher_core::ids::QueueId::new("quiet")?;
     let now = usher_core::time::now_ms();
@@ -239,7 +245,7 @@ async fn passthrough_admits_nobody_while_a_draw_is_pending() -> anyhow::Result<(
     let (first, _admitted) = first_event(&client, "sale").await?;
     assert_eq!(first.event, "admitted", "passthrough is on: {first:?}");
 
-    let opens_at = rfc3339_ms(now_ms() + 2500);
+    let opens_at = rfc3339_ms(now_ms() + 6000);
     stack
         .put_queue("sale", json!({"opens_at": opens_at}))
         .await?;

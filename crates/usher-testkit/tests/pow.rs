@@ -212,12 +212,13 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
 async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     pow_queue(&stack, "pow").await?;
-    // A gateway whose puzzles live one second, on the same Redis.
+    // A gateway whose puzzles live three seconds, on the same Redis (long enough that a fresh
+    // one is fetched, solved and used in time on a loaded machine).
     let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
-    cfg.challenge_ttl_secs = 1;
+    cfg.challenge_ttl_secs = 3;
     let short = usher_testkit::stack::gateway_with(cfg).await?;
     let stale = solved(&short.url(), "pow").await?;
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     refused(join(&short.url(), "pow", Some(&stale)).await?, "expired").await?;
     assert_eq!(waiting_count(&stack, "pow").await?, 0);
     // A fresh one from the same gateway, used at once, is good.

@@ -73,7 +73,8 @@ async fn a_draining_gateway_is_not_ready() -> anyhow::Result<()> {
     let redis = RedisServer::start()?;
     let env = [
         ("USHER_REDIS_URL", redis.url()),
-        ("USHER_DRAIN_DELAY_MS", "3000".to_owned()),
+        // Long, so a loaded machine sees the 503 well before the listener closes.
+        ("USHER_DRAIN_DELAY_MS", "8000".to_owned()),
         ("USHER_DRAIN_SECS", "1".to_owned()),
     ];
     let mut gateway = Proc::start("usher-gateway", &env).await?;
@@ -83,7 +84,8 @@ async fn a_draining_gateway_is_not_ready() -> anyhow::Result<()> {
     gateway.term()?;
     // The listener stays open for the drain delay, answering readiness checks with 503.
     let mut not_ready = false;
-    for _ in 0..50 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(6);
+    while tokio::time::Instant::now() < deadline {
         if http.get(&readyz).send().await?.status() == 503 {
             not_ready = true;
             break;
@@ -93,7 +95,7 @@ async fn a_draining_gateway_is_not_ready() -> anyhow::Result<()> {
     assert!(not_ready, "a draining gateway answers /readyz with 503");
     assert!(
         gateway
-            .wait_exit(std::time::Duration::from_secs(15))
+            .wait_exit(std::time::Duration::from_secs(30))
             .await?,
         "the gateway exits after its drain"
     );

@@ -147,7 +147,7 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
     let sale = http
         .put(format!("{d}/admin/queues/sale"))
         .json(&json!({"admit_per_second": 50.0, "passthrough": false,
-            "opens_at": rfc3339_ms(now_ms() + 1500)}))
+            "opens_at": rfc3339_ms(now_ms() + 5000)}))
         .send()
         .await?;
     assert!(sale.status().is_success(), "{}", sale.status());

@@ -162,14 +162,16 @@ async fn a_session_past_its_ttl_is_gone_and_a_resume_says_it_ended() -> anyhow::
     stack
         .put_queue(
             "brief",
-            json!({"admit_per_second": 50.0, "session_ttl_seconds": 1}),
+            // 3 s: the first GET after the admission (minting, delivery, a request) must land
+            // inside the session even on a loaded machine.
+            json!({"admit_per_second": 50.0, "session_ttl_seconds": 3}),
         )
         .await?;
     let (ticket, token) = admitted(&stack, "brief").await?;
     let exp = claims(&token)?.exp;
     assert_eq!(get(&stack, &token).await?.status(), 200);
     // Wait out the token's exp (seconds, whole): the dispatcher answers 410 from then on.
-    let deadline = tokio::time::Instant::now() + T;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while get(&stack, &token).await?.status() == 200 {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
@@ -247,20 +249,22 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
     stack
         .put_queue(
             "slide",
-            json!({"admit_per_second": 50.0, "session_ttl_seconds": 2, "sliding_session": true,
-                   "max_session_seconds": 4}),
+            // A TTL of 4 s (touches 0.5 s apart land well inside it even on a loaded machine)
+            // and a cap of 8.
+            json!({"admit_per_second": 50.0, "session_ttl_seconds": 4, "sliding_session": true,
+                   "max_session_seconds": 8}),
         )
         .await?;
     let q = stack.queue("slide").await?;
     assert_eq!(
         (&q["sliding_session"], &q["max_session_seconds"]),
-        (&json!(true), &json!(4))
+        (&json!(true), &json!(8))
     );
     let (_, token) = admitted(&stack, "slide").await?;
     let c = claims(&token)?;
     assert_eq!(
         c.exp - c.iat,
-        4,
+        8,
         "a sliding session's token lasts until its cap"
     );
     let cap_ms = c.exp * 1000;

@@ -51,7 +51,8 @@ async fn join_tick_and_deliver_form_one_linked_trace() -> anyhow::Result<()> {
     let http = usher_testkit::config::admin_client();
     let resp = http
         .put(format!("{}/admin/queues/fast", dispatcher.url()))
-        .json(&json!({"admit_per_second": 50}))
+        // Passthrough off: the join waits and the tick admits it (join → tick → deliver).
+        .json(&json!({"admit_per_second": 50, "passthrough": false}))
         .send()
         .await?;
     assert!(resp.status().is_success(), "PUT queue: {}", resp.status());
