@@ -334,6 +334,64 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
     Ok(())
 }
 
+/// A queue changing hands never gets an admission time earlier than its previous holder's:
+/// a tick planned before the hand-over that reaches the lease only after it (a loaded
+/// machine) is stamped with the time it holds the lease. Here the previous holder stopped
+/// between the calls of a big tick, leaving budget in the bucket for whoever comes next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_tick_after_a_hand_over_never_stamps_an_earlier_time() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use usher_core::store::{PlaceState, Tick};
+    use usher_dispatcher::admission::{Admitter, Settings};
+    const N: u64 = 1500;
+    let (redis, store, q, lease) = queue_on_redis("handover", 25_000.0, "replica-a").await?;
+    let mut places = Vec::new();
+    for _ in 0..N {
+        match probe::join(&store, &q, 7, now_ms()).await? {
+            PlaceState::Waiting { place, .. } => places.push(place),
+            other => panic!("join: {other:?}"),
+        }
+    }
+    // Replica A: one call of its tick (1,000 of a 2,500 budget), then it lets the queue go.
+    let a_at = now_ms();
+    let Tick::Ticked(first) = store
+        .tick(&q, &usher_testkit::tick_args(&lease, a_at))
+        .await?
+    else {
+        panic!("open queue ticks")
+    };
+    assert!(first.more && first.admitted == 1000, "{first:?}");
+    store.release_lease(&q, &lease).await?;
+    // Replica B's tick was planned 50 ms before A's, and gets the lease only now.
+    let settings = Settings {
+        replica: "replica-b".into(),
+        tick: Duration::from_millis(100),
+        lease_ttl: Duration::from_secs(10),
+        exact_positions: 100,
+        redis: usher_core::store::RedisArgs::standalone(redis.url()),
+    };
+    let key = Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
+        &usher_core::token::SigningKey::generate_pem()?,
+    )?);
+    let mut b = Admitter::new(store.clone(), key, settings);
+    let report = b.tick_at(a_at - 50).await?;
+    assert_eq!(report.admitted, N - 1000, "{report:?}");
+    // In line order, no admission time is earlier than the one before it.
+    let mut times = Vec::new();
+    for p in places {
+        match store.status(&q, p, now_ms()).await? {
+            PlaceState::Admitted(rec) => times.push(rec.admitted_at_ms),
+            other => panic!("place {p:?}: {other:?}"),
+        }
+    }
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "admission times went backwards at the hand-over: A at {a_at}, B at {}",
+        times[times.len() - 1]
+    );
+    Ok(())
+}
+
 /// The dispatcher's Redis work per tick does not depend on how many wait: count commands
 /// (INFO commandstats) over the dispatcher's own ticks with a short and a long line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,7 @@ impl QueueTick {
         self.run_traced(q, held).instrument(span).await
     }
 
-    async fn run_traced(self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
+    async fn run_traced(mut self, q: &QueueId, held: Option<Held>) -> Result<Outcome, StoreError> {
         let mut held = match held {
             Some(h) => h,
             None => {
@@ -76,6 +76,12 @@ impl QueueTick {
                 else {
                     return Ok(Outcome::NotHeld);
                 };
+                // Admission times never go backwards at a hand-over. The replica before may
+                // have admitted right up to the moment it released the lease (or the lease
+                // ran out), and that was before now: a tick planned earlier, which reached
+                // its lease late (a loaded machine), is stamped with the time it holds it.
+                // Nothing was minted ahead for a queue just taken over, so no token is lost.
+                self.now = self.now.max(now_ms());
                 tracing::info!(queue = %q, fence = lease.fence, "driving queue");
                 Held {
                     lease,
