@@ -201,7 +201,8 @@ impl<R> Stack<R> {
         let mut urls = vec![self.dispatcher.url()];
         urls.extend(self.gateways.iter().map(Server::url));
         for u in urls {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            // Generous: a debug build starting on a loaded machine; not what any test checks.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {
                 let ok = self
                     .http

@@ -137,9 +137,9 @@ pub async fn one_gateway(
         )
         .await?;
     let gw = stack::gateway(&redis.url()).await?;
-    // The gateway registers itself as it starts.
+    // The gateway registers itself as it starts (30 s: a loaded machine).
     let mut gws = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..600 {
         gws = store.gateways(now_ms()).await?;
         if !gws.is_empty() {
             break;

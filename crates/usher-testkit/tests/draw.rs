@@ -576,7 +576,7 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
     let q = usher_core::ids::QueueId::new(Q)?;
     store.mark_sale(&q, true).await?;
     let mut listed = true;
-    for _ in 0..50 {
+    for _ in 0..300 {
         listed = store.sale_queues().await?.contains(&q);
         if !listed {
             break;

@@ -422,7 +422,7 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
         .await?;
     let lease_key = usher_core::keys::QueueKeys::new(&"handover".parse()?).lease;
     let mut owner = String::new();
-    for _ in 0..100 {
+    for _ in 0..600 {
         let lease: Option<String> = redis::cmd("GET")
             .arg(&lease_key)
             .query_async(&mut conn)
