@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use usher_core::ids::PlaceId;
 use usher_core::ids::QueueId;
 use usher_core::messages::CloseReason;
-use usher_core::store::{Lease, Store};
+use usher_core::store::{Lease, PlaceState, Store};
 use usher_core::time::now_ms;
+use usher_dispatcher::admission::{Admitter, Settings};
 use usher_testkit::probe::{self, RedisProbe};
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
@@ -170,6 +172,38 @@ async fn queue_on_redis(
     Ok((redis, store, q, lease))
 }
 
+/// `n` places at the tail of `q`, taken one by one for gateway 7; their ids in line order.
+async fn line_of(store: &Store, q: &QueueId, n: u64) -> anyhow::Result<Vec<PlaceId>> {
+    let mut places = Vec::new();
+    for _ in 0..n {
+        match probe::join(store, q, 7, now_ms()).await? {
+            PlaceState::Waiting { place, .. } => places.push(place),
+            other => anyhow::bail!("join: {other:?}"),
+        }
+    }
+    Ok(places)
+}
+
+/// A dispatcher replica named `name` on `redis` (100 ms ticks, 10 s leases), with a fresh
+/// signing key, driven by the test one tick at a time.
+fn replica(
+    store: &Store,
+    name: &str,
+    redis: &usher_testkit::RedisServer,
+) -> anyhow::Result<Admitter> {
+    let settings = Settings {
+        replica: name.into(),
+        tick: Duration::from_millis(100),
+        lease_ttl: Duration::from_secs(10),
+        exact_positions: 100,
+        redis: usher_core::store::RedisArgs::standalone(redis.url()),
+    };
+    let key = std::sync::Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
+        &usher_core::token::SigningKey::generate_pem()?,
+    )?);
+    Ok(Admitter::new(store.clone(), key, settings))
+}
+
 /// The calls of one big tick at the Redis level: each admits [`ADMIT_PER_CALL`] places at
 /// most and says whether the tick's budget has more; together they admit exactly the budget,
 /// in line order, and a further call at the same time admits nobody.
@@ -274,25 +308,10 @@ async fn a_long_run_of_dead_gateways_places_is_dropped_in_short_calls() -> anyho
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budget(
 ) -> anyhow::Result<()> {
-    use std::sync::Arc;
-    use usher_core::store::{PlaceState, Tick};
-    use usher_dispatcher::admission::{Admitter, Settings};
+    use usher_core::store::Tick;
     const N: u64 = 3000;
-    let (_redis, store, q, lease) = queue_on_redis("crash", 25_000.0, "replica-a").await?;
-    let mut places = Vec::new();
-    for _ in 0..N {
-        match probe::join(&store, &q, 7, now_ms()).await? {
-            usher_core::store::PlaceState::Waiting { place, .. } => places.push(place),
-            other => panic!("join: {other:?}"),
-        }
-    }
-    let settings = Settings {
-        replica: "replica-a".into(),
-        tick: Duration::from_millis(100),
-        lease_ttl: Duration::from_secs(10),
-        exact_positions: 100,
-        redis: usher_core::store::RedisArgs::standalone(_redis.url()),
-    };
+    let (redis, store, q, lease) = queue_on_redis("crash", 25_000.0, "replica-a").await?;
+    let places = line_of(&store, &q, N).await?;
     // The crashed holder: one call (1,000 of its 2,500), never delivered.
     let crashed_at = now_ms() - 100;
     let Tick::Ticked(first) = store
@@ -307,10 +326,7 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
     );
 
     // The same replica restarted: its next tick (100 ms later: 2,500 more budget).
-    let key = Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
-        &usher_core::token::SigningKey::generate_pem()?,
-    )?);
-    let mut admitter = Admitter::new(store.clone(), key, settings);
+    let mut admitter = replica(&store, "replica-a", &redis)?;
     let report = admitter.tick().await?;
     assert_eq!(report.admitted, N - 1000, "{report:?}");
     assert_eq!(report.delivered, N, "{report:?}");
@@ -340,18 +356,10 @@ async fn a_tick_after_a_crash_delivers_the_leftovers_then_admits_its_whole_budge
 /// between the calls of a big tick, leaving budget in the bucket for whoever comes next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_tick_after_a_hand_over_never_stamps_an_earlier_time() -> anyhow::Result<()> {
-    use std::sync::Arc;
-    use usher_core::store::{PlaceState, Tick};
-    use usher_dispatcher::admission::{Admitter, Settings};
+    use usher_core::store::Tick;
     const N: u64 = 1500;
     let (redis, store, q, lease) = queue_on_redis("handover", 25_000.0, "replica-a").await?;
-    let mut places = Vec::new();
-    for _ in 0..N {
-        match probe::join(&store, &q, 7, now_ms()).await? {
-            PlaceState::Waiting { place, .. } => places.push(place),
-            other => panic!("join: {other:?}"),
-        }
-    }
+    let places = line_of(&store, &q, N).await?;
     // Replica A: one call of its tick (1,000 of a 2,500 budget), then it lets the queue go.
     let a_at = now_ms();
     let Tick::Ticked(first) = store
@@ -363,17 +371,7 @@ async fn a_late_tick_after_a_hand_over_never_stamps_an_earlier_time() -> anyhow:
     assert!(first.more && first.admitted == 1000, "{first:?}");
     store.release_lease(&q, &lease).await?;
     // Replica B's tick was planned 50 ms before A's, and gets the lease only now.
-    let settings = Settings {
-        replica: "replica-b".into(),
-        tick: Duration::from_millis(100),
-        lease_ttl: Duration::from_secs(10),
-        exact_positions: 100,
-        redis: usher_core::store::RedisArgs::standalone(redis.url()),
-    };
-    let key = Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
-        &usher_core::token::SigningKey::generate_pem()?,
-    )?);
-    let mut b = Admitter::new(store.clone(), key, settings);
+    let mut b = replica(&store, "replica-b", &redis)?;
     let report = b.tick_at(a_at - 50).await?;
     assert_eq!(report.admitted, N - 1000, "{report:?}");
     // In line order, no admission time is earlier than the one before it.
