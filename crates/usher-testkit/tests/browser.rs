@@ -29,6 +29,7 @@ const SCENARIOS: [&str; 11] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
+    let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
     let env = [("USHER_REDIS_URL", redis.url())];
@@ -69,8 +70,11 @@ async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
         "sold-out",
         "embedded",
     ] {
-        let path = shots.join(format!("{shot}.png"));
-        assert!(path.exists(), "screenshot {}", path.display());
+        assert!(
+            usher_testkit::tools::screenshot_since(shot, started),
+            "screenshot {}.png of this run",
+            shots.join(shot).display()
+        );
     }
     Ok(())
 }
@@ -108,6 +112,7 @@ impl Controls for FlushControls {
 /// sale), explained in English and Korean before the position shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow::Result<()> {
+    let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
     let dir = tempfile::tempdir()?;
@@ -167,8 +172,11 @@ async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow
         "draw-void",
         "draw-void-korean",
     ] {
-        let path = shots.join(format!("{shot}.png"));
-        assert!(path.exists(), "screenshot {}", path.display());
+        assert!(
+            usher_testkit::tools::screenshot_since(shot, started),
+            "screenshot {}.png of this run",
+            shots.join(shot).display()
+        );
     }
     Ok(())
 }

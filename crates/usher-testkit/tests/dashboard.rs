@@ -187,6 +187,7 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
+    let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
     let d = dispatcher(&redis).await?;
@@ -202,6 +203,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     )?;
     let mut controls = JoinControls {
         gateway: gw.url(),
+        dispatcher: d.url(),
         browsers: Vec::new(),
     };
     let passed = drive(driver, &mut controls, Duration::from_secs(240)).await?;
@@ -210,6 +212,12 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     // The simulated browsers the dashboard watched were all admitted (it resumed the queue
     // and saw nobody waiting before closing it).
     assert_eq!(browsers.len(), 40);
+    // The dashboard saw nobody waiting before it closed the queue; the admissions' delivery
+    // may still be under way.
+    usher_testkit::sse::eventually(Duration::from_secs(30), || {
+        browsers.iter().all(|b| !b.seen().admitted.is_empty())
+    })
+    .await;
     for b in &browsers {
         let seen = b.seen();
         assert!(!seen.positions.is_empty(), "{seen:?}");
@@ -221,8 +229,11 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         "dashboard-confirm",
         "dashboard-paused",
     ] {
-        let path = shots.join(format!("{shot}.png"));
-        assert!(path.exists(), "screenshot {}", path.display());
+        assert!(
+            usher_testkit::tools::screenshot_since(shot, started),
+            "screenshot {}.png of this run",
+            shots.join(shot).display()
+        );
     }
     Ok(())
 }
@@ -230,6 +241,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
 /// `join <queue> <n>`: `n` simulated browsers join `queue` for the dashboard to watch.
 struct JoinControls {
     gateway: String,
+    dispatcher: String,
     browsers: Vec<Browser>,
 }
 
@@ -237,6 +249,15 @@ impl Controls for JoinControls {
     async fn control(&mut self, cmd: &str) -> anyhow::Result<()> {
         let rest = cmd.strip_prefix("join ").context("join <queue> <n>")?;
         let (queue, n) = rest.split_once(' ').context("join <queue> <n>")?;
+        // Passthrough off: every simulated browser waits, and so shows a position, even when
+        // the queue's bucket holds a token by the time they come.
+        reqwest::Client::new()
+            .put(format!("{}/admin/queues/{queue}", self.dispatcher))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({"passthrough": false}))
+            .send()
+            .await?
+            .error_for_status()?;
         for _ in 0..n.parse::<usize>()? {
             self.browsers.push(Browser::spawn(
                 vec![SseClient::new(self.gateway.clone())],

@@ -21,6 +21,7 @@ const SCENARIOS: [&str; 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
+    let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
     let redis_url = ("USHER_REDIS_URL", redis.url());
@@ -54,9 +55,10 @@ async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
         workspace().join("target/pow-figures.txt"),
         figures.join("\n") + "\n",
     )?;
-    assert!(workspace()
-        .join("target/screenshots/pow-challenge.png")
-        .exists());
+    assert!(
+        usher_testkit::tools::screenshot_since("pow-challenge", started),
+        "the challenge's screenshot of this run"
+    );
     Ok(())
 }
 
