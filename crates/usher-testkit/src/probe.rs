@@ -113,13 +113,19 @@ impl RedisProbe {
 
     /// Waits (at most `within`) until a tick of `q` runs after this call, going by the
     /// dispatcher's clock (meta `bucket_ms`; a passthrough join moves it too, so call it while
-    /// nobody joins `q`). A fixed sleep "longer than a tick" is a guess on a loaded machine.
-    pub async fn next_tick(&self, q: &QueueId, within: std::time::Duration) -> anyhow::Result<()> {
+    /// nobody joins `q`), and returns that tick's [`RedisProbe::last_tick`] read. A fixed sleep
+    /// "longer than a tick" is a guess on a loaded machine.
+    pub async fn next_tick(
+        &self,
+        q: &QueueId,
+        within: std::time::Duration,
+    ) -> anyhow::Result<(u64, u64)> {
         let (before, _) = self.last_tick(q).await?;
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if self.last_tick(q).await?.0 > before {
-                return Ok(());
+            let now = self.last_tick(q).await?;
+            if now.0 > before {
+                return Ok(now);
             }
             if tokio::time::Instant::now() > deadline {
                 anyhow::bail!("no tick of {q} within {within:?}");

@@ -43,7 +43,8 @@ async fn queue_after_a_tick(
     stack.put_queue(queue, body).await?;
     probe
         .next_tick(&QueueId::new(queue)?, Duration::from_secs(30))
-        .await
+        .await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
