@@ -2,8 +2,6 @@
 //!
 //! * [`ids`] — validated queue ids and place ids.
 //! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
-//! * [`token`] — Ed25519 entry tokens (JWT, `alg: EdDSA`) and their keys' ids.
-//! * [`keyring`] — the signing key and the verify-only keys, and the JWKS document.
 //! * [`challenge`] — the proof-of-work challenge: the setting, signed puzzles, solutions.
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
@@ -20,7 +18,6 @@ pub mod acl;
 pub mod challenge;
 pub mod draw;
 pub mod ids;
-pub mod keyring;
 pub mod keys;
 pub mod messages;
 pub mod page;
@@ -30,6 +27,5 @@ pub mod secret;
 pub mod store;
 pub mod ticket;
 pub mod time;
-pub mod token;
 
 pub use ids::{PlaceId, QueueId};

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use usher_core::store::{DevSecret, Store, StoreError};
-use usher_core::token::KeyError;
+use usher_mint::token::KeyError;
 
 pub use config::Config;
 

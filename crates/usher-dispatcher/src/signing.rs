@@ -1,9 +1,9 @@
 //! Where the entry-token keys come from: `USHER_JWT_KEY_FILE`, `USHER_JWT_KEY`, or a
 //! development key shared through Redis.
 
-use usher_core::keyring::KeyRing;
 use usher_core::store::{DevSecret, Store};
-use usher_core::token::SigningKey;
+use usher_mint::keyring::KeyRing;
+use usher_mint::token::SigningKey;
 
 use crate::config::Config;
 use crate::Error;

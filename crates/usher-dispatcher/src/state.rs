@@ -8,9 +8,9 @@ use axum::http::{header, HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use usher_core::ids::QueueId;
-use usher_core::keyring::KeyRing;
 use usher_core::store::{OomLog, Store, StoreError};
 use usher_http::ApiError;
+use usher_mint::keyring::KeyRing;
 
 use crate::admin_auth::AdminTokens;
 

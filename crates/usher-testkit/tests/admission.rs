@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use usher_admission::{
     ActiveSession, Admission, Claims as AdmittedClaims, Error, KeyError, SessionStatus, VerifyError,
 };
-use usher_core::token::{Claims, SigningKey};
+use usher_mint::token::{Claims, SigningKey};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};
 

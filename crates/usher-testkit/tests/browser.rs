@@ -132,7 +132,7 @@ async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow
         ),
         (
             "USHER_JWT_KEY",
-            usher_core::token::SigningKey::generate_pem()?,
+            usher_mint::token::SigningKey::generate_pem()?,
         ),
     ];
     let dispatcher = Proc::start("usher-dispatcher", &env).await?;

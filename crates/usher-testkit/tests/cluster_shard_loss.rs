@@ -147,7 +147,7 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
         ));
         env.push((
             "USHER_JWT_KEY",
-            usher_core::token::SigningKey::generate_pem()?,
+            usher_mint::token::SigningKey::generate_pem()?,
         ));
     }
     let d = Proc::start("usher-dispatcher", &env).await?;

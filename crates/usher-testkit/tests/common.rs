@@ -175,7 +175,7 @@ pub async fn admitted(
 }
 
 /// The claims of a token (its signature is checked elsewhere).
-pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
+pub fn claims(token: &str) -> anyhow::Result<usher_mint::token::Claims> {
     use base64::Engine;
     let part = token.split('.').nth(1).unwrap_or_default();
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
@@ -185,15 +185,15 @@ pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
 /// The dispatcher's (development) signing key, to mint tokens it would never mint.
 pub async fn dispatcher_key(
     stack: &usher_testkit::Stack,
-) -> anyhow::Result<usher_core::token::SigningKey> {
+) -> anyhow::Result<usher_mint::token::SigningKey> {
     let store = Store::connect(&stack.redis.url()).await?;
     let pem = store
         .shared_dev_secret(
             usher_core::store::DevSecret::JwtKey,
-            usher_core::token::SigningKey::generate_pem()?,
+            usher_mint::token::SigningKey::generate_pem()?,
         )
         .await?;
-    Ok(usher_core::token::SigningKey::from_pkcs8_pem(&pem)?)
+    Ok(usher_mint::token::SigningKey::from_pkcs8_pem(&pem)?)
 }
 
 /// The whole path against running servers, as a user sees it: creates an open queue `queue`

@@ -67,7 +67,7 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
         ),
         (
             "USHER_JWT_KEY",
-            usher_core::token::SigningKey::generate_pem()?,
+            usher_mint::token::SigningKey::generate_pem()?,
         ),
     ];
     let d = Proc::start("usher-dispatcher", &env).await?;

@@ -58,7 +58,7 @@ impl Setup {
             ),
             (
                 "USHER_JWT_KEY",
-                usher_core::token::SigningKey::generate_pem()?,
+                usher_mint::token::SigningKey::generate_pem()?,
             ),
         ];
         let d = Proc::start("usher-dispatcher", &env).await?;

@@ -8,7 +8,13 @@
 //!   configuration, sets the process up and hands a listener to its crate's `run`; anything
 //!   longer belongs in the library, where tests reach it. (The load tools under `loadtest/` are
 //!   measuring instruments, not services, and are not held to this.)
+//! - A gateway never mints: no path in the crate graph leads from `usher-gateway` to
+//!   `usher-mint` (entry tokens and their signing keys) or to a crate that signs with Ed25519
+//!   or makes JWTs. The graph read is `Cargo.lock`'s, which lists every dependency of every
+//!   package for every target (a gateway's dev-dependencies included): a superset of what the
+//!   gateway binary links, so a path absent there is absent from the binary.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Text that only `usher-core` may contain: key-name literals and script loading.
@@ -76,5 +82,82 @@ fn only_usher_core_names_redis_keys_and_main_files_stay_thin() -> anyhow::Result
     assert!(files.len() > 50, "the scan found the sources");
     assert!(mains >= 3, "the scan found the binaries' main.rs files");
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+    Ok(())
+}
+
+/// Crates a gateway must not reach: usher's minting crate and what signs entry tokens.
+/// (`ring`, which rustls uses for TLS to Redis, can sign too, but knows nothing of usher's
+/// keys; the key formats and the minting code are in these.)
+const MINTING: &[&str] = &["usher-mint", "ed25519-dalek", "ed25519", "jsonwebtoken"];
+
+/// `Cargo.lock`'s graph: each package's name and the names of the packages it depends on.
+fn lock_graph(lock: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut name = None;
+    let mut in_deps = false;
+    for line in lock.lines().map(str::trim) {
+        if line == "[[package]]" {
+            name = None;
+            in_deps = false;
+        } else if let Some(n) = line.strip_prefix("name = ") {
+            let n = n.trim_matches('"').to_owned();
+            graph.entry(n.clone()).or_default();
+            name = Some(n);
+        } else if line.starts_with("dependencies = [") {
+            in_deps = !line.ends_with(']');
+        } else if in_deps && line == "]" {
+            in_deps = false;
+        } else if in_deps {
+            // `"name"` or `"name version"` (when two versions of a crate are locked).
+            let dep = line.trim_end_matches(',').trim_matches('"');
+            let dep = dep.split(' ').next().unwrap_or(dep).to_owned();
+            if let Some(n) = &name {
+                graph.entry(n.clone()).or_default().insert(dep);
+            }
+        }
+    }
+    graph
+}
+
+/// The packages `from` reaches, each with the path that reaches it.
+fn reachable(graph: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeMap<String, String> {
+    let mut seen = BTreeMap::from([(from.to_owned(), from.to_owned())]);
+    let mut todo = vec![from.to_owned()];
+    while let Some(p) = todo.pop() {
+        let path = seen[&p].clone();
+        for d in graph.get(&p).into_iter().flatten() {
+            if !seen.contains_key(d) {
+                seen.insert(d.clone(), format!("{path} -> {d}"));
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn gateway_cannot_link_minting_code() -> anyhow::Result<()> {
+    let lock = std::fs::read_to_string(workspace_root().join("Cargo.lock"))?;
+    let graph = lock_graph(&lock);
+    let gateway = reachable(&graph, "usher-gateway");
+    assert!(
+        gateway.contains_key("usher-core") && gateway.contains_key("redis"),
+        "the graph was read: the gateway reaches usher-core and redis"
+    );
+    let dispatcher = reachable(&graph, "usher-dispatcher");
+    assert!(
+        dispatcher.contains_key("usher-mint") && dispatcher.contains_key("ed25519-dalek"),
+        "the dispatcher mints, through usher-mint"
+    );
+    let paths: Vec<&String> = MINTING.iter().filter_map(|c| gateway.get(*c)).collect();
+    assert!(
+        paths.is_empty(),
+        "usher-gateway can link minting code:\n{}",
+        paths
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     Ok(())
 }

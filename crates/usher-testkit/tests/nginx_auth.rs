@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use common::{admitted, claims, dispatcher_key};
 use reqwest::Response;
 use serde_json::{json, Value};
-use usher_core::token::{Claims, SigningKey};
+use usher_mint::token::{Claims, SigningKey};
 use usher_testkit::nginx::{deploy_config, substitute, Nginx};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};

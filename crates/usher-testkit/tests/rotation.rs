@@ -9,7 +9,7 @@ use std::path::Path;
 use common::{data, jwks_at, verify_token, T};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePublicKey};
 use serde_json::json;
-use usher_core::token::SigningKey;
+use usher_mint::token::SigningKey;
 use usher_testkit::procs::Proc;
 use usher_testkit::{stack, RedisServer, SseClient};
 

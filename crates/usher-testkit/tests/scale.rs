@@ -198,8 +198,8 @@ fn replica(
         exact_positions: 100,
         redis: usher_core::store::RedisArgs::standalone(redis.url()),
     };
-    let key = std::sync::Arc::new(usher_core::token::SigningKey::from_pkcs8_pem(
-        &usher_core::token::SigningKey::generate_pem()?,
+    let key = std::sync::Arc::new(usher_mint::token::SigningKey::from_pkcs8_pem(
+        &usher_mint::token::SigningKey::generate_pem()?,
     )?);
     Ok(Admitter::new(store.clone(), key, settings))
 }

@@ -11,7 +11,7 @@ use reqwest::{Method, Response};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use usher_core::token::{Claims, SigningKey};
+use usher_mint::token::{Claims, SigningKey};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
 

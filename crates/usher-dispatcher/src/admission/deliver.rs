@@ -15,7 +15,7 @@ use usher_core::store::{
     GatewayInfo, Lease, OutboxEntry, OutboxList, Store, StoreError, Tick, TickArgs, TickOutcome,
     TokenRecord,
 };
-use usher_core::token::SigningKey;
+use usher_mint::token::SigningKey;
 
 use super::gateways::{in_messages, live_at};
 use super::schedule::sleep_until_ms;

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use usher_core::ids::QueueId;
 use usher_core::store::{Lease, OutboxList, Store, StoreError, Wakes};
 use usher_core::time::now_ms;
-use usher_core::token::SigningKey;
+use usher_mint::token::SigningKey;
 
 use super::deliver::{Courier, Delivery};
 

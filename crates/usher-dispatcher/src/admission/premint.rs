@@ -7,7 +7,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::{GatewayInfo, Store, MAX_ADMIT_PER_TICK};
 use usher_core::time::now_ms;
-use usher_core::token::{Claims, SigningKey};
+use usher_mint::token::{Claims, SigningKey};
 
 use super::gateways::{in_messages, live_at};
 use super::schedule::sleep_until_ms;

@@ -12,7 +12,7 @@ use usher_core::store::{
     GatewayInfo, Lease, OutboxList, RatePolicy, Store, StoreError, Tick, TickArgs, TickOutcome,
 };
 use usher_core::time::now_ms;
-use usher_core::token::SigningKey;
+use usher_mint::token::SigningKey;
 
 use super::deliver::{Courier, Delivery};
 use super::draw::AfterDraw;

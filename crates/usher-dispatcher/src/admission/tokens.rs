@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::OutboxEntry;
-use usher_core::token::SigningKey;
+use usher_mint::token::SigningKey;
 
 use super::premint::{mint_many, Batches, Minting, Pre, Premint};
 

@@ -1,6 +1,6 @@
 //! How fast entry tokens are minted on this machine:
-//! `cargo run --release -p usher-core --example mint_speed`.
-use usher_core::token::{Claims, SigningKey};
+//! `cargo run --release -p usher-mint --example mint_speed`.
+use usher_mint::token::{Claims, SigningKey};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let key = SigningKey::from_pkcs8_pem(&SigningKey::generate_pem()?)?;
