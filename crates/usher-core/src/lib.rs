@@ -1,31 +1,31 @@
-//! usher-core: the model every usher process shares.
+//! usher-core: ids, messages, the Redis key schema, the Lua scripts, the store, and the types
+//! the store itself reads and writes. Nothing here signs an entry token (that is
+//! `usher-mint`'s, which a gateway cannot link) or serves HTTP.
 //!
-//! * [`ids`] — validated queue ids and place ids.
-//! * [`ticket`] — the signed, URL-safe ticket a browser holds for its place.
-//! * [`challenge`] — the proof-of-work challenge: the setting, signed puzzles, solutions.
-//! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
+//! * [`ids`] — validated queue ids, place ids and server ids.
 //! * [`messages`] — what the dispatcher writes to gateway streams and what browsers receive.
-//! * [`page`] — a queue's waiting-room page settings (booking URL, embedding origin, title,
-//!   logo) and their checks.
+//! * [`keys`] — the Redis key schema: every key name of a queue, of a gateway, of the system.
+//! * [`store`] — every Redis operation, over the scripts in `src/lua/`: the only code that
+//!   knows key names and Lua.
+//! * [`challenge`] — a queue's proof-of-work setting, why a join was refused, and the checked
+//!   proof the join script spends (the puzzles themselves are `usher-pow`'s).
+//! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
+//! * [`page_settings`] — a queue's waiting-room page settings (booking URL, embedding origin,
+//!   title, logo) and their checks.
 //! * [`policy`] — the adaptive rate and why a queue admits at its rate.
-//! * [`position`] — turning a queue `state` snapshot into each browser's position.
-//! * [`store`] — the only place that knows Redis key names and Lua scripts.
+//! * [`time`] — wall-clock milliseconds and RFC 3339 text.
 //!
 //! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
-pub mod acl;
 pub mod challenge;
 pub mod draw;
 pub mod ids;
 pub mod keys;
 pub mod messages;
-pub mod page;
+pub mod page_settings;
 pub mod policy;
-pub mod position;
-pub mod secret;
 pub mod store;
-pub mod ticket;
 pub mod time;
 
 pub use ids::{PlaceId, QueueId};

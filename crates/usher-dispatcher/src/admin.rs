@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
-use usher_core::page::PageSettings;
+use usher_core::page_settings::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
 use usher_core::store::{QueueConfig, QueueStats};
 use usher_core::time::now_ms;

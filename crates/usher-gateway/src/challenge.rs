@@ -2,7 +2,7 @@
 //! signed puzzles, and checking a join's solution before Redis is asked anything.
 //!
 //! Every check that needs no Redis happens here: the MAC, the queue, the expiry and the hash
-//! ([`usher_core::challenge::check_solution`]). Only a solution that passes them reaches the
+//! ([`usher_pow::check_solution`]). Only a solution that passes them reaches the
 //! join script, which spends it (one solution, one place) and checks the queue's current
 //! difficulty. The queue's setting is cached for [`SETTING_TTL`], so a flood of joins for a
 //! proof-of-work queue costs one `HMGET` a second, not one per join.
@@ -11,13 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use usher_core::challenge::{
-    check_solution, Challenge, ChallengeEvent, ChallengeSecret, Proof, Puzzle, Refusal,
-    DEFAULT_POW_DIFFICULTY,
-};
+use usher_core::challenge::{Challenge, ChallengeEvent, Proof, Refusal, DEFAULT_POW_DIFFICULTY};
 use usher_core::ids::QueueId;
 use usher_core::store::{ChallengeSetting, Store, StoreError};
 use usher_core::time::{now_ms, rfc3339_ms};
+use usher_pow::{check_solution, ChallengeSecret, Puzzle};
 
 /// How long a queue's challenge setting is used before it is read again: an operator's change
 /// reaches every gateway within this (the join script applies it at once).

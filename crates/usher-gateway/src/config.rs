@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use crate::ticket::{TicketKey, TicketKeyError};
 use clap::Parser;
-use usher_core::challenge::{ChallengeSecret, ShortSecret};
 use usher_core::ids::ServerId;
-use usher_core::secret::{SecretError, TicketKey};
 use usher_core::store::RedisArgs;
+use usher_pow::{ChallengeSecret, ShortSecret};
 use usher_runtime::LogFormat;
 
 /// usher SSE gateway — holds browsers in line and tells them when it is their turn.
@@ -186,7 +186,7 @@ const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
 const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
 const TRUSTED_PROXY_HOPS: RangeInclusive<u64> = 0..=16;
 const TIMEOUT_SECS: RangeInclusive<u64> = 1..=300;
-const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=usher_core::challenge::MAX_PUZZLE_TTL_SECS;
+const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=usher_pow::MAX_PUZZLE_TTL_SECS;
 
 /// A configuration that cannot work. Each error names the variable and its bad value (a
 /// secret's length only).
@@ -200,7 +200,7 @@ pub enum ConfigError {
         max: u64,
     },
     #[error("USHER_TICKET_KEY: {0}")]
-    TicketKey(#[from] SecretError),
+    TicketKey(#[from] TicketKeyError),
     #[error("USHER_CHALLENGE_SECRET: {0}")]
     ChallengeSecret(#[from] ShortSecret),
 }

@@ -2,12 +2,12 @@
 //! that produce them. Shared by the stream ([`crate::server`]) and the other routes
 //! ([`crate::routes`]), so the same request gets the same answer on either.
 
+use crate::ticket::Ticket;
+use crate::ticket::TicketKey;
 use axum::http::StatusCode;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::CloseReason;
-use usher_core::secret::TicketKey;
 use usher_core::store::{OomLog, StoreError};
-use usher_core::ticket::Ticket;
 use usher_http::ApiError;
 
 use crate::metrics;

@@ -6,11 +6,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::ticket::TicketKey;
 use tokio_util::sync::CancellationToken;
 use usher_core::challenge::Proof;
 use usher_core::ids::{PlaceId, QueueId, ServerId};
 use usher_core::messages::{CloseReason, StreamMessage};
-use usher_core::secret::TicketKey;
 use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 

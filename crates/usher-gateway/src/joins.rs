@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::ticket::Ticket;
+use crate::ticket::TicketKey;
 use tokio::sync::oneshot;
 use usher_core::challenge::{Proof, Refusal};
 use usher_core::draw::EntrantHash;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::secret::TicketKey;
 use usher_core::store::{JoinBatch, Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
-use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 
 use crate::away::Away;

@@ -3,6 +3,9 @@
 //! Modules, each importing only those listed before it (no cycles):
 //!
 //! * [`config`] — flags and `USHER_*` environment variables, and their validation.
+//! * `ticket` — the signed ticket a browser holds for its place, and the key every gateway
+//!   shares to sign it.
+//! * [`position`] — a browser's position read off the dispatcher's `state` snapshot.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
 //! * `client` — who a client is: its address (socket, PROXY protocol, trusted
@@ -30,6 +33,8 @@
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
 pub mod config;
+pub mod position;
+mod ticket;
 
 mod away;
 mod challenge;
@@ -58,12 +63,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ticket::{TicketKey, TicketKeyError};
 use tokio::net::TcpListener;
-use usher_core::challenge::ChallengeSecret;
 use usher_core::ids::ServerId;
-use usher_core::secret::{SecretError, TicketKey};
 use usher_core::store::{DevSecret, Store, StoreError};
 use usher_core::time::now_ms;
+use usher_pow::ChallengeSecret;
 
 pub use config::{Config, ConfigError};
 
@@ -77,7 +82,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("USHER_TICKET_KEY: {0}")]
-    TicketKey(#[from] SecretError),
+    TicketKey(#[from] TicketKeyError),
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]

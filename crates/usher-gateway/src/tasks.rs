@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::ticket::Ticket;
 use tokio::time::MissedTickBehavior;
 use usher_core::draw::{EntrantHash, VoidReason};
 use usher_core::ids::{PlaceId, QueueId};
@@ -12,7 +13,6 @@ use usher_core::store::{
     DevSecret, DrawPhase, GatewayConnections, Interest, PreQueueFate, PreRestore, Restore,
     SeenDraw, StoreError,
 };
-use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 
 use crate::frames::event_frame;

@@ -2,8 +2,10 @@
 //! client that reads streams the way a browser's `EventSource` does, and the Redis operations
 //! only tests and benchmarks need ([`probe`]), the browser tools the page's tests drive
 //! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
-//! ([`otlp`]), and what the API description test needs ([`openapi`]).
+//! ([`otlp`]), what the API description test needs ([`openapi`]), and the least Redis ACL each
+//! binary needs ([`acl`]).
 
+pub mod acl;
 pub mod browser;
 pub mod config;
 pub mod nginx;

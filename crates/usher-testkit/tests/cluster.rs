@@ -37,10 +37,10 @@ async fn queues_spread_over_the_masters_and_each_admits() -> anyhow::Result<()> 
 }
 
 /// On a cluster, each binary runs as an ACL user with its README list plus
-/// `usher_core::acl::CLUSTER_EXTRA` (the slot map), set on every node; no node logs a denial.
+/// `usher_testkit::acl::CLUSTER_EXTRA` (the slot map), set on every node; no node logs a denial.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_users_work_on_a_cluster_with_the_slot_map_rule() -> anyhow::Result<()> {
-    use usher_core::acl::{Component, CLUSTER_EXTRA};
+    use usher_testkit::acl::{Component, CLUSTER_EXTRA};
     use usher_testkit::stack;
 
     const PASSWORD: &str = "cluster-acl-password";

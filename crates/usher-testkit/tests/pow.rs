@@ -8,7 +8,7 @@ mod common;
 use common::{data, jwks, verify_token, T};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use usher_core::challenge::{leading_zero_bits, solve};
+use usher_pow::{leading_zero_bits, solve};
 use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -1,5 +1,5 @@
 //! Redis ACL users: each real binary runs as a user restricted to exactly the commands and
-//! key patterns `usher_core::acl` lists for it (the lists README prints), through the paths a
+//! key patterns `usher_testkit::acl` lists for it (the lists README prints), through the paths a
 //! sale takes (a scheduled sale's draw included); Redis' own `ACL LOG` must then hold no
 //! denial. The gateway's user cannot read the dispatcher's signing key.
 
@@ -9,9 +9,9 @@ use common::{join, join_and_admit, T};
 use std::time::Duration;
 
 use serde_json::json;
-use usher_core::acl::Component;
 use usher_core::keys;
 use usher_core::time::{now_ms, rfc3339_ms};
+use usher_testkit::acl::Component;
 use usher_testkit::procs::Proc;
 use usher_testkit::{RedisServer, SseClient};
 
@@ -199,7 +199,7 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
 }
 
 /// README's "Running on managed Redis" prints each binary's `ACL SETUSER` line exactly as
-/// `usher_core::acl` defines it.
+/// `usher_testkit::acl` defines it.
 #[test]
 fn readme_prints_the_acl_each_binary_needs() -> anyhow::Result<()> {
     let readme = std::fs::read_to_string(

@@ -537,7 +537,7 @@ async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
 async fn snapshot_positions_are_exact_then_within_one_percent() -> anyhow::Result<()> {
     use rand::{Rng, SeedableRng};
     use usher_core::messages::QueueState;
-    use usher_core::position::Standing;
+    use usher_gateway::position::{Standing, Standings};
 
     let redis = usher_testkit::RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;

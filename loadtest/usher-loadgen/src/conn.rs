@@ -278,7 +278,7 @@ async fn solve(rec: &Recorder, st: &mut State) {
     let Some(c) = st.challenge.take() else { return };
     let puzzle = c.puzzle;
     let solved = tokio::task::spawn_blocking(move || {
-        let (nonce, hashes) = usher_core::challenge::solve(&puzzle, c.difficulty, 0);
+        let (nonce, hashes) = usher_pow::solve(&puzzle, c.difficulty, 0);
         (format!("{puzzle}.{nonce}"), hashes)
     })
     .await;

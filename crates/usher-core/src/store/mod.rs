@@ -6,7 +6,8 @@
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
-//! * `page` — a queue's waiting-room page settings (the admin API writes, gateways read);
+//! * `queue_meta` — a queue's page and proof-of-work settings (the admin API writes the page's,
+//!   gateways read both);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
 //!   session API for booking services);
 //! * `draw` — a scheduled sale: its schedule, entrant hashes, the draw and its record;
@@ -30,7 +31,6 @@ use crate::keys;
 
 mod admin;
 mod audit;
-mod challenge;
 mod connection;
 mod decode;
 mod dispatch;
@@ -40,9 +40,9 @@ mod draw_run;
 mod gateway_load;
 mod gateways;
 mod oom;
-mod page;
 mod places;
 mod policy;
+mod queue_meta;
 mod recovery;
 mod reply;
 mod scripts;
@@ -53,7 +53,6 @@ mod timed;
 
 pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
-pub use challenge::ChallengeSetting;
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
@@ -65,9 +64,9 @@ pub use draw_run::{DrawOutcome, DrawPrep, DrawStep, DueDraw, DRAW_STEP};
 pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use oom::OomLog;
-pub use page::QueuePage;
 pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::{RatePolicy, Wakes};
+pub use queue_meta::{ChallengeSetting, QueuePage};
 pub use recovery::{Restore, RESTORE_BATCH};
 pub use reply::PowVerdict;
 pub use sessions::SessionState;

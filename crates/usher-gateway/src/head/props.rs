@@ -2,10 +2,10 @@
 //! request-head parser or the ticket parser, and every answer they lead to is a well-formed
 //! HTTP response (parsed back with `httparse`).
 
+use crate::ticket::Ticket;
+use crate::ticket::TicketKey;
 use proptest::prelude::*;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::secret::TicketKey;
-use usher_core::ticket::Ticket;
 use usher_http::ApiError;
 
 use super::*;

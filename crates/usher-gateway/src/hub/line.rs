@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::position::{Standing, Standings};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, QueueState, WaitingEvent};
-use usher_core::position::Standing;
 
 use super::slots::Slot;
 use super::{Attached, Hub};

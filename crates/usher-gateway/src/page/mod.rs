@@ -17,7 +17,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use usher_core::ids::QueueId;
-use usher_core::page::PageSettings;
+use usher_core::page_settings::PageSettings;
 use usher_core::store::QueuePage;
 use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;

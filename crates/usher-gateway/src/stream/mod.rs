@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ticket::Ticket;
 use tokio::sync::watch;
 use tracing::Instrument;
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{PlaceState, StoreError};
-use usher_core::ticket::Ticket;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;

@@ -39,7 +39,7 @@ fn hash_for(d: Duration, seed: usize) -> u64 {
     let mut i = 0u64;
     while start.elapsed() < d {
         let puzzle = format!("2.bench.{seed}.{i}.AAAAAAAAAAAAAAAA.BBBBBBBBBBBBBBBBBBBBBB");
-        hashes += usher_core::challenge::solve(&puzzle, 16, 0).1;
+        hashes += usher_pow::solve(&puzzle, 16, 0).1;
         i += 1;
     }
     hashes

@@ -4,7 +4,7 @@
 //! prints these lists; `tests/redis_acl.rs` runs each binary as a user restricted to exactly
 //! its list and checks Redis denied nothing.
 //!
-//! Read together with [`crate::keys`]: a new command or key in the store belongs here too.
+//! Read together with [`usher_core::keys`]: a new command or key in the store belongs here too.
 
 /// A binary that talks to Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

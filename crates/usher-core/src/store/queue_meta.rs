@@ -1,11 +1,14 @@
-//! A queue's waiting-room page settings, kept in its `meta` hash next to its config (the
-//! dispatcher's admin API writes them; gateways read them to serve `GET /q/{queue}`).
+//! What a gateway reads of a queue's settings, each from the queue's `meta` hash in one
+//! `HMGET`: its waiting-room page settings (the dispatcher's admin API writes them; gateways
+//! read them to serve `GET /q/{queue}`) and its proof-of-work setting (gateways read it to
+//! issue and check puzzles; the join script reads it again, and is the authority).
 
 use super::{Result, Store};
+use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
 use crate::messages::CloseReason;
-use crate::page::PageSettings;
+use crate::page_settings::PageSettings;
 
 /// The `meta` fields of [`PageSettings`], in field order.
 const FIELDS: [&str; 4] = [
@@ -85,5 +88,32 @@ impl Store {
         }
         let _: () = pipe.query_async(&mut self.c()).await?;
         Ok(())
+    }
+}
+
+/// What a queue asks of a join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChallengeSetting {
+    pub challenge: Challenge,
+    /// Leading zero bits (meaningful with [`Challenge::Pow`]).
+    pub difficulty: u8,
+}
+
+impl Store {
+    /// `q`'s challenge setting; `None` for a queue never configured (one `HMGET`).
+    pub async fn challenge_setting(&self, q: &QueueId) -> Result<Option<ChallengeSetting>> {
+        let k = QueueKeys::new(q);
+        let (open, challenge, difficulty): (Option<String>, Option<String>, Option<u8>) =
+            redis::cmd("HMGET")
+                .arg(&k.meta)
+                .arg("open")
+                .arg("challenge")
+                .arg("pow_difficulty")
+                .query_async(&mut self.c())
+                .await?;
+        Ok(open.map(|_| ChallengeSetting {
+            challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
+            difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
+        }))
     }
 }

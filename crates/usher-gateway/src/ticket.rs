@@ -4,14 +4,56 @@
 //! decimal, the MAC is unpadded base64url), readable in logs, and signed with HMAC-SHA256 under
 //! the key all gateways share, so any gateway can check a ticket another one issued. It is the
 //! SSE event id, so `EventSource` sends it back by itself as `Last-Event-ID` when it reconnects.
+//!
+//! [`TicketKey`], the key, lives here too: only gateways hold it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
+use rand::RngCore;
 use sha2::Sha256;
 
-use crate::ids::{PlaceId, QueueId};
-use crate::secret::TicketKey;
+use usher_core::ids::{PlaceId, QueueId};
+
+/// Shortest accepted ticket key, in bytes.
+pub const MIN_TICKET_KEY_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TicketKeyError {
+    #[error("the ticket key must be at least {MIN_TICKET_KEY_LEN} bytes long (got {0})")]
+    TooShort(usize),
+}
+
+/// The HMAC key every gateway shares to sign and check tickets. Its `Debug` never prints it.
+#[derive(Clone)]
+pub struct TicketKey(Vec<u8>);
+
+impl TicketKey {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, TicketKeyError> {
+        let bytes = bytes.into();
+        if bytes.len() < MIN_TICKET_KEY_LEN {
+            return Err(TicketKeyError::TooShort(bytes.len()));
+        }
+        Ok(Self(bytes))
+    }
+
+    /// A fresh random key, hex encoded (64 characters) so it can be stored and configured as text.
+    pub fn generate_hex() -> String {
+        let mut b = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut b);
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for TicketKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TicketKey(<redacted>)")
+    }
+}
 
 /// MAC bytes kept (128 bits).
 const MAC_LEN: usize = 16;

@@ -6,7 +6,7 @@
 //! exact window or on a sample, by linear interpolation between two samples otherwise. The true
 //! position lies between the two samples' positions, so the error is below the gap, i.e. ≤ 1%.
 
-use crate::messages::QueueState;
+use usher_core::messages::QueueState;
 
 /// Where a place stands according to a snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +19,15 @@ pub enum Standing {
     Unknown,
 }
 
-impl QueueState {
+/// Reading positions off a snapshot: a trait, since [`QueueState`] is `usher-core`'s and the
+/// reading is the gateway's.
+pub trait Standings {
     /// The position of `place` in this snapshot.
-    pub fn standing(&self, place: u64) -> Standing {
+    fn standing(&self, place: u64) -> Standing;
+}
+
+impl Standings for QueueState {
+    fn standing(&self, place: u64) -> Standing {
         // Exact window. A place below a run's start that no earlier run covers is a hole.
         let mut before = 0u64;
         for &(first, count) in &self.runs {
@@ -90,7 +96,7 @@ mod tests {
             waiting: w,
             runs,
             samples,
-            ..QueueState::empty(crate::ids::QueueId::new("q").expect("valid"))
+            ..QueueState::empty(usher_core::ids::QueueId::new("q").expect("valid"))
         }
     }
 
