@@ -233,6 +233,35 @@ pub fn hash_slot(key: &str) -> u16 {
     crc % 16384
 }
 
+/// The key patterns (`~pattern`) and channels (`&channel`) the dispatcher touches, in Redis
+/// ACL syntax: a least-privilege user's keys. The commands each binary sends are listed with
+/// them in `usher_testkit::acl`, which README prints and `tests/redis_acl.rs` runs each
+/// binary under. A new key of the dispatcher's belongs here too.
+pub const DISPATCHER_ACL_KEYS: &[&str] = &[
+    "~usher:{q:*}:*",
+    "~usher:queues",
+    "~usher:draws",
+    "~usher:dispatchers",
+    "~usher:{gw}:*",
+    "~usher:{gw:*}:stream",
+    "~usher:{be:*}:load",
+    "~usher:audit",
+    "~usher:dev:jwt-key",
+    "~usher:dev:admin-token",
+    "&usher:wake",
+];
+
+/// The key patterns and channels a gateway touches (see [`DISPATCHER_ACL_KEYS`]). It never
+/// reads the dispatchers' keys (the development signing key included).
+pub const GATEWAY_ACL_KEYS: &[&str] = &[
+    "~usher:{q:*}:*",
+    "~usher:{gw}:*",
+    "~usher:{gw:*}:stream",
+    "~usher:dev:ticket-key",
+    "~usher:challenge-secret",
+    "&usher:wake",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,10 @@
 //! prints these lists; `tests/redis_acl.rs` runs each binary as a user restricted to exactly
 //! its list and checks Redis denied nothing.
 //!
-//! Read together with [`usher_core::keys`]: a new command or key in the store belongs here too.
+//! Read together with [`usher_core::keys`]: a new command in the store belongs here too, and a
+//! new key in `keys::DISPATCHER_ACL_KEYS` or `keys::GATEWAY_ACL_KEYS`.
+
+use usher_core::keys;
 
 /// A binary that talks to Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +27,14 @@ impl Component {
     }
 
     /// Its ACL rules, in `ACL SETUSER` syntax: commands (`+cmd`, `+cmd|subcommand`), then
-    /// key patterns (`~pattern`).
-    pub fn rules(self) -> &'static [&'static str] {
-        match self {
-            Component::Dispatcher => DISPATCHER,
-            Component::Gateway => GATEWAY,
-        }
+    /// key patterns (`~pattern`) and channels (`&channel`), which `usher_core::keys` lists
+    /// (only `usher-core` names keys).
+    pub fn rules(self) -> Vec<&'static str> {
+        let (commands, keys) = match self {
+            Component::Dispatcher => (DISPATCHER, keys::DISPATCHER_ACL_KEYS),
+            Component::Gateway => (GATEWAY, keys::GATEWAY_ACL_KEYS),
+        };
+        commands.iter().chain(keys).copied().collect()
     }
 
     /// The whole `ACL SETUSER` line for user `user` with password `password`.
@@ -91,17 +96,6 @@ const DISPATCHER: &[&str] = &[
     "+xadd",
     "+xrevrange",
     "+subscribe",
-    "~usher:{q:*}:*",
-    "~usher:queues",
-    "~usher:draws",
-    "~usher:dispatchers",
-    "~usher:{gw}:*",
-    "~usher:{gw:*}:stream",
-    "~usher:{be:*}:load",
-    "~usher:audit",
-    "~usher:dev:jwt-key",
-    "~usher:dev:admin-token",
-    "&usher:wake",
 ];
 
 /// The gateway: joins, resumes, status, leaves, away marks, its own registry entry and
@@ -142,10 +136,4 @@ const GATEWAY: &[&str] = &[
     "+xinfo|groups",
     "+xlen",
     "+zremrangebyscore",
-    "~usher:{q:*}:*",
-    "~usher:{gw}:*",
-    "~usher:{gw:*}:stream",
-    "~usher:dev:ticket-key",
-    "~usher:challenge-secret",
-    "&usher:wake",
 ];
