@@ -131,7 +131,7 @@ pub enum ConfigError {
     )]
     NoAdminToken,
     #[error("USHER_ADMIN_TOKEN: {0}")]
-    BadAdminToken(#[from] crate::admin_auth::TokenSpecError),
+    BadAdminToken(#[from] crate::admin::auth::TokenSpecError),
 }
 
 impl Config {
@@ -150,7 +150,7 @@ impl Config {
         match self.admin_token.as_deref() {
             Some(t) if t.trim().is_empty() => return Err(ConfigError::EmptyAdminToken),
             Some(t) => {
-                crate::admin_auth::AdminTokens::parse(t)?;
+                crate::admin::auth::AdminTokens::parse(t)?;
             }
             None if !self.dev => return Err(ConfigError::NoAdminToken),
             None => {}

@@ -1,41 +1,35 @@
 //! usher-dispatcher: admission at a controlled rate, entry tokens, the admin API and JWKS.
 //!
 //! * [`config`] — flags and `USHER_*` environment variables.
-//! * [`signing`] — where the entry-token keys come from.
-//! * [`admission`] — the tick loop.
-//! * [`admin`] — the admin API's queue handlers and the JWKS.
-//! * [`admin_auth`] — the admin tokens and their labels; `audit` — the trail of admin changes.
-//! * [`queues_file`] — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
-//! * [`sessions`] — the session API booking services call with an entry token.
-//! * [`dashboard`] — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
-//! * [`gateway_list`] — `GET /admin/gateways`: the registered gateways and their queues.
-//! * `schedule` — `opens_at` in the admin API: a scheduled sale and its seed.
-//! * [`backends`] — booking backends' load reports, which adaptive queues follow.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
-//! * [`openapi`] — the API description (`GET /openapi.json`): its frame and `admin`'s route
-//!   descriptions; the router's table makes the rest.
-//! * [`routes`] — every route, in the one table that serves and describes them.
+//! * `dev_secrets` — development secrets shared through Redis, written back after a loss.
+//! * `keys` — where the entry-token keys come from, and the JWKS that publishes them.
+//! * [`tick`] — the tick loop: each queue this replica leads admits at its rate, its tokens
+//!   minted and delivered to the gateways.
+//! * `state` — what every HTTP handler shares; how a failed Redis call is answered.
+//! * `admin` — the admin API (queues, scheduled sales, gateways, audit trail, its errors and
+//!   descriptions) and the operator dashboard.
+//! * `queues_file` — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
+//! * `sessions` — the session API booking services call with an entry token.
+//! * `backends` — booking backends' load reports, which adaptive queues follow.
+//! * `openapi` — the API description's frame (`GET /openapi.json`); the routes describe
+//!   themselves.
+//! * `routes` — every route, in the one table that serves and describes them.
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
 
-pub mod admin;
-pub mod admin_auth;
-mod admin_errors;
-pub mod admission;
-mod audit;
-pub mod backends;
+mod admin;
+mod backends;
 pub mod config;
-pub mod dashboard;
 mod dev_secrets;
-pub mod gateway_list;
+mod keys;
 mod metrics;
-pub mod openapi;
-pub mod queues_file;
-pub mod routes;
-mod schedule;
-pub mod sessions;
-pub mod signing;
+mod openapi;
+mod queues_file;
+mod routes;
+mod sessions;
 mod state;
+pub mod tick;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -85,13 +79,13 @@ pub async fn run(
         .map(queues_file::QueuesFile::load)
         .transpose()?;
     let store = Store::open(&cfg.redis).await?;
-    let (keys, dev_jwt_key) = signing::load(&cfg, &store).await?;
+    let (keys, dev_jwt_key) = keys::load(&cfg, &store).await?;
     let keys = Arc::new(keys);
     let key = keys.signer().clone();
     let (admin_tokens, dev_admin_token) = admin_tokens(&cfg, &store).await?;
     let admin_tokens = Arc::new(admin_tokens);
     let cancel = CancellationToken::new();
-    let settings = admission::Settings {
+    let settings = tick::Settings {
         replica: cfg.replica_id.clone(),
         tick: cfg.tick(),
         lease_ttl: std::time::Duration::from_millis(cfg.lease_ttl_ms),
@@ -99,7 +93,7 @@ pub async fn run(
         redis: cfg.redis.clone(),
     };
     tracing::info!(replica = %settings.replica, "dispatcher replica starting");
-    let admitter = admission::Admitter::new(store.clone(), key.clone(), settings);
+    let admitter = tick::Admitter::new(store.clone(), key.clone(), settings);
     let dev: Vec<_> = [
         dev_jwt_key.map(|k| (DevSecret::JwtKey, k)),
         dev_admin_token.map(|t| (DevSecret::AdminToken, t)),
@@ -129,7 +123,7 @@ pub async fn run(
         ));
     }
     let ticking = tokio::spawn(admitter.run(cancel.clone(), hints));
-    let app = routes::router(admin::AppState {
+    let app = routes::router(state::AppState {
         store,
         keys: keys.clone(),
         admin_tokens,
@@ -151,9 +145,9 @@ pub async fn run(
 async fn admin_tokens(
     cfg: &Config,
     store: &Store,
-) -> Result<(admin_auth::AdminTokens, Option<String>), Error> {
+) -> Result<(admin::auth::AdminTokens, Option<String>), Error> {
     if let Some(spec) = &cfg.admin_token {
-        let tokens = admin_auth::AdminTokens::parse(spec).map_err(config::ConfigError::from)?;
+        let tokens = admin::auth::AdminTokens::parse(spec).map_err(config::ConfigError::from)?;
         return Ok((tokens, None));
     }
     if !cfg.dev {
@@ -168,7 +162,7 @@ async fn admin_tokens(
         admin_token = %token,
         "USHER_DEV=1 and no USHER_ADMIN_TOKEN: development admin token (label \"{}\") shared \
          through Redis; anyone with Redis access can read it",
-        admin_auth::DEV_LABEL
+        admin::auth::DEV_LABEL
     );
-    Ok((admin_auth::AdminTokens::dev(&token), Some(token)))
+    Ok((admin::auth::AdminTokens::dev(&token), Some(token)))
 }

@@ -30,7 +30,7 @@ use usher_core::ids::QueueId;
 use usher_core::store::{BeaconChange, QueueConfig, Store, StoreError};
 use usher_core::time::{now_ms, parse_rfc3339_ms};
 
-use crate::admin::{configured, QueueUpdate};
+use crate::admin::queues::{configured, QueueUpdate};
 
 /// How often the dispatcher looks for queues of the file missing from Redis.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -128,10 +128,6 @@ impl QueuesFile {
 
     pub fn len(&self) -> usize {
         self.queues.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.queues.is_empty()
     }
 }
 

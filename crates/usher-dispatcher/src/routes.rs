@@ -2,42 +2,18 @@
 //! (behind the admin token, recorded in the audit trail), the JWKS, the dashboard, the session
 //! API, load reports, health, metrics, and `GET /openapi.json`, made from this table.
 
-use axum::{middleware, Router};
-use usher_http::openapi::route;
+use axum::Router;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::admin::{close_queue, get_queue, jwks, list_queues, notice, put_queue};
-use crate::openapi as doc;
 use crate::state::AppState;
 
-/// Every route, from one table that also describes them (`GET /openapi.json`): a route is
-/// added with `.routes(routes!(handler))` for an annotated handler, or `.routes(route::<stub>(
-/// handler))` for one described in [`crate::openapi`].
-pub fn router(state: AppState) -> Router {
-    let admin = OpenApiRouter::new()
-        .routes(route::<doc::__path_list_queues, _, _, _>(list_queues))
-        .routes(route::<doc::__path_get_queue, _, _, _>(get_queue))
-        .routes(route::<doc::__path_put_queue, _, _, _>(put_queue))
-        .routes(route::<doc::__path_close_queue, _, _, _>(close_queue))
-        .routes(route::<doc::__path_notice, _, _, _>(notice))
-        .routes(routes!(crate::gateway_list::list_gateways))
-        .routes(routes!(crate::schedule::post_beacon))
-        .routes(routes!(crate::audit::list))
-        // The last layer runs first: authorize, then record the change.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::audit::record,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.admin_tokens.clone(),
-            crate::admin_auth::authorize,
-        ));
+/// Every route, from one table that also describes them (`GET /openapi.json`).
+pub(crate) fn router(state: AppState) -> Router {
     let store = state.store.clone();
-    let table = OpenApiRouter::with_openapi(doc::frame())
-        .routes(route::<doc::__path_jwks, _, _, _>(jwks))
-        .merge(admin)
-        .merge(crate::dashboard::routes())
+    let table = OpenApiRouter::with_openapi(crate::openapi::frame())
+        .routes(routes!(crate::keys::jwks))
+        .merge(crate::admin::routes(&state))
         .merge(crate::sessions::routes())
         .merge(crate::backends::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))

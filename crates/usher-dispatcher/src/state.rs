@@ -12,7 +12,7 @@ use usher_core::store::{OomLog, Store, StoreError};
 use usher_http::ApiError;
 use usher_mint::keyring::KeyRing;
 
-use crate::admin_auth::AdminTokens;
+use crate::admin::auth::AdminTokens;
 
 #[derive(Clone)]
 pub struct AppState {

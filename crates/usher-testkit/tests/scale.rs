@@ -11,7 +11,7 @@ use usher_core::ids::QueueId;
 use usher_core::messages::CloseReason;
 use usher_core::store::{Lease, PlaceState, Store};
 use usher_core::time::now_ms;
-use usher_dispatcher::admission::{Admitter, Settings};
+use usher_dispatcher::tick::{Admitter, Settings};
 use usher_testkit::probe::{self, RedisProbe};
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};

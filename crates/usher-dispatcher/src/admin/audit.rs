@@ -19,7 +19,7 @@ use usher_core::store::AuditRecord;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use crate::admin_auth::AdminLabel;
+use super::auth::AdminLabel;
 use crate::state::{redis_down, AppState};
 
 /// Largest admin body read (settings and notices are far smaller).
@@ -58,7 +58,7 @@ fn summarise(body: &[u8]) -> String {
     }
 }
 
-/// Records admin writes (layered inside [`crate::admin_auth::authorize`], which sets the
+/// Records admin writes (layered inside [`super::auth::authorize`], which sets the
 /// label).
 pub(crate) async fn record(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if matches!(*req.method(), Method::GET | Method::HEAD) {
@@ -136,7 +136,7 @@ pub struct AuditList {
     responses(
         (status = 200, description = "The newest admin changes, newest first.", body = AuditList),
         (status = 400, description = "`limit` out of 1–1000, or an unknown query parameter.", body = usher_http::openapi::ErrorBody),
-        crate::admin_errors::AdminReadErrors,
+        super::errors::AdminReadErrors,
     ),
 )]
 pub(crate) async fn list(

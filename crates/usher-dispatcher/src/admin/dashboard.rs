@@ -27,18 +27,18 @@ struct Asset {
     body: &'static str,
 }
 
-const INDEX: &str = include_str!("../ui/index.html");
+const INDEX: &str = include_str!("../../ui/index.html");
 
 const ASSETS: [Asset; 2] = [
     Asset {
         name: "dashboard.js",
         content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../ui/dashboard.js"),
+        body: include_str!("../../ui/dashboard.js"),
     },
     Asset {
         name: "dashboard.css",
         content_type: "text/css; charset=utf-8",
-        body: include_str!("../ui/dashboard.css"),
+        body: include_str!("../../ui/dashboard.css"),
     },
 ];
 

@@ -45,7 +45,7 @@ pub struct GatewayList {
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "Every gateway registered in the last day, live ones first.", body = GatewayList),
-        crate::admin_errors::AdminReadErrors,
+        super::errors::AdminReadErrors,
     ),
 )]
 pub(crate) async fn list_gateways(

@@ -1,10 +1,10 @@
-//! The admin API's queue handlers (list, get, put, close, notice) and the JWKS document;
-//! [`crate::routes`] serves them.
+//! The admin API's queue handlers: list, get, put, close, notice. [`super::routes`] serves
+//! them, described by [`super::openapi`].
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 
 use crate::state::redis_down;
-pub use crate::state::AppState;
+use crate::state::AppState;
 
 /// Longest accepted session TTL (one day).
 const MAX_SESSION_TTL: u64 = 86_400;
@@ -28,19 +28,6 @@ const MAX_MAX_SESSION: u64 = 3 * MAX_SESSION_TTL;
 const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
 const MAX_ADMIT_PER_SECOND: f64 = 1_000_000.0;
-
-/// How long a verifier may cache the JWKS. Short, so a retired key's removal spreads quickly; a
-/// verifier meeting an unknown `kid` re-fetches anyway (rotation publishes a key on every
-/// replica before any replica signs with it).
-const JWKS_MAX_AGE: &str = "public, max-age=60";
-
-pub(crate) async fn jwks(State(st): State<AppState>) -> Response {
-    (
-        [(header::CACHE_CONTROL, JWKS_MAX_AGE)],
-        Json(st.keys.jwks()),
-    )
-        .into_response()
-}
 
 /// A queue as the admin API shows it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -73,17 +60,17 @@ pub struct QueueUpdate {
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
     /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then (see
-    /// `crate::schedule`).
+    /// `super::sale`).
     #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
     /// mixes in that round's randomness.
     #[serde(default, deserialize_with = "present")]
-    pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
+    pub draw_beacon: Option<Option<super::sale::BeaconSpec>>,
     /// The seed a new sale (`opens_at`) commits to, instead of a generated one: 64 hex
     /// characters. Secret until the draw: never shown, logged or audited (its `Debug` is
-    /// redacted). See [`crate::schedule`].
-    #[serde(default, deserialize_with = "crate::schedule::seed_hex")]
+    /// redacted). See [`super::sale`].
+    #[serde(default, deserialize_with = "super::sale::seed_hex")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{64}$", write_only)]
     pub draw_seed: Option<usher_core::draw::Seed>,
     /// Waiting-room page settings (`PageSettings`): a value sets, `""` unsets.
@@ -297,15 +284,15 @@ pub(crate) async fn put_queue(
     let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     let scheduling =
-        crate::schedule::check(&st.store, &q, u.opens_at.as_ref(), u.draw_seed.as_ref()).await?;
+        super::sale::check(&st.store, &q, u.opens_at.as_ref(), u.draw_seed.as_ref()).await?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();
     let cfg = configured(existing, &u)?;
     let closing = !cfg.open && existing_open;
     // Before the settings: a new queue must not take joins into its line before its schedule.
-    crate::schedule::apply(&st.store, &q, scheduling).await?;
-    crate::schedule::apply_beacon(&st.store, &q, u.draw_beacon).await?;
+    super::sale::apply(&st.store, &q, scheduling).await?;
+    super::sale::apply_beacon(&st.store, &q, u.draw_beacon).await?;
     if closing {
         // `open: false` closes the queue exactly like DELETE does; before the settings are
         // written, so a close that failed leaves the queue open and a retry closes it (the

@@ -5,7 +5,7 @@
 //! loss keeps the same commitment) and publishes its commitment at once; moving a pending
 //! sale keeps its seed (another `draw_seed` for it is refused); `null` unschedules a sale whose draw already ran (a
 //! pending one cannot be: its pre-queue is waiting for the draw). The draw itself is
-//! [`crate::admission`]'s (`admission/draw.rs`).
+//! [`crate::tick`]'s (`tick/draw.rs`).
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -190,7 +190,7 @@ const BEACON_BYTES: std::ops::RangeInclusive<usize> = 16..=64;
         (status = 200, description = "Recorded.", body = BeaconView),
         (status = 404, description = "The queue has no scheduled sale.", body = usher_http::openapi::ErrorBody),
         (status = 409, description = "The draw already ran, or other randomness is recorded for the round.", body = usher_http::openapi::ErrorBody),
-        crate::admin_errors::AdminWriteErrors,
+        super::errors::AdminWriteErrors,
     ),
 )]
 pub(crate) async fn post_beacon(

@@ -18,7 +18,7 @@ use usher_core::store::{
 use usher_mint::token::SigningKey;
 
 use super::gateways::{in_messages, live_at};
-use super::schedule::sleep_until_ms;
+use super::timing::sleep_until_ms;
 use super::tokens::TickTokens;
 
 /// How a delivery ended.
@@ -44,7 +44,7 @@ pub(super) struct Courier<'a> {
     pub(super) now: u64,
     /// Which list the admissions come from.
     pub(super) list: OutboxList,
-    /// How long after `now` the token records are stored: `schedule::token_store_delay` for a tick,
+    /// How long after `now` the token records are stored: `timing::token_store_delay` for a tick,
     /// nothing for the few admissions of passthrough joins.
     pub(super) store_delay: Duration,
 }

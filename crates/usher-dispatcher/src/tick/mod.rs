@@ -1,8 +1,10 @@
-//! The admission loop: one tick per `tick_ms`; every queue this replica holds the lease of.
+//! The tick loop: one tick per `tick_ms`; every queue this replica holds the lease of, each
+//! tick admitting at the queue's rate.
 //!
 //! * `lease` — which replica drives which queue (rendezvous hashing over live replicas).
-//! * `schedule` — when a tick reads, admits and stores its token records.
-//! * `queue` — one queue's tick: lease, tick script calls, state, next pre-mint.
+//! * `timing` — when a tick reads, admits and stores its token records.
+//! * `queue` — one queue's tick: lease, tick script calls, state, next pre-mint; and the
+//!   [`Settings`] every tick is run with.
 //! * `draw` — a scheduled sale's draw, run by `queue` when it is due, before the tick.
 //! * `premint` — tokens minted and staged on the gateways ahead of the tick.
 //! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
@@ -23,8 +25,7 @@ mod premint;
 mod queue;
 mod rate;
 mod registry;
-mod schedule;
-mod settings;
+mod timing;
 mod tokens;
 
 use std::collections::{HashMap, HashSet};
@@ -41,14 +42,14 @@ use usher_mint::token::SigningKey;
 use crate::metrics;
 
 pub use lease::preferred;
-pub use settings::Settings;
 
 use passthrough::{HeldLeases, Passthrough};
 use premint::{spawn_premint, PremintPlan};
+pub use queue::Settings;
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
 use registry::Registries;
-use schedule::{admission_time, read_lead, sleep_until_ms, Schedule};
+use timing::{admission_time, read_lead, sleep_until_ms, Timing};
 
 /// Drives admission for the queues this replica holds.
 pub struct Admitter {
@@ -99,7 +100,7 @@ impl Admitter {
         let mut interval = tokio::time::interval(self.settings.tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
-        let schedule = Schedule::start(self.settings.tick);
+        let timing = Timing::start(self.settings.tick);
         let tick_ms = self.settings.tick.as_millis() as u64;
         let mut last_planned = None;
         let courier = Passthrough {
@@ -123,7 +124,7 @@ impl Admitter {
                     continue;
                 }
             };
-            let planned = schedule.planned(scheduled);
+            let planned = timing.planned(scheduled);
             last_planned = Some(planned);
             let now = admission_time(planned, now_ms());
             let started = Instant::now();

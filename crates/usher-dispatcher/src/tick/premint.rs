@@ -10,7 +10,7 @@ use usher_core::time::now_ms;
 use usher_mint::token::{Claims, SigningKey};
 
 use super::gateways::{in_messages, live_at};
-use super::schedule::sleep_until_ms;
+use super::timing::sleep_until_ms;
 
 /// Entry tokens minted between ticks for the places expected at the head of the line at the
 /// next tick, so admission does not wait for Ed25519 signing. A token depends only on the

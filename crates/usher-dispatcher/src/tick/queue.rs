@@ -2,6 +2,7 @@
 //! line's new state for the gateways, and the next tick's tokens minted ahead.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -19,9 +20,20 @@ use super::draw::AfterDraw;
 use super::gateways::live_at;
 use super::premint::{spawn_premint, Premint, PremintPlan};
 use super::rate::{expected_per_tick, MeasuredRate};
-use super::schedule::token_store_delay;
-use super::settings::Settings;
+use super::timing::token_store_delay;
 use super::tokens::TickTokens;
+
+/// What the tick loop is told at start-up.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// This replica's id in the dispatcher registry and in leases.
+    pub replica: String,
+    pub tick: Duration,
+    pub lease_ttl: Duration,
+    pub exact_positions: u64,
+    /// Where the passthrough courier subscribes to wake signals (its own connection).
+    pub redis: usher_core::store::RedisArgs,
+}
 
 /// What this replica remembers of a queue it drives.
 #[derive(Debug)]

@@ -12,14 +12,14 @@ const ON_TIME_MS: u64 = 50;
 /// The admission times of a run of ticks, on the wall clock, derived from the interval's
 /// monotonic schedule: the interval fires [`read_lead`] before each admission time.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Schedule {
+pub(super) struct Timing {
     /// The same moment on both clocks.
     base: (tokio::time::Instant, u64),
     lead_ms: u64,
 }
 
-impl Schedule {
-    /// A schedule whose clocks are paired now.
+impl Timing {
+    /// A timing whose clocks are paired now.
     pub(super) fn start(tick: Duration) -> Self {
         Self {
             base: (tokio::time::Instant::now(), now_ms()),

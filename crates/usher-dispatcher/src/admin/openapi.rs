@@ -1,0 +1,86 @@
+//! The admin queue handlers' descriptions, as stubs registered with
+//! [`usher_http::openapi::route`] (which serves the real handler at the stub's path and
+//! methods), to keep `queues.rs` short. The other admin handlers carry their own
+//! `#[utoipa::path]`; the error sets admin routes share are in `errors.rs`.
+
+use usher_core::ids::QueueId;
+use usher_http::openapi::ErrorBody;
+
+use super::errors::{AdminReadErrors, AdminWriteErrors};
+use super::queues::{NoticeBody, NoticeSent, QueueList, QueueUpdate, QueueView};
+
+#[utoipa::path(
+    get,
+    path = "/admin/queues",
+    tag = "admin",
+    security(("admin_token" = [])),
+    responses((status = 200, description = "Every configured queue.", body = QueueList), AdminReadErrors),
+)]
+#[allow(dead_code)] // The description of `queues::list_queues`.
+pub(crate) fn list_queues() {}
+
+#[utoipa::path(
+    get,
+    path = "/admin/queues/{queue}",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    responses(
+        (status = 200, description = "The queue's settings, counters and effective rate.", body = QueueView),
+        (status = 400, description = "A malformed queue id.", body = ErrorBody),
+        (status = 404, description = "No such queue.", body = ErrorBody),
+        AdminReadErrors,
+    ),
+)]
+#[allow(dead_code)] // The description of `queues::get_queue`.
+pub(crate) fn get_queue() {}
+
+#[utoipa::path(
+    put,
+    path = "/admin/queues/{queue}",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    request_body(content = QueueUpdate, description = "Omitted fields keep their value (the defaults for a new queue). `opens_at`, `draw_beacon`, `max_active` and `adaptive` take `null` to unset; the page settings take `\"\"`."),
+    responses(
+        (status = 200, description = "Updated.", body = QueueView),
+        (status = 201, description = "Created.", body = QueueView),
+        AdminWriteErrors,
+    ),
+)]
+#[allow(dead_code)] // The description of `queues::put_queue`.
+pub(crate) fn put_queue() {}
+
+#[utoipa::path(
+    delete,
+    path = "/admin/queues/{queue}",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(
+        ("queue" = QueueId, Path, description = "The queue id."),
+        ("reason" = Option<String>, Query, description = "`queue_closed` (the default) or `sold_out`: what every waiting browser's `closed` event says."),
+    ),
+    responses(
+        (status = 200, description = "Closed; the queue as it is now.", body = QueueView),
+        (status = 404, description = "No such queue.", body = ErrorBody),
+        AdminWriteErrors,
+    ),
+)]
+#[allow(dead_code)] // The description of `queues::close_queue`.
+pub(crate) fn close_queue() {}
+
+#[utoipa::path(
+    post,
+    path = "/admin/queues/{queue}/notice",
+    tag = "admin",
+    security(("admin_token" = [])),
+    params(("queue" = QueueId, Path, description = "The queue id.")),
+    request_body(content = NoticeBody, description = "Non-empty, at most 500 characters, no control characters."),
+    responses(
+        (status = 202, description = "Sent to every live gateway holding browsers of the queue; each waiting browser gets `event: notice`.", body = NoticeSent),
+        (status = 404, description = "No such queue.", body = ErrorBody),
+        AdminWriteErrors,
+    ),
+)]
+#[allow(dead_code)] // The description of `queues::notice`.
+pub(crate) fn notice() {}
