@@ -13,8 +13,8 @@ use usher_core::messages::{CloseReason, StreamMessage};
 use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
-use crate::gateway::Gateway;
 use crate::metrics;
+use crate::shared::Gateway;
 use crate::update::{Admitted, Update};
 
 /// Entries read from the stream per call.

@@ -2,27 +2,32 @@
 //!
 //! Modules, each importing only those listed before it (no cycles):
 //!
-//! * [`config`] — flags and `USHER_*` environment variables, and their validation.
 //! * `ticket` — the signed ticket a browser holds for its place, and the key every gateway
 //!   shares to sign it.
 //! * [`position`] — a browser's position read off the dispatcher's `state` snapshot.
+//! * [`config`] — flags and `USHER_*` environment variables, and their validation.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `frames` — SSE text: events, comments, `retry:`.
 //! * `client` — who a client is: its address (socket, PROXY protocol, trusted
 //!   `X-Forwarded-For` hops) and the key its limits count under.
 //! * `limits` — per-IP limits: join token bucket, streams, places held.
-//! * `head` — strict request-head parsing and error answers written without the router.
+//! * `request` — strict request-head parsing and error answers written without the router.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
 //! * `keepalive` — one timer for every stream's keepalive comments.
 //! * `update` — what a held connection sends next, and its SSE text.
 //! * `hub` — the browsers held here, by queue and place.
 //! * `joins` — joins batched per queue (one Redis call for the joins that arrive together).
-//! * `gateway` — the shared state every task reaches: identity, Redis, and the above.
+//! * `pow_gate` — the proof-of-work gate: puzzles issued, a join's solution checked before
+//!   Redis is asked anything.
+//! * `recovery` — after Redis lost data: which queues' places to put back, and when to stop.
+//! * `draw` — `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record.
+//! * `shared` — `Gateway`, the state every task reaches: identity, Redis,
+//!   and the above.
 //! * `inbox` — this gateway's Redis Stream, read and applied to the browsers held here.
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
-//! * `page` — the waiting-room page at `/q/{queue}` (built in, or `USHER_PAGE_DIR`).
+//! * `waiting_room` — the waiting-room page at `/q/{queue}` (built in, or `USHER_PAGE_DIR`).
 //! * `openapi` — the API description's frame: the event stream (served by `server`, outside
 //!   the router) and the schemas of every frame it writes.
 //! * `routes` — the other HTTP routes: status, leave, health, the page; one table that also
@@ -37,13 +42,10 @@ pub mod position;
 mod ticket;
 
 mod away;
-mod challenge;
 mod client;
 mod draw;
 mod errors;
 mod frames;
-mod gateway;
-mod head;
 mod hub;
 mod inbox;
 mod joins;
@@ -51,13 +53,16 @@ mod keepalive;
 mod limits;
 mod metrics;
 mod openapi;
-mod page;
+mod pow_gate;
 mod recovery;
+mod request;
 mod routes;
 mod server;
+mod shared;
 mod stream;
 mod tasks;
 mod update;
+mod waiting_room;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -72,7 +77,7 @@ use usher_pow::ChallengeSecret;
 
 pub use config::{Config, ConfigError};
 
-use gateway::Gateway;
+use shared::Gateway;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -86,7 +91,7 @@ pub enum Error {
     #[error("http server: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
-    Page(#[from] page::PageError),
+    Page(#[from] waiting_room::PageError),
 }
 
 /// How long after the drain window the process gives up on streams that are still open.
@@ -104,7 +109,7 @@ pub async fn run(
     cfg.validate()?;
     usher_http::metrics::install();
     metrics::describe();
-    let page = Arc::new(page::Page::load(cfg.page_dir.as_deref())?);
+    let page = Arc::new(waiting_room::Page::load(cfg.page_dir.as_deref())?);
     let gw = start(cfg).await?;
     let addr = listener.local_addr()?;
     tracing::info!(listen = %addr, server_id = %gw.id(), index = %gw.index(), "gateway running");
@@ -141,7 +146,7 @@ pub async fn run(
 }
 
 /// The puzzle signer: the configured secret, or the one every gateway shares through Redis.
-async fn challenges(cfg: &Config, store: &Store) -> Result<challenge::Challenges, Error> {
+async fn challenges(cfg: &Config, store: &Store) -> Result<pow_gate::Challenges, Error> {
     let (secret, shared) = match cfg.challenge_secret()? {
         Some(s) => (s, None),
         None => {
@@ -152,7 +157,7 @@ async fn challenges(cfg: &Config, store: &Store) -> Result<challenge::Challenges
             (secret, Some(s))
         }
     };
-    Ok(challenge::Challenges::new(
+    Ok(pow_gate::Challenges::new(
         secret,
         shared,
         cfg.challenge_ttl(),

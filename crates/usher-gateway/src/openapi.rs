@@ -129,13 +129,13 @@ pub(crate) fn stream() {}
 mod tests {
     use super::*;
 
-    /// The stream is served outside the router (`head::stream_target`): the path the document
+    /// The stream is served outside the router (`request::stream_target`): the path the document
     /// names must be the one the server recognises.
     #[test]
     fn the_documented_stream_path_is_the_served_one() {
         let path = <__path_stream as utoipa::Path>::path();
         assert!(ApiDoc::openapi().paths.paths.contains_key(&path));
         let example = path.replace("{queue}", "q1");
-        assert_eq!(crate::head::stream_target(&example), Some(("q1", "")));
+        assert_eq!(crate::request::stream_target(&example), Some(("q1", "")));
     }
 }

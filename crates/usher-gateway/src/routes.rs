@@ -22,10 +22,10 @@ use utoipa_axum::routes;
 use crate::errors::{
     check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
 };
-use crate::gateway::Gateway;
 use crate::metrics;
-use crate::page::Page;
+use crate::shared::Gateway;
 use crate::update::{admitted_event, Update};
+use crate::waiting_room::Page;
 
 /// Every route but `GET /api/queues/{queue}/stream`, from one table that also describes them
 /// (`GET /openapi.json`, whose frame [`crate::openapi::ApiDoc`] describes the stream): a
@@ -34,7 +34,7 @@ use crate::update::{admitted_event, Update};
 pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
     let ready_gw = gw.clone();
     let scraped_gw = gw.clone();
-    let page = crate::page::routes(gw.clone(), page);
+    let page = crate::waiting_room::routes(gw.clone(), page);
     let table = OpenApiRouter::with_openapi(<crate::openapi::ApiDoc as utoipa::OpenApi>::openapi())
         .routes(routes!(status_handler))
         .routes(routes!(leave_handler))
@@ -267,7 +267,7 @@ async fn leave_handler(
 }
 
 /// `"ok"` when Redis answers a ping, `"unreachable"` otherwise (for `/readyz?verbose`).
-async fn redis_health(gw: &crate::gateway::Gateway) -> &'static str {
+async fn redis_health(gw: &crate::shared::Gateway) -> &'static str {
     if gw.store().ping().await.is_ok() {
         "ok"
     } else {

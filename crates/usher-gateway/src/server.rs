@@ -1,7 +1,7 @@
 //! The gateway's HTTP/1.1 server.
 //!
 //! A small accept loop: each connection's request head is read into a short-lived buffer and
-//! parsed strictly ([`crate::head`]). `GET /api/queues/{queue}/stream` is served right here
+//! parsed strictly ([`crate::request`]). `GET /api/queues/{queue}/stream` is served right here
 //! (see [`crate::stream`]): after the head is written, the connection holds no buffers at all,
 //! which keeps a waiting browser to a few KiB of gateway memory. Every other request is handed
 //! to the axum router ([`crate::routes`]) and answered with a `Content-Length` body;
@@ -31,11 +31,11 @@ use usher_http::ApiError;
 
 use crate::client::{forwarded_for, proxy_header, IpKey, ProxyHeader};
 use crate::errors::{check_ticket, parse_queue};
-use crate::gateway::Gateway;
-use crate::head::{
+use crate::metrics::{self, Refusal, SocketRefusal};
+use crate::request::{
     self, percent_decode, query_param, stream_target, ticket_param, Head, Parsed, MAX_HEAD,
 };
-use crate::metrics::{self, Refusal, SocketRefusal};
+use crate::shared::Gateway;
 use crate::stream::{self, Framing, Setup};
 
 /// Longest response body forwarded from the router.
@@ -88,7 +88,7 @@ pub(crate) async fn serve(
                         drop(sock);
                         continue;
                     }
-                    let conn = Conn { gw: gw.clone(), sockets: sockets.clone(), app: app.clone(),
+                    let conn = ClientConn { gw: gw.clone(), sockets: sockets.clone(), app: app.clone(),
                         peer, reserve: zone == Zone::Reserve, _open: open };
                     tracker.spawn(conn.run(sock));
                 }
@@ -194,7 +194,7 @@ enum Read {
 }
 
 /// One client connection.
-struct Conn {
+struct ClientConn {
     gw: Arc<Gateway>,
     sockets: Arc<Sockets>,
     app: Router,
@@ -204,7 +204,7 @@ struct Conn {
     _open: OpenSocket,
 }
 
-impl Conn {
+impl ClientConn {
     async fn run(self, mut sock: TcpStream) {
         let cfg = self.gw.config();
         let head_timeout = if self.reserve {
@@ -376,7 +376,7 @@ impl Conn {
                     idle = false;
                     deadline = Instant::now() + gw.config().header_timeout();
                 }
-                match head::parse(buf) {
+                match request::parse(buf) {
                     Ok(Parsed::Complete(h)) => return Read::Head(h),
                     Ok(Parsed::Partial) => {}
                     Err(e) => return Read::Bad(e),
@@ -523,7 +523,7 @@ async fn write_response(
         })
         .map(|(k, v)| (k.as_str(), v.to_str().unwrap_or("")))
         .collect();
-    let bytes = head::response_bytes(parts.status, &headers, &body, keep_alive);
+    let bytes = request::response_bytes(parts.status, &headers, &body, keep_alive);
     sock.write_all(&bytes).await
 }
 
@@ -533,6 +533,6 @@ async fn write_error(
     e: &ApiError,
     retry_after: Option<u64>,
 ) -> std::io::Result<()> {
-    sock.write_all(&head::error_bytes(e, retry_after, false))
+    sock.write_all(&request::error_bytes(e, retry_after, false))
         .await
 }

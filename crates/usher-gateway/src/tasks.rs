@@ -16,9 +16,9 @@ use usher_core::store::{
 use usher_core::time::now_ms;
 
 use crate::frames::event_frame;
-use crate::gateway::Gateway;
 use crate::metrics;
 use crate::recovery::Action;
+use crate::shared::Gateway;
 
 /// How often disconnects are written to Redis.
 const AWAY_FLUSH: Duration = Duration::from_millis(50);

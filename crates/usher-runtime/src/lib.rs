@@ -1,21 +1,16 @@
 //! What every usher process sets up before it serves anything: the tokio runtime, logging and
-//! traces,
-//! transparent huge pages off, and a future that resolves on SIGINT/SIGTERM. The binaries' thin
-//! `main.rs` files call these, then hand a listener and `shutdown_signal()` to their crate's
-//! `run`. HTTP itself lives in `usher-http`.
+//! traces, transparent huge pages off, and a future that resolves on SIGINT/SIGTERM. The
+//! binaries' thin `main.rs` files call these, then hand a listener and `shutdown_signal()` to
+//! their crate's `run`. HTTP itself lives in `usher-http`.
 //!
-//! Layout: `runtime` (worker threads), `logging` (`LogFormat`, `init_tracing`), `traces`
-//! (OpenTelemetry export, `traceparent` carry, span links), `huge_pages`
-//! (`disable_transparent_huge_pages`), `signal` (`shutdown_signal`).
+//! Layout: `process` (`runtime`, `disable_transparent_huge_pages`, `shutdown_signal`),
+//! `logging` (`LogFormat`, `init_tracing`), `traces` (OpenTelemetry export, `traceparent`
+//! carry, span links).
 
-mod huge_pages;
 mod logging;
-mod runtime;
-mod signal;
+mod process;
 pub mod traces;
 
-pub use huge_pages::disable_transparent_huge_pages;
 pub use logging::{init_tracing, LogFormat};
-pub use runtime::runtime;
-pub use signal::shutdown_signal;
+pub use process::{disable_transparent_huge_pages, runtime, shutdown_signal};
 pub use traces::{SpanLink, TracesGuard};

@@ -1,6 +1,6 @@
 //! How a process reaches Redis: the flags every binary shares ([`RedisArgs`]), the deployment
 //! shape ([`RedisMode`]) and the one connection type the store runs its commands on
-//! ([`Conn`]), whichever the shape.
+//! ([`RedisConn`]), whichever the shape.
 //!
 //! * Standalone: one `ConnectionManager` (multiplexed, reconnects by itself).
 //! * Cluster: one redis-rs cluster-async connection: it routes each command by its key's slot,
@@ -256,13 +256,13 @@ fn install_crypto_provider() {
 /// A connection to Redis, standalone or cluster. Cheap to clone: clones share the
 /// underlying sockets.
 #[derive(Clone)]
-pub(super) enum Conn {
+pub(super) enum RedisConn {
     Standalone(ConnectionManager),
     Cluster(ClusterConnection),
     Sentinel(Arc<SentinelConn>),
 }
 
-impl Conn {
+impl RedisConn {
     /// Connects; every command must be answered within `response_timeout`.
     pub(super) async fn open(args: &RedisArgs, response_timeout: Duration) -> Result<Self> {
         const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -306,7 +306,7 @@ impl Conn {
     }
 }
 
-impl ConnectionLike for Conn {
+impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Standalone(c) => c.req_packed_command(cmd),

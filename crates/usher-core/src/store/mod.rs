@@ -117,7 +117,7 @@ fn protocol(what: impl Into<String>) -> StoreError {
 /// The connection to Redis, shared by all tasks of a process. Reconnects by itself.
 #[derive(Clone)]
 pub struct Store {
-    conn: connection::Conn,
+    conn: connection::RedisConn,
 }
 
 impl std::fmt::Debug for Store {
@@ -159,13 +159,13 @@ impl Store {
     /// same socket, in cluster mode too.
     pub async fn open_with_timeout(args: &RedisArgs, response_timeout: Duration) -> Result<Self> {
         Ok(Self {
-            conn: connection::Conn::open(args, response_timeout).await?,
+            conn: connection::RedisConn::open(args, response_timeout).await?,
         })
     }
 
     /// A handle on the shared connection for one command (cheap: the connection is shared),
     /// timed: every call's latency and failure is recorded ([`timed`]).
-    fn c(&self) -> timed::Timed<connection::Conn> {
+    fn c(&self) -> timed::Timed<connection::RedisConn> {
         timed::Timed(self.conn.clone())
     }
 

@@ -21,15 +21,15 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
-use crate::challenge::Gate;
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::event_frame;
-use crate::gateway::Gateway;
 use crate::hub::{Attached, Reservation};
 use crate::joins::JoinError;
 use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
+use crate::pow_gate::Gate;
+use crate::shared::Gateway;
 use crate::update::{admitted_event, Update};
 
 /// How many times `retry:` a browser waits when Redis is out of memory.

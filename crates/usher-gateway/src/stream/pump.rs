@@ -12,8 +12,8 @@ use usher_runtime::SpanLink;
 
 use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
 use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
-use crate::gateway::Gateway;
 use crate::metrics;
+use crate::shared::Gateway;
 use crate::update::Update;
 
 /// A write to a browser that takes longer than this ends the connection (the place is kept

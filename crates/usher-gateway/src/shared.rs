@@ -15,13 +15,13 @@ use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
 use crate::away::Away;
-use crate::challenge::Challenges;
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
 use crate::keepalive::Keepalive;
 use crate::limits::{IpLimits, Limits};
 use crate::metrics;
+use crate::pow_gate::Challenges;
 use crate::recovery::Recovery;
 
 /// One gateway's shared state.

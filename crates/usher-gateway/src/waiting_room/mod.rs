@@ -28,7 +28,7 @@ pub use template::PageError;
 use template::Template;
 
 use crate::errors::{parse_queue, redis_unavailable, unknown_queue};
-use crate::gateway::Gateway;
+use crate::shared::Gateway;
 
 /// Assets carry a version in their URL (`?v=`), so browsers may keep them a day.
 const ASSET_CACHE: &str = "public, max-age=86400";
