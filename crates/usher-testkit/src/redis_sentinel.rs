@@ -120,6 +120,7 @@ impl RedisSentinel {
         let sentinel = Command::new(binary())
             .arg(&conf)
             .arg("--sentinel")
+            .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -259,6 +259,9 @@ fn spawn(port: u16, dir: &std::path::Path, extra: &[String]) -> anyhow::Result<C
         .arg("--dir")
         .arg(dir)
         .args(extra)
+        // Run in the temporary directory too: a snapshot or AOF written anywhere relative
+        // (a `dir` set to "." by an argument, a `SAVE` on shutdown) stays out of the checkout.
+        .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
