@@ -7,7 +7,13 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint build bench pow-figures
+.PHONY: help run test lint build profiling bench pow-figures
+
+# The one release build: `make run` (scripts/run-local.sh), `make build` and `make bench`
+# (scripts/bench.sh) all run exactly this command, so switching between them rebuilds nothing
+# (building only some packages unifies dependencies' features differently, and cargo then
+# compiles those dependencies again). The scripts spell it out too, as they run on their own.
+RELEASE_BUILD := $(CARGO) build --release --workspace --bins
 
 help: ## List the targets
 	@echo "usher make targets:"
@@ -31,8 +37,11 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-build: ## Release build of the whole workspace
-	$(CARGO) build --release --workspace
+build: ## Release build of every binary (the same build make run and make bench use)
+	$(RELEASE_BUILD)
+
+profiling: ## Release build with line tables for perf, in target/profiling/
+	$(CARGO) build --profile profiling --workspace --bins
 
 pow-figures: ## Proof-of-work cost figures: the page's solver in Chromium (also as a phone) and the Rust solver
 	bash scripts/pow-figures.sh

@@ -65,6 +65,7 @@ rm -f "$OUT"/*.json "$OUT"/*.svg "$OUT"/*.log
 
 bash scripts/ensure-redis.sh
 ulimit -n "$(ulimit -Hn)"
+# The same command as `make build` and `make run`: switching between them rebuilds nothing.
 log "building release binaries"
 cargo build --release --workspace --bins >&2
 

@@ -10,5 +10,6 @@ cargo build --workspace --bins
 cargo test -p usher-testkit --test pow_page -- --nocapture
 cat target/pow-figures.txt
 phone=$(awk '$1 == "js_main_thread_hashes_per_second_4x_throttled" { print $2 }' target/pow-figures.txt)
-cargo build --release -p usher-loadgen --bin usher-pow-bench
+# The release build make build, make run and make bench use: nothing is compiled twice.
+cargo build --release --workspace --bins
 ./target/release/usher-pow-bench --seconds 5 --phone-hashes-per-second "$phone"

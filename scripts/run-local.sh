@@ -77,8 +77,9 @@ for spec in "redis:$REDIS_PORT:USHER_RUN_REDIS_PORT" \
 done
 
 # --- Build ---------------------------------------------------------------------------------
-log "building release binaries (cargo build --release)..."
-cargo build --release -p usher-dispatcher -p usher-gateway -p usher-booking-demo
+# The same command as `make build` and `make bench`: switching between them rebuilds nothing.
+log "building release binaries (cargo build --release --workspace --bins)..."
+cargo build --release --workspace --bins
 BIN="${CARGO_TARGET_DIR:-target}/release"
 for b in usher-dispatcher usher-gateway usher-booking-demo; do
     [ -x "$BIN/$b" ] || die "$BIN/$b was not built"
