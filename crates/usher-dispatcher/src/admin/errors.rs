@@ -1,7 +1,7 @@
 //! The error answers admin routes share, as the API description lists them.
 //!
-//! Apart from [`crate::openapi`] so that every module describing an admin route can name them
-//! without importing the module that imports it (`schedule` is imported by `admin`, which
+//! Apart from `openapi.rs` so that every module describing an admin route can name them
+//! without importing the module that imports it (`sale` is imported by `queues`, which
 //! `openapi` imports).
 
 use usher_http::openapi::ErrorBody;

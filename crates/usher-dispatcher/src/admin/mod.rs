@@ -1,8 +1,8 @@
 //! The admin API: everything behind the admin token, and the operator dashboard that calls it.
 //!
 //! * `auth` — the admin tokens and their labels; the middleware every admin route passes.
-//! * `audit` — the trail of admin changes (`GET /admin/audit`), recorded by a middleware.
 //! * `errors` — the error answers admin routes share, as the API description lists them.
+//! * `audit` — the trail of admin changes (`GET /admin/audit`), recorded by a middleware.
 //! * `sale` — `opens_at` in `PUT /admin/queues/{queue}`: a scheduled sale, its seed, and
 //!   `POST /admin/queues/{queue}/beacon`. (The draw itself runs in the tick loop.)
 //! * `queues` — the queue handlers: list, get, put, close, notice.
@@ -10,8 +10,8 @@
 //! * `gateways` — `GET /admin/gateways`: the registered gateways and their queues.
 //! * `dashboard` — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
 //!
-//! Imports run one way, down this list: `queues` uses `sale`, `openapi` uses `queues`, and
-//! this file uses them all. [`routes`] is the admin part of the dispatcher's route table.
+//! Imports run one way, down this list: each module uses only those above it and
+//! `crate::state` (which uses only `auth` of these), and this file uses them all. [`routes`] is the admin part of the dispatcher's route table.
 
 pub(crate) mod audit;
 pub(crate) mod auth;
