@@ -23,7 +23,7 @@ pub struct Admission {
 }
 
 /// A snapshot of one queue's line, published once per tick to every gateway holding browsers
-/// of that queue. Gateways derive each browser's position from it (see [`crate::position`]),
+/// of that queue. Gateways derive each browser's position from it (`usher_gateway::position`),
 /// so the cost of keeping positions fresh does not grow with the number of waiters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueState {

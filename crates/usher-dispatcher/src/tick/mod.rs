@@ -41,7 +41,7 @@ use usher_mint::token::SigningKey;
 
 use crate::metrics;
 
-pub use lease::preferred;
+use lease::preferred;
 
 use passthrough::{HeldLeases, Passthrough};
 use premint::{spawn_premint, PremintPlan};
