@@ -72,8 +72,8 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
-    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then (see
-    /// `crate::schedule`).
+    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then.
+    // `crate::schedule` applies it.
     #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
@@ -81,8 +81,8 @@ pub struct QueueUpdate {
     #[serde(default, deserialize_with = "present")]
     pub draw_beacon: Option<Option<crate::schedule::BeaconSpec>>,
     /// The seed a new sale (`opens_at`) commits to, instead of a generated one: 64 hex
-    /// characters. Secret until the draw: never shown, logged or audited (its `Debug` is
-    /// redacted). See [`crate::schedule`].
+    /// characters. Secret until the draw: never shown, logged or audited.
+    // `crate::schedule` checks it; its `Debug` is redacted.
     #[serde(default, deserialize_with = "crate::schedule::seed_hex")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{64}$", write_only)]
     pub draw_seed: Option<usher_core::draw::Seed>,

@@ -22,6 +22,7 @@ use crate::admin_errors::{AdminReadErrors, AdminWriteErrors};
         title = "usher dispatcher",
         description = "The admin API (operators), the session API and load reports (booking services), the JWKS, the operator dashboard, health and metrics.\n\nEvery error of every route is JSON `{\"error\": \"…\"}` (`ErrorBody`), including the server's own: an unknown path → `404`, a wrong method → `405`, a body past 64 KiB → `413`, a body that does not arrive within `USHER_BODY_TIMEOUT_SECS` → `408`.",
     ),
+    servers((url = "/", description = "The dispatcher that serves this document.")),
     tags(
         (name = "admin", description = "Queues, notices, gateways, the audit trail: `Authorization: Bearer <USHER_ADMIN_TOKEN>`. Every change is recorded in the audit trail."),
         (name = "sessions", description = "For booking services: the entry token itself is the bearer."),
@@ -110,6 +111,7 @@ pub(crate) fn get_queue() {}
     responses(
         (status = 200, description = "Updated.", body = QueueView),
         (status = 201, description = "Created.", body = QueueView),
+        (status = 409, description = "`draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed.", body = ErrorBody),
         AdminWriteErrors,
     ),
 )]

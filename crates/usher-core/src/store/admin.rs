@@ -39,8 +39,8 @@ pub struct QueueConfig {
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
     /// A scheduled sale's opening time (RFC 3339): joins before it wait in a pre-queue, put
-    /// in line in a random order at the draw. Set through [`Store::schedule`], not
-    /// [`Store::put_queue`].
+    /// in line in a random order at the draw.
+    // Set through `Store::schedule`, not `Store::put_queue`.
     #[serde(default)]
     pub opens_at: Option<String>,
     /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
