@@ -28,7 +28,7 @@
 //! least 1).
 //!
 //!
-//! Scheduled sale (README, "Scheduled sale and the draw"; `lua/draw.lua`):
+//! Scheduled sale (docs/policies.md, "Scheduled sale and the draw"; `lua/draw.lua`):
 //!
 //! | key | type | content |
 //! |---|---|---|
