@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod config;
+pub mod docs;
 pub mod nginx;
 pub mod openapi;
 pub mod otlp;
