@@ -120,7 +120,7 @@ async fn the_readme_tour_works_when_pasted() -> anyhow::Result<()> {
         .get_multiplexed_async_connection()
         .await?;
     let token: Option<String> = redis::cmd("GET")
-        .arg("usher:dev:admin-token")
+        .arg(usher_core::keys::DEV_ADMIN_TOKEN)
         .query_async(&mut conn)
         .await?;
     let token = token.context("no development admin token in Redis")?;
