@@ -4,8 +4,7 @@
 //!
 //! The reference is generated, never copied by hand: `docs/configuration.md` is the output of
 //! [`configuration_reference`], and a test fails when the committed page differs from it.
-//! `USHER_BLESS=1 cargo test -p usher-testkit --test docs config_reference` (or `make docs`)
-//! writes the page again.
+//! `make docs` (the `config_reference` test with `USHER_BLESS=1`) writes the page again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -31,7 +30,7 @@ pub fn configuration_reference() -> String {
 
 const PREAMBLE: &str = "\
 <!-- Generated from the binaries' clap definitions by crates/usher-testkit/src/docs.rs.
-     Do not edit: run `make docs` (USHER_BLESS=1 cargo test -p usher-testkit --test docs config_reference). -->
+     Do not edit: run `make docs` (the config_reference test with USHER_BLESS=1). -->
 
 # Configuration
 

@@ -1,8 +1,7 @@
 //! The documentation, checked against the code:
 //!
 //! - `docs/configuration.md` is exactly what the binaries' clap definitions render
-//!   (`USHER_BLESS=1 cargo test -p usher-testkit --test docs config_reference`, or `make docs`,
-//!   writes it again);
+//!   (`make docs`, which runs `config_reference` with `USHER_BLESS=1`, writes it again);
 //! - every relative link and anchor of every Markdown file in the repository resolves;
 //! - the README's tour, pasted into bash, works against a real stack set up as `make run` sets
 //!   it up;
@@ -37,7 +36,7 @@ fn config_reference_is_current() -> anyhow::Result<()> {
     assert!(
         committed == generated,
         "{REFERENCE} is stale: the binaries' flags changed. Regenerate it with `make docs` \
-         (USHER_BLESS=1 cargo test -p usher-testkit --test docs config_reference) and commit it"
+         (the config_reference test with USHER_BLESS=1) and commit it"
     );
     Ok(())
 }
