@@ -7,7 +7,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint build profiling bench pow-figures
+.PHONY: help run test lint docs build profiling bench pow-figures
 
 # The one release build: `make run` (scripts/run-local.sh), `make build` and `make bench`
 # (scripts/bench.sh) all run exactly this command, so switching between them rebuilds nothing
@@ -26,7 +26,7 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 # The debug binaries are built first: tests in usher-testkit run usher-dispatcher and
 # usher-gateway as child processes from target/debug, and `cargo test` alone does not build
 # the binaries of other packages.
-test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test
+test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test (docs' links and examples too)
 	bash scripts/validate-deploy.sh
 	bash scripts/ensure-redis.sh
 	bash scripts/ensure-browser.sh >/dev/null
@@ -36,6 +36,11 @@ test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The configuration reference is rendered from the binaries' clap definitions; `make test`
+# fails while the committed page differs from what they render (tests/docs.rs).
+docs: ## Regenerate docs/configuration.md from the binaries' flags
+	USHER_BLESS=1 $(CARGO) test -p usher-testkit --test docs config_reference
 
 build: ## Release build of every binary (the same build make run and make bench use)
 	$(RELEASE_BUILD)

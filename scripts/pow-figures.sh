@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proof-of-work cost figures on this machine (BENCHMARKS.md, "Proof of work"; README,
+# Proof-of-work cost figures on this machine (BENCHMARKS.md, "Proof of work"; docs/security.md,
 # "Proof of work"): the page's solver in Chromium, unthrottled and with 4x CPU throttling
 # (the phone estimate), then the Rust solver per core and the cost table at each difficulty.
 # Figures only: nothing here is compared against a target.

@@ -7,8 +7,10 @@
 #   usher-gateway gw-1 127.0.0.1:$USHER_RUN_GATEWAY1_PORT    SSE edge
 #   usher-gateway gw-2 127.0.0.1:$USHER_RUN_GATEWAY2_PORT    SSE edge
 #   usher-booking-demo 127.0.0.1:$USHER_RUN_BOOKING_PORT     verifies entry tokens
-# then creates the queue `demo` (2 admissions per second) and prints how to try it.
-# Ctrl-C (or any exit) stops every child and deletes the temp dir.
+# then creates the queue `demo` (2 admissions per second, passthrough off so that joins wait
+# in line), writes target/usher-run.env (the URLs and the admin token the README's tour reads)
+# and prints how to try it.
+# Ctrl-C (or any exit) stops every child and deletes the temp dir and target/usher-run.env.
 #
 # Environment (all optional):
 #   USHER_RUN_REDIS_PORT        Redis port                          (default 6379)
@@ -87,6 +89,8 @@ done
 
 # --- Children and cleanup ------------------------------------------------------------------
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/usher-run.XXXXXX")"
+# What the README's tour sources: always under ./target, wherever cargo builds.
+RUN_ENV=target/usher-run.env
 # name -> pid of every child we start, in start order.
 NAMES=()
 PIDS=()
@@ -126,6 +130,7 @@ cleanup() {
         [ "${#servers[@]}" -gt 0 ] && stop_pids "${servers[@]}"
         [ -n "$redis_pid" ] && stop_pids "$redis_pid"
     fi
+    rm -f "$RUN_ENV"
     if [ "$KEEP_TMP" = 1 ]; then
         log "kept $TMP (Redis data and logs)"
     else
@@ -237,9 +242,19 @@ ADMIN_TOKEN="${USHER_ADMIN_TOKEN:-$(redis-cli -h "$HOST" -p "$REDIS_PORT" --raw 
 [ -n "$ADMIN_TOKEN" ] || die "no development admin token in redis (see $TMP/dispatcher.log)"
 curl -fsS -X PUT "$DISPATCHER_URL/admin/queues/$QUEUE" -H 'content-type: application/json' \
     -H "Authorization: Bearer $ADMIN_TOKEN" \
-    -d "{\"admit_per_second\": 2, \"session_ttl_seconds\": 600, \"open\": true, \"title\": \"usher demo\", \"booking_url\": \"http://127.0.0.1:$BOOKING_PORT/entry\"}" >/dev/null ||
+    -d "{\"admit_per_second\": 2, \"session_ttl_seconds\": 600, \"passthrough\": false, \"open\": true, \"title\": \"usher demo\", \"booking_url\": \"http://127.0.0.1:$BOOKING_PORT/entry\"}" >/dev/null ||
     die "could not create the queue '$QUEUE' (see $TMP/dispatcher.log)"
-log "queue '$QUEUE' created: 2 admissions per second, sessions of 600 s"
+log "queue '$QUEUE' created: 2 admissions per second, sessions of 600 s, everyone waits in line"
+# The tour in README.md starts with `source target/usher-run.env`. Keep in step with
+# run_env() in crates/usher-testkit/tests/docs.rs, which runs the tour against these names.
+mkdir -p target
+cat >"$RUN_ENV" <<ENV
+export DISPATCHER=$DISPATCHER_URL
+export GATEWAY=$GATEWAY1_URL
+export BOOKING=$BOOKING_URL
+export USHER_ADMIN_TOKEN=$ADMIN_TOKEN
+ENV
+log "wrote $RUN_ENV (source it for the README's tour)"
 
 # --- Smoke check (USHER_RUN_SMOKE=1) -------------------------------------------------------
 if [ "$SMOKE" = 1 ]; then
@@ -297,11 +312,15 @@ cat <<EOF
   The waiting-room page (admitted browsers land on the booking demo's /entry):
     $GATEWAY1_URL/q/$QUEUE      ($GATEWAY1_URL/q/$QUEUE?lang=ko in Korean)
 
+  In another terminal, from this directory, the README's tour begins with:
+    source $RUN_ENV     # DISPATCHER, GATEWAY, BOOKING and USHER_ADMIN_TOKEN
+
   Join the line (each open stream is one browser; it ends after 'admitted'):
     curl -N $GATEWAY1_URL/api/queues/$QUEUE/stream
     curl -N $GATEWAY2_URL/api/queues/$QUEUE/stream
 
-  Admin:   $DISPATCHER_URL/admin/queues/$QUEUE
+  Admin:   $DISPATCHER_URL/admin/queues/$QUEUE    dashboard: $DISPATCHER_URL/admin/ui
+           admin token (USHER_ADMIN_TOKEN): $ADMIN_TOKEN
              curl -X PUT $DISPATCHER_URL/admin/queues/$QUEUE -H "Authorization: Bearer $ADMIN_TOKEN" -H 'content-type: application/json' -d '{"admit_per_second": 5}'
   JWKS:    $DISPATCHER_URL/.well-known/jwks.json
   Booking: POST $BOOKING_URL/api/bookings   (TOKEN = the "token" of the admitted event)

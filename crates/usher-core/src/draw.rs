@@ -1,7 +1,7 @@
 //! The draw of a scheduled sale: its seed, the commitment published before anyone joins, each
 //! entrant's public hash, and the order the draw places entrants in.
 //!
-//! The rule, byte for byte (README, "Scheduled sale and the draw", shows it in Python):
+//! The rule, byte for byte (docs/policies.md, "Scheduled sale and the draw", shows it in Python):
 //! * the seed is 32 random bytes; `commitment` = lowercase hex of SHA-256(seed bytes);
 //! * an entrant's hash = lowercase hex of SHA-256(the ticket string, UTF-8), 64 characters;
 //! * each entrant's key = HMAC-SHA256(key = the 32 seed bytes, message = its hash as the 64

@@ -28,7 +28,7 @@
 //! least 1).
 //!
 //!
-//! Scheduled sale (README, "Scheduled sale and the draw"; `lua/draw.lua`):
+//! Scheduled sale (docs/policies.md, "Scheduled sale and the draw"; `lua/draw.lua`):
 //!
 //! | key | type | content |
 //! |---|---|---|
@@ -235,7 +235,7 @@ pub fn hash_slot(key: &str) -> u16 {
 
 /// The key patterns (`~pattern`) and channels (`&channel`) the dispatcher touches, in Redis
 /// ACL syntax: a least-privilege user's keys. The commands each binary sends are listed with
-/// them in `usher_testkit::acl`, which README prints and `tests/redis_acl.rs` runs each
+/// them in `usher_testkit::acl`, which docs/managed-redis.md prints and `tests/redis_acl.rs` runs each
 /// binary under. A new key of the dispatcher's belongs here too.
 pub const DISPATCHER_ACL_KEYS: &[&str] = &[
     "~usher:{q:*}:*",

@@ -39,7 +39,8 @@ pub struct Config {
     /// genpkey -algorithm ed25519`): it signs every new token. Later blocks are verify-only:
     /// private keys (retired signing keys) or public keys (`-----BEGIN PUBLIC KEY-----`, e.g. the
     /// next signing key while it is rolled out). All are published in the JWKS, the signing key
-    /// first. A key listed twice is refused. README, "Entry tokens", has the rotation steps.
+    /// first. A key listed twice is refused. docs/http-contract.md ("Entry tokens") has the
+    /// rotation steps.
     #[arg(long, env = "USHER_JWT_KEY_FILE", conflicts_with = "jwt_key")]
     pub jwt_key_file: Option<PathBuf>,
 
@@ -75,8 +76,8 @@ pub struct Config {
     /// Queue definitions to load at start and to apply again whenever Redis turns out to have
     /// lost a queue (restarted empty, flushed): YAML or JSON, a map of queue id → the fields
     /// `PUT /admin/queues/{queue}` takes. At start, only queues missing from Redis are
-    /// created (changes made through the admin API since are kept). README, "Security", has
-    /// what a loss keeps and what it cannot.
+    /// created (changes made through the admin API since are kept). docs/failure-model.md
+    /// has what a loss keeps and what it cannot.
     #[arg(long, env = "USHER_QUEUES_FILE")]
     pub queues_file: Option<PathBuf>,
 

@@ -16,6 +16,7 @@ use utoipa::OpenApi;
         title = "usher dispatcher",
         description = "The admin API (operators), the session API and load reports (booking services), the JWKS, the operator dashboard, health and metrics.\n\nEvery error of every route is JSON `{\"error\": \"…\"}` (`ErrorBody`), including the server's own: an unknown path → `404`, a wrong method → `405`, a body past 64 KiB → `413`, a body that does not arrive within `USHER_BODY_TIMEOUT_SECS` → `408`.",
     ),
+    servers((url = "/", description = "The dispatcher that serves this document.")),
     tags(
         (name = "admin", description = "Queues, notices, gateways, the audit trail: `Authorization: Bearer <USHER_ADMIN_TOKEN>`. Every change is recorded in the audit trail."),
         (name = "sessions", description = "For booking services: the entry token itself is the bearer."),

@@ -152,7 +152,7 @@
       scheduled(JSON.parse(e.data));
     });
     es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
-    // The queue asks a proof of work (README, "Proof of work"): the stream ends after this
+    // The queue asks a proof of work (docs/security.md, "Proof of work"): the stream ends after this
     // event; solve the puzzle it carries, then join with the solution.
     es.addEventListener("challenge", (e) => {
       es.close();

@@ -1,4 +1,4 @@
-// usher proof-of-work solver, run as a Web Worker by page.js (README, "Proof of work").
+// usher proof-of-work solver, run as a Web Worker by page.js (docs/security.md, "Proof of work").
 // In: {puzzle, difficulty}. Finds the first nonce (0, 1, 2, …) such that
 // SHA-256(puzzle + "." + nonce) starts with `difficulty` zero bits.
 // Out: {hashes} about every 100 ms (progress), then {nonce, hashes}.

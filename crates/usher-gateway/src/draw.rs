@@ -1,5 +1,5 @@
 //! `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record, for anyone to check
-//! the order (README, "Scheduled sale and the draw").
+//! the order (docs/policies.md, "Scheduled sale and the draw").
 //!
 //! `{"queue","status","opens_at","commitment","seed","entrants","beacon","voided"}`: `status`
 //! (`pending`, `done` or `void`), the commitment from the moment the sale is scheduled, the

@@ -22,9 +22,10 @@ use utoipa::{OpenApi, ToSchema};
 #[openapi(
     info(
         title = "usher gateway",
-        description = "The browser-facing side of usher: the event stream (Server-Sent Events) that holds a place in line, the ticket routes, a sale's draw record, the waiting-room page, health and metrics.\n\nEvery error is JSON `{\"error\": \"…\"}` (`ErrorBody`), including the server's own: an unknown path → `404`, a wrong method → `405`, a malformed request head (differing `Content-Length` headers, `Content-Length` with `Transfer-Encoding`, a `Last-Event-ID` that is not UTF-8) → `400`, a body that does not arrive in time → `408`. Over a per-IP limit, or in the sockets kept for health checks, a request other than the stream answers `429` with `Retry-After`; the stream answers `200` with a jittered `retry:` instead, as it does whenever the problem is temporary.",
+        description = "The browser-facing side of usher: the event stream (Server-Sent Events) that holds a place in line, the ticket routes, a sale's draw record, the waiting-room page, health and metrics.\n\nEvery error is JSON `{\"error\": \"…\"}` (`ErrorBody`), including the server's own: an unknown path → `404`, a wrong method → `405`, a malformed request head (differing `Content-Length` headers, `Content-Length` with `Transfer-Encoding`, a `Last-Event-ID` that is not UTF-8) → `400`, a body that does not arrive in time → `408`, a body over 64 KiB, or a chunked one → `413`, a request head over 16 KiB → `431`. Over a per-IP limit, or in the sockets kept for health checks, a request other than the stream answers `429` with `Retry-After`; the stream answers `200` with a jittered `retry:` instead, as it does whenever the problem is temporary.",
     ),
     paths(stream),
+    servers((url = "/", description = "The gateway that serves this document.")),
     tags(
         (name = "browsers", description = "The public contract browsers (EventSource) and the waiting-room page use."),
         (name = "draw", description = "A scheduled sale's public draw record."),
@@ -102,7 +103,8 @@ pub(crate) enum StreamItem {
     Comment(KeepaliveComment),
 }
 
-/// `GET /api/queues/{queue}/stream`: served by [`crate::server`], outside the router.
+/// Join the line, or resume a place, and receive its events.
+// `crate::server` serves it, outside the router.
 #[utoipa::path(
     get,
     path = "/api/queues/{queue}/stream",

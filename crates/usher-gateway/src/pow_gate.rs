@@ -1,4 +1,4 @@
-//! The proof-of-work challenge at the gateway (README, "Security", "Proof of work"): issuing
+//! The proof-of-work challenge at the gateway (docs/security.md, "Proof of work"): issuing
 //! signed puzzles, and checking a join's solution before Redis is asked anything.
 //!
 //! Every check that needs no Redis happens here: the MAC, the queue, the expiry and the hash

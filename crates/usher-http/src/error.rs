@@ -50,7 +50,7 @@ const MAX_ERROR_TEXT: usize = 4096;
 /// Middleware: an error answer (4xx, 5xx) that is not JSON already — the router's own 404 and
 /// 405, an extractor's rejection (plain text) — becomes `{"error": "..."}` with the same
 /// status and headers (e.g. `Allow`), its text (or the status's reason) as the message. So
-/// every error a client sees has the one shape the README promises.
+/// every error a client sees has the one shape docs/http-contract.md promises.
 pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let response = next.run(req).await;
     let status = response.status();

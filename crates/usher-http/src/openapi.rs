@@ -24,8 +24,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::PathItemExt;
 
-/// The body of every error answer, of every server: `{"error": "..."}` (see
-/// [`crate::ApiError`], which writes it).
+/// The body of every error answer, of every server: `{"error": "..."}`.
+// `crate::ApiError` writes it. (A `///` line here would show in the API description.)
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(example = json!({"error": "no queue \"concert\""}))]
 pub struct ErrorBody {

@@ -1,5 +1,5 @@
 """The waiting-room page on a proof-of-work queue, in Debian's Chromium driven by Playwright,
-and the page solver's speed (the phone estimate of the README's cost table).
+and the page solver's speed (the phone estimate of the cost table in docs/security.md).
 
 Run by crates/usher-testkit/tests/pow_page.rs, which starts Redis, a dispatcher, a gateway and
 the demo booking service as real processes and passes their URLs in the environment (as

@@ -10,6 +10,10 @@ object on stdin:
 
 (`content_type` "" for an answer without content: only its status is checked.)
 
+An optional `"requests"` list holds request bodies, as the docs' `curl` examples send them
+(`crates/usher-testkit/tests/docs.rs`): `{"document", "path", "method", "at", "body"}`; each
+must validate against the operation's `application/json` request body schema.
+
 Each document must be a valid OpenAPI 3.1 document (openapi-spec-validator), every security
 requirement must name a scheme the document defines, and each sample's body must validate
 (JSON Schema 2020-12, the dialect of OpenAPI 3.1) against the schema the document gives for its
@@ -64,6 +68,22 @@ def sample_problems(documents, s):
         yield f"{where}: {error.message} at {list(error.absolute_path)} in {json.dumps(s['body'])[:300]}"
 
 
+def request_problems(documents, r):
+    where = f"{r['at']}: {r['method'].upper()} {r['path']}"
+    op = documents[r["document"]].get("paths", {}).get(r["path"], {}).get(r["method"])
+    if op is None:
+        yield f"{where}: the document has no such operation"
+        return
+    media = op.get("requestBody", {}).get("content", {}).get("application/json")
+    if media is None or "schema" not in media:
+        yield f"{where}: sends a JSON body, but the operation takes none"
+        return
+    root = dict(media["schema"])
+    root["components"] = documents[r["document"]].get("components", {})
+    for error in Draft202012Validator(root).iter_errors(r["body"]):
+        yield f"{where}: {error.message} at {list(error.absolute_path)} in {json.dumps(r['body'])[:300]}"
+
+
 def main():
     given = json.load(sys.stdin)
     documents = given["documents"]
@@ -78,9 +98,12 @@ def main():
     for s in given["samples"]:
         problems.extend(sample_problems(documents, s))
         checked += 1
+    for r in given.get("requests", []):
+        problems.extend(request_problems(documents, r))
+        checked += 1
     for p in problems:
         print(p)
-    print(f"checked {len(documents)} documents and {checked} answers")
+    print(f"checked {len(documents)} documents and {checked} answers and request bodies")
     print("RESULT " + ("failed" if problems else "ok"))
     return 1 if problems else 0
 

@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod browser;
 pub mod config;
+pub mod docs;
 pub mod nginx;
 pub mod openapi;
 pub mod otlp;

@@ -163,6 +163,16 @@ fn text_is_empty(body: &Value) -> bool {
 
 /// Runs the validator on `documents` and `samples`; its output when something fails.
 pub async fn validate(documents: Value, samples: Vec<Value>) -> anyhow::Result<()> {
+    run_validator(json!({"documents": documents, "samples": samples})).await
+}
+
+/// Runs the validator on `documents` and request bodies (`{"document", "path", "method",
+/// "at", "body"}`, what the docs' `curl` examples send); its output when something fails.
+pub async fn validate_requests(documents: Value, requests: Vec<Value>) -> anyhow::Result<()> {
+    run_validator(json!({"documents": documents, "samples": [], "requests": requests})).await
+}
+
+async fn run_validator(input: Value) -> anyhow::Result<()> {
     let venv = browser_venv()?;
     let script = workspace().join("crates/usher-testkit/openapi/validate.py");
     let mut child = tokio::process::Command::new(venv.join("bin/python"))
@@ -173,7 +183,7 @@ pub async fn validate(documents: Value, samples: Vec<Value>) -> anyhow::Result<(
         .kill_on_drop(true)
         .spawn()
         .context("cannot run validate.py")?;
-    let input = serde_json::to_vec(&json!({"documents": documents, "samples": samples}))?;
+    let input = serde_json::to_vec(&input)?;
     let mut stdin = child.stdin.take().context("validator stdin")?;
     tokio::io::AsyncWriteExt::write_all(&mut stdin, &input).await?;
     drop(stdin);

@@ -36,7 +36,7 @@ async fn queues_spread_over_the_masters_and_each_admits() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// On a cluster, each binary runs as an ACL user with its README list plus
+/// On a cluster, each binary runs as an ACL user with its docs/managed-redis.md list plus
 /// `usher_testkit::acl::CLUSTER_EXTRA` (the slot map), set on every node; no node logs a denial.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_users_work_on_a_cluster_with_the_slot_map_rule() -> anyhow::Result<()> {

@@ -1,6 +1,6 @@
 //! Scheduled sales: the pre-queue before `opens_at`, the draw that puts it in line, and the
 //! public record anyone can check. The checks recompute the draw independently of
-//! `usher_core::draw` (SHA-256 and HMAC straight from their crates, and the README's Python).
+//! `usher_core::draw` (SHA-256 and HMAC straight from their crates, and the Python of docs/policies.md).
 
 mod common;
 mod draw_check;

@@ -1,7 +1,7 @@
 //! A scheduled sale whose Redis state is lost (flushed) while browsers wait in its pre-queue:
 //! the draw never silently differs from the commitment published before the loss.
 //! * The queues file carries the sale's seed: the queue comes back with the same commitment,
-//!   the draw runs at `opens_at` and the README's Python check verifies it.
+//!   the draw runs at `opens_at` and the Python check of docs/policies.md verifies it.
 //! * It does not: the draw is reported void (`GET /api/queues/{q}/draw`, `event: draw_void`)
 //!   and the pre-queue takes part in a new committed draw (the file still names `opens_at`)
 //!   or goes into the line in join order (it does not).

@@ -1,5 +1,5 @@
 //! Redis ACL users: each real binary runs as a user restricted to exactly the commands and
-//! key patterns `usher_testkit::acl` lists for it (the lists README prints), through the paths a
+//! key patterns `usher_testkit::acl` lists for it (the lists docs/managed-redis.md prints), through the paths a
 //! sale takes (a scheduled sale's draw included); Redis' own `ACL LOG` must then hold no
 //! denial. The gateway's user cannot read the dispatcher's signing key.
 
@@ -17,7 +17,7 @@ use usher_testkit::{RedisServer, SseClient};
 
 const PASSWORD: &str = "acl-test-password";
 
-/// Creates `user` with exactly `component`'s rules (the `ACL SETUSER` line README prints);
+/// Creates `user` with exactly `component`'s rules (the `ACL SETUSER` line docs/managed-redis.md prints);
 /// returns its URL.
 async fn user(
     admin: &mut redis::aio::MultiplexedConnection,
@@ -198,16 +198,19 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
     Ok(())
 }
 
-/// README's "Running on managed Redis" prints each binary's `ACL SETUSER` line exactly as
-/// `usher_testkit::acl` defines it.
+/// docs/managed-redis.md prints each binary's `ACL SETUSER` line exactly as `usher_testkit::acl`
+/// defines it.
 #[test]
 fn readme_prints_the_acl_each_binary_needs() -> anyhow::Result<()> {
     let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/managed-redis.md"),
     )?;
     for c in Component::ALL {
         let line = c.setuser(c.name(), "<password>");
-        assert!(readme.contains(&line), "README lacks:\n{line}");
+        assert!(
+            readme.contains(&line),
+            "docs/managed-redis.md lacks:\n{line}"
+        );
     }
     Ok(())
 }

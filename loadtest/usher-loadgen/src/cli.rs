@@ -117,9 +117,10 @@ pub struct Args {
     #[arg(long, env = "USHER_LOADGEN_CONNECT_TIMEOUT", default_value_t = 10)]
     pub connect_timeout: u64,
 
-    /// Seconds without a single byte on an open stream (with the default keepalive period of
-    /// 15 s a gateway leaves no stream silent longer than 22.5 s) before counting an
-    /// `idle_timeout` error and reconnecting.
+    /// Seconds without a single byte on an open stream before counting an `idle_timeout` error
+    /// and reconnecting. A gateway leaves no stream silent longer than its keepalive period
+    /// (`USHER_KEEPALIVE_SECS`, 15 s by default), so the default of 60 s allows for a slow
+    /// machine, not for a missing keepalive.
     #[arg(long, env = "USHER_LOADGEN_IDLE_TIMEOUT", default_value_t = 60)]
     pub idle_timeout: u64,
 

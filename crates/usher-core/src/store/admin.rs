@@ -39,16 +39,16 @@ pub struct QueueConfig {
     /// Admission paused: everyone keeps their place, nobody is admitted.
     pub paused: bool,
     /// A scheduled sale's opening time (RFC 3339): joins before it wait in a pre-queue, put
-    /// in line in a random order at the draw. Set through [`Store::schedule`], not
-    /// [`Store::put_queue`].
+    /// in line in a random order at the draw.
+    // Set through `Store::schedule`, not `Store::put_queue`.
     #[serde(default)]
     pub opens_at: Option<String>,
-    /// Most sessions active at once (`None`: no cap). A tick admits at most the free slots.
+    /// Most sessions active at once (`null`: no cap). A tick admits at most the free slots.
     pub max_active: Option<u64>,
     /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
     /// the token bucket (shared with the tick) has a token.
     pub passthrough: bool,
-    /// The rate follows a backend's reported load instead of `admit_per_second` (`None`: off).
+    /// The rate follows a backend's reported load instead of `admit_per_second` (`null`: off).
     pub adaptive: Option<Adaptive>,
     /// What a join must bring to take a place: nothing, or a solved proof-of-work puzzle.
     #[serde(default)]

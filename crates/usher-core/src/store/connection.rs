@@ -39,16 +39,16 @@ pub enum RedisMode {
 /// The Redis flags every usher binary takes (flattened into each one's configuration).
 /// `Debug` hides the URL's password.
 #[derive(Clone, clap::Args)]
-#[command(next_help_heading = "Redis")]
 pub struct RedisArgs {
     /// Redis URL: `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS. In
     /// cluster mode, one seed node or a comma-separated list of them
     /// (`redis://10.0.0.1:6379,redis://10.0.0.2:6379`); the other nodes are discovered. In
     /// sentinel mode, `redis+sentinel://[user:password@]host:26379[,host:26379…]/<master name>`
     /// (the credentials are the master's), or `rediss+sentinel://…` for TLS to the sentinels
-    /// and the master. An ACL user's name and password go in the URL (README, "Running on managed Redis", lists the
+    /// and the master. An ACL user's name and password go in the URL (docs/managed-redis.md lists the
     /// commands and keys each binary needs).
     #[arg(
+        help_heading = "Redis",
         id = "redis_url",
         value_name = "URL",
         long = "redis-url",
@@ -63,6 +63,7 @@ pub struct RedisArgs {
     /// one queue shares a hash slot, so queues spread over the cluster's masters) or `sentinel`
     /// (a master and replicas watched by Redis Sentinel; TLS with `rediss+sentinel://`).
     #[arg(
+        help_heading = "Redis",
         id = "redis_mode",
         value_name = "MODE",
         long = "redis-mode",
@@ -77,6 +78,7 @@ pub struct RedisArgs {
     /// system's trusted roots. Needs a `rediss://` URL (`rediss+sentinel://` in sentinel mode,
     /// where it checks the sentinels and the masters).
     #[arg(
+        help_heading = "Redis",
         id = "redis_ca_file",
         value_name = "FILE",
         long = "redis-ca-file",
@@ -88,6 +90,7 @@ pub struct RedisArgs {
     /// TLS (`tls-auth-clients yes`). Needs `USHER_REDIS_CLIENT_KEY` and a `rediss://` (or
     /// `rediss+sentinel://`) URL.
     #[arg(
+        help_heading = "Redis",
         id = "redis_client_cert",
         value_name = "FILE",
         long = "redis-client-cert",
@@ -98,6 +101,7 @@ pub struct RedisArgs {
 
     /// PEM file of the private key of `USHER_REDIS_CLIENT_CERT` (PKCS#8, PKCS#1 or SEC1).
     #[arg(
+        help_heading = "Redis",
         id = "redis_client_key",
         value_name = "FILE",
         long = "redis-client-key",

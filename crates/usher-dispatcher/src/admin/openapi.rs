@@ -45,6 +45,7 @@ pub(crate) fn get_queue() {}
     responses(
         (status = 200, description = "Updated.", body = QueueView),
         (status = 201, description = "Created.", body = QueueView),
+        (status = 409, description = "`draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed.", body = ErrorBody),
         AdminWriteErrors,
     ),
 )]

@@ -59,8 +59,8 @@ pub struct QueueUpdate {
     pub open: Option<bool>,
     pub grace_seconds: Option<u64>,
     pub paused: Option<bool>,
-    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then (see
-    /// `super::sale`).
+    /// Absent: unchanged; `null`: unscheduled; a time (RFC 3339): the sale opens then.
+    // `super::sale` applies it.
     #[serde(default, deserialize_with = "present")]
     pub opens_at: Option<Option<String>>,
     /// Absent: unchanged; `null`: no beacon; `{"drand_round": N}`: a pending sale's order
@@ -68,8 +68,8 @@ pub struct QueueUpdate {
     #[serde(default, deserialize_with = "present")]
     pub draw_beacon: Option<Option<super::sale::BeaconSpec>>,
     /// The seed a new sale (`opens_at`) commits to, instead of a generated one: 64 hex
-    /// characters. Secret until the draw: never shown, logged or audited (its `Debug` is
-    /// redacted). See [`super::sale`].
+    /// characters. Secret until the draw: never shown, logged or audited.
+    // `super::sale` checks it; its `Debug` is redacted.
     #[serde(default, deserialize_with = "super::sale::seed_hex")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{64}$", write_only)]
     pub draw_seed: Option<usher_core::draw::Seed>,

@@ -1,6 +1,6 @@
 //! The draw record's independent checks, shared by the draw suites: a ticket's entrant
 //! hash, the drawn order recomputed with `sha2`/`hmac` straight from their crates (not
-//! `usher_core::draw`), and the README's Python check run on a record.
+//! `usher_core::draw`), and the Python check of docs/policies.md run on a record.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -16,7 +16,7 @@ pub fn entrant(ticket: &str) -> String {
 }
 
 /// The drawn order of `entrants` under `key` (the seed's bytes, then a beacon's), as the
-/// README defines it: ascending HMAC-SHA256(key, the hash's hex text), ties by the hash.
+/// docs/policies.md defines it: ascending HMAC-SHA256(key, the hash's hex text), ties by the hash.
 pub fn drawn_order(mac_key: &[u8], mut entrants: Vec<String>) -> Vec<String> {
     let key = |h: &String| {
         let mut m = Hmac::<Sha256>::new_from_slice(mac_key).expect("any key length");
@@ -27,18 +27,18 @@ pub fn drawn_order(mac_key: &[u8], mut entrants: Vec<String>) -> Vec<String> {
     entrants
 }
 
-/// The README's Python check of a draw record, run on `record`: its output.
+/// The Python check of a draw record in docs/policies.md, run on `record`: its output.
 pub fn python_check(record: &Value) -> anyhow::Result<String> {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/policies.md");
     let section = readme
-        .split("### Scheduled sale and the draw")
+        .split("## Scheduled sale and the draw")
         .nth(1)
-        .ok_or_else(|| anyhow::anyhow!("README has no draw section"))?;
+        .ok_or_else(|| anyhow::anyhow!("docs/policies.md has no draw section"))?;
     let code = section
         .split("```python\n")
         .nth(1)
         .and_then(|s| s.split("```").next())
-        .ok_or_else(|| anyhow::anyhow!("README's draw section has no Python block"))?;
+        .ok_or_else(|| anyhow::anyhow!("docs/policies.md's draw section has no Python block"))?;
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(code)
@@ -54,7 +54,7 @@ pub fn python_check(record: &Value) -> anyhow::Result<String> {
     let out = child.wait_with_output()?;
     anyhow::ensure!(
         out.status.success(),
-        "the README's check failed: {}",
+        "the docs' check failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?)

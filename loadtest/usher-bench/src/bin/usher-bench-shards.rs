@@ -11,7 +11,7 @@
 //!   replicas holding them would.
 //!
 //! Only usher's scripts and Redis are measured: no gateway, no HTTP, no token signing (the
-//! dispatcher's signing bounds admissions first; README, "Sizing"). The caller runs on the
+//! dispatcher's signing bounds admissions first; docs/deploying.md, "Sizing Redis"). The caller runs on the
 //! same machine as the servers: on a machine with fewer cores than masters the cluster
 //! shares the cores, so the figures compare layouts on this machine only.
 //! Prints one JSON object. Used by `make bench` (scripts/bench.sh, scenario `shards`).
