@@ -1,0 +1,15 @@
+//! Integration tests that drive outside tools: Chromium through Playwright, k6, nginx, and the
+//! OpenAPI validator (all installed by `scripts/ensure-browser.sh`).
+//!
+//! One binary, one module per area: `cargo test -p usher-testkit --test browsers <area>::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admission_tls;
+mod browser;
+mod dashboard;
+mod k6;
+mod nginx_auth;
+mod openapi;
+mod pow_page;
