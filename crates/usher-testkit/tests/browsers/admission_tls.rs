@@ -1,10 +1,8 @@
 //! `usher-admission` over `https://`: the JWKS and the session API behind TLS (the real nginx
 //! terminating it with a certificate of a CA made for the test), with rustls.
 
-use crate::common;
-
-use common::{admitted, T};
 use usher_admission::{Admission, Error, SessionStatus, VerifyError};
+use usher_testkit::line::{admitted, T};
 use usher_testkit::nginx::Nginx;
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Stack, StackOptions};

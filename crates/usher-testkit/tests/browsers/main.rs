@@ -3,9 +3,6 @@
 //!
 //! One binary, one module per area: `cargo test -p usher-testkit --test browsers <area>::`.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod admission_tls;
 mod browser;
 mod dashboard;

@@ -1,8 +1,6 @@
 //! deploy/nginx/booking-auth.conf with the real nginx: a booking upstream guarded by
 //! `auth_request` against the dispatcher's `GET /api/session`, so nobody goes around the line.
 
-use crate::common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -10,10 +8,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::any;
 use axum::{Json, Router};
-use common::{admitted, claims, dispatcher_key};
 use reqwest::Response;
 use serde_json::{json, Value};
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::line::{admitted, claims, dispatcher_key};
 use usher_testkit::nginx::{deploy_config, substitute, Nginx};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};

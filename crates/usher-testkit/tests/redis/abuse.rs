@@ -3,14 +3,12 @@
 //! PROXY protocol header. Clients are other loopback addresses (`127.0.0.x`), each a client
 //! address of its own, so one test can be an abuser and an ordinary browser at once.
 
-use crate::common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::Context;
-use common::T;
 use reqwest::header::{HeaderMap, HeaderValue};
+use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::sse::{SseConn, SseItem};
 use usher_testkit::stack::{self, Stack, StackOptions};

@@ -2,15 +2,13 @@
 //! ETA then), and only booking services holding `USHER_SERVICE_TOKEN` may report; and a fixed
 //! rate holds within 2% over a long drain.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::{data, T};
 use serde_json::{json, Value};
 use usher_core::ids::QueueId;
 use usher_core::store::Store;
 use usher_core::time::now_ms;
+use usher_testkit::line::{data, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};

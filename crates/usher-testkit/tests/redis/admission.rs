@@ -2,8 +2,6 @@
 //! gateway and Redis: offline verification with its JWKS cache, the online session calls, and
 //! the tower layer that guards routes.
 
-use crate::common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,13 +10,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use common::{admitted, claims, dispatcher_key, T};
 use reqwest::Response;
 use serde_json::{json, Value};
 use usher_admission::{
     ActiveSession, Admission, Claims as AdmittedClaims, Error, KeyError, SessionStatus, VerifyError,
 };
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::line::{admitted, claims, dispatcher_key, T};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};
 

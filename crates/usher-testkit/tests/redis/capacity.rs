@@ -1,15 +1,13 @@
 //! `max_active`: never more active sessions than the cap, whatever joins, releases, expiries,
 //! replicas and lease hand-overs do; a freed slot is refilled at the next tick.
 
-use crate::common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{data, T};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use usher_testkit::line::{data, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
@@ -55,7 +53,7 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
     let client = SseClient::new(stack.gateway_url(0));
     let mut watchers = Vec::new();
     for _ in 0..8 {
-        let (_t, _p, w) = common::join_watch(&client, "cap").await?;
+        let (_t, _p, w) = usher_testkit::line::join_watch(&client, "cap").await?;
         watchers.push(w);
     }
     let admitted = |ws: &[Watcher]| ws.iter().filter(|w| w.last("admitted").is_some()).count();

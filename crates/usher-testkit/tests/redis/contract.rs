@@ -1,11 +1,9 @@
 //! The HTTP contract: resume, status, errors, closing, admin auth, several gateways.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::{json, Value};
+use usher_testkit::line::*;
 use usher_testkit::sse::{eventually, Watcher};
 use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::SseClient;

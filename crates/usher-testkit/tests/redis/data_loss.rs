@@ -2,20 +2,18 @@
 //! `USHER_QUEUES_FILE`, connected browsers keep their places in their order and are all
 //! admitted, no place id is handed out twice, and no gateway index is ever shared.
 
-use crate::common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{
-    data, heartbeats_done, join_watch, place_of, position, queue_view, verify_token, wait_waiting,
-    T,
-};
 use serde_json::json;
 use usher_core::ids::ServerId;
 use usher_core::store::Store;
 use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
+use usher_testkit::line::{
+    data, heartbeats_done, join_watch, place_of, position, queue_view, verify_token, wait_waiting,
+    T,
+};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::{eventually, Watcher};
 use usher_testkit::{RedisServer, SseClient};
@@ -162,7 +160,7 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
         d.log_tail(),
         g0.log_tail()
     );
-    let jwks = common::jwks_at(&http, &d.url()).await?;
+    let jwks = usher_testkit::line::jwks_at(&http, &d.url()).await?;
     let mut subs = HashSet::new();
     for ((ticket, w), place) in browsers.iter().zip(&before) {
         let e = w

@@ -2,18 +2,17 @@
 //! public record anyone can check. The checks recompute the draw independently of
 //! `usher_core::draw` (SHA-256 and HMAC straight from their crates, and the README's Python).
 
-use crate::common;
 use crate::draw_check;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::*;
 use draw_check::{drawn_order, entrant, python_check};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
+use usher_testkit::line::*;
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

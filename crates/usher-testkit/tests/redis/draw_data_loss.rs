@@ -9,13 +9,11 @@
 //! Either way every browser connected through the loss is admitted exactly once, with a
 //! token that verifies like a booking service would check it.
 
-use crate::common;
 use crate::draw_check;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{heartbeats_done, in_pre_queue, jwks_at, verify_token, T};
 use draw_check::{drawn_order, entrant, python_check};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -23,6 +21,7 @@ use usher_core::store::Store;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
+use usher_testkit::line::{heartbeats_done, in_pre_queue, jwks_at, verify_token, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::eventually;
 use usher_testkit::{RedisServer, SseClient};

@@ -1,10 +1,8 @@
 //! The whole path on real processes' code over real sockets: join, position, admission, token
 //! verified by a booking service.
 
-use crate::common;
-
-use common::{data, jwks, verify_token, T};
 use serde_json::{json, Value};
+use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::sse::SseItem;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -2,15 +2,13 @@
 //! period after its last write, and a stream whose line moves does not need them (its events
 //! keep the connection busy).
 
-use crate::common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::json;
 use usher_sse::Item;
+use usher_testkit::line::*;
 use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{self, Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -4,8 +4,6 @@
 //!
 //! One binary, one module per area: `cargo test -p usher-testkit --test redis <area>::`.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod draw_check;
 
 mod abuse;

@@ -2,12 +2,10 @@
 //! exactly what the browsers did, per-queue gauges labelled with their queue, and nothing
 //! that names a ticket or a token.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::{data, join, T};
 use serde_json::{json, Value};
+use usher_testkit::line::{data, join, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::{RedisServer, SseClient};
 

@@ -1,15 +1,13 @@
 //! Talking to the line: operators' notices, closing a queue as sold out, and away places that
 //! wait at their position (not admitted while their browser is away, admitted on its return).
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::{json, Value};
 use usher_core::ids::PlaceId;
 use usher_core::store::{PlaceState, Tick, TickArgs, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 use usher_core::time::now_ms;
+use usher_testkit::line::*;
 use usher_testkit::sse::{eventually, Watcher};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

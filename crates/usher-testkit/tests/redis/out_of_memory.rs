@@ -2,8 +2,6 @@
 //! what they are, joins back off longer, the log does not grow per request, and an operator
 //! can still close a queue to free memory.
 
-use crate::common;
-
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -184,7 +182,7 @@ async fn out_of_memory_is_reported_backed_off_logged_once_and_closing_frees_it(
             .status(),
         200
     );
-    let (_, pos, _) = common::join(&client, "another").await?;
+    let (_, pos, _) = usher_testkit::line::join(&client, "another").await?;
     assert_eq!(pos, 1);
     Ok(())
 }

@@ -1,11 +1,9 @@
 //! Redis going away and coming back; a browser moving between gateways.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use usher_testkit::line::*;
 use usher_testkit::sse::{eventually, SseItem};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

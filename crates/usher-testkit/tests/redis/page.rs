@@ -2,10 +2,8 @@
 //! of the admin API, and `closed: resumed_elsewhere` for a ticket resumed on the same gateway.
 //! (What a browser does with the page: `browser.rs`.)
 
-use crate::common;
-
-use common::{data, join_watch, T};
 use serde_json::json;
+use usher_testkit::line::{data, join_watch, T};
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

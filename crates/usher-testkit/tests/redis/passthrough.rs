@@ -2,14 +2,12 @@
 //! the queue's rate (the token bucket is shared with the tick), and `passthrough: false`
 //! queues everyone; nobody passes while a scheduled sale's draw is pending.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::{data, jwks, verify_token, T};
 use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::time::{now_ms, rfc3339_ms};
+use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::{RedisProbe, SseClient};
 

@@ -1,11 +1,9 @@
 //! Positions: exact, pushed, only decreasing; FIFO admission; leaving and disconnecting.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use usher_testkit::line::*;
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -3,12 +3,10 @@
 //! puzzle and the stream ends; a solution takes one place however many joins carry it; a
 //! puzzle from one gateway is good at another; resumes need no solution.
 
-use crate::common;
-
-use common::{data, jwks, verify_token, T};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use usher_core::challenge::{leading_zero_bits, solve};
+use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;

@@ -6,12 +6,10 @@
 //! place marked away although its browser was connected, and ticks pass away places over: the
 //! browser waited, connected, until its grace period ended.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::{data, join, T};
 use serde_json::json;
+use usher_testkit::line::{data, join, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
 

@@ -3,10 +3,8 @@
 //! sale takes (a scheduled sale's draw included); Redis' own `ACL LOG` must then hold no
 //! denial. The gateway's user cannot read the dispatcher's signing key.
 
-use crate::common;
-
-use common::{join, join_and_admit, T};
 use std::time::Duration;
+use usher_testkit::line::{join, join_and_admit, T};
 
 use serde_json::json;
 use usher_core::acl::Component;

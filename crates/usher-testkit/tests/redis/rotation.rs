@@ -2,14 +2,12 @@
 //! [A] → [A, B as a public key] (B verify-only, rolled out) → [B, A] (B signs). Tokens signed
 //! by A keep verifying, new ones carry B's kid, and the booking demo picks B up by itself.
 
-use crate::common;
-
 use std::path::Path;
 
-use common::{data, jwks_at, verify_token, T};
 use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePublicKey};
 use serde_json::json;
 use usher_core::token::SigningKey;
+use usher_testkit::line::{data, jwks_at, verify_token, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::{stack, RedisServer, SseClient};
 

@@ -1,10 +1,7 @@
 //! Larger lines: the drain rate, the Redis cost of waiting, the memory of a place.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::{json, Value};
 use usher_core::ids::PlaceId;
 use usher_core::ids::QueueId;
@@ -12,6 +9,7 @@ use usher_core::messages::CloseReason;
 use usher_core::store::{Lease, PlaceState, Store};
 use usher_core::time::now_ms;
 use usher_dispatcher::admission::{Admitter, Settings};
+use usher_testkit::line::*;
 use usher_testkit::probe::{self, RedisProbe};
 use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};

@@ -2,16 +2,14 @@
 //! `POST /api/session/touch`, `DELETE /api/session`), sliding sessions and their cap, resumes
 //! of ended sessions, and the demo booking service's one booking per session.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::{admitted, claims, data, dispatcher_key, T};
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::line::{admitted, claims, data, dispatcher_key, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::SseClient;
 

@@ -2,14 +2,12 @@
 //! head, a slow request body and an idle keep-alive connection at their deadlines, caps its
 //! connections, and the gateway keeps answering its health checks while its sockets are full.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::T;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::stack::{self, Server, Stack, StackOptions};
 

@@ -5,17 +5,15 @@
 //! names their place, and an admission whose token was never staged here must still reach
 //! the browser (read from Redis).
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use usher_core::ids::PlaceId;
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::TokenRecord;
 use usher_core::time::now_ms;
+use usher_testkit::line::*;
 use usher_testkit::{stack, tick_once, RedisServer, SseClient};
 
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {

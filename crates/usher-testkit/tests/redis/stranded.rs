@@ -6,13 +6,11 @@
 //! lists them (down to an empty line). The gateway must ask Redis what became of each place it holds and tell the
 //! browser: `admitted` with the stored token, or `closed` when the place is gone.
 
-use crate::common;
-
-use common::*;
 use usher_core::ids::PlaceId;
 use usher_core::messages::{QueueState, StreamMessage};
 use usher_core::store::{Tick, TokenRecord};
 use usher_core::time::now_ms;
+use usher_testkit::line::*;
 use usher_testkit::{tick_once, SseClient};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

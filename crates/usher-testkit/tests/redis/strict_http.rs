@@ -1,10 +1,8 @@
 //! Strict HTTP: requests two parsers could read differently are refused, HTTP/1.0 gets a body
 //! it can read, and every error answer, on the gateway and on the dispatcher, is JSON.
 
-use crate::common;
-
-use common::T;
 use serde_json::Value;
+use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::stack::{Stack, StackOptions};
 

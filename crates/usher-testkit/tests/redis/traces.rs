@@ -3,12 +3,10 @@
 //! one linked trace, admin changes have spans, no span carries a ticket or a token, the last
 //! spans are flushed at shutdown, and an unsupported protocol stops the start-up.
 
-use crate::common;
-
 use std::time::Duration;
 
-use common::{data, join, T};
 use serde_json::json;
+use usher_testkit::line::{data, join, T};
 use usher_testkit::otlp::{OtlpReceiver, Received};
 use usher_testkit::procs::Proc;
 use usher_testkit::{RedisServer, SseClient};

@@ -1,13 +1,11 @@
 //! usher on a real Redis Cluster (3 masters + 3 replicas of `redis-server`, created with
 //! `redis-cli --cluster create`): the whole flow with queues spread over the masters.
 
-use crate::common;
-
 use std::collections::BTreeSet;
 
-use common::join_and_admit;
 use usher_core::ids::QueueId;
 use usher_core::keys::QueueKeys;
+use usher_testkit::line::join_and_admit;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::RedisCluster;
 

@@ -3,15 +3,13 @@
 //! with a token of its own; the figures (failover gap, admissions replayed) are printed for
 //! BENCHMARKS.md, never asserted.
 
-use crate::common;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{data, join_watch, jwks_at, place_of, verify_token};
 use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::keys::{hash_slot, QueueKeys};
+use usher_testkit::line::{data, join_watch, jwks_at, place_of, verify_token};
 use usher_testkit::sse::{eventually, Watcher};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::{RedisCluster, SseClient};

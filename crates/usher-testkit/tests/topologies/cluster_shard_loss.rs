@@ -12,15 +12,9 @@
 //! The cluster runs with `cluster-require-full-coverage no`: with the default, every shard
 //! refuses commands while one slot has no master, so the others would stall for the outage.
 
-use crate::common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{
-    data, heartbeats_done, join_watch, jwks_at, place_of, position, positions, queue_view,
-    verify_token, wait_waiting, T,
-};
 use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::keys::{self, QueueKeys};
@@ -28,6 +22,10 @@ use usher_core::store::Store;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
+use usher_testkit::line::{
+    data, heartbeats_done, join_watch, jwks_at, place_of, position, positions, queue_view,
+    verify_token, wait_waiting, T,
+};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::{eventually, Watcher};
 use usher_testkit::stack::{Stack, StackOptions};

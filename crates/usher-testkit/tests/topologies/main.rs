@@ -3,9 +3,6 @@
 //!
 //! One binary, one module per area: `cargo test -p usher-testkit --test topologies <area>::`.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod cluster;
 mod cluster_faults;
 mod cluster_shard_loss;

@@ -4,9 +4,7 @@
 //! (`USHER_REDIS_CLIENT_CERT`/`USHER_REDIS_CLIENT_KEY`). Only the TLS port is given to usher,
 //! so a plain-text connection could not have worked.
 
-use crate::common;
-
-use common::join_and_admit;
+use usher_testkit::line::join_and_admit;
 use usher_testkit::procs::Proc;
 use usher_testkit::tls::TestPki;
 use usher_testkit::RedisServer;

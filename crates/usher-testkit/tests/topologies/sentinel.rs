@@ -3,12 +3,10 @@
 //! master stops answering and the sentinel promotes the replica, usher follows without a
 //! restart.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::join_and_admit;
 use usher_core::store::{RedisArgs, RedisMode, Store};
+use usher_testkit::line::join_and_admit;
 use usher_testkit::redis_sentinel::RedisSentinel;
 use usher_testkit::stack;
 use usher_testkit::tls::TestPki;

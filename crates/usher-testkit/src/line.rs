@@ -1,17 +1,18 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! A queue's line as the integration tests walk it: joining and watching streams, positions,
+//! admissions and their entry tokens (verified the way a booking service verifies them), and
+//! the set-ups several test areas share.
 
 use std::time::Duration;
 
+use crate::{stack, RedisServer};
 use usher_core::ids::{QueueId, ServerId};
 use usher_core::store::{QueueConfig, Store};
 use usher_core::time::now_ms;
-use usher_testkit::{stack, RedisServer};
 
+use crate::sse::{SseConn, Watcher};
+use crate::SseClient;
 use serde_json::Value;
 use usher_sse::Event;
-use usher_testkit::sse::{SseConn, Watcher};
-use usher_testkit::SseClient;
 
 pub const T: Duration = Duration::from_secs(10);
 
@@ -70,9 +71,7 @@ pub fn place_of(ticket: &str) -> u64 {
 }
 
 /// The dispatcher's published keys, fetched as a booking service fetches them.
-pub async fn jwks(
-    stack: &usher_testkit::stack::Stack,
-) -> anyhow::Result<jsonwebtoken::jwk::JwkSet> {
+pub async fn jwks(stack: &crate::stack::Stack) -> anyhow::Result<jsonwebtoken::jwk::JwkSet> {
     jwks_at(&stack.http, &stack.dispatcher.url()).await
 }
 
@@ -160,10 +159,7 @@ pub async fn take_lease(store: &Store, q: &QueueId) -> anyhow::Result<usher_core
 }
 
 /// Joins `queue` and waits for admission; returns (ticket, token).
-pub async fn admitted(
-    stack: &usher_testkit::Stack,
-    queue: &str,
-) -> anyhow::Result<(String, String)> {
+pub async fn admitted(stack: &crate::Stack, queue: &str) -> anyhow::Result<(String, String)> {
     let client = SseClient::new(stack.gateway_url(0));
     let mut conn = client
         .open(&format!("/api/queues/{queue}/stream"), None)
@@ -183,9 +179,7 @@ pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
 }
 
 /// The dispatcher's (development) signing key, to mint tokens it would never mint.
-pub async fn dispatcher_key(
-    stack: &usher_testkit::Stack,
-) -> anyhow::Result<usher_core::token::SigningKey> {
+pub async fn dispatcher_key(stack: &crate::Stack) -> anyhow::Result<usher_core::token::SigningKey> {
     let store = Store::connect(&stack.redis.url()).await?;
     let pem = store
         .shared_dev_secret(
@@ -241,8 +235,8 @@ pub struct Admitted {
 }
 
 /// The queue's counters as the admin API shows them (`None` while it does not exist).
-pub async fn queue_view(d: &usher_testkit::procs::Proc, q: &str) -> Option<Value> {
-    let r = usher_testkit::config::admin_client()
+pub async fn queue_view(d: &crate::procs::Proc, q: &str) -> Option<Value> {
+    let r = crate::config::admin_client()
         .get(format!("{}/admin/queues/{q}", d.url()))
         .send()
         .await
@@ -254,7 +248,7 @@ pub async fn queue_view(d: &usher_testkit::procs::Proc, q: &str) -> Option<Value
 }
 
 /// Waits (up to 20 s) until the dispatcher at `d` shows `n` places waiting in `q`.
-pub async fn wait_waiting(d: &usher_testkit::procs::Proc, q: &str, n: u64) -> anyhow::Result<()> {
+pub async fn wait_waiting(d: &crate::procs::Proc, q: &str, n: u64) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let v = queue_view(d, q).await;
@@ -278,12 +272,12 @@ pub async fn in_pre_queue(
     queue: &str,
     n: usize,
     hold: Duration,
-) -> anyhow::Result<Vec<usher_testkit::browser::Browser>> {
+) -> anyhow::Result<Vec<crate::browser::Browser>> {
     let browsers: Vec<_> = (0..n)
-        .map(|i| usher_testkit::browser::Browser::spawn(clients.clone(), queue, i, hold))
+        .map(|i| crate::browser::Browser::spawn(clients.clone(), queue, i, hold))
         .collect();
     anyhow::ensure!(
-        usher_testkit::sse::eventually(T, || browsers
+        crate::sse::eventually(T, || browsers
             .iter()
             .all(|b| !b.seen().scheduled.is_empty()))
         .await,
