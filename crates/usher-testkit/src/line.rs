@@ -276,13 +276,10 @@ pub async fn in_pre_queue(
     let browsers: Vec<_> = (0..n)
         .map(|i| crate::browser::Browser::spawn(clients.clone(), queue, i, hold))
         .collect();
-    anyhow::ensure!(
-        crate::sse::eventually(T, || browsers
-            .iter()
-            .all(|b| !b.seen().scheduled.is_empty()))
-        .await,
-        "every browser is in the pre-queue"
-    );
+    crate::wait::eventually("every browser is in the pre-queue", async || {
+        browsers.iter().all(|b| !b.seen().scheduled.is_empty())
+    })
+    .await?;
     Ok(browsers)
 }
 

@@ -121,17 +121,15 @@ impl RedisProbe {
         within: std::time::Duration,
     ) -> anyhow::Result<(u64, u64)> {
         let (before, _) = self.last_tick(q).await?;
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        crate::wait::eventually_within(&format!("a tick of {q}"), within, async || {
             let now = self.last_tick(q).await?;
             if now.0 > before {
-                return Ok(now);
+                Ok(now)
+            } else {
+                Err(anyhow::anyhow!("the last tick still ran at {} ms", now.0))
             }
-            if tokio::time::Instant::now() > deadline {
-                anyhow::bail!("no tick of {q} within {within:?}");
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.

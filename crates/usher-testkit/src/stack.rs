@@ -202,22 +202,18 @@ impl<R> Stack<R> {
         urls.extend(self.gateways.iter().map(Server::url));
         for u in urls {
             // Generous: a debug build starting on a loaded machine; not what any test checks.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let ok = self
-                    .http
-                    .get(format!("{u}/readyz"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
-                    break;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    anyhow::bail!("{u} not ready within 10 s");
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            crate::wait::eventually_within(
+                &format!("{u} to answer /readyz"),
+                Duration::from_secs(30),
+                async || {
+                    self.http
+                        .get(format!("{u}/readyz"))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success())
+                },
+            )
+            .await?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use anyhow::Context;
 use usher_testkit::browser::Browser;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{browser_venv, drive, workspace, Controls};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
 const TOKEN: &str = "dashboard-test-admin-token";
@@ -135,11 +136,10 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
         0,
         Duration::from_secs(30),
     );
-    let listed = usher_testkit::sse::eventually(Duration::from_secs(10), || {
+    eventually("the browser waits", async || {
         !waiting.seen().positions.is_empty()
     })
-    .await;
-    assert!(listed, "the browser waits");
+    .await?;
     // The counts come with the gateway's next heartbeat.
     let mut body = serde_json::Value::Null;
     for _ in 0..50 {
@@ -214,9 +214,12 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
     assert_eq!(browsers.len(), 40);
     // The dashboard saw nobody waiting before it closed the queue; the admissions' delivery
     // may still be under way.
-    usher_testkit::sse::eventually(Duration::from_secs(30), || {
-        browsers.iter().all(|b| !b.seen().admitted.is_empty())
-    })
+    // (The loop below asserts each browser's admission; this wait only gives them the time.)
+    let _ = eventually_within(
+        "every browser is admitted",
+        Duration::from_secs(30),
+        async || browsers.iter().all(|b| !b.seen().admitted.is_empty()),
+    )
     .await;
     for b in &browsers {
         let seen = b.seen();

@@ -12,6 +12,7 @@ use usher_testkit::line::{data, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually;
 use usher_testkit::{probe, RedisServer, SseClient};
 
 const SERVICE_TOKEN: &str = "service-token-for-tests-0123456789";
@@ -134,7 +135,10 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         assert_eq!(q["effective_per_second"], rate, "load {load}: {q}");
     }
     // The waiting browser is admitted now that the backend reports.
-    assert!(usher_testkit::sse::eventually(T, || watcher.last("admitted").is_some()).await);
+    eventually("watcher.last(\"admitted\").is_some()", async || {
+        watcher.last("admitted").is_some()
+    })
+    .await?;
 
     // Reports stop: the rate is 0 from stale_after_seconds after the last one, and not before.
     // The dispatcher decides at each request, so bracket each answer by the request's start

@@ -11,6 +11,7 @@ use usher_testkit::line::{data, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
 const TICK_MS: u64 = 200;
@@ -57,7 +58,10 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         watchers.push(w);
     }
     let admitted = |ws: &[Watcher]| ws.iter().filter(|w| w.last("admitted").is_some()).count();
-    assert!(usher_testkit::sse::eventually(T, || admitted(&watchers) == 3).await);
+    eventually("admitted(&watchers) == 3", async || {
+        admitted(&watchers) == 3
+    })
+    .await?;
     // The rate would admit all eight at once: the cap holds it at three.
     tokio::time::sleep(Duration::from_millis(3 * TICK_MS)).await;
     assert_eq!(admitted(&watchers), 3);
@@ -90,10 +94,10 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
             after.1, want as u64,
             "round {round}: the first tick after the release refilled the freed slot"
         );
-        assert!(
-            usher_testkit::sse::eventually(T, || admitted(&watchers) == want).await,
-            "the refilled browser hears admitted"
-        );
+        eventually("the refilled browser hears admitted", async || {
+            admitted(&watchers) == want
+        })
+        .await?;
         let q = stack.queue("cap").await?;
         assert_eq!(q["active"], 3, "round {round}: {q}");
     }
@@ -111,7 +115,10 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         .send()
         .await?;
     assert_eq!(r.status(), 204);
-    assert!(usher_testkit::sse::eventually(T, || admitted(&watchers) == 7).await);
+    eventually("admitted(&watchers) == 7", async || {
+        admitted(&watchers) == 7
+    })
+    .await?;
     let mut resumed = client.open("/api/queues/cap/stream", Some(&ticket)).await?;
     let closed = resumed.wait_for("closed", T).await?;
     assert_eq!(data(&closed)["reason"], "session_ended");
@@ -232,11 +239,10 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
     // Let the last sessions expire and slots churn a little longer.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The sampler needs CPU to take its samples: on a starved machine, give it the time.
-    let sampled = || samples.load(Ordering::Relaxed) > 100;
-    assert!(
-        usher_testkit::sse::eventually(Duration::from_secs(60), sampled).await,
-        "the sampler ran"
-    );
+    eventually_within("the sampler ran", Duration::from_secs(60), async || {
+        samples.load(Ordering::Relaxed) > 100
+    })
+    .await?;
     stop.store(true, Ordering::Relaxed);
     sampler.await?;
     let (worst, samples) = (

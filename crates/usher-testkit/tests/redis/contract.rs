@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use usher_testkit::line::*;
-use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Backend, Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
 // Every scenario here runs on one redis-server and on a Redis Cluster.
@@ -36,7 +37,7 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     assert_eq!(data(&w)["position"], 2);
     assert_eq!(stack.queue("res").await?["waiting"], 3, "no second place");
     // The older connection with the same ticket is ended, and its end releases nothing.
-    assert!(eventually(T, || old.has_ended()).await);
+    eventually("old.has_ended()", async || old.has_ended()).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stack.queue("res").await?["waiting"], 3);
     assert_eq!(position(&wc), Some(3));
@@ -69,7 +70,10 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     stack
         .put_queue("res", json!({"admit_per_second": 100}))
         .await?;
-    assert!(eventually(T, || third.last("admitted").is_some()).await);
+    eventually("third.last(\"admitted\").is_some()", async || {
+        third.last("admitted").is_some()
+    })
+    .await?;
     let token = data(&third.last("admitted").expect("admitted"))["token"].clone();
     let mut late = client.open("/api/queues/res/stream", Some(&ticket)).await?;
     let a = late.wait_for("admitted", T).await?;
@@ -224,7 +228,11 @@ async fn closing_a_queue_tells_every_waiter_on_every_gateway<R: Backend>() -> an
     let v: Value = r.json().await?;
     assert_eq!(v["open"], false);
     assert_eq!(v["waiting"], 0);
-    assert!(eventually(T, || watchers.iter().all(|(_, _, w)| w.has_ended())).await);
+    eventually(
+        "watchers.iter().all(|(_, _, w)| w.has_ended())",
+        async || watchers.iter().all(|(_, _, w)| w.has_ended()),
+    )
+    .await?;
     for (_, _, w) in &watchers {
         let c = w.last("closed").expect("closed event");
         assert_eq!(data(&c)["queue"], "closing");
@@ -282,12 +290,12 @@ async fn two_gateways_each_browser_gets_its_own_events_only<R: Backend>() -> any
     stack
         .put_queue("q2", json!({"admit_per_second": 200}))
         .await?;
-    assert!(
-        eventually(Duration::from_secs(20), || all
-            .iter()
-            .all(|(_, _, w)| w.has_ended()))
-        .await
-    );
+    eventually_within(
+        "all.iter().all(|(_, _, w)| w.has_ended())",
+        Duration::from_secs(20),
+        async || all.iter().all(|(_, _, w)| w.has_ended()),
+    )
+    .await?;
     let mut tokens = std::collections::HashSet::new();
     for (q, ticket, w) in &all {
         let events = w.snapshot();

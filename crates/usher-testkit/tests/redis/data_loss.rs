@@ -12,10 +12,10 @@ use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
 use usher_testkit::line::{
     data, heartbeats_done, join_watch, place_of, position, queue_view, verify_token, wait_waiting,
-    T,
 };
 use usher_testkit::procs::Proc;
-use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::sse::Watcher;
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
 /// How Redis loses its data in a test.
@@ -123,18 +123,13 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
     wait_waiting(&d, "show", 31).await?;
 
     // Relative order kept: positions follow the join order.
-    assert!(
-        eventually(T, || {
+    eventually("{let p: Vec<Option<u64>> = browsers.iter().map(|(_, w)| position(w)).collect();p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])}", async || { if {
             let p: Vec<Option<u64>> = browsers.iter().map(|(_, w)| position(w)).collect();
             p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])
-        })
-        .await,
-        "positions out of order: {:?}",
-        browsers
+        } { Ok(()) } else { Err(format!("positions out of order: {:?}", browsers
             .iter()
             .map(|(_, w)| position(w))
-            .collect::<Vec<_>>()
-    );
+            .collect::<Vec<_>>())) } }).await?;
 
     // Everyone is admitted, in order, with tokens that verify and name their own places.
     let http = admin_client();
@@ -145,21 +140,28 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
         .await?;
     assert_eq!(r.status(), 200);
     let everyone: Vec<&Watcher> = browsers.iter().map(|(_, w)| w).chain([&late_w]).collect();
-    assert!(
-        eventually(Duration::from_secs(20), || everyone
-            .iter()
-            .all(|w| w.last("admitted").is_some()))
-        .await,
-        "not all admitted: {} of {}: {:?}\n{}\n{}",
-        everyone
-            .iter()
-            .filter(|w| w.last("admitted").is_some())
-            .count(),
-        everyone.len(),
-        queue_view(&d, "show").await,
-        d.log_tail(),
-        g0.log_tail()
-    );
+    eventually_within(
+        "everyone.iter().all(|w| w.last(\"admitted\").is_some())",
+        Duration::from_secs(20),
+        async || {
+            if everyone.iter().all(|w| w.last("admitted").is_some()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "not all admitted: {} of {}: {:?}\n{}\n{}",
+                    everyone
+                        .iter()
+                        .filter(|w| w.last("admitted").is_some())
+                        .count(),
+                    everyone.len(),
+                    queue_view(&d, "show").await,
+                    d.log_tail(),
+                    g0.log_tail()
+                ))
+            }
+        },
+    )
+    .await?;
     let jwks = usher_testkit::line::jwks_at(&http, &d.url()).await?;
     let mut subs = HashSet::new();
     for ((ticket, w), place) in browsers.iter().zip(&before) {
@@ -224,12 +226,12 @@ async fn places_are_lost_only_when_the_queue_does_not_come_back_in_time() -> any
     assert_eq!(put("kept").await?.status(), 201);
     wait_waiting(&d, "kept", 5).await?;
     // "gone" never comes back: its browsers hear place_lost once the window is over.
-    assert!(
-        eventually(Duration::from_secs(10), || gone
-            .iter()
-            .all(|(_, w)| w.has_ended()))
-        .await
-    );
+    eventually_within(
+        "gone.iter().all(|(_, w)| w.has_ended())",
+        Duration::from_secs(10),
+        async || gone.iter().all(|(_, w)| w.has_ended()),
+    )
+    .await?;
     for (t, w) in &gone {
         let c = w
             .last("closed")

@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::line::*;
-use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
 /// `PUT /admin/queues/{queue}` with `body`: (status, JSON answer).
@@ -123,10 +123,11 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     ];
     let browse = |first: usize| Browser::spawn(clients.clone(), Q, first, Duration::from_secs(90));
     let early: Vec<Browser> = (0..EARLY).map(browse).collect();
-    assert!(
-        eventually(T, || early.iter().all(|b| !b.seen().scheduled.is_empty())).await,
-        "every early browser hears it is in the pre-queue"
-    );
+    eventually(
+        "every early browser hears it is in the pre-queue",
+        async || early.iter().all(|b| !b.seen().scheduled.is_empty()),
+    )
+    .await?;
     for b in &early {
         let s = b.seen();
         assert_eq!(
@@ -142,14 +143,13 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     // The draw: published, and every early browser resumes into the line.
     let after = drawn(&stack, 0, Q).await?;
     let late: Vec<Browser> = (0..LATE).map(browse).collect();
-    assert!(
-        eventually(T, || early
+    eventually("every browser gets waiting after the draw", async || {
+        early
             .iter()
             .chain(&late)
-            .all(|b| !b.seen().positions.is_empty()))
-        .await,
-        "every browser gets waiting after the draw"
-    );
+            .all(|b| !b.seen().positions.is_empty())
+    })
+    .await?;
 
     // The record checks out, recomputed here without usher's code.
     assert_eq!(after["commitment"], commitment.as_str());
@@ -181,18 +181,13 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
         .map(|(i, h)| (h.clone(), i as u64 + 1))
         .collect();
     let position = |b: &Browser| b.seen().positions.last().map(|p| p.1);
-    assert!(
-        eventually(T, || early.iter().all(|b| {
+    eventually("early.iter().all(|b| {let t = b.seen().ticket.expect(\"ticket\");position(b) == Some(rank[&entrant(&t)])})", async || { if early.iter().all(|b| {
             let t = b.seen().ticket.expect("ticket");
             position(b) == Some(rank[&entrant(&t)])
-        }))
-        .await,
-        "each early browser stands at its drawn rank: {:?}",
-        early
+        }) { Ok(()) } else { Err(format!("each early browser stands at its drawn rank: {:?}", early
             .iter()
             .map(|b| (b.seen().ticket, position(b)))
-            .collect::<Vec<_>>()
-    );
+            .collect::<Vec<_>>())) } }).await?;
     let mut late_positions: Vec<u64> = late.iter().filter_map(position).collect();
     late_positions.sort_unstable();
     assert_eq!(
@@ -211,14 +206,17 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
     // Open the gates: all are admitted, in line order.
     let (status, _) = put(&stack, Q, json!({"paused": false})).await?;
     assert_eq!(status, 200);
-    assert!(
-        eventually(Duration::from_secs(30), || early
-            .iter()
-            .chain(&late)
-            .all(|b| !b.seen().admitted.is_empty()))
-        .await,
-        "everyone is admitted"
-    );
+    eventually_within(
+        "everyone is admitted",
+        Duration::from_secs(30),
+        async || {
+            early
+                .iter()
+                .chain(&late)
+                .all(|b| !b.seen().admitted.is_empty())
+        },
+    )
+    .await?;
     let keys = jwks(&stack).await?;
     let mut line: Vec<(u64, String, bool)> = Vec::new();
     for (b, is_late) in early
@@ -420,13 +418,12 @@ async fn a_pending_draw_is_performed_by_the_next_lease_holder() -> anyhow::Resul
     .await?;
     // Whichever replica drove the queue, only `second` is left to draw.
     first.stop().await?;
-    assert!(
-        eventually(Duration::from_secs(20), || browsers
-            .iter()
-            .all(|b| !b.seen().admitted.is_empty()))
-        .await,
-        "the remaining replica draws and admits"
-    );
+    eventually_within(
+        "the remaining replica draws and admits",
+        Duration::from_secs(20),
+        async || browsers.iter().all(|b| !b.seen().admitted.is_empty()),
+    )
+    .await?;
     let v: Value = http
         .get(format!("{}/api/queues/{Q}/draw", gateways[0].url()))
         .send()
@@ -562,13 +559,12 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
         drawn(&stack, 0, Q).await?["beacon"],
         json!({"drand_round": 42, "randomness": beacon})
     );
-    assert!(
-        eventually(Duration::from_secs(20), || browsers
-            .iter()
-            .all(|b| !b.seen().admitted.is_empty()))
-        .await,
-        "everyone is admitted after the draw"
-    );
+    eventually_within(
+        "everyone is admitted after the draw",
+        Duration::from_secs(20),
+        async || browsers.iter().all(|b| !b.seen().admitted.is_empty()),
+    )
+    .await?;
     // Listed again as a sale after its draw (the dispatcher's bookkeeping after a draw
     // failed, or the draw's reply was lost): a tick finds it drawn and forgets it.
     let store = usher_core::store::Store::connect(&stack.redis.url()).await?;

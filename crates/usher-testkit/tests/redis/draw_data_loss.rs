@@ -21,9 +21,9 @@ use usher_core::store::Store;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
-use usher_testkit::line::{heartbeats_done, in_pre_queue, jwks_at, verify_token, T};
+use usher_testkit::line::{heartbeats_done, in_pre_queue, jwks_at, verify_token};
 use usher_testkit::procs::Proc;
-use usher_testkit::sse::eventually;
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
 const Q: &str = "sale";
@@ -128,15 +128,18 @@ impl Setup {
             .send()
             .await?;
         anyhow::ensure!(r.status() == 200, "unpause: {}", r.status());
-        anyhow::ensure!(
-            eventually(Duration::from_secs(30), || browsers
-                .iter()
-                .all(|b| !b.seen().admitted.is_empty()))
-            .await,
-            "not everyone admitted: {:?}\n{}",
-            browsers.iter().map(Browser::seen).collect::<Vec<_>>(),
-            self.d.log_tail()
-        );
+        eventually_within("everyone admitted", Duration::from_secs(30), async || {
+            if browsers.iter().all(|b| !b.seen().admitted.is_empty()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}\n{}",
+                    browsers.iter().map(Browser::seen).collect::<Vec<_>>(),
+                    self.d.log_tail()
+                ))
+            }
+        })
+        .await?;
         // A moment for a duplicate to show up, if there were one.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let jwks = jwks_at(&http, &self.d.url()).await?;
@@ -263,14 +266,20 @@ async fn without_the_seed_the_draw_is_void_and_a_new_one_is_committed() -> anyho
         .unwrap_or_default()
         .to_owned();
     assert_ne!(commitment, voided);
-    assert!(
-        eventually(T, || browsers
-            .iter()
-            .all(|b| !b.seen().draw_void.is_empty()))
-        .await,
-        "every pre-queue browser is told: {:?}",
-        browsers.iter().map(Browser::seen).collect::<Vec<_>>()
-    );
+    eventually(
+        "browsers.iter().all(|b| !b.seen().draw_void.is_empty())",
+        async || {
+            if browsers.iter().all(|b| !b.seen().draw_void.is_empty()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "every pre-queue browser is told: {:?}",
+                    browsers.iter().map(Browser::seen).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
     for b in &browsers {
         let seen = b.seen();
         assert_eq!(
@@ -318,16 +327,23 @@ async fn a_sale_the_file_does_not_name_is_void_and_its_pre_queue_keeps_join_orde
     );
     assert_eq!(void["opens_at"], before["opens_at"]);
     // Told, then back in line (no draw: join order), long before the old opens_at.
-    assert!(
-        eventually(T, || browsers.iter().all(|b| !b
-            .seen()
-            .draw_void
-            .is_empty()
-            && !b.seen().positions.is_empty()))
-        .await,
-        "every browser is told and gets a position: {:?}",
-        browsers.iter().map(Browser::seen).collect::<Vec<_>>()
-    );
+    eventually(
+        "browsers.iter().all(|b| !b.seen().draw_void.is_empty()&& !b.seen().positions.is_empty())",
+        async || {
+            if browsers
+                .iter()
+                .all(|b| !b.seen().draw_void.is_empty() && !b.seen().positions.is_empty())
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "every browser is told and gets a position: {:?}",
+                    browsers.iter().map(Browser::seen).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
     for b in &browsers {
         assert_eq!(b.seen().draw_void[0]["commitment"], Value::Null);
     }

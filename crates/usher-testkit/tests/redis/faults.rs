@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use usher_testkit::browser::{Browser, Seen};
 use usher_testkit::procs::Proc;
-use usher_testkit::sse::eventually;
+use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisServer, SseClient};
 
 /// Tests here are heavy; run them one at a time.
@@ -131,11 +131,12 @@ async fn join_all(
             Duration::from_secs(180),
         ));
     }
-    let all = eventually(Duration::from_secs(60), || {
-        bs.iter().all(|b| !b.seen().positions.is_empty())
-    })
-    .await;
-    anyhow::ensure!(all, "not every browser got a place");
+    eventually_within(
+        "every browser gets a place",
+        Duration::from_secs(60),
+        async || bs.iter().all(|b| !b.seen().positions.is_empty()),
+    )
+    .await?;
     Ok(bs)
 }
 
@@ -218,7 +219,12 @@ async fn killing_dispatchers_twenty_times_loses_and_duplicates_no_admission() ->
         c.dispatchers[victim].restart().await?; // SIGKILL, then start again
         kills += 1;
     }
-    let done = eventually(Duration::from_secs(90), || bs.iter().all(|b| b.is_done())).await;
+    let done = eventually_within(
+        "every browser finishes",
+        Duration::from_secs(90),
+        async || bs.iter().all(|b| b.is_done()),
+    )
+    .await;
     let seen: Vec<Seen> = bs.iter().map(Browser::seen).collect();
     let (admitted, lost, duplicated, gap) = check_admissions("kills", &seen);
     let stats = c.stats("kills").await?;
@@ -228,7 +234,7 @@ async fn killing_dispatchers_twenty_times_loses_and_duplicates_no_admission() ->
         stats["admitted_total"],
         started.elapsed().as_secs_f64()
     );
-    assert!(done, "every browser finished");
+    done?;
     assert_eq!((lost, duplicated), (0, 0));
     assert_eq!(
         stats["admitted_total"], N as u64,
@@ -259,7 +265,13 @@ async fn gateway_fault(
         let s = b.seen();
         s.connects >= 2 && s.positions.last().is_some_and(|p| p.0 > at)
     };
-    let all = eventually(Duration::from_secs(30), || bs.iter().all(resumed)).await;
+    let all = eventually_within(
+        "every browser resumes",
+        Duration::from_secs(30),
+        async || bs.iter().all(resumed),
+    )
+    .await
+    .is_ok();
     let recovery = bs
         .iter()
         .filter_map(|b| b.seen().positions.last().map(|p| p.0.duration_since(at)))
@@ -282,7 +294,12 @@ async fn gateway_fault(
         "no place lost or added"
     );
     c.put_queue(name, json!({"paused": false})).await?;
-    assert!(eventually(Duration::from_secs(30), || bs.iter().all(|b| b.is_done())).await);
+    eventually_within(
+        "bs.iter().all(|b| b.is_done())",
+        Duration::from_secs(30),
+        async || bs.iter().all(|b| b.is_done()),
+    )
+    .await?;
     let seen: Vec<Seen> = bs.iter().map(Browser::seen).collect();
     let (admitted, lost, duplicated, _) = check_admissions(name, &seen);
     assert_eq!((admitted, lost, duplicated), (N, 0, 0));
@@ -372,7 +389,12 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.redis.start_again()?;
     let outage = down.elapsed();
-    let done = eventually(Duration::from_secs(60), || bs.iter().all(|b| b.is_done())).await;
+    let done = eventually_within(
+        "every browser finishes",
+        Duration::from_secs(60),
+        async || bs.iter().all(|b| b.is_done()),
+    )
+    .await;
     let seen: Vec<Seen> = bs.iter().map(Browser::seen).collect();
     let (admitted, lost, duplicated, gap) = check_admissions("aof", &seen);
     let stats = c.stats("aof").await?;
@@ -388,7 +410,7 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
         outage.as_millis(),
         stats["admitted_total"]
     );
-    assert!(done, "every browser finished");
+    done?;
     assert_eq!((lost, duplicated, restarted), (0, 0, 0));
     assert_eq!(stats["admitted_total"], N as u64);
     Ok(())

@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use usher_core::ids::PlaceId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{PlaceState, Tick, TickArgs, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
-use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::SseClient;
+use usher_testkit::wait::eventually;
+use usher_testkit::{RedisProbe, SseClient};
 
 /// A rate that admits nobody during a test.
 const PAUSED: f64 = 0.000_001;
@@ -85,8 +86,10 @@ async fn a_notice_reaches_every_waiter_on_every_gateway_and_no_other_queue() -> 
     .await?;
     assert_eq!(status, 202, "{sent}");
     assert_eq!(sent, json!({"queue": "sale", "gateways": 2}));
-    let everyone = eventually(T, || sale.iter().all(|(_, w)| w.last("notice").is_some())).await;
-    assert!(everyone, "every waiter of the queue hears the notice");
+    eventually("every waiter of the queue hears the notice", async || {
+        sale.iter().all(|(_, w)| w.last("notice").is_some())
+    })
+    .await?;
     for (ticket, w) in &sale {
         let e = w.last("notice").expect("seen");
         assert_eq!(
@@ -103,7 +106,11 @@ async fn a_notice_reaches_every_waiter_on_every_gateway_and_no_other_queue() -> 
     let (status, _) =
         post_notice(&stack, "sale", r#"{"message": "Section B opens at 10"}"#).await?;
     assert_eq!(status, 202);
-    assert!(eventually(T, || sale.iter().all(|(_, w)| w.all("notice").len() == 2)).await);
+    eventually(
+        "sale.iter().all(|(_, w)| w.all(\"notice\").len() == 2)",
+        async || sale.iter().all(|(_, w)| w.all("notice").len() == 2),
+    )
+    .await?;
     let r = stack
         .http
         .delete(format!(
@@ -114,13 +121,12 @@ async fn a_notice_reaches_every_waiter_on_every_gateway_and_no_other_queue() -> 
         .send()
         .await?;
     assert_eq!(r.status(), 204);
-    assert!(
-        eventually(T, || sale[1..]
+    eventually("the line moved up", async || {
+        sale[1..]
             .iter()
-            .all(|(_, w)| position(w).is_some_and(|p| p < 6)))
-        .await,
-        "the line moved up"
-    );
+            .all(|(_, w)| position(w).is_some_and(|p| p < 6))
+    })
+    .await?;
     for (_, w) in &sale[1..] {
         assert_eq!(
             w.all("notice").len(),
@@ -199,7 +205,10 @@ async fn closing_as_sold_out_tells_every_waiter_and_later_resumes() -> anyhow::R
     let (status, v) = close(&stack, "sale", "?reason=sold_out").await?;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["open"], false);
-    assert!(eventually(T, || sale.iter().all(|(_, w)| w.has_ended())).await);
+    eventually("sale.iter().all(|(_, w)| w.has_ended())", async || {
+        sale.iter().all(|(_, w)| w.has_ended())
+    })
+    .await?;
     for (_, w) in &sale {
         let e = w.last("closed").expect("closed event");
         assert_eq!(data(&e), json!({"queue": "sale", "reason": "sold_out"}));
@@ -230,7 +239,7 @@ async fn closing_as_sold_out_tells_every_waiter_and_later_resumes() -> anyhow::R
     stack.put_queue("sale", json!({"open": true})).await?;
     let (_, _, w) = join_watch(&a, "sale").await?;
     stack.put_queue("sale", json!({"open": false})).await?;
-    assert!(eventually(T, || w.has_ended()).await);
+    eventually("w.has_ended()", async || w.has_ended()).await?;
     let e = w.last("closed").expect("closed event");
     assert_eq!(data(&e), json!({"queue": "sale", "reason": "queue_closed"}));
     let again = a.open("/api/queues/sale/stream", Some(ticket)).await?;
@@ -253,21 +262,19 @@ async fn an_away_place_is_skipped_while_away_and_admitted_when_it_returns() -> a
 
     // The first browser's tab is suspended: its place is away, at the head of the line.
     w1.disconnect();
-    let away = eventually_async(
-        || async { stack.queue("phones").await.ok()?["away"].as_u64() },
-        1,
-    )
-    .await;
-    assert!(away, "the disconnect is recorded");
+    eventually("the disconnect is recorded", async || {
+        stack.queue("phones").await.ok()?["away"]
+            .as_u64()
+            .filter(|&n| n == 1)
+    })
+    .await?;
 
     stack.put_queue("phones", json!({"paused": false})).await?;
-    assert!(
-        eventually(T, || behind
-            .iter()
-            .all(|(_, w)| w.last("admitted").is_some()))
-        .await,
-        "the present places behind the away one are admitted"
-    );
+    eventually(
+        "the present places behind the away one are admitted",
+        async || behind.iter().all(|(_, w)| w.last("admitted").is_some()),
+    )
+    .await?;
     let q = stack.queue("phones").await?;
     assert_eq!(
         (
@@ -278,7 +285,12 @@ async fn an_away_place_is_skipped_while_away_and_admitted_when_it_returns() -> a
         (Some(1), Some(1), Some(3)),
         "the away place keeps its place and costs no admission: {q}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two more ticks pass over it: still not admitted.
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    let phones = QueueId::new("phones")?;
+    for _ in 0..2 {
+        probe.next_tick(&phones, T).await?;
+    }
     assert_eq!(
         stack.queue("phones").await?["admitted_total"],
         3,
@@ -298,22 +310,6 @@ async fn an_away_place_is_skipped_while_away_and_admitted_when_it_returns() -> a
         (Some(0), Some(4))
     );
     Ok(())
-}
-
-/// Polls `read` until it returns `want`, for up to [`T`].
-async fn eventually_async<F, Fut>(mut read: F, want: u64) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<u64>>,
-{
-    let deadline = tokio::time::Instant::now() + T;
-    while tokio::time::Instant::now() < deadline {
-        if read().await == Some(want) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
 }
 
 /// A long run of away places at the head costs short calls: one call passes over at most

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use usher_testkit::line::*;
-use usher_testkit::sse::{eventually, SseItem};
+use usher_testkit::sse::SseItem;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within, Seen};
 use usher_testkit::SseClient;
 
 const PAUSED: f64 = 0.000_001;
@@ -74,7 +75,8 @@ async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_r
     };
     try_later(&client).await?;
     futures::future::try_join_all((0..40).map(|_| try_later(&client))).await?;
-    // The waiting browser stays connected.
+    // The waiting browser stays connected. A fixed window, since nothing happens to wait for:
+    // it spans several of the gateway's failed Redis calls (each backs off 100 ms to 5 s).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !w.has_ended(),
@@ -82,32 +84,37 @@ async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_r
     );
 
     stack.redis.restart()?;
-    let mut back = false;
-    for _ in 0..150 {
-        let ok = (200, "ok".to_owned());
-        if ready(stack.gateway_url(0)).await == ok && ready(stack.dispatcher.url()).await == ok {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(back, "both see redis again without a restart");
+    eventually_within(
+        "both see redis again without a restart",
+        Duration::from_secs(15),
+        async || {
+            let ok = (200, "ok".to_owned());
+            let seen = (
+                ready(stack.gateway_url(0)).await,
+                ready(stack.dispatcher.url()).await,
+            );
+            if seen.0 == ok && seen.1 == ok {
+                Ok(())
+            } else {
+                Err(Seen(seen))
+            }
+        },
+    )
+    .await?;
     // Admission resumes without restarting anything, and the waiter gets its token.
-    let mut admitted = false;
-    for _ in 0..50 {
-        if stack
+    eventually("the admin API writes to redis again", async || {
+        stack
             .put_queue("out", json!({"admit_per_second": 100}))
             .await
-            .is_ok()
-        {
-            // 30 s: the gateway's stream reader backs off up to 5 s while Redis is away.
-            admitted = eventually(Duration::from_secs(30), || w.last("admitted").is_some()).await;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(admitted, "the waiter is admitted after redis returns");
-    let a = w.last("admitted").expect("admitted");
+    })
+    .await?;
+    // 30 s: the gateway's stream reader backs off up to 5 s while Redis is away.
+    let a = eventually_within(
+        "the waiter is admitted after redis returns",
+        Duration::from_secs(30),
+        async || w.last("admitted"),
+    )
+    .await?;
     assert_eq!(a.id, ticket);
     // Joins work again: the failed calls left nothing behind that would hold them.
     let (_, position, _) = join(&client, "out").await?;
@@ -132,10 +139,7 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
     let mut moved = b.open("/api/queues/move/stream", Some(&ticket)).await?;
     let w = moved.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["position"], 2);
-    assert!(
-        eventually(T, || old.has_ended()).await,
-        "gateway A ends its stale stream"
-    );
+    eventually("gateway A ends its stale stream", async || old.has_ended()).await?;
     let closed = old
         .last("closed")
         .expect("the old stream is told why it ended");
@@ -144,6 +148,8 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
         "resumed_elsewhere",
         "so the old tab does not reconnect and take the place back"
     );
+    // A negative check, so a fixed window: A's clean-up of the old stream, which signals
+    // nothing when it is done, must neither drop the place nor add one.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         stack.queue("move").await?["waiting"],
@@ -155,7 +161,10 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
     stack
         .put_queue("move", json!({"admit_per_second": 100}))
         .await?;
-    assert!(eventually(T, || moved.last("admitted").is_some()).await);
+    eventually("moved.last(\"admitted\").is_some()", async || {
+        moved.last("admitted").is_some()
+    })
+    .await?;
     Ok(())
 }
 
@@ -223,14 +232,15 @@ async fn browsers_that_hang_up_mid_request_leave_no_ghost_places() -> anyhow::Re
     }
     // Whatever places those requests took are marked away and dropped after the grace period:
     // none stays in line, none is ever admitted.
-    let mut q = serde_json::Value::Null;
-    for _ in 0..100 {
-        q = stack.queue("ghosts").await?;
+    let q = eventually("the ghosts' places are dropped", async || {
+        let q = stack.queue("ghosts").await?;
         if q["waiting"] == 0 && q["dropped_total"].as_u64().unwrap_or(0) > 0 {
-            break;
+            Ok(q)
+        } else {
+            Err(anyhow::anyhow!("{q}"))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await?;
     assert_eq!(q["waiting"], 0, "{q}");
     assert_eq!(q["admitted_total"], 0, "{q}");
     println!(

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 use usher_testkit::line::{data, join_watch, T};
-use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
 
 const PAUSED: f64 = 0.000_001;
@@ -170,7 +170,7 @@ async fn a_ticket_resumed_on_the_same_gateway_closes_the_old_stream_as_resumed_e
         .await?;
     let w = newer.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["position"], pos, "the same place");
-    assert!(eventually(T, || old.has_ended()).await);
+    eventually("old.has_ended()", async || old.has_ended()).await?;
     let closed = old
         .last("closed")
         .expect("the old stream hears why it ended");

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use usher_testkit::line::*;
-use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Backend, Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
 // Every scenario here runs on one redis-server and on a Redis Cluster.
@@ -60,17 +60,20 @@ async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::R
 
     let expected =
         |i: usize| -> u64 { (i + 1 - leaving.iter().filter(|&&l| l < i).count()) as u64 };
-    let settled = eventually(Duration::from_secs(5), || {
-        (0..300)
-            .filter(|i| !leaving.contains(i))
-            .all(|i| position(&watchers[i]) == Some(expected(i)))
-    })
-    .await;
-    assert!(settled, "everyone behind shows the exact new position");
+    eventually_within(
+        "everyone behind shows the exact new position",
+        Duration::from_secs(5),
+        async || {
+            (0..300)
+                .filter(|i| !leaving.contains(i))
+                .all(|i| position(&watchers[i]) == Some(expected(i)))
+        },
+    )
+    .await?;
     for &i in &leaving {
         let closed = watchers[i].last("closed").expect("a leaver is told");
         assert_eq!(data(&closed)["reason"], "left");
-        assert!(eventually(T, || watchers[i].has_ended()).await);
+        eventually("watchers[i].has_ended()", async || watchers[i].has_ended()).await?;
     }
     assert_eq!(stack.queue("pos").await?["waiting"], 290);
 
@@ -78,7 +81,10 @@ async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::R
     stack
         .put_queue("pos", json!({"admit_per_second": 400}))
         .await?;
-    assert!(eventually(T, || stack_admitted(&watchers) >= 40).await);
+    eventually("stack_admitted(&watchers) >= 40", async || {
+        stack_admitted(&watchers) >= 40
+    })
+    .await?;
     stack
         .put_queue("pos", json!({"admit_per_second": PAUSED}))
         .await?;
@@ -86,13 +92,16 @@ async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::R
     let still: Vec<usize> = (0..300)
         .filter(|i| !leaving.contains(i) && watchers[*i].last("admitted").is_none())
         .collect();
-    let settled = eventually(Duration::from_secs(5), || {
-        still
-            .iter()
-            .all(|&i| position(&watchers[i]) == Some(expected(i) - admitted_now as u64))
-    })
-    .await;
-    assert!(settled, "positions follow admissions exactly");
+    eventually_within(
+        "positions follow admissions exactly",
+        Duration::from_secs(5),
+        async || {
+            still
+                .iter()
+                .all(|&i| position(&watchers[i]) == Some(expected(i) - admitted_now as u64))
+        },
+    )
+    .await?;
     for (i, w) in watchers.iter().enumerate() {
         let seen = positions(w);
         assert!(
@@ -118,7 +127,12 @@ async fn admission_is_fifo<R: Backend>() -> anyhow::Result<()> {
     stack
         .put_queue("fifo", json!({"admit_per_second": 300}))
         .await?;
-    assert!(eventually(Duration::from_secs(20), || stack_admitted(&watchers) == 200).await);
+    eventually_within(
+        "stack_admitted(&watchers) == 200",
+        Duration::from_secs(20),
+        async || stack_admitted(&watchers) == 200,
+    )
+    .await?;
     let mut order: Vec<(u64, u64)> = watchers
         .iter()
         .enumerate()
@@ -202,10 +216,11 @@ async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>
 
     // Away for longer than the grace period: the place goes, the line moves up, no admission.
     drop(back);
-    assert!(
-        eventually(T, || position(&w3) == Some(2) && position(&w2) == Some(1)).await,
-        "the line moves up once the grace period is over"
-    );
+    eventually(
+        "the line moves up once the grace period is over",
+        async || position(&w3) == Some(2) && position(&w2) == Some(1),
+    )
+    .await?;
     let q = stack.queue("drop").await?;
     assert_eq!(q["waiting"], 2);
     assert_eq!(q["admitted_total"], 0, "a dropped place costs no admission");

@@ -11,8 +11,8 @@ use usher_core::time::now_ms;
 use usher_dispatcher::admission::{Admitter, Settings};
 use usher_testkit::line::*;
 use usher_testkit::probe::{self, RedisProbe};
-use usher_testkit::sse::eventually;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually_within;
 use usher_testkit::SseClient;
 
 const PAUSED: f64 = 0.000_001;
@@ -44,11 +44,12 @@ async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow
     stack
         .put_queue("drain", json!({"admit_per_second": RATE}))
         .await?;
-    let done = eventually(Duration::from_secs(60), || {
-        watchers.iter().all(|w| w.last("admitted").is_some())
-    })
-    .await;
-    assert!(done, "every waiter is admitted");
+    eventually_within(
+        "every waiter is admitted",
+        Duration::from_secs(60),
+        async || watchers.iter().all(|w| w.last("admitted").is_some()),
+    )
+    .await?;
     let mut at: Vec<u64> = watchers
         .iter()
         .map(|w| {
@@ -116,11 +117,12 @@ async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> any
     stack
         .put_queue("big", json!({"admit_per_second": 40_000.0}))
         .await?;
-    let done = eventually(Duration::from_secs(30), || {
-        watchers.iter().all(|(_, w)| w.last("admitted").is_some())
-    })
-    .await;
-    assert!(done, "every waiter is admitted");
+    eventually_within(
+        "every waiter is admitted",
+        Duration::from_secs(30),
+        async || watchers.iter().all(|(_, w)| w.last("admitted").is_some()),
+    )
+    .await?;
     let admitted: Vec<(u64, Value)> = watchers
         .iter()
         .map(|(p, w)| (*p, data(&w.last("admitted").expect("admitted"))))
@@ -525,7 +527,6 @@ async fn a_waiting_place_costs_at_most_110_bytes() -> anyhow::Result<()> {
     let per = bytes as f64 / N as f64;
     println!("waiting set: {bytes} bytes for {N} places = {per:.1} B/place");
     assert!(per <= 110.0, "{per:.1} B per waiting place");
-    let _ = eventually(Duration::ZERO, || true).await;
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::TokenRecord;
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
+use usher_testkit::wait::eventually;
 use usher_testkit::{stack, tick_once, RedisServer, SseClient};
 
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
@@ -74,10 +75,11 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
             }],
         )])
         .await?;
-    assert!(
-        usher_testkit::sse::eventually(T, || c1.last("admitted").is_some()).await,
-        "place 1 admitted with its staged token at once"
-    );
+    eventually(
+        "place 1 admitted with its staged token at once",
+        async || c1.last("admitted").is_some(),
+    )
+    .await?;
     // Place 2's record is stored a moment later; the gateway waits for it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(c2.last("admitted").is_none(), "no token to show yet");
@@ -97,10 +99,14 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
         .await?;
 
     for (w, token) in [(&c1, "staged-token-1"), (&c2, "stored-token-2")] {
-        assert!(
-            usher_testkit::sse::eventually(T, || w.last("admitted").is_some()).await,
-            "admitted with {token}"
-        );
+        eventually("w.last(\"admitted\").is_some()", async || {
+            if w.last("admitted").is_some() {
+                Ok(())
+            } else {
+                Err(format!("admitted with {token}"))
+            }
+        })
+        .await?;
         let e = w
             .last("admitted")
             .ok_or_else(|| anyhow::anyhow!("admitted"))?;

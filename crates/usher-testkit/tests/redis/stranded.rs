@@ -11,6 +11,7 @@ use usher_core::messages::{QueueState, StreamMessage};
 use usher_core::store::{Tick, TokenRecord};
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
+use usher_testkit::wait::eventually;
 use usher_testkit::{tick_once, SseClient};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,25 +65,31 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
         )])
         .await?;
     for (w, token) in [(&c1, "stored-token-1"), (&c2, "stored-token-2")] {
-        assert!(
-            usher_testkit::sse::eventually(T, || w.last("admitted").is_some()).await,
-            "the browser holding {token} learns of its admission"
-        );
+        eventually("w.last(\"admitted\").is_some()", async || {
+            if w.last("admitted").is_some() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the browser holding {token} learns of its admission"
+                ))
+            }
+        })
+        .await?;
         let e = w
             .last("admitted")
             .ok_or_else(|| anyhow::anyhow!("admitted"))?;
         assert_eq!(data(&e)["token"], token);
     }
-    assert!(
-        usher_testkit::sse::eventually(T, || c3.last("closed").is_some()).await,
-        "the browser whose place is gone is told so"
-    );
+    eventually("the browser whose place is gone is told so", async || {
+        c3.last("closed").is_some()
+    })
+    .await?;
     let closed = c3.last("closed").ok_or_else(|| anyhow::anyhow!("closed"))?;
     assert_eq!(data(&closed)["reason"], "place_lost");
-    assert!(
-        usher_testkit::sse::eventually(T, || position(&c4) == Some(1)).await,
-        "the browser still waiting moves to the front"
-    );
+    eventually("the browser still waiting moves to the front", async || {
+        position(&c4) == Some(1)
+    })
+    .await?;
     assert!(c4.last("admitted").is_none() && c4.last("closed").is_none());
     gw.stop().await
 }
@@ -133,10 +140,11 @@ async fn the_last_waiter_hears_of_its_admission_from_an_empty_line() -> anyhow::
             })],
         )])
         .await?;
-    assert!(
-        usher_testkit::sse::eventually(T, || c1.last("admitted").is_some()).await,
-        "an empty line still tells the gateway its browser is no longer waiting"
-    );
+    eventually(
+        "an empty line still tells the gateway its browser is no longer waiting",
+        async || c1.last("admitted").is_some(),
+    )
+    .await?;
     let e = c1
         .last("admitted")
         .ok_or_else(|| anyhow::anyhow!("admitted"))?;

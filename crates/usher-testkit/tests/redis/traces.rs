@@ -62,10 +62,10 @@ async fn join_tick_and_deliver_form_one_linked_trace() -> anyhow::Result<()> {
     assert!(!token.is_empty(), "an admission carries its token");
 
     let gw_spans = otlp
-        .wait_until(T, |s| {
+        .wait_until("the gateway's join and deliver spans", |s| {
             !named(s, "join").is_empty() && !named(s, "deliver").is_empty()
         })
-        .await;
+        .await?;
     let join_span = named(&gw_spans, "join")
         .first()
         .copied()
@@ -96,11 +96,11 @@ async fn join_tick_and_deliver_form_one_linked_trace() -> anyhow::Result<()> {
         "the dispatcher exits cleanly"
     );
     let spans = otlp
-        .wait_until(T, |s| {
+        .wait_until("the deliver span's parent", |s| {
             s.iter()
                 .any(|r| r.span.span_id == deliver.span.parent_span_id)
         })
-        .await;
+        .await?;
     let tick = spans
         .iter()
         .find(|r| r.span.span_id == deliver.span.parent_span_id)

@@ -10,8 +10,9 @@ use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::keys::{hash_slot, QueueKeys};
 use usher_testkit::line::{data, join_watch, jwks_at, place_of, verify_token};
-use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisCluster, SseClient};
 
 /// A rate that admits nobody during a test.
@@ -72,7 +73,12 @@ async fn each_admitted_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result<()> {
     let (mut stack, line) = draining("failover", 10.0).await?;
-    assert!(eventually(Duration::from_secs(10), || admitted(&line) >= 5).await);
+    eventually_within(
+        "admitted(&line) >= 5",
+        Duration::from_secs(10),
+        async || admitted(&line) >= 5,
+    )
+    .await?;
     let meta = QueueKeys::new(&QueueId::new("failover")?).meta;
     let old = stack.redis.master_port_of(&meta)?;
     let at_kill = admitted(&line);
@@ -94,18 +100,22 @@ async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result
     let promoted = promoted.expect("a replica took the slot over within 30 s");
     // Admission resumes by itself, and everyone is let in.
     let mut resumed = None;
-    let all_in = eventually(Duration::from_secs(60), || {
-        if resumed.is_none() && admitted(&line) > at_kill + 1 {
-            resumed = Some(killed.elapsed());
-        }
-        admitted(&line) == N
-    })
-    .await;
-    assert!(
-        all_in,
-        "{} of {N} admitted after the failover",
-        admitted(&line)
-    );
+    eventually_within(
+        "everyone admitted after the failover",
+        Duration::from_secs(60),
+        async || {
+            let n = admitted(&line);
+            if resumed.is_none() && n > at_kill + 1 {
+                resumed = Some(killed.elapsed());
+            }
+            if n == N {
+                Ok(())
+            } else {
+                Err(format!("{n} of {N} admitted"))
+            }
+        },
+    )
+    .await?;
     each_admitted_once(&stack, "failover", &line).await?;
     let q = stack.queue("failover").await?;
     let total = q["admitted_total"].as_u64().unwrap_or(0);
@@ -126,7 +136,12 @@ async fn a_busy_queue_slot_migrates_mid_drain_without_loss_or_duplicates() -> an
     // 4/s: the drain lasts about 10 s, longer than the migration's many redis-cli calls take
     // on a loaded machine, so the slot surely moves mid-drain.
     let (stack, line) = draining("moving", 4.0).await?;
-    assert!(eventually(Duration::from_secs(10), || admitted(&line) >= 5).await);
+    eventually_within(
+        "admitted(&line) >= 5",
+        Duration::from_secs(10),
+        async || admitted(&line) >= 5,
+    )
+    .await?;
     let meta = QueueKeys::new(&QueueId::new("moving")?).meta;
     let slot = hash_slot(&meta);
     let from = stack.redis.master_port_of(&meta)?;
@@ -147,11 +162,21 @@ async fn a_busy_queue_slot_migrates_mid_drain_without_loss_or_duplicates() -> an
         admitted(&line) < N,
         "the drain was still going while the slot moved"
     );
-    assert!(
-        eventually(Duration::from_secs(30), || admitted(&line) == N).await,
-        "{} of {N} admitted after the migration",
-        admitted(&line)
-    );
+    eventually_within(
+        "admitted(&line) == N",
+        Duration::from_secs(30),
+        async || {
+            if admitted(&line) == N {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} of {N} admitted after the migration",
+                    admitted(&line)
+                ))
+            }
+        },
+    )
+    .await?;
     each_admitted_once(&stack, "moving", &line).await?;
     let q = stack.queue("moving").await?;
     assert_eq!(

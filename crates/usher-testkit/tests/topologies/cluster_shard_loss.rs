@@ -24,11 +24,12 @@ use usher_testkit::browser::Browser;
 use usher_testkit::config::admin_client;
 use usher_testkit::line::{
     data, heartbeats_done, join_watch, jwks_at, place_of, position, positions, queue_view,
-    verify_token, wait_waiting, T,
+    verify_token, wait_waiting,
 };
 use usher_testkit::procs::Proc;
-use usher_testkit::sse::{eventually, Watcher};
+use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisCluster, SseClient};
 
 /// Browsers per queue.
@@ -183,7 +184,10 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
             .await?;
         assert_eq!(r.status(), 200);
     }
-    assert!(eventually(T, || kept_lines.iter().all(|l| admitted(l) >= 1)).await);
+    eventually("kept_lines.iter().all(|l| admitted(l) >= 1)", async || {
+        kept_lines.iter().all(|l| admitted(l) >= 1)
+    })
+    .await?;
     // The gateways have seen every queue's epoch.
     heartbeats_done(&store).await?;
 
@@ -222,30 +226,35 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
         }
     }
     // The queues elsewhere kept going: more admitted than at the loss, then everyone.
-    assert!(
-        eventually(Duration::from_secs(30), || kept_lines
-            .iter()
-            .zip(&at_loss)
-            .all(|(l, &n)| admitted(l) > n))
-        .await,
-        "the other shards' queues stalled: {:?} at the loss\n{}",
-        at_loss,
-        d.log_tail()
-    );
+    eventually_within(
+        "kept_lines.iter().zip(&at_loss).all(|(l, &n)| admitted(l) > n)",
+        Duration::from_secs(30),
+        async || {
+            if kept_lines
+                .iter()
+                .zip(&at_loss)
+                .all(|(l, &n)| admitted(l) > n)
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the other shards' queues stalled: {:?} at the loss\n{}",
+                    at_loss,
+                    d.log_tail()
+                ))
+            }
+        },
+    )
+    .await?;
     for l in lost_lines {
         for (t, w) in &l.browsers {
             assert!(!w.has_ended(), "{t}: stream ended: {:?}", w.last("closed"));
         }
         // Relative order kept: positions follow the join order.
-        assert!(
-            eventually(T, || {
+        eventually("{let p: Vec<Option<u64>> = l.browsers.iter().map(|(_, w)| position(w)).collect();p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])}", async || { if {
                 let p: Vec<Option<u64>> = l.browsers.iter().map(|(_, w)| position(w)).collect();
                 p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])
-            })
-            .await,
-            "{}: positions out of order",
-            l.queue
-        );
+            } { Ok(()) } else { Err(format!("{}: positions out of order", l.queue)) } }).await?;
         let r = http
             .put(format!("{}/admin/queues/{}", d.url(), l.queue))
             .json(&json!({"paused": false, "admit_per_second": 20}))
@@ -253,16 +262,23 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
             .await?;
         assert_eq!(r.status(), 200);
     }
-    assert!(
-        eventually(Duration::from_secs(40), || lines
-            .iter()
-            .all(|l| admitted(l) == N))
-        .await,
-        "not all admitted: {:?}\n{}\n{}",
-        lines.iter().map(admitted).collect::<Vec<_>>(),
-        d.log_tail(),
-        g0.log_tail()
-    );
+    eventually_within(
+        "lines.iter().all(|l| admitted(l) == N)",
+        Duration::from_secs(40),
+        async || {
+            if lines.iter().all(|l| admitted(l) == N) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "not all admitted: {:?}\n{}\n{}",
+                    lines.iter().map(admitted).collect::<Vec<_>>(),
+                    d.log_tail(),
+                    g0.log_tail()
+                ))
+            }
+        },
+    )
+    .await?;
     let mut jtis = HashSet::new();
     for l in &lines {
         each_admitted_once(&d, l, &mut jtis).await?;
@@ -331,30 +347,34 @@ async fn a_pending_draw_is_still_drawn_after_the_sales_registry_shard_is_lost() 
     let browsers: Vec<Browser> = (0..4)
         .map(|i| Browser::spawn(clients.clone(), q, i, Duration::from_secs(60)))
         .collect();
-    assert!(
-        eventually(T, || browsers
-            .iter()
-            .all(|b| !b.seen().scheduled.is_empty()))
-        .await,
-        "every browser is in the pre-queue"
-    );
+    eventually("every browser is in the pre-queue", async || {
+        browsers.iter().all(|b| !b.seen().scheduled.is_empty())
+    })
+    .await?;
     // The dispatcher has read the registries since the sale was scheduled (ticks of 100 ms):
     // a sale scheduled less than a tick before the loss is known to no dispatcher (ARCHITECTURE,
     // "Failure model").
     tokio::time::sleep(Duration::from_millis(500)).await;
     tokio::task::block_in_place(|| stack.redis.lose_shard(lost))?;
 
-    assert!(
-        eventually(Duration::from_secs(30), || browsers
-            .iter()
-            .all(|b| !b.seen().admitted.is_empty()))
-        .await,
-        "the sale was drawn and everyone admitted: {:?}",
-        browsers
-            .iter()
-            .map(|b| b.seen().admitted.len())
-            .collect::<Vec<_>>()
-    );
+    eventually_within(
+        "browsers.iter().all(|b| !b.seen().admitted.is_empty())",
+        Duration::from_secs(30),
+        async || {
+            if browsers.iter().all(|b| !b.seen().admitted.is_empty()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the sale was drawn and everyone admitted: {:?}",
+                    browsers
+                        .iter()
+                        .map(|b| b.seen().admitted.len())
+                        .collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await?;
     let jwks = jwks_at(&stack.http, &stack.dispatcher.url()).await?;
     let mut jtis = HashSet::new();
     for b in &browsers {
