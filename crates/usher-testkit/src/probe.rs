@@ -3,7 +3,9 @@
 //! rather than in `usher_core::store`; key names still come from `usher_core::keys`, the one
 //! place they are defined.
 
-use usher_core::ids::QueueId;
+use std::collections::HashMap;
+
+use usher_core::ids::{QueueId, ServerId};
 use usher_core::keys::QueueKeys;
 use usher_core::store::{PlaceState, Store, StoreError};
 
@@ -130,6 +132,69 @@ impl RedisProbe {
             }
         })
         .await
+    }
+
+    /// Whether the gateway `id` has applied every message written to its stream so far: its
+    /// consumer group has been handed the stream's last entry and has acknowledged everything.
+    /// A gateway acknowledges a batch only after applying it to the browsers it holds, so this
+    /// is the moment "the gateway has seen the message", which no fixed sleep can tell.
+    pub async fn gateway_caught_up(&self, id: &ServerId) -> redis::RedisResult<bool> {
+        let key = usher_core::keys::gateway_stream(id);
+        let mut conn = self.conn.clone();
+        let stream: HashMap<String, redis::Value> = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        let text = |m: &HashMap<String, redis::Value>, k: &str| {
+            m.get(k)
+                .and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
+        };
+        let last = text(&stream, "last-generated-id");
+        Ok(groups
+            .iter()
+            .find(|g| text(g, "name").as_deref() == Some(usher_core::keys::STREAM_GROUP))
+            .is_some_and(|g| {
+                text(g, "last-delivered-id") == last && text(g, "pending").as_deref() == Some("0")
+            }))
+    }
+
+    /// Waits until the gateway `id` has applied every message of its stream
+    /// ([`RedisProbe::gateway_caught_up`]).
+    pub async fn gateway_applied(&self, id: &ServerId) -> anyhow::Result<()> {
+        crate::wait::eventually(
+            &format!("gateway {id} to apply its stream"),
+            async || match self.gateway_caught_up(id).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("messages not yet applied".to_owned()),
+                Err(e) => Err(e.to_string()),
+            },
+        )
+        .await
+    }
+
+    /// Waits for `n` more ticks of `q` ([`RedisProbe::next_tick`] each): "a few ticks later",
+    /// for checks that something did not happen while the dispatcher ran.
+    pub async fn ticks(&self, q: &QueueId, n: usize) -> anyhow::Result<()> {
+        for _ in 0..n {
+            self.next_tick(q, crate::wait::LIMIT).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every live gateway has applied every message of its stream
+    /// ([`RedisProbe::gateway_applied`]).
+    pub async fn gateways_applied(&self, store: &Store) -> anyhow::Result<()> {
+        let live = store.live_gateways(usher_core::time::now_ms()).await?;
+        for id in live.values() {
+            self.gateway_applied(id).await?;
+        }
+        Ok(())
     }
 
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.

@@ -18,6 +18,12 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// stack of debug builds on a loaded machine, short enough that a real failure reports soon.
 pub const LIMIT: Duration = Duration::from_secs(10);
 
+/// Time for an event a server has already sent to reach a test's reader over loopback. For
+/// negative checks ("nothing was shown") once the server has acknowledged what it was sent
+/// (e.g. [`crate::probe::RedisProbe::gateway_applied`]): the server's side is then known to be
+/// done, and this covers only the socket and the reader's task.
+pub const DELIVERY: Duration = Duration::from_millis(100);
+
 /// The multiplier every wait's limit is scaled by: `USHER_TEST_PATIENCE` (a positive number,
 /// 1 when unset). Read once per test process.
 ///

@@ -346,6 +346,8 @@ async fn a_sliding_session_is_touched_through_the_layer() -> anyhow::Result<()> 
     let before = active(a.check(&token).await?)?.expires_at;
     // The demo's GET /api/seats is guarded by the layer in touching mode.
     let booking = stack.booking.as_ref().expect("booking").url();
+    // Wall-clock time must pass for a touch to slide the expiry (`time_rules::` checks the
+    // rule itself with a synthetic clock).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = plain()
         .get(format!("{booking}/api/seats"))

@@ -12,7 +12,7 @@ use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within};
-use usher_testkit::{RedisServer, SseClient};
+use usher_testkit::{RedisProbe, RedisServer, SseClient};
 
 const TICK_MS: u64 = 200;
 
@@ -62,8 +62,11 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         admitted(&watchers) == 3
     })
     .await?;
-    // The rate would admit all eight at once: the cap holds it at three.
-    tokio::time::sleep(Duration::from_millis(3 * TICK_MS)).await;
+    // The rate would admit all eight at once: three ticks later, the cap holds it at three.
+    RedisProbe::connect(&stack.redis.url())
+        .await?
+        .ticks(&usher_core::ids::QueueId::new("cap")?, 3)
+        .await?;
     assert_eq!(admitted(&watchers), 3);
     let q = stack.queue("cap").await?;
     assert_eq!(
@@ -236,7 +239,8 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
             _ => {}
         }
     }
-    // Let the last sessions expire and slots churn a little longer.
+    // Let the last sessions expire and slots churn a little longer: the sampler's worst case
+    // is measured over wall-clock time, so this is part of the scenario, not a wait.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The sampler needs CPU to take its samples: on a starved machine, give it the time.
     eventually_within("the sampler ran", Duration::from_secs(60), async || {

@@ -38,6 +38,8 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     assert_eq!(stack.queue("res").await?["waiting"], 3, "no second place");
     // The older connection with the same ticket is ended, and its end releases nothing.
     eventually("old.has_ended()", async || old.has_ended()).await?;
+    // A negative check, so a fixed window: the gateway flushes disconnects every 50 ms and
+    // signals nothing when it has; a wrongly released place would show within six flushes.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stack.queue("res").await?["waiting"], 3);
     assert_eq!(position(&wc), Some(3));

@@ -100,7 +100,7 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
     }
     // No index shared: every live gateway has its own.
     let store = Store::connect(&url).await?;
-    tokio::time::sleep(Duration::from_millis(700)).await; // a few heartbeats
+    heartbeats_done(&store).await?;
     let live: Vec<(u16, ServerId)> = store
         .gateways(now_ms())
         .await?
@@ -218,6 +218,8 @@ async fn places_are_lost_only_when_the_queue_does_not_come_back_in_time() -> any
     heartbeats_done(&Store::connect(&url).await?).await?; // the gateway has seen both epochs
 
     flushall(&url).await?;
+    // Wall-clock time inside the window the queues have to come back in, on purpose: nothing
+    // happens in it to wait for (the window's end is the next step's subject).
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // Within the window nobody is told anything, and an operator configures "kept" again.
     for (t, w) in kept.iter().chain(&gone) {

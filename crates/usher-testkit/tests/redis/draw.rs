@@ -10,12 +10,13 @@ use std::time::Duration;
 use draw_check::{drawn_order, entrant, python_check};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use usher_core::ids::QueueId;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::line::*;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within};
-use usher_testkit::SseClient;
+use usher_testkit::{RedisProbe, SseClient};
 
 /// `PUT /admin/queues/{queue}` with `body`: (status, JSON answer).
 async fn put(stack: &Stack, queue: &str, body: Value) -> anyhow::Result<(u16, Value)> {
@@ -508,8 +509,16 @@ async fn a_named_beacon_is_waited_for_and_mixed_into_the_order() -> anyhow::Resu
         Duration::from_secs(60),
     )
     .await?;
-    // Past opens_at without the round's randomness: the draw waits.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Past opens_at without the round's randomness: two ticks later, the draw still waits.
+    let opens = now_ms() + 1500;
+    eventually_within("opens_at to pass", Duration::from_secs(3), async || {
+        now_ms() > opens
+    })
+    .await?;
+    RedisProbe::connect(&stack.redis.url())
+        .await?
+        .ticks(&QueueId::new(Q)?, 2)
+        .await?;
     let (_, waiting) = record(&stack, 0, Q).await?;
     assert!(
         waiting["seed"].is_null(),

@@ -24,7 +24,7 @@ use usher_testkit::config::admin_client;
 use usher_testkit::line::{heartbeats_done, in_pre_queue, jwks_at, verify_token};
 use usher_testkit::procs::Proc;
 use usher_testkit::wait::{eventually, eventually_within};
-use usher_testkit::{RedisServer, SseClient};
+use usher_testkit::{RedisProbe, RedisServer, SseClient};
 
 const Q: &str = "sale";
 /// Browsers in the pre-queue when Redis loses the queue.
@@ -140,8 +140,13 @@ impl Setup {
             }
         })
         .await?;
-        // A moment for a duplicate to show up, if there were one.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Time for a duplicate to show up, if there were one: two more ticks, and every
+        // gateway has applied what they sent.
+        let store = Store::connect(&self.redis.url()).await?;
+        let probe = RedisProbe::connect(&self.redis.url()).await?;
+        probe.ticks(&usher_core::ids::QueueId::new(Q)?, 2).await?;
+        probe.gateways_applied(&store).await?;
+        tokio::time::sleep(usher_testkit::wait::DELIVERY).await;
         let jwks = jwks_at(&http, &self.d.url()).await?;
         let (mut places, mut jtis) = (Vec::new(), HashSet::new());
         for b in browsers {

@@ -214,6 +214,7 @@ async fn killing_dispatchers_twenty_times_loses_and_duplicates_no_admission() ->
     c.put_queue("kills", json!({"paused": false})).await?;
     let mut kills = 0;
     while kills < 20 {
+        // The kills' pace is the scenario (one every 0.7 s while the line drains), not a wait.
         tokio::time::sleep(Duration::from_millis(700)).await;
         let victim = kills % 2;
         c.dispatchers[victim].restart().await?; // SIGKILL, then start again
@@ -383,9 +384,16 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
         .await?;
     let bs = join_all(&c, "aof", N, |i| i % 2).await?;
     c.put_queue("aof", json!({"paused": false})).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Redis goes down mid-drain: once 30% of the line is through (3 s at 200/s).
+    eventually_within(
+        "30% of the line admitted",
+        Duration::from_secs(30),
+        async || bs.iter().filter(|b| !b.seen().admitted.is_empty()).count() >= N * 3 / 10,
+    )
+    .await?;
     let down = Instant::now();
     c.redis.stop_graceful()?;
+    // The outage's length is the scenario: half a second without Redis.
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.redis.start_again()?;
     let outage = down.elapsed();

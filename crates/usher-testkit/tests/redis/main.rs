@@ -40,4 +40,5 @@ mod slow_clients;
 mod staging;
 mod stranded;
 mod strict_http;
+mod time_rules;
 mod traces;

@@ -1,8 +1,6 @@
 //! Talking to the line: operators' notices, closing a queue as sold out, and away places that
 //! wait at their position (not admitted while their browser is away, admitted on its return).
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{PlaceState, Tick, TickArgs, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
@@ -135,8 +133,12 @@ async fn a_notice_reaches_every_waiter_on_every_gateway_and_no_other_queue() -> 
         );
     }
 
-    // Browsers of another queue hear nothing.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Browsers of another queue hear nothing, once every gateway has applied the notices.
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    probe
+        .gateways_applied(&usher_core::store::Store::connect(&stack.redis.url()).await?)
+        .await?;
+    tokio::time::sleep(usher_testkit::wait::DELIVERY).await;
     for (_, w) in &other {
         assert!(w.last("notice").is_none(), "{:?}", w.snapshot());
     }

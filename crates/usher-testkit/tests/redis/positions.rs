@@ -200,6 +200,8 @@ async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>
     assert_eq!(p3, 3);
 
     // Away for less than the grace period, back through the other gateway: same place.
+    // The end-to-end test of the grace period runs on the wall clock; `time_rules::` checks
+    // its edges at the store with a synthetic clock.
     w1.disconnect();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
@@ -210,7 +212,8 @@ async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>
     let mut back = b.open("/api/queues/drop/stream", Some(&t1)).await?;
     let e = back.wait_for("waiting", T).await?;
     assert_eq!(data(&e)["position"], 1, "the place is kept");
-    // The grace period ended with the resume: staying connected past it changes nothing.
+    // The grace period ended with the resume: staying connected past it (wall-clock time,
+    // on purpose) changes nothing.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(stack.queue("drop").await?["waiting"], 3);
 

@@ -9,6 +9,7 @@ use usher_core::challenge::{leading_zero_bits, solve};
 use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::sse::SseConn;
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
 
 /// Cheap in a debug build (about 1,000 hashes), yet 1,000 times less likely to be met by
@@ -200,9 +201,14 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
     // Back to no challenge: a join without a solution takes a place (within the gateways'
     // one-second setting cache).
     stack.put_queue("pow", json!({"challenge": "none"})).await?;
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    let mut plain = join(&a, "pow", None).await?;
-    assert_eq!(first(&mut plain).await?.event, "waiting");
+    let plain = eventually("a join without a solution to take a place", async || {
+        let mut plain = join(&a, "pow", None).await?;
+        let e = first(&mut plain).await?;
+        anyhow::ensure!(e.event == "waiting", "{}: {}", e.event, e.data);
+        Ok(plain)
+    })
+    .await?;
+    drop(plain);
     Ok(())
 }
 
@@ -216,6 +222,8 @@ async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     cfg.challenge_ttl_secs = 3;
     let short = usher_testkit::stack::gateway_with(cfg).await?;
     let stale = solved(&short.url(), "pow").await?;
+    // The end-to-end test of a puzzle's expiry runs on the wall clock: its lifetime must pass.
+    // (usher_core's challenge unit tests check the rule with a synthetic clock.)
     tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     refused(join(&short.url(), "pow", Some(&stale)).await?, "expired").await?;
     assert_eq!(waiting_count(&stack, "pow").await?, 0);
@@ -243,7 +251,8 @@ async fn gateways_with_different_puzzle_lifetimes_never_reopen_a_spent_solution(
     let s = solved(&long, "pow").await?;
     let mut conn = join(&short.url(), "pow", Some(&s)).await?;
     assert_eq!(first(&mut conn).await?.event, "waiting");
-    // Past the short gateway's own lifetime: still spent, on either gateway.
+    // Past the short gateway's own lifetime (wall-clock time, on purpose): still spent, on
+    // either gateway.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     refused(join(&long, "pow", Some(&s)).await?, "spent").await?;
     refused(join(&short.url(), "pow", Some(&s)).await?, "spent").await?;

@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use usher_core::token::{Claims, SigningKey};
 use usher_testkit::line::{admitted, claims, data, dispatcher_key, T};
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
 /// A stack whose dispatcher ticks every 100 ms, with the demo booking service.
@@ -169,14 +170,16 @@ async fn a_session_past_its_ttl_is_gone_and_a_resume_says_it_ended() -> anyhow::
     let exp = claims(&token)?.exp;
     assert_eq!(get(&stack, &token).await?.status(), 200);
     // Wait out the token's exp (seconds, whole): the dispatcher answers 410 from then on.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while get(&stack, &token).await?.status() == 200 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the session never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_within(
+        "the session to expire",
+        Duration::from_secs(20),
+        async || {
+            let status = get(&stack, &token).await?.status();
+            anyhow::ensure!(status != 200, "GET answers {status}");
+            Ok(())
+        },
+    )
+    .await?;
     let now = usher_core::time::now_ms();
     assert!(
         now >= exp * 1000,
@@ -184,13 +187,12 @@ async fn a_session_past_its_ttl_is_gone_and_a_resume_says_it_ended() -> anyhow::
     );
     refused(get(&stack, &token).await?, 410).await?;
     // The session itself expires within a second of the token's exp (a whole second).
-    while stack.queue("brief").await?["active"] != 0 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the slot never freed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the slot to free", async || {
+        let active = stack.queue("brief").await?["active"].clone();
+        anyhow::ensure!(active == 0, "{active} active");
+        Ok(())
+    })
+    .await?;
     resumed_session_ended(&stack, "brief", &ticket).await
 }
 
@@ -268,6 +270,9 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
     let cap_ms = c.exp * 1000;
 
     let first = expires_ms(get(&stack, &token).await?).await?;
+    // The end-to-end test of sliding sessions runs on the wall clock (a touch slides the
+    // expiry to now + TTL, so now must move); `time_rules::` checks the rule's edges at the
+    // store with a synthetic clock.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let slid = expires_ms(touch(&stack, &token).await?).await?;
     assert!(slid > first, "a touch extends: {slid} > {first}");
@@ -275,6 +280,7 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
     // Keep touching: the expiry never passes the cap, and reaches it.
     let mut last = slid;
     while last < cap_ms {
+        // Wall-clock steps towards the cap (see above): each touch must be later than the last.
         tokio::time::sleep(Duration::from_millis(500)).await;
         let r = touch(&stack, &token).await?;
         if r.status() == 410 {
@@ -290,14 +296,12 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
     }
     assert_eq!(last, cap_ms, "touches stop at the cap");
     // After the cap, the session has ended whatever the touches.
-    let deadline = tokio::time::Instant::now() + T;
-    while get(&stack, &token).await?.status() == 200 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the session outlived its cap"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually("the session to end at its cap", async || {
+        let status = get(&stack, &token).await?.status();
+        anyhow::ensure!(status != 200, "GET answers {status}");
+        Ok(())
+    })
+    .await?;
     refused(touch(&stack, &token).await?, 410).await?;
     Ok(())
 }
@@ -315,6 +319,7 @@ async fn a_touch_keeps_a_fixed_session_and_bad_caps_are_refused() -> anyhow::Res
     let c = claims(&token)?;
     assert_eq!(c.exp - c.iat, 600, "a fixed session's token lasts the TTL");
     let before = expires_ms(get(&stack, &token).await?).await?;
+    // Wall-clock time must pass for a wrong slide to show (see the sliding test above).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(expires_ms(touch(&stack, &token).await?).await?, before);
 

@@ -5,8 +5,6 @@
 //! names their place, and an admission whose token was never staged here must still reach
 //! the browser (read from Redis).
 
-use std::time::Duration;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use usher_core::ids::PlaceId;
@@ -14,8 +12,8 @@ use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::TokenRecord;
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
-use usher_testkit::wait::eventually;
-use usher_testkit::{stack, tick_once, RedisServer, SseClient};
+use usher_testkit::wait::{eventually, DELIVERY};
+use usher_testkit::{stack, tick_once, RedisProbe, RedisServer, SseClient};
 
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
     Admission {
@@ -30,7 +28,7 @@ fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
 async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
 ) -> anyhow::Result<()> {
     // 20/s and a first tick budgeted for 100 ms: the tick below admits the first two places.
-    let (_redis, store, gw, q, id) = one_gateway("stage", 20.0).await?;
+    let (redis, store, gw, q, id) = one_gateway("stage", 20.0).await?;
     let client = SseClient::new(gw.url());
     let (t1, _, c1) = join_watch(&client, "stage").await?;
     let (t2, _, c2) = join_watch(&client, "stage").await?;
@@ -52,7 +50,9 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
             }],
         )])
         .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let probe = RedisProbe::connect(&redis.url()).await?;
+    probe.gateway_applied(&id).await?;
+    tokio::time::sleep(DELIVERY).await;
     for w in [&c1, &c2, &c3] {
         assert!(
             w.last("admitted").is_none(),
@@ -81,7 +81,8 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
     )
     .await?;
     // Place 2's record is stored a moment later; the gateway waits for it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    probe.gateway_applied(&id).await?;
+    tokio::time::sleep(DELIVERY).await;
     assert!(c2.last("admitted").is_none(), "no token to show yet");
     store
         .store_tokens(
@@ -117,7 +118,8 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
         );
     }
     // The staged token of a place that was not admitted is never shown.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    probe.gateway_applied(&id).await?;
+    tokio::time::sleep(DELIVERY).await;
     assert!(c3.last("admitted").is_none(), "place 3 was not admitted");
     assert!(
         !c3.ended.load(std::sync::atomic::Ordering::SeqCst),
@@ -127,7 +129,7 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
     // An admission with a different admission time does not use a token staged for another.
     store
         .send(&[(
-            id,
+            id.clone(),
             vec![StreamMessage::AdmittedStaged {
                 queue: q.clone(),
                 admitted_at_ms: at + 1000,
@@ -136,7 +138,8 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
             }],
         )])
         .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    probe.gateway_applied(&id).await?;
+    tokio::time::sleep(DELIVERY).await;
     assert!(
         c3.last("admitted").is_none(),
         "a token staged for another admission time is not shown"

@@ -353,7 +353,8 @@ async fn a_pending_draw_is_still_drawn_after_the_sales_registry_shard_is_lost() 
     .await?;
     // The dispatcher has read the registries since the sale was scheduled (ticks of 100 ms):
     // a sale scheduled less than a tick before the loss is known to no dispatcher (ARCHITECTURE,
-    // "Failure model").
+    // "Failure model"). A fixed window of five ticks: the dispatcher's read of the registry
+    // shows nowhere outside it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     tokio::task::block_in_place(|| stack.redis.lose_shard(lost))?;
 
