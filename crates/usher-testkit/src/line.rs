@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::wait::{eventually, eventually_within};
 use crate::{stack, RedisServer};
 use usher_core::ids::{QueueId, ServerId};
 use usher_core::store::{QueueConfig, Store};
@@ -137,14 +138,16 @@ pub async fn one_gateway(
         .await?;
     let gw = stack::gateway(&redis.url()).await?;
     // The gateway registers itself as it starts (30 s: a loaded machine).
-    let mut gws = Vec::new();
-    for _ in 0..600 {
-        gws = store.gateways(now_ms()).await?;
-        if !gws.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gws = eventually_within(
+        "the gateway to register",
+        Duration::from_secs(30),
+        async || {
+            let gws = store.gateways(now_ms()).await?;
+            anyhow::ensure!(!gws.is_empty(), "no gateway registered");
+            Ok(gws)
+        },
+    )
+    .await?;
     anyhow::ensure!(gws.len() == 1, "one gateway registered: {gws:?}");
     let id = gws[0].server_id.clone();
     Ok((redis, store, gw, q, id))
@@ -249,19 +252,16 @@ pub async fn queue_view(d: &crate::procs::Proc, q: &str) -> Option<Value> {
 
 /// Waits (up to 20 s) until the dispatcher at `d` shows `n` places waiting in `q`.
 pub async fn wait_waiting(d: &crate::procs::Proc, q: &str, n: u64) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("{q} to show {n} waiting");
+    eventually_within(&what, Duration::from_secs(20), async || {
         let v = queue_view(d, q).await;
         if v.as_ref().is_some_and(|v| v["waiting"] == n) {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(format!("{v:?}\n{}", d.log_tail()))
         }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{q}: waiting never reached {n}: {v:?}\n{}",
-            d.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// `n` simulated browsers joining `queue`'s pre-queue through `clients` (each reconnects to the
@@ -276,7 +276,7 @@ pub async fn in_pre_queue(
     let browsers: Vec<_> = (0..n)
         .map(|i| crate::browser::Browser::spawn(clients.clone(), queue, i, hold))
         .collect();
-    crate::wait::eventually("every browser is in the pre-queue", async || {
+    eventually("every browser is in the pre-queue", async || {
         browsers.iter().all(|b| !b.seen().scheduled.is_empty())
     })
     .await?;
@@ -304,20 +304,23 @@ pub async fn heartbeats_done(store: &Store) -> anyhow::Result<()> {
     let mut last = read().await?;
     anyhow::ensure!(!last.is_empty(), "no live gateway");
     let mut changes: HashMap<u16, u32> = last.keys().map(|k| (*k, 0)).collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while changes.values().any(|&n| n < 2) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "gateways' heartbeats in 30 s: {changes:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = read().await?;
-        for (i, n) in changes.iter_mut() {
-            if now.get(i) != last.get(i) {
-                *n += 1;
+    eventually_within(
+        "every live gateway to run two heartbeats",
+        Duration::from_secs(30),
+        async || {
+            let now = read().await?;
+            for (i, n) in changes.iter_mut() {
+                if now.get(i) != last.get(i) {
+                    *n += 1;
+                }
             }
-        }
-        last = now;
-    }
-    Ok(())
+            last = now;
+            anyhow::ensure!(
+                changes.values().all(|&n| n >= 2),
+                "changes seen: {changes:?}"
+            );
+            Ok(())
+        },
+    )
+    .await
 }

@@ -4,7 +4,6 @@
 //! address of its own, so one test can be an abuser and an ordinary browser at once.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
 use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -12,6 +11,7 @@ use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::sse::{SseConn, SseItem};
 use usher_testkit::stack::{self, Stack, StackOptions};
+use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
 
 /// Admits nobody while a test runs.
@@ -155,14 +155,15 @@ async fn one_address_cannot_hold_more_places_or_streams_than_its_limits() -> any
     // Disconnected places kept alive by resuming still count. Wait until the gateway has
     // marked all three away: it gives back a stream's slot as it marks the place.
     conns.clear();
-    let deadline = tokio::time::Instant::now() + T;
-    while stack.queue("q").await?["away"].as_u64() != Some(3) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the three disconnected places were never marked away"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "the three disconnected places to be marked away",
+        async || {
+            let away = stack.queue("q").await?["away"].clone();
+            anyhow::ensure!(away == 3, "{away} away");
+            Ok(())
+        },
+    )
+    .await?;
     assert!(
         open(&abuser, "q", None).await?.is_retry(),
         "a place was taken after disconnects"
@@ -209,15 +210,11 @@ async fn the_stream_cap_counts_open_streams_per_address() -> anyhow::Result<()> 
     assert!(!open(&browser, "q", None).await?.is_retry());
     // A stream that ends gives its slot back.
     drop(a);
-    let mut again = false;
-    for _ in 0..50 {
-        if !open(&abuser, "q", None).await?.is_retry() {
-            again = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(again, "the slot of a closed stream was not given back");
+    eventually("the slot of a closed stream to be given back", async || {
+        anyhow::ensure!(!open(&abuser, "q", None).await?.is_retry(), "told to retry");
+        Ok(())
+    })
+    .await?;
     drop(b);
     Ok(())
 }

@@ -88,8 +88,10 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         assert!(e["error"].as_str().is_some(), "{e}");
     }
 
-    // No report yet: nobody is admitted, and waiting browsers get no ETA.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No report yet: two ticks later nobody is admitted, and waiting browsers get no ETA.
+    let probe = probe::RedisProbe::connect(&redis.url()).await?;
+    let adapt = QueueId::new("adapt")?;
+    probe.ticks(&adapt, 2).await?;
     let q = queue(&http, &base).await?;
     assert_eq!(q["rate_reason"], "load_missing", "{q}");
     assert_eq!(q["effective_per_second"], 0.0);
@@ -176,8 +178,9 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         "still fresh {:?} after the last report was acknowledged",
         last_fresh_start.saturating_duration_since(acked)
     );
-    // A browser joining now waits without an ETA, and is admitted once reports resume.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A browser joining once ticks have run on the stale rate waits without an ETA, and is
+    // admitted once reports resume.
+    probe.ticks(&adapt, 2).await?;
     let mut conn = client.open("/api/queues/adapt/stream", None).await?;
     let w = conn.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["eta_seconds"], Value::Null, "{}", w.data);
@@ -219,11 +222,14 @@ async fn a_fixed_rate_holds_within_two_percent_over_a_long_drain() -> anyhow::Re
     }
     let _ = probe::join(&store, &q, 999, now_ms()).await?;
     stack.put_queue("rate", json!({"paused": false})).await?;
+    // The measurement's warm-up (wall-clock time, on purpose): the window starts on a drain
+    // that has run for a while, not on its first ticks.
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Count on the dispatcher's clock: each tick writes its time and the admissions it made
     // together, so a slow read here cannot stretch or shrink the window.
     let redis = probe::RedisProbe::connect(&stack.redis.url()).await?;
     let (t0, n0) = redis.last_tick(&q).await?;
+    // The measurement window itself: a rate is measured over wall-clock time.
     tokio::time::sleep(WINDOW).await;
     let (t1, n1) = redis.last_tick(&q).await?;
     let v = stack.queue("rate").await?;

@@ -2,12 +2,11 @@
 //! reverse proxy on the same host included), no start without a token outside development
 //! mode, a development token that replicas share, and a record of every change.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 use usher_testkit::config::{admin_client, ADMIN_LABEL, ADMIN_TOKEN};
 use usher_testkit::procs::{binary, free_addr, Proc};
+use usher_testkit::wait::eventually;
 use usher_testkit::{RedisServer, Stack};
 
 /// A reverse proxy on loopback, as an operator might put in front of the dispatcher: every
@@ -177,22 +176,14 @@ async fn dev_mode_replicas_share_one_admin_token_and_audit_to_the_json_log() -> 
     assert_eq!(v["queues"].as_array().map(Vec::len), Some(2), "{v}");
 
     // The change is in the JSON log, as an `audit` event naming the dev label.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let audit_line = loop {
-        let found = a.log_text().lines().find_map(|l| {
+    let audit_line = eventually("an audit line in the JSON log", async || {
+        a.log_text().lines().find_map(|l| {
             let v: Value = serde_json::from_str(l).ok()?;
             (v["target"] == "audit").then_some(v)
-        });
-        if let Some(v) = found {
-            break v;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no audit line:\n{}",
-            a.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        })
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", a.log_tail()))?;
     assert_eq!(audit_line["fields"]["who"], "dev");
     assert_eq!(audit_line["fields"]["method"], "PUT");
     assert_eq!(audit_line["fields"]["path"], "/admin/queues/from-a");

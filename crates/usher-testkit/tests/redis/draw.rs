@@ -56,19 +56,19 @@ async fn record(stack: &Stack, gw: usize, queue: &str) -> anyhow::Result<(u16, V
 
 /// The draw record once the draw ran (polled on gateway `gw`).
 async fn drawn(stack: &Stack, gw: usize, queue: &str) -> anyhow::Result<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, v) = record(stack, gw, queue).await?;
-        anyhow::ensure!(status == 200, "draw record answered {status}: {v}");
-        if !v["seed"].is_null() {
-            return Ok(v);
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no draw within 20 s: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // `Some(Err)` stops the wait: the record must answer 200 throughout.
+    eventually_within(
+        "the draw to run",
+        Duration::from_secs(20),
+        async || match record(stack, gw, queue).await {
+            Err(e) => Some(Err(e)),
+            Ok((status, v)) if status != 200 => {
+                Some(Err(anyhow::anyhow!("draw record answered {status}: {v}")))
+            }
+            Ok((_, v)) => (!v["seed"].is_null()).then_some(Ok(v)),
+        },
+    )
+    .await?
 }
 
 /// The place id an admitted browser's token names, verified as a booking service would.

@@ -94,20 +94,23 @@ impl Setup {
 
     /// The draw record once `ready` holds for it (polled).
     async fn record_when(&self, ready: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let (status, v) = self.record().await?;
-            if status == 200 && ready(&v) {
-                return Ok(v);
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "draw record never ready: {status} {v}\n{}\n{}",
-                self.d.log_tail(),
-                self.gateways[0].log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_within(
+            "the draw record to be ready",
+            Duration::from_secs(60),
+            async || {
+                let (status, v) = self.record().await?;
+                if status == 200 && ready(&v) {
+                    Ok(v)
+                } else {
+                    Err(anyhow::anyhow!(
+                        "{status} {v}\n{}\n{}",
+                        self.d.log_tail(),
+                        self.gateways[0].log_tail()
+                    ))
+                }
+            },
+        )
+        .await
     }
 
     async fn flushall(&self) -> anyhow::Result<()> {

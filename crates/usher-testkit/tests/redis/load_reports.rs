@@ -1,12 +1,13 @@
 //! Load reports from the booking side reach an adaptive queue: `usher-admission`'s
 //! `report_load` and the demo booking service's reporter, against a real dispatcher and Redis.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use usher_admission::Admission;
 use usher_testkit::procs::Proc;
 use usher_testkit::stack::Server;
+use usher_testkit::wait::eventually;
 use usher_testkit::RedisServer;
 
 const SERVICE_TOKEN: &str = "service-token-for-load-reports-4f2a";
@@ -51,15 +52,12 @@ async fn queue(d: &Proc, q: &str) -> anyhow::Result<Value> {
 
 /// Polls the queue until `done` holds for its view (or fails after 10 s with the last view).
 async fn until(d: &Proc, q: &str, done: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(&format!("queue {q}'s view to change"), async || {
         let v = queue(d, q).await?;
-        if done(&v) {
-            return Ok(v);
-        }
-        anyhow::ensure!(Instant::now() < deadline, "never reached: {v}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        anyhow::ensure!(done(&v), "{v}");
+        Ok(v)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

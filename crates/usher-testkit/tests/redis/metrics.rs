@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use usher_testkit::line::{data, join, T};
 use usher_testkit::procs::Proc;
+use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisServer, SseClient};
 
 /// One sample line of the text format: `name{k="v",…} value`.
@@ -98,13 +99,14 @@ async fn scrape_until(
     base: &str,
     cond: impl Fn(&[Sample]) -> bool,
 ) -> anyhow::Result<Scrape> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let wait = eventually_within("a scrape to hold", Duration::from_secs(30), async || {
         let s = scrape(http, base).await?;
-        if cond(&s.samples) || tokio::time::Instant::now() > deadline {
-            return Ok(s);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        anyhow::ensure!(cond(&s.samples), "not yet");
+        Ok(s)
+    });
+    match wait.await {
+        Ok(s) => Ok(s),
+        Err(_) => scrape(http, base).await,
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::stack::{self, Server, Stack, StackOptions};
+use usher_testkit::wait::{eventually, eventually_within};
 
 /// Sends `bytes` one at a time, `every` apart, until the server closes the connection or they
 /// run out; returns when the server closed it (measured from the first byte), if it did.
@@ -136,26 +137,21 @@ async fn the_dispatcher_and_the_booking_service_cut_slow_clients_too() -> anyhow
         raw::read_response(&mut over, None, T).await.is_err(),
         "a socket over the cap was served"
     );
-    let mut served = false;
-    let deadline = Instant::now() + T;
-    while Instant::now() < deadline && !served {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        if let Ok(mut s) = raw::send(
-            None,
-            dispatcher.addr,
-            b"GET /.well-known/jwks.json HTTP/1.1\r\n\r\n",
-        )
-        .await
-        {
-            served = raw::read_response(&mut s, None, Duration::from_secs(2))
-                .await
-                .is_ok_and(|r| r.status == 200);
-        }
-    }
-    assert!(
-        served,
-        "the keys were not served after the idle sockets were cut"
-    );
+    eventually(
+        "the keys served once the idle sockets are cut",
+        async || {
+            let mut s = raw::send(
+                None,
+                dispatcher.addr,
+                b"GET /.well-known/jwks.json HTTP/1.1\r\n\r\n",
+            )
+            .await?;
+            let r = raw::read_response(&mut s, None, Duration::from_secs(2)).await?;
+            anyhow::ensure!(r.status == 200, "answered {}", r.status);
+            Ok(())
+        },
+    )
+    .await?;
     for s in &mut idle {
         let left = all_cut_by.saturating_duration_since(Instant::now());
         assert!(
@@ -204,19 +200,17 @@ async fn readyz_answers_while_the_sockets_are_full_of_slow_clients() -> anyhow::
         let s = raw::send(None, gw.addr, b"GET /api/queues/q/status?ticket=").await?;
         held.push(s);
     }
-    let mut ready = false;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline && !ready {
-        if let Ok(mut s) = raw::send(None, gw.addr, b"GET /readyz HTTP/1.1\r\n\r\n").await {
-            ready = raw::read_response(&mut s, None, Duration::from_secs(2))
-                .await
-                .is_ok_and(|r| r.status == 200);
-        }
-        if !ready {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-    assert!(ready, "/readyz did not answer while the sockets were full");
+    eventually_within(
+        "/readyz to answer while the sockets are full",
+        Duration::from_secs(20),
+        async || {
+            let mut s = raw::send(None, gw.addr, b"GET /readyz HTTP/1.1\r\n\r\n").await?;
+            let r = raw::read_response(&mut s, None, Duration::from_secs(2)).await?;
+            anyhow::ensure!(r.status == 200, "answered {}", r.status);
+            Ok(())
+        },
+    )
+    .await?;
     // The slow clients outside the reserve are still held (their head deadline is far off):
     // the health check got through beside them, not after them.
     let mut open = 0;
