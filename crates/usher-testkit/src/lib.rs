@@ -4,6 +4,7 @@
 //! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
 //! ([`otlp`]), and what the API description test needs ([`openapi`]).
 
+pub mod answers;
 pub mod browser;
 pub mod config;
 pub mod line;

@@ -15,7 +15,11 @@ use crate::SseClient;
 use serde_json::Value;
 use usher_sse::Event;
 
+/// The limit of a test's single waits on a stream (see [`crate::wait::patience`]).
 pub const T: Duration = Duration::from_secs(10);
+
+/// A rate that admits nobody during a test (a queue must have a rate above zero).
+pub const PAUSED: f64 = 0.000_001;
 
 pub fn data(e: &usher_sse::Event) -> Value {
     serde_json::from_str(&e.data).expect("event data is JSON")
@@ -179,6 +183,37 @@ pub fn claims(token: &str) -> anyhow::Result<usher_core::token::Claims> {
     let part = token.split('.').nth(1).unwrap_or_default();
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
     Ok(serde_json::from_slice(&json)?)
+}
+
+/// The payload of a JWT as JSON, its signature unchecked (for tests that read what a token
+/// says; [`verify_token`] checks one as a booking service does).
+pub fn token_payload(token: &str) -> anyhow::Result<Value> {
+    use base64::Engine;
+    let part = token
+        .split('.')
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("not a JWT: {token}"))?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part)?;
+    Ok(serde_json::from_slice(&json)?)
+}
+
+/// Creates or changes queue `queue` with `body` through the admin API of the dispatcher at
+/// `dispatcher_url`, with `http` (e.g. [`crate::config::admin_client`]); errors unless it
+/// answers 2xx, and returns the queue as the answer shows it.
+pub async fn put_queue_at(
+    http: &reqwest::Client,
+    dispatcher_url: &str,
+    queue: &str,
+    body: Value,
+) -> anyhow::Result<Value> {
+    let r = http
+        .put(format!("{dispatcher_url}/admin/queues/{queue}"))
+        .json(&body)
+        .send()
+        .await?;
+    let status = r.status();
+    anyhow::ensure!(status.is_success(), "PUT queue {queue}: {status}");
+    Ok(r.json().await.unwrap_or(Value::Null))
 }
 
 /// The dispatcher's (development) signing key, to mint tokens it would never mint.

@@ -197,6 +197,13 @@ impl RedisProbe {
         Ok(())
     }
 
+    /// `FLUSHALL`: every key gone at once, as a data loss on a Redis without persistence.
+    pub async fn flushall(&self) -> redis::RedisResult<()> {
+        redis::cmd("FLUSHALL")
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
         let v: Option<u64> = redis::cmd("MEMORY")

@@ -223,6 +223,14 @@ impl<R> Stack<R> {
     }
 
     /// `PUT /admin/queues/{queue}` on the dispatcher (with the test admin token).
+    /// How many places wait in `queue`, as the admin API counts them.
+    pub async fn waiting(&self, queue: &str) -> anyhow::Result<u64> {
+        let v = self.queue(queue).await?;
+        v["waiting"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("no waiting count in {v}"))
+    }
+
     pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
         let r = self
             .http
@@ -269,25 +277,19 @@ pub fn init_logs() {
     }
 }
 
-/// Runs each scenario `name::<R: Backend>()` of a test file as two tests: `standalone::name`
-/// on one `redis-server` and `cluster::name` on a 3-master Redis Cluster. A suite written
-/// this way passes on both or fails.
+/// Runs each scenario `name::<R: Backend>()` of a test file as a test `$module::name` on
+/// backend `$backend` (`RedisServer` or `RedisCluster`). The test binaries call it through
+/// their own `on_every_backend!`: `redis` as `standalone::name` on one `redis-server`,
+/// `topologies` as `cluster::name` on a 3-master Redis Cluster, compiling the same files. A
+/// suite written this way passes on both or fails.
 #[macro_export]
-macro_rules! on_every_backend {
-    ($($name:ident),+ $(,)?) => {
-        mod standalone {
+macro_rules! on_backend {
+    ($module:ident, $backend:ident, $($name:ident),+ $(,)?) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() -> anyhow::Result<()> {
-                    super::$name::<$crate::RedisServer>().await
-                }
-            )+
-        }
-        mod cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> anyhow::Result<()> {
-                    super::$name::<$crate::RedisCluster>().await
+                    super::$name::<$crate::$backend>().await
                 }
             )+
         }

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use usher_testkit::answers::header;
 use usher_testkit::browser::Browser;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{browser_venv, drive, workspace, Controls};
@@ -40,14 +41,6 @@ async fn dispatcher(redis: &RedisServer) -> anyhow::Result<Proc> {
         ],
     )
     .await
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
+use usher_testkit::line::put_queue_at;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{booking_demo, browser_venv, workspace};
 use usher_testkit::RedisServer;
@@ -39,16 +40,6 @@ async fn stack() -> anyhow::Result<Stack> {
         gateways,
         booking,
     })
-}
-
-async fn put_queue(s: &Stack, queue: &str, body: Value) -> anyhow::Result<()> {
-    usher_testkit::config::admin_client()
-        .put(format!("{}/admin/queues/{queue}", s.dispatcher.url()))
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?;
-    Ok(())
 }
 
 /// Runs `k6 run` on `script` with `env`; returns k6's end-of-test summary (`--summary-export`).
@@ -94,8 +85,9 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
     // 6 people at 0.5 admissions/s wait up to about 12 s: longer than a stream request may
     // last (3 s). A journey resumes only once it holds a ticket, so the first request must
     // see its first event within the 3 s even on a loaded machine.
-    put_queue(
-        &s,
+    put_queue_at(
+        &usher_testkit::config::admin_client(),
+        &s.dispatcher.url(),
         "k6",
         json!({"admit_per_second": 0.5, "passthrough": false}),
     )
@@ -156,8 +148,9 @@ async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Resu
     // admitted.
     for attempt in 1..=3 {
         let queue = format!("k6page{attempt}");
-        put_queue(
-            &s,
+        put_queue_at(
+            &usher_testkit::config::admin_client(),
+            &s.dispatcher.url(),
             &queue,
             // 0.25/s: each person waits seconds in line, so the page surely shows a position
             // before it leaves for the booking site, however slowly k6 reads it.

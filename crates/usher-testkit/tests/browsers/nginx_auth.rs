@@ -8,9 +8,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::any;
 use axum::{Json, Router};
-use reqwest::Response;
 use serde_json::{json, Value};
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::answers::json_error;
 use usher_testkit::line::{admitted, claims, dispatcher_key};
 use usher_testkit::nginx::{deploy_config, substitute, Nginx};
 use usher_testkit::procs::free_addr;
@@ -67,15 +67,6 @@ fn config(
     substitute(&conf, "worker_processes auto;", "worker_processes 1;")
 }
 
-/// Asserts a JSON error with `status`.
-async fn refused(r: Response, status: u16) -> anyhow::Result<()> {
-    assert_eq!(r.status(), status);
-    assert_eq!(r.headers()["content-type"], "application/json");
-    let e: Value = r.json().await?;
-    assert!(e["error"].as_str().is_some_and(|s| !s.is_empty()), "{e}");
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
@@ -106,9 +97,9 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
     let stranger = SigningKey::from_pkcs8_pem(&SigningKey::generate_pem()?)?.mint(&genuine);
     let r = book(None).await?;
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    refused(r, 401).await?;
+    json_error(r, 401).await?;
     for bad in ["not-a-jwt".to_owned(), tampered, stranger] {
-        refused(book(Some(format!("Bearer {bad}"))).await?, 401).await?;
+        json_error(book(Some(format!("Bearer {bad}"))).await?, 401).await?;
     }
     assert!(
         seen.lock()
@@ -142,7 +133,7 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
         .send()
         .await?;
     assert_eq!(r.status(), 204);
-    refused(book(Some(format!("Bearer {token}"))).await?, 403).await?;
+    json_error(book(Some(format!("Bearer {token}"))).await?, 403).await?;
 
     // A genuine token past its exp: the session has ended, 403.
     let (_, other) = admitted(&stack, "show").await?;
@@ -150,7 +141,7 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
         exp: claims(&other)?.iat.saturating_sub(60),
         ..claims(&other)?
     });
-    refused(book(Some(format!("Bearer {past}"))).await?, 403).await?;
+    json_error(book(Some(format!("Bearer {past}"))).await?, 403).await?;
     assert_eq!(
         seen.lock().unwrap_or_else(PoisonError::into_inner).len(),
         1,
@@ -159,7 +150,7 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
 
     // With the dispatcher gone, nothing passes: 503, not the upstream.
     stack.dispatcher.stop().await?;
-    refused(book(Some(format!("Bearer {other}"))).await?, 503).await?;
+    json_error(book(Some(format!("Bearer {other}"))).await?, 503).await?;
     assert_eq!(seen.lock().unwrap_or_else(PoisonError::into_inner).len(), 1);
     drop(nginx);
     upstream.stop().await

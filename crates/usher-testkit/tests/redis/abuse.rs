@@ -7,15 +7,13 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderValue};
+use usher_testkit::line::PAUSED;
 use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::sse::{SseConn, SseItem};
 use usher_testkit::stack::{self, Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
-
-/// Admits nobody while a test runs.
-const PAUSED: f64 = 0.000_001;
 
 fn loopback(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
@@ -76,13 +74,6 @@ async fn stack_with(set: impl FnOnce(&mut usher_gateway::Config)) -> anyhow::Res
     Ok(stack)
 }
 
-async fn waiting_count(stack: &Stack) -> anyhow::Result<u64> {
-    let v = stack.queue("q").await?;
-    v["waiting"]
-        .as_u64()
-        .with_context(|| format!("no waiting count in {v}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_take_more_joins_than_its_bucket_while_another_joins(
 ) -> anyhow::Result<()> {
@@ -101,7 +92,7 @@ async fn one_address_cannot_take_more_joins_than_its_bucket_while_another_joins(
     }
     // The bucket is empty: a burst of joins gets only retry: (jittered around the configured
     // delay, so EventSource tries again later), and takes no place.
-    let before = waiting_count(&stack).await?;
+    let before = stack.waiting("q").await?;
     let mut refused = 0;
     for _ in 0..20 {
         if let Outcome::Retry(ms) = open(&abuser, "q", None).await? {
@@ -114,7 +105,7 @@ async fn one_address_cannot_take_more_joins_than_its_bucket_while_another_joins(
         refused >= 15,
         "only {refused} of 20 joins over the bucket were refused"
     );
-    assert!(waiting_count(&stack).await? <= before + 20 - refused);
+    assert!(stack.waiting("q").await? <= before + 20 - refused);
     // A resume draws nothing from the bucket: the abuser's own places come back.
     let (ticket, conn) = held.pop().context("a held place")?;
     drop(conn);
@@ -178,7 +169,7 @@ async fn one_address_cannot_hold_more_places_or_streams_than_its_limits() -> any
     // A 4th stream is allowed by the stream cap (4) but not a 4th place; a 5th stream is not
     // allowed at all.
     assert!(open(&abuser, "q", None).await?.is_retry());
-    assert_eq!(waiting_count(&stack).await?, 3);
+    assert_eq!(stack.waiting("q").await?, 3);
     // Another address takes places and streams normally meanwhile.
     let browser = client(&stack, 5, HeaderMap::new())?;
     let mut others = Vec::new();
@@ -188,7 +179,7 @@ async fn one_address_cannot_hold_more_places_or_streams_than_its_limits() -> any
         };
         others.push(c);
     }
-    assert_eq!(waiting_count(&stack).await?, 6);
+    assert_eq!(stack.waiting("q").await?, 6);
     Ok(())
 }
 

@@ -287,3 +287,76 @@ async fn every_admin_change_is_audited_and_readable_newest_first() -> anyhow::Re
     assert_eq!(r.status(), 401);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_requires_the_bearer_token_when_configured() -> anyhow::Result<()> {
+    usher_testkit::stack::init_logs();
+    let redis = usher_testkit::RedisServer::start()?;
+    let mut cfg = usher_testkit::config::dispatcher(&redis.url(), 100);
+    cfg.admin_token = Some("s3cret-token".into());
+    let d = usher_testkit::stack::Server::spawn(|l, rx| {
+        usher_dispatcher::run(cfg, l, async move {
+            let _ = rx.await;
+        })
+    })
+    .await?;
+    let http = reqwest::Client::new();
+    let url = format!("{}/admin/queues/x", d.url());
+    let body = json!({"admit_per_second": 1});
+    let r = http.put(&url).json(&body).send().await?;
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await?;
+    assert!(v["error"].as_str().is_some());
+    let r = http
+        .put(&url)
+        .bearer_auth("wrong")
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 401);
+    let r = http
+        .put(&url)
+        .bearer_auth("s3cret-token")
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 201);
+    let r = http
+        .put(&url)
+        .bearer_auth("s3cret-token")
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    let r = http
+        .get(format!("{}/admin/queues", d.url()))
+        .bearer_auth("s3cret-token")
+        .send()
+        .await?;
+    let v: Value = r.json().await?;
+    assert_eq!(v["queues"][0]["queue"], "x");
+    // JWKS and health stay public.
+    assert_eq!(
+        http.get(format!("{}/.well-known/jwks.json", d.url()))
+            .send()
+            .await?
+            .status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{}/readyz", d.url()))
+            .send()
+            .await?
+            .status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{}/healthz", d.url()))
+            .send()
+            .await?
+            .status(),
+        200
+    );
+    d.stop().await?;
+    Ok(())
+}

@@ -10,12 +10,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use reqwest::Response;
 use serde_json::{json, Value};
 use usher_admission::{
     ActiveSession, Admission, Claims as AdmittedClaims, Error, KeyError, SessionStatus, VerifyError,
 };
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::answers::json_error;
 use usher_testkit::line::{admitted, claims, dispatcher_key, T};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};
@@ -366,16 +366,6 @@ async fn a_sliding_session_is_touched_through_the_layer() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A JSON error with `status`.
-async fn refused(r: Response, status: u16) -> anyhow::Result<String> {
-    assert_eq!(r.status(), status);
-    assert_eq!(r.headers()["content-type"], "application/json");
-    let e: Value = r.json().await?;
-    let msg = e["error"].as_str().unwrap_or_default().to_owned();
-    assert!(!msg.is_empty(), "{e}");
-    Ok(msg)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyhow::Result<()> {
     let stack = stack().await?;
@@ -417,13 +407,13 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
     );
     let r = get("/private", None).await?;
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    refused(r, 401).await?;
+    json_error(r, 401).await?;
     let r = plain()
         .get(format!("{}/private", guarded.url()))
         .header("authorization", format!("Basic {token}"))
         .send()
         .await?;
-    refused(r, 401).await?;
+    json_error(r, 401).await?;
 
     let genuine = claims(&token)?;
     let expired = dispatcher_key(&stack).await?.mint(&Claims {
@@ -436,7 +426,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
         expired,
         "not-a-jwt".into(),
     ] {
-        refused(get("/private", Some(&bad)).await?, 403).await?;
+        json_error(get("/private", Some(&bad)).await?, 403).await?;
     }
 
     let r = get("/private", Some(&token)).await?;
@@ -453,7 +443,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
         admission(&stack)?.release(&token).await?,
         SessionStatus::Ended
     );
-    let msg = refused(get("/private", Some(&token)).await?, 403).await?;
+    let msg = json_error(get("/private", Some(&token)).await?, 403).await?;
     assert!(msg.contains("ended"), "{msg}");
 
     // Keys or dispatcher unreachable: 503, the token cannot be judged.
@@ -465,7 +455,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
         .bearer_auth(&other)
         .send()
         .await?;
-    refused(r, 503).await?;
+    json_error(r, 503).await?;
     guarded.stop().await?;
     blind.stop().await
 }
@@ -490,10 +480,10 @@ async fn the_demo_refuses_a_second_booking_and_its_guarded_routes_after_it() -> 
     };
     assert_eq!(seats().await?.status(), 200);
     assert_eq!(book().await?.status(), 201);
-    refused(book().await?, 403).await?;
-    refused(seats().await?, 403).await?;
+    json_error(book().await?, 403).await?;
+    json_error(seats().await?, 403).await?;
     let r = plain().get(format!("{booking}/api/seats")).send().await?;
-    refused(r, 401).await?;
+    json_error(r, 401).await?;
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The HTTP contract: resume, status, errors, closing, admin auth, several gateways.
+//! The HTTP contract: resume, status, errors, closing, several gateways.
 
 use std::time::Duration;
 
@@ -9,15 +9,14 @@ use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
-// Every scenario here runs on one redis-server and on a Redis Cluster.
-usher_testkit::on_every_backend!(
+// Every scenario here runs on one redis-server (this binary, `redis`) and on a Redis Cluster
+// (`topologies`, which compiles this file too): each binary's main.rs defines the macro.
+on_every_backend!(
     resume_by_last_event_id_keeps_the_place_and_takes_no_second_one,
     bad_requests_are_answered_with_clear_json_errors,
     closing_a_queue_tells_every_waiter_on_every_gateway,
     two_gateways_each_browser_gets_its_own_events_only,
 );
-
-const PAUSED: f64 = 0.000_001;
 
 async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Backend>(
 ) -> anyhow::Result<()> {
@@ -310,7 +309,7 @@ async fn two_gateways_each_browser_gets_its_own_events_only<R: Backend>() -> any
         let a = data(&admitted[0]);
         assert_eq!(a["queue"], *q);
         let token = a["token"].as_str().unwrap_or_default().to_owned();
-        let claims = claims(&token);
+        let claims = token_payload(&token)?;
         assert_eq!(claims["aud"], *q);
         assert_eq!(claims["sub"], place_of(ticket).to_string());
         assert!(tokens.insert(token), "tokens are unique");
@@ -318,89 +317,5 @@ async fn two_gateways_each_browser_gets_its_own_events_only<R: Backend>() -> any
             assert_eq!(data(&e)["queue"], *q);
         }
     }
-    Ok(())
-}
-
-fn claims(t: &str) -> Value {
-    use base64::Engine;
-    let p = t.split('.').nth(1).expect("payload");
-    serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(p)
-            .expect("base64url"),
-    )
-    .expect("claims")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_api_requires_the_bearer_token_when_configured() -> anyhow::Result<()> {
-    usher_testkit::stack::init_logs();
-    let redis = usher_testkit::RedisServer::start()?;
-    let mut cfg = usher_testkit::config::dispatcher(&redis.url(), 100);
-    cfg.admin_token = Some("s3cret-token".into());
-    let d = usher_testkit::stack::Server::spawn(|l, rx| {
-        usher_dispatcher::run(cfg, l, async move {
-            let _ = rx.await;
-        })
-    })
-    .await?;
-    let http = reqwest::Client::new();
-    let url = format!("{}/admin/queues/x", d.url());
-    let body = json!({"admit_per_second": 1});
-    let r = http.put(&url).json(&body).send().await?;
-    assert_eq!(r.status(), 401);
-    let v: Value = r.json().await?;
-    assert!(v["error"].as_str().is_some());
-    let r = http
-        .put(&url)
-        .bearer_auth("wrong")
-        .json(&body)
-        .send()
-        .await?;
-    assert_eq!(r.status(), 401);
-    let r = http
-        .put(&url)
-        .bearer_auth("s3cret-token")
-        .json(&body)
-        .send()
-        .await?;
-    assert_eq!(r.status(), 201);
-    let r = http
-        .put(&url)
-        .bearer_auth("s3cret-token")
-        .json(&body)
-        .send()
-        .await?;
-    assert_eq!(r.status(), 200);
-    let r = http
-        .get(format!("{}/admin/queues", d.url()))
-        .bearer_auth("s3cret-token")
-        .send()
-        .await?;
-    let v: Value = r.json().await?;
-    assert_eq!(v["queues"][0]["queue"], "x");
-    // JWKS and health stay public.
-    assert_eq!(
-        http.get(format!("{}/.well-known/jwks.json", d.url()))
-            .send()
-            .await?
-            .status(),
-        200
-    );
-    assert_eq!(
-        http.get(format!("{}/readyz", d.url()))
-            .send()
-            .await?
-            .status(),
-        200
-    );
-    assert_eq!(
-        http.get(format!("{}/healthz", d.url()))
-            .send()
-            .await?
-            .status(),
-        200
-    );
-    d.stop().await?;
     Ok(())
 }

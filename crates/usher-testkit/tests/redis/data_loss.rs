@@ -25,11 +25,12 @@ enum Loss {
     Restart,
 }
 
+/// `FLUSHALL` on the Redis at `url`.
 async fn flushall(url: &str) -> anyhow::Result<()> {
-    let client = redis::Client::open(url)?;
-    let mut c = client.get_multiplexed_async_connection().await?;
-    let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
-    Ok(())
+    Ok(usher_testkit::RedisProbe::connect(url)
+        .await?
+        .flushall()
+        .await?)
 }
 
 /// Browsers in join order: (ticket, watcher).

@@ -114,10 +114,10 @@ impl Setup {
     }
 
     async fn flushall(&self) -> anyhow::Result<()> {
-        let client = redis::Client::open(self.redis.url())?;
-        let mut c = client.get_multiplexed_async_connection().await?;
-        let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await?;
-        Ok(())
+        Ok(RedisProbe::connect(&self.redis.url())
+            .await?
+            .flushall()
+            .await?)
     }
 
     /// Unpauses the queue (configured again from the file, paused) and checks that every

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use usher_testkit::browser::{Browser, Seen};
+use usher_testkit::line::token_payload;
 use usher_testkit::procs::Proc;
 use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisServer, SseClient};
@@ -140,16 +141,6 @@ async fn join_all(
     Ok(bs)
 }
 
-fn claims(token: &str) -> Value {
-    use base64::Engine;
-    let p = token.split('.').nth(1).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(p)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
-}
-
 fn ms(rfc3339: &str) -> u64 {
     usher_core::time::parse_rfc3339_ms(rfc3339).unwrap_or(0)
 }
@@ -177,7 +168,7 @@ fn check_admissions(q: &str, seen: &[Seen]) -> (usize, usize, usize, u64) {
             continue;
         };
         let token = a["token"].as_str().unwrap_or_default().to_owned();
-        let c = claims(&token);
+        let c = token_payload(&token).unwrap_or(Value::Null);
         assert_eq!(c["aud"], q);
         assert_eq!(
             c["sub"].as_str().and_then(|x| x.parse::<u64>().ok()),

@@ -4,6 +4,14 @@
 //!
 //! One binary, one module per area: `cargo test -p usher-testkit --test redis <area>::`.
 
+/// The scenarios `contract` and `positions` run on every backend: here on one redis-server
+/// (`<area>::standalone::<name>`); `topologies` compiles the same files for a Redis Cluster.
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        usher_testkit::on_backend!(standalone, RedisServer, $($name),+);
+    };
+}
+
 mod draw_check;
 
 mod abuse;

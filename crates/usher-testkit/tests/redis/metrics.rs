@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
+use usher_testkit::line::put_queue_at;
 use usher_testkit::line::{data, join, T};
 use usher_testkit::procs::Proc;
 use usher_testkit::wait::eventually_within;
@@ -110,20 +111,6 @@ async fn scrape_until(
     }
 }
 
-async fn put_queue(http: &reqwest::Client, base: &str, q: &str, body: Value) -> anyhow::Result<()> {
-    let resp = http
-        .put(format!("{base}/admin/queues/{q}"))
-        .json(&body)
-        .send()
-        .await?;
-    anyhow::ensure!(
-        resp.status().is_success(),
-        "PUT queue {q}: {}",
-        resp.status()
-    );
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<()> {
     let mut redis = RedisServer::start()?;
@@ -146,14 +133,14 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     .await?;
     let (gw, ds) = (gateway.url(), dispatcher.url());
     let http = usher_testkit::config::admin_client();
-    put_queue(
+    put_queue_at(
         &http,
         &ds,
         "fast",
         json!({"admit_per_second": 50, "passthrough": false}),
     )
     .await?;
-    put_queue(
+    put_queue_at(
         &http,
         &ds,
         "held",
@@ -522,7 +509,7 @@ async fn drain_progress_is_exported() -> anyhow::Result<()> {
     )
     .await?;
     let http = usher_testkit::config::admin_client();
-    put_queue(
+    put_queue_at(
         &http,
         &dispatcher.url(),
         "held",

@@ -11,9 +11,6 @@ use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::{RedisProbe, SseClient};
 
-/// A rate that admits nobody during a test.
-const PAUSED: f64 = 0.000_001;
-
 async fn two_gateways() -> anyhow::Result<(Stack, SseClient, SseClient)> {
     let stack = Stack::start(StackOptions {
         gateways: 2,

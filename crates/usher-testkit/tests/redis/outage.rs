@@ -9,8 +9,6 @@ use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within, Seen};
 use usher_testkit::SseClient;
 
-const PAUSED: f64 = 0.000_001;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_keeps_browsers_connected_and_everything_recovers_without_restarts(
 ) -> anyhow::Result<()> {

@@ -3,12 +3,12 @@
 //! (What a browser does with the page: `browser.rs`.)
 
 use serde_json::json;
+use usher_testkit::answers::header;
+use usher_testkit::line::PAUSED;
 use usher_testkit::line::{data, join_watch, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
-
-const PAUSED: f64 = 0.000_001;
 
 async fn get(url: &str, lang: Option<&str>) -> anyhow::Result<reqwest::Response> {
     let mut req = reqwest::Client::new().get(url);
@@ -16,14 +16,6 @@ async fn get(url: &str, lang: Option<&str>) -> anyhow::Result<reqwest::Response>
         req = req.header("accept-language", l);
     }
     Ok(req.send().await?)
-}
-
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

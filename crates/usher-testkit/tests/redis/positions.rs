@@ -8,15 +8,13 @@ use usher_testkit::stack::{Backend, Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::SseClient;
 
-// Every scenario here runs on one redis-server and on a Redis Cluster.
-usher_testkit::on_every_backend!(
+// Every scenario here runs on one redis-server (this binary, `redis`) and on a Redis Cluster
+// (`topologies`, which compiles this file too): each binary's main.rs defines the macro.
+on_every_backend!(
     positions_are_exact_pushed_and_only_decrease,
     admission_is_fifo,
     a_dropped_browser_keeps_its_place_for_the_grace_period_only,
 );
-
-/// A rate that admits nobody during a test.
-const PAUSED: f64 = 0.000_001;
 
 async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::Result<()> {
     let stack = Stack::<R>::launch(StackOptions::default()).await?;

@@ -76,12 +76,6 @@ async fn refused(mut conn: SseConn, reason: &str) -> anyhow::Result<Value> {
     Ok(d)
 }
 
-async fn waiting_count(stack: &Stack, queue: &str) -> anyhow::Result<u64> {
-    Ok(stack.queue(queue).await?["waiting"]
-        .as_u64()
-        .unwrap_or(u64::MAX))
-}
-
 /// A paused proof-of-work queue (nobody is admitted: the waiting count shows every place).
 async fn pow_queue(stack: &Stack, queue: &str) -> anyhow::Result<()> {
     stack.create_queue(queue, 50.0).await?;
@@ -140,7 +134,7 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
     )
     .await?;
     refused(join(&a, "pow", Some("1.pow.x")).await?, "invalid").await?;
-    assert_eq!(waiting_count(&stack, "pow").await?, 0, "no place was taken");
+    assert_eq!(stack.waiting("pow").await?, 0, "no place was taken");
 
     // Solved on gateway A's puzzle, joined through gateway B: a place.
     let mut conn = join(&b, "pow", Some(&good)).await?;
@@ -148,12 +142,12 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
     assert_eq!(e.event, "waiting", "{}", e.data);
     assert_eq!(data(&e)["position"], 1);
     let ticket = e.id.clone();
-    assert_eq!(waiting_count(&stack, "pow").await?, 1);
+    assert_eq!(stack.waiting("pow").await?, 1);
 
     // The same solution again, on either gateway: spent.
     refused(join(&a, "pow", Some(&good)).await?, "spent").await?;
     refused(join(&b, "pow", Some(&good)).await?, "spent").await?;
-    assert_eq!(waiting_count(&stack, "pow").await?, 1);
+    assert_eq!(stack.waiting("pow").await?, 1);
 
     // A resume needs no solution, by Last-Event-ID or ?ticket=, on either gateway (at once,
     // as a reload does: the place stays present, tests/reconnect.rs).
@@ -172,7 +166,7 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
         .await?;
     let e = resumed.wait_for("waiting", T).await?;
     assert_eq!(data(&e)["position"], 1);
-    assert_eq!(waiting_count(&stack, "pow").await?, 1, "no second place");
+    assert_eq!(stack.waiting("pow").await?, 1, "no second place");
 
     // A harder setting refuses the easier puzzles solved before it (the join script checks
     // the queue's current difficulty), and the fresh puzzle asks the new one.
@@ -226,7 +220,7 @@ async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     // (usher_core's challenge unit tests check the rule with a synthetic clock.)
     tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     refused(join(&short.url(), "pow", Some(&stale)).await?, "expired").await?;
-    assert_eq!(waiting_count(&stack, "pow").await?, 0);
+    assert_eq!(stack.waiting("pow").await?, 0);
     // A fresh one from the same gateway, used at once, is good.
     let fresh = solved(&short.url(), "pow").await?;
     let mut conn = join(&short.url(), "pow", Some(&fresh)).await?;
@@ -256,11 +250,7 @@ async fn gateways_with_different_puzzle_lifetimes_never_reopen_a_spent_solution(
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     refused(join(&long, "pow", Some(&s)).await?, "spent").await?;
     refused(join(&short.url(), "pow", Some(&s)).await?, "spent").await?;
-    assert_eq!(
-        waiting_count(&stack, "pow").await?,
-        1,
-        "one solution, one place"
-    );
+    assert_eq!(stack.waiting("pow").await?, 1, "one solution, one place");
     short.stop().await?;
     Ok(())
 }
@@ -293,7 +283,7 @@ async fn concurrent_joins_with_one_solution_take_one_place() -> anyhow::Result<(
             assert_eq!(e.event, "challenge");
             assert_eq!(data(e)["reason"], "spent");
         }
-        assert_eq!(waiting_count(&stack, "pow").await?, round + 1);
+        assert_eq!(stack.waiting("pow").await?, round + 1);
     }
     Ok(())
 }

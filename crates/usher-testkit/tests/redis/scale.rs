@@ -15,8 +15,6 @@ use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually_within;
 use usher_testkit::SseClient;
 
-const PAUSED: f64 = 0.000_001;
-
 /// A browser-like client for each of a stack's first two gateways.
 fn two_clients(stack: &Stack) -> [SseClient; 2] {
     [

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use usher_core::token::{Claims, SigningKey};
+use usher_testkit::answers::json_error;
 use usher_testkit::line::{admitted, claims, data, dispatcher_key, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within};
@@ -59,14 +60,6 @@ async fn expires_ms(r: Response) -> anyhow::Result<u64> {
     Ok((at.unix_timestamp_nanos() / 1_000_000) as u64)
 }
 
-/// Asserts a JSON error with `status`.
-async fn refused(r: Response, status: u16) -> anyhow::Result<()> {
-    assert_eq!(r.status(), status);
-    let e: Value = r.json().await?;
-    assert!(e["error"].as_str().is_some_and(|s| !s.is_empty()), "{e}");
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_is_active_until_released_and_release_is_idempotent() -> anyhow::Result<()> {
     let stack = stack().await?;
@@ -89,14 +82,14 @@ async fn a_session_is_active_until_released_and_release_is_idempotent() -> anyho
         0,
         "the slot frees at once"
     );
-    refused(get(&stack, &token).await?, 410).await?;
-    refused(touch(&stack, &token).await?, 410).await?;
+    json_error(get(&stack, &token).await?, 410).await?;
+    json_error(touch(&stack, &token).await?, 410).await?;
     assert_eq!(
         release(&stack, &token).await?.status(),
         204,
         "DELETE is idempotent"
     );
-    refused(get(&stack, &token).await?, 410).await?;
+    json_error(get(&stack, &token).await?, 410).await?;
     Ok(())
 }
 
@@ -129,16 +122,16 @@ async fn tokens_that_do_not_verify_get_401_and_genuine_expired_ones_410() -> any
         wrong_jti,
         "not-a-jwt".to_owned(),
     ] {
-        refused(get(&stack, &bad).await?, 401).await?;
-        refused(touch(&stack, &bad).await?, 401).await?;
-        refused(release(&stack, &bad).await?, 401).await?;
+        json_error(get(&stack, &bad).await?, 401).await?;
+        json_error(touch(&stack, &bad).await?, 401).await?;
+        json_error(release(&stack, &bad).await?, 401).await?;
     }
     let r = stack
         .http
         .get(format!("{}/api/session", stack.dispatcher.url()))
         .send()
         .await?;
-    refused(r, 401).await?;
+    json_error(r, 401).await?;
     assert_eq!(
         get(&stack, &token).await?.status(),
         200,
@@ -150,7 +143,7 @@ async fn tokens_that_do_not_verify_get_401_and_genuine_expired_ones_410() -> any
         exp: genuine.iat.saturating_sub(1),
         ..genuine
     });
-    refused(get(&stack, &past).await?, 410).await?;
+    json_error(get(&stack, &past).await?, 410).await?;
     assert_eq!(release(&stack, &past).await?.status(), 204);
     Ok(())
 }
@@ -185,7 +178,7 @@ async fn a_session_past_its_ttl_is_gone_and_a_resume_says_it_ended() -> anyhow::
         now >= exp * 1000,
         "410 at {now}, before the token's exp {exp}"
     );
-    refused(get(&stack, &token).await?, 410).await?;
+    json_error(get(&stack, &token).await?, 410).await?;
     // The session itself expires within a second of the token's exp (a whole second).
     eventually("the slot to free", async || {
         let active = stack.queue("brief").await?["active"].clone();
@@ -302,7 +295,7 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
         Ok(())
     })
     .await?;
-    refused(touch(&stack, &token).await?, 410).await?;
+    json_error(touch(&stack, &token).await?, 410).await?;
     Ok(())
 }
 
@@ -334,7 +327,7 @@ async fn a_touch_keeps_a_fixed_session_and_bad_caps_are_refused() -> anyhow::Res
             .json(&body)
             .send()
             .await?;
-        refused(r, 400).await?;
+        json_error(r, 400).await?;
     }
     // Omitted fields keep their values; a cap at its default follows the TTL.
     let v = stack
@@ -377,8 +370,8 @@ async fn the_demo_booking_service_books_once_per_session() -> anyhow::Result<()>
             .send()
     };
     assert_eq!(book().await?.status(), 201);
-    refused(get(&stack, &token).await?, 410).await?;
-    refused(book().await?, 403).await?;
+    json_error(get(&stack, &token).await?, 410).await?;
+    json_error(book().await?, 403).await?;
     assert_eq!(stack.queue("show").await?["active"], 0);
     Ok(())
 }

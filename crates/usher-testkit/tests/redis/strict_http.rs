@@ -2,11 +2,10 @@
 //! it can read, and every error answer, on the gateway and on the dispatcher, is JSON.
 
 use serde_json::Value;
+use usher_testkit::line::PAUSED;
 use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::stack::{Stack, StackOptions};
-
-const PAUSED: f64 = 0.000_001;
 
 /// Sends `request` on a new connection; the answer, and whether the server closed after it.
 async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> anyhow::Result<(raw::Response, bool)> {

@@ -9,14 +9,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use usher_core::ids::QueueId;
 use usher_core::keys::{hash_slot, QueueKeys};
+use usher_testkit::line::PAUSED;
 use usher_testkit::line::{data, join_watch, jwks_at, place_of, verify_token};
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisCluster, SseClient};
 
-/// A rate that admits nobody during a test.
-const PAUSED: f64 = 0.000_001;
 /// Browsers in the draining line.
 const N: usize = 40;
 
