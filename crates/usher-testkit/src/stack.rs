@@ -6,7 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -83,9 +82,12 @@ impl Server {
         }
         // Generous: a task may still be waiting out a Redis timeout (a frozen master in the
         // failover tests) before it sees the shutdown.
-        tokio::time::timeout(Duration::from_secs(30), &mut self.handle)
-            .await
-            .context("server did not stop within 30 s")??
+        crate::wait::within(
+            "the server to stop",
+            Duration::from_secs(30),
+            &mut self.handle,
+        )
+        .await??
     }
 }
 

@@ -6,11 +6,11 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 use usher_testkit::line::put_queue_at;
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::{booking_demo, browser_venv, workspace};
+use usher_testkit::wait::within;
 use usher_testkit::RedisServer;
 
 /// Redis, a dispatcher ticking every 200 ms, two gateways and the booking demo.
@@ -65,9 +65,7 @@ async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let status = tokio::time::timeout(Duration::from_secs(180), cmd.status())
-        .await
-        .context("k6 ran longer than 3 minutes")??;
+    let status = within("k6 to finish", Duration::from_secs(180), cmd.status()).await??;
     anyhow::ensure!(
         status.success(),
         "k6 run {script}: {status} (a threshold failed?)"

@@ -12,7 +12,7 @@ use usher_testkit::line::T;
 use usher_testkit::raw;
 use usher_testkit::sse::{SseConn, SseItem};
 use usher_testkit::stack::{self, Stack, StackOptions};
-use usher_testkit::wait::eventually;
+use usher_testkit::wait::{eventually, within};
 use usher_testkit::SseClient;
 
 fn loopback(last: u8) -> IpAddr {
@@ -314,8 +314,12 @@ async fn proxy_protocol_v1_and_v2_name_the_client() -> anyhow::Result<()> {
     for bad in [&get[..], b"PROXY TCP9 nonsense\r\n", b"PROXY TCP4 192.0"] {
         let mut s = raw::send(None, addr, bad).await?;
         let mut buf = Vec::new();
-        let read =
-            tokio::time::timeout(T, tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf)).await;
+        let read = within(
+            "the server to close",
+            T,
+            tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf),
+        )
+        .await;
         assert!(
             matches!(read, Ok(Ok(0)) | Ok(Err(_))),
             "{:?}: {read:?} {:?}",

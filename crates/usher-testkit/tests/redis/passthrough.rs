@@ -9,6 +9,7 @@ use usher_core::ids::QueueId;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::within;
 use usher_testkit::{RedisProbe, SseClient};
 
 /// A tick long enough that an admission by the tick would be seen as `waiting` first.
@@ -225,7 +226,7 @@ async fn a_lost_wake_costs_a_tick_not_the_admission() -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    let rec = tokio::time::timeout(T, admitted).await??;
+    let rec = within("the admission record", T, admitted).await??;
     verify_token(&jwks(&stack).await?, &rec.token, "quiet")?;
     Ok(())
 }

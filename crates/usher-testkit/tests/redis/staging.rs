@@ -12,7 +12,7 @@ use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::TokenRecord;
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
-use usher_testkit::wait::{eventually, DELIVERY};
+use usher_testkit::wait::{eventually, within, DELIVERY};
 use usher_testkit::{stack, tick_once, RedisProbe, RedisServer, SseClient};
 
 fn admission(place: u64, token: &str, at: u64, exp: u64) -> Admission {
@@ -149,19 +149,22 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
 
 /// Reads from `sock` until `buf` contains `needle`.
 async fn read_until(sock: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + T;
-    while !buf.windows(needle.len()).any(|w| w == needle) {
-        let mut chunk = [0u8; 4096];
-        let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk)).await??;
-        anyhow::ensure!(
-            n > 0,
-            "connection closed before {:?}; got {:?}",
-            String::from_utf8_lossy(needle),
-            String::from_utf8_lossy(buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Ok(())
+    let what = format!("{:?}", String::from_utf8_lossy(needle));
+    within(&what, T, async {
+        while !buf.windows(needle.len()).any(|w| w == needle) {
+            let mut chunk = [0u8; 4096];
+            let n = sock.read(&mut chunk).await?;
+            anyhow::ensure!(
+                n > 0,
+                "connection closed before {:?}; got {:?}",
+                String::from_utf8_lossy(needle),
+                String::from_utf8_lossy(buf)
+            );
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        anyhow::Ok(())
+    })
+    .await?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +261,7 @@ async fn a_request_pipelined_behind_a_stream_is_answered_and_connection_close_is
     sock.write_all(format!("{stream}connection: close\r\n\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
-    tokio::time::timeout(T, sock.read_to_end(&mut buf)).await??;
+    within("the server to close", T, sock.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf);
     assert!(
         text.contains("pipelined-token") && text.ends_with("\r\n0\r\n\r\n"),
@@ -298,7 +301,7 @@ async fn idle_connections_give_way_when_the_gateway_reaches_its_connection_cap(
     for mut s in idle {
         let mut rest = [0u8; 16];
         assert_eq!(
-            tokio::time::timeout(T, s.read(&mut rest)).await??,
+            within("the rest of the answer", T, s.read(&mut rest)).await??,
             0,
             "an idle connection was closed"
         );
