@@ -1,4 +1,4 @@
-//! The API descriptions' test support (`tests/openapi.rs`): fetch a server's
+//! The API descriptions' test support (`tests/browsers/openapi.rs`): fetch a server's
 //! `/openapi.json`, probe which documented operations it serves, record real answers, read an
 //! event stream frame by frame as the document describes it, and run the validator
 //! (`crates/usher-testkit/openapi/validate.py`, with PyPI `openapi-spec-validator` and

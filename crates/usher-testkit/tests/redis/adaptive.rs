@@ -137,7 +137,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         assert_eq!(q["effective_per_second"], rate, "load {load}: {q}");
     }
     // The waiting browser is admitted now that the backend reports.
-    eventually("watcher.last(\"admitted\").is_some()", async || {
+    eventually("the waiting browser admitted", async || {
         watcher.last("admitted").is_some()
     })
     .await?;

@@ -58,10 +58,7 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         watchers.push(w);
     }
     let admitted = |ws: &[Watcher]| ws.iter().filter(|w| w.last("admitted").is_some()).count();
-    eventually("admitted(&watchers) == 3", async || {
-        admitted(&watchers) == 3
-    })
-    .await?;
+    eventually("three admitted", async || admitted(&watchers) == 3).await?;
     // The rate would admit all eight at once: three ticks later, the cap holds it at three.
     RedisProbe::connect(&stack.redis.url())
         .await?
@@ -118,10 +115,7 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
         .send()
         .await?;
     assert_eq!(r.status(), 204);
-    eventually("admitted(&watchers) == 7", async || {
-        admitted(&watchers) == 7
-    })
-    .await?;
+    eventually("seven admitted", async || admitted(&watchers) == 7).await?;
     let mut resumed = client.open("/api/queues/cap/stream", Some(&ticket)).await?;
     let closed = resumed.wait_for("closed", T).await?;
     assert_eq!(data(&closed)["reason"], "session_ended");

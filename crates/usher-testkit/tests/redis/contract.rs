@@ -36,7 +36,7 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     assert_eq!(data(&w)["position"], 2);
     assert_eq!(stack.queue("res").await?["waiting"], 3, "no second place");
     // The older connection with the same ticket is ended, and its end releases nothing.
-    eventually("old.has_ended()", async || old.has_ended()).await?;
+    eventually("the older stream to end", async || old.has_ended()).await?;
     // A negative check, so a fixed window: the gateway flushes disconnects every 50 ms and
     // signals nothing when it has; a wrongly released place would show within six flushes.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -71,7 +71,7 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     stack
         .put_queue("res", json!({"admit_per_second": 100}))
         .await?;
-    eventually("third.last(\"admitted\").is_some()", async || {
+    eventually("the third browser admitted", async || {
         third.last("admitted").is_some()
     })
     .await?;
@@ -229,10 +229,9 @@ async fn closing_a_queue_tells_every_waiter_on_every_gateway<R: Backend>() -> an
     let v: Value = r.json().await?;
     assert_eq!(v["open"], false);
     assert_eq!(v["waiting"], 0);
-    eventually(
-        "watchers.iter().all(|(_, _, w)| w.has_ended())",
-        async || watchers.iter().all(|(_, _, w)| w.has_ended()),
-    )
+    eventually("every waiter's stream to end", async || {
+        watchers.iter().all(|(_, _, w)| w.has_ended())
+    })
     .await?;
     for (_, _, w) in &watchers {
         let c = w.last("closed").expect("closed event");
@@ -291,11 +290,9 @@ async fn two_gateways_each_browser_gets_its_own_events_only<R: Backend>() -> any
     stack
         .put_queue("q2", json!({"admit_per_second": 200}))
         .await?;
-    eventually_within(
-        "all.iter().all(|(_, _, w)| w.has_ended())",
-        Duration::from_secs(20),
-        async || all.iter().all(|(_, _, w)| w.has_ended()),
-    )
+    eventually_within("every stream to end", Duration::from_secs(20), async || {
+        all.iter().all(|(_, _, w)| w.has_ended())
+    })
     .await?;
     let mut tokens = std::collections::HashSet::new();
     for (q, ticket, w) in &all {

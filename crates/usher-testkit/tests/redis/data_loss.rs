@@ -15,7 +15,7 @@ use usher_testkit::line::{
 };
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
-use usher_testkit::wait::{eventually, eventually_within};
+use usher_testkit::wait::{eventually, eventually_within, Seen};
 use usher_testkit::{RedisServer, SseClient};
 
 /// How Redis loses its data in a test.
@@ -124,13 +124,15 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
     wait_waiting(&d, "show", 31).await?;
 
     // Relative order kept: positions follow the join order.
-    eventually("{let p: Vec<Option<u64>> = browsers.iter().map(|(_, w)| position(w)).collect();p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])}", async || { if {
-            let p: Vec<Option<u64>> = browsers.iter().map(|(_, w)| position(w)).collect();
-            p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])
-        } { Ok(()) } else { Err(format!("positions out of order: {:?}", browsers
-            .iter()
-            .map(|(_, w)| position(w))
-            .collect::<Vec<_>>())) } }).await?;
+    eventually("positions in join order", async || {
+        let p: Vec<Option<u64>> = browsers.iter().map(|(_, w)| position(w)).collect();
+        if p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1]) {
+            Ok(())
+        } else {
+            Err(Seen(p))
+        }
+    })
+    .await?;
 
     // Everyone is admitted, in order, with tokens that verify and name their own places.
     let http = admin_client();
@@ -141,27 +143,23 @@ async fn survives(loss: Loss) -> anyhow::Result<()> {
         .await?;
     assert_eq!(r.status(), 200);
     let everyone: Vec<&Watcher> = browsers.iter().map(|(_, w)| w).chain([&late_w]).collect();
-    eventually_within(
-        "everyone.iter().all(|w| w.last(\"admitted\").is_some())",
-        Duration::from_secs(20),
-        async || {
-            if everyone.iter().all(|w| w.last("admitted").is_some()) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "not all admitted: {} of {}: {:?}\n{}\n{}",
-                    everyone
-                        .iter()
-                        .filter(|w| w.last("admitted").is_some())
-                        .count(),
-                    everyone.len(),
-                    queue_view(&d, "show").await,
-                    d.log_tail(),
-                    g0.log_tail()
-                ))
-            }
-        },
-    )
+    eventually_within("everyone admitted", Duration::from_secs(20), async || {
+        if everyone.iter().all(|w| w.last("admitted").is_some()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "not all admitted: {} of {}: {:?}\n{}\n{}",
+                everyone
+                    .iter()
+                    .filter(|w| w.last("admitted").is_some())
+                    .count(),
+                everyone.len(),
+                queue_view(&d, "show").await,
+                d.log_tail(),
+                g0.log_tail()
+            ))
+        }
+    })
     .await?;
     let jwks = usher_testkit::line::jwks_at(&http, &d.url()).await?;
     let mut subs = HashSet::new();
@@ -230,7 +228,7 @@ async fn places_are_lost_only_when_the_queue_does_not_come_back_in_time() -> any
     wait_waiting(&d, "kept", 5).await?;
     // "gone" never comes back: its browsers hear place_lost once the window is over.
     eventually_within(
-        "gone.iter().all(|(_, w)| w.has_ended())",
+        "\"gone\"'s streams to end",
         Duration::from_secs(10),
         async || gone.iter().all(|(_, w)| w.has_ended()),
     )

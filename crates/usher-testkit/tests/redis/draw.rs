@@ -15,7 +15,7 @@ use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::line::*;
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::wait::{eventually, eventually_within};
+use usher_testkit::wait::{eventually, eventually_within, Seen};
 use usher_testkit::{RedisProbe, SseClient};
 
 /// `PUT /admin/queues/{queue}` with `body`: (status, JSON answer).
@@ -182,13 +182,26 @@ async fn a_scheduled_sale_draws_the_pre_queue_in_the_committed_order() -> anyhow
         .map(|(i, h)| (h.clone(), i as u64 + 1))
         .collect();
     let position = |b: &Browser| b.seen().positions.last().map(|p| p.1);
-    eventually("early.iter().all(|b| {let t = b.seen().ticket.expect(\"ticket\");position(b) == Some(rank[&entrant(&t)])})", async || { if early.iter().all(|b| {
-            let t = b.seen().ticket.expect("ticket");
-            position(b) == Some(rank[&entrant(&t)])
-        }) { Ok(()) } else { Err(format!("each early browser stands at its drawn rank: {:?}", early
-            .iter()
-            .map(|b| (b.seen().ticket, position(b)))
-            .collect::<Vec<_>>())) } }).await?;
+    eventually(
+        "each early browser to stand at its drawn rank",
+        async || {
+            let at_rank = early.iter().all(|b| {
+                let t = b.seen().ticket.expect("ticket");
+                position(b) == Some(rank[&entrant(&t)])
+            });
+            if at_rank {
+                Ok(())
+            } else {
+                Err(Seen(
+                    early
+                        .iter()
+                        .map(|b| (b.seen().ticket, position(b)))
+                        .collect::<Vec<_>>(),
+                ))
+            }
+        },
+    )
+    .await?;
     let mut late_positions: Vec<u64> = late.iter().filter_map(position).collect();
     late_positions.sort_unstable();
     assert_eq!(

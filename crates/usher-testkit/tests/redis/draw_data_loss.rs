@@ -274,19 +274,16 @@ async fn without_the_seed_the_draw_is_void_and_a_new_one_is_committed() -> anyho
         .unwrap_or_default()
         .to_owned();
     assert_ne!(commitment, voided);
-    eventually(
-        "browsers.iter().all(|b| !b.seen().draw_void.is_empty())",
-        async || {
-            if browsers.iter().all(|b| !b.seen().draw_void.is_empty()) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "every pre-queue browser is told: {:?}",
-                    browsers.iter().map(Browser::seen).collect::<Vec<_>>()
-                ))
-            }
-        },
-    )
+    eventually("every browser told the draw is void", async || {
+        if browsers.iter().all(|b| !b.seen().draw_void.is_empty()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "every pre-queue browser is told: {:?}",
+                browsers.iter().map(Browser::seen).collect::<Vec<_>>()
+            ))
+        }
+    })
     .await?;
     for b in &browsers {
         let seen = b.seen();
@@ -336,7 +333,7 @@ async fn a_sale_the_file_does_not_name_is_void_and_its_pre_queue_keeps_join_orde
     assert_eq!(void["opens_at"], before["opens_at"]);
     // Told, then back in line (no draw: join order), long before the old opens_at.
     eventually(
-        "browsers.iter().all(|b| !b.seen().draw_void.is_empty()&& !b.seen().positions.is_empty())",
+        "every browser told the draw is void, with a position",
         async || {
             if browsers
                 .iter()

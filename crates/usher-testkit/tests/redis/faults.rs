@@ -287,7 +287,7 @@ async fn gateway_fault(
     );
     c.put_queue(name, json!({"paused": false})).await?;
     eventually_within(
-        "bs.iter().all(|b| b.is_done())",
+        "every browser finishes",
         Duration::from_secs(30),
         async || bs.iter().all(|b| b.is_done()),
     )

@@ -101,10 +101,9 @@ async fn a_notice_reaches_every_waiter_on_every_gateway_and_no_other_queue() -> 
     let (status, _) =
         post_notice(&stack, "sale", r#"{"message": "Section B opens at 10"}"#).await?;
     assert_eq!(status, 202);
-    eventually(
-        "sale.iter().all(|(_, w)| w.all(\"notice\").len() == 2)",
-        async || sale.iter().all(|(_, w)| w.all("notice").len() == 2),
-    )
+    eventually("every waiter to hear the second notice", async || {
+        sale.iter().all(|(_, w)| w.all("notice").len() == 2)
+    })
     .await?;
     let r = stack
         .http
@@ -204,7 +203,7 @@ async fn closing_as_sold_out_tells_every_waiter_and_later_resumes() -> anyhow::R
     let (status, v) = close(&stack, "sale", "?reason=sold_out").await?;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["open"], false);
-    eventually("sale.iter().all(|(_, w)| w.has_ended())", async || {
+    eventually("every waiter's stream to end", async || {
         sale.iter().all(|(_, w)| w.has_ended())
     })
     .await?;
@@ -238,7 +237,7 @@ async fn closing_as_sold_out_tells_every_waiter_and_later_resumes() -> anyhow::R
     stack.put_queue("sale", json!({"open": true})).await?;
     let (_, _, w) = join_watch(&a, "sale").await?;
     stack.put_queue("sale", json!({"open": false})).await?;
-    eventually("w.has_ended()", async || w.has_ended()).await?;
+    eventually("the stream to end", async || w.has_ended()).await?;
     let e = w.last("closed").expect("closed event");
     assert_eq!(data(&e), json!({"queue": "sale", "reason": "queue_closed"}));
     let again = a.open("/api/queues/sale/stream", Some(ticket)).await?;

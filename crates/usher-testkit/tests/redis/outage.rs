@@ -159,7 +159,7 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
     stack
         .put_queue("move", json!({"admit_per_second": 100}))
         .await?;
-    eventually("moved.last(\"admitted\").is_some()", async || {
+    eventually("the moved browser admitted on gateway B", async || {
         moved.last("admitted").is_some()
     })
     .await?;

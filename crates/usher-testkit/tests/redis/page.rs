@@ -162,7 +162,7 @@ async fn a_ticket_resumed_on_the_same_gateway_closes_the_old_stream_as_resumed_e
         .await?;
     let w = newer.wait_for("waiting", T).await?;
     assert_eq!(data(&w)["position"], pos, "the same place");
-    eventually("old.has_ended()", async || old.has_ended()).await?;
+    eventually("the older stream to end", async || old.has_ended()).await?;
     let closed = old
         .last("closed")
         .expect("the old stream hears why it ended");

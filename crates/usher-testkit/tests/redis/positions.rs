@@ -71,7 +71,10 @@ async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::R
     for &i in &leaving {
         let closed = watchers[i].last("closed").expect("a leaver is told");
         assert_eq!(data(&closed)["reason"], "left");
-        eventually("watchers[i].has_ended()", async || watchers[i].has_ended()).await?;
+        eventually("the leaver's stream to end", async || {
+            watchers[i].has_ended()
+        })
+        .await?;
     }
     assert_eq!(stack.queue("pos").await?["waiting"], 290);
 
@@ -79,10 +82,7 @@ async fn positions_are_exact_pushed_and_only_decrease<R: Backend>() -> anyhow::R
     stack
         .put_queue("pos", json!({"admit_per_second": 400}))
         .await?;
-    eventually("stack_admitted(&watchers) >= 40", async || {
-        stack_admitted(&watchers) >= 40
-    })
-    .await?;
+    eventually("40 admitted", async || stack_admitted(&watchers) >= 40).await?;
     stack
         .put_queue("pos", json!({"admit_per_second": PAUSED}))
         .await?;
@@ -125,11 +125,9 @@ async fn admission_is_fifo<R: Backend>() -> anyhow::Result<()> {
     stack
         .put_queue("fifo", json!({"admit_per_second": 300}))
         .await?;
-    eventually_within(
-        "stack_admitted(&watchers) == 200",
-        Duration::from_secs(20),
-        async || stack_admitted(&watchers) == 200,
-    )
+    eventually_within("200 admitted", Duration::from_secs(20), async || {
+        stack_admitted(&watchers) == 200
+    })
     .await?;
     let mut order: Vec<(u64, u64)> = watchers
         .iter()

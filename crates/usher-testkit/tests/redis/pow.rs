@@ -150,7 +150,7 @@ async fn a_join_needs_a_fresh_genuine_unspent_solution() -> anyhow::Result<()> {
     assert_eq!(stack.waiting("pow").await?, 1);
 
     // A resume needs no solution, by Last-Event-ID or ?ticket=, on either gateway (at once,
-    // as a reload does: the place stays present, tests/reconnect.rs).
+    // as a reload does: the place stays present, tests/redis/reconnect.rs).
     drop(conn);
     let mut resumed = SseClient::new(a.clone())
         .open("/api/queues/pow/stream", Some(&ticket))

@@ -100,7 +100,7 @@ async fn staged_tokens_show_only_on_admission_and_unstaged_ones_come_from_redis(
         .await?;
 
     for (w, token) in [(&c1, "staged-token-1"), (&c2, "stored-token-2")] {
-        eventually("w.last(\"admitted\").is_some()", async || {
+        eventually("the browser admitted", async || {
             if w.last("admitted").is_some() {
                 Ok(())
             } else {

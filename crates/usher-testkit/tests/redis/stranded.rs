@@ -65,7 +65,7 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
         )])
         .await?;
     for (w, token) in [(&c1, "stored-token-1"), (&c2, "stored-token-2")] {
-        eventually("w.last(\"admitted\").is_some()", async || {
+        eventually("the browser admitted", async || {
             if w.last("admitted").is_some() {
                 Ok(())
             } else {

@@ -72,11 +72,9 @@ async fn each_admitted_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result<()> {
     let (mut stack, line) = draining("failover", 10.0).await?;
-    eventually_within(
-        "admitted(&line) >= 5",
-        Duration::from_secs(10),
-        async || admitted(&line) >= 5,
-    )
+    eventually_within("five admissions", Duration::from_secs(10), async || {
+        admitted(&line) >= 5
+    })
     .await?;
     let meta = QueueKeys::new(&QueueId::new("failover")?).meta;
     let old = stack.redis.master_port_of(&meta)?;
@@ -135,11 +133,9 @@ async fn a_busy_queue_slot_migrates_mid_drain_without_loss_or_duplicates() -> an
     // 4/s: the drain lasts about 10 s, longer than the migration's many redis-cli calls take
     // on a loaded machine, so the slot surely moves mid-drain.
     let (stack, line) = draining("moving", 4.0).await?;
-    eventually_within(
-        "admitted(&line) >= 5",
-        Duration::from_secs(10),
-        async || admitted(&line) >= 5,
-    )
+    eventually_within("five admissions", Duration::from_secs(10), async || {
+        admitted(&line) >= 5
+    })
     .await?;
     let meta = QueueKeys::new(&QueueId::new("moving")?).meta;
     let slot = hash_slot(&meta);
@@ -162,7 +158,7 @@ async fn a_busy_queue_slot_migrates_mid_drain_without_loss_or_duplicates() -> an
         "the drain was still going while the slot moved"
     );
     eventually_within(
-        "admitted(&line) == N",
+        "the whole line admitted",
         Duration::from_secs(30),
         async || {
             if admitted(&line) == N {

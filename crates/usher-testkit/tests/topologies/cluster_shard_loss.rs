@@ -29,7 +29,7 @@ use usher_testkit::line::{
 use usher_testkit::procs::Proc;
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::wait::{eventually, eventually_within};
+use usher_testkit::wait::{eventually, eventually_within, Seen};
 use usher_testkit::{RedisCluster, SseClient};
 
 /// Browsers per queue.
@@ -184,7 +184,7 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
             .await?;
         assert_eq!(r.status(), 200);
     }
-    eventually("kept_lines.iter().all(|l| admitted(l) >= 1)", async || {
+    eventually("each kept line to admit", async || {
         kept_lines.iter().all(|l| admitted(l) >= 1)
     })
     .await?;
@@ -227,7 +227,7 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
     }
     // The queues elsewhere kept going: more admitted than at the loss, then everyone.
     eventually_within(
-        "kept_lines.iter().zip(&at_loss).all(|(l, &n)| admitted(l) > n)",
+        "the other shards' queues to keep admitting",
         Duration::from_secs(30),
         async || {
             if kept_lines
@@ -251,10 +251,18 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
             assert!(!w.has_ended(), "{t}: stream ended: {:?}", w.last("closed"));
         }
         // Relative order kept: positions follow the join order.
-        eventually("{let p: Vec<Option<u64>> = l.browsers.iter().map(|(_, w)| position(w)).collect();p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])}", async || { if {
+        eventually(
+            &format!("{}: positions in join order", l.queue),
+            async || {
                 let p: Vec<Option<u64>> = l.browsers.iter().map(|(_, w)| position(w)).collect();
-                p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1])
-            } { Ok(()) } else { Err(format!("{}: positions out of order", l.queue)) } }).await?;
+                if p.iter().all(Option::is_some) && p.windows(2).all(|w| w[0] < w[1]) {
+                    Ok(())
+                } else {
+                    Err(Seen(p))
+                }
+            },
+        )
+        .await?;
         let r = http
             .put(format!("{}/admin/queues/{}", d.url(), l.queue))
             .json(&json!({"paused": false, "admit_per_second": 20}))
@@ -262,22 +270,18 @@ async fn shard_loss(global: &str, dev_keys: bool) -> anyhow::Result<()> {
             .await?;
         assert_eq!(r.status(), 200);
     }
-    eventually_within(
-        "lines.iter().all(|l| admitted(l) == N)",
-        Duration::from_secs(40),
-        async || {
-            if lines.iter().all(|l| admitted(l) == N) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "not all admitted: {:?}\n{}\n{}",
-                    lines.iter().map(admitted).collect::<Vec<_>>(),
-                    d.log_tail(),
-                    g0.log_tail()
-                ))
-            }
-        },
-    )
+    eventually_within("every line admitted", Duration::from_secs(40), async || {
+        if lines.iter().all(|l| admitted(l) == N) {
+            Ok(())
+        } else {
+            Err(format!(
+                "not all admitted: {:?}\n{}\n{}",
+                lines.iter().map(admitted).collect::<Vec<_>>(),
+                d.log_tail(),
+                g0.log_tail()
+            ))
+        }
+    })
     .await?;
     let mut jtis = HashSet::new();
     for l in &lines {
@@ -359,7 +363,7 @@ async fn a_pending_draw_is_still_drawn_after_the_sales_registry_shard_is_lost() 
     tokio::task::block_in_place(|| stack.redis.lose_shard(lost))?;
 
     eventually_within(
-        "browsers.iter().all(|b| !b.seen().admitted.is_empty())",
+        "every browser admitted",
         Duration::from_secs(30),
         async || {
             if browsers.iter().all(|b| !b.seen().admitted.is_empty()) {
