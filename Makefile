@@ -7,12 +7,12 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint build bench pow-figures
+.PHONY: help run test test-fast lint build bench pow-figures
 
 help: ## List the targets
 	@echo "usher make targets:"
 	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | \
-		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-7s %s\n", $$1, $$2}'
+		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-9s %s\n", $$1, $$2}'
 
 run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_RUN_SMOKE=1 for a smoke check
 	bash scripts/run-local.sh
@@ -20,12 +20,26 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 # The debug binaries are built first: tests in usher-testkit run usher-dispatcher and
 # usher-gateway as child processes from target/debug, and `cargo test` alone does not build
 # the binaries of other packages.
+#
+# The integration tests are three binaries of usher-testkit, by what they need: `redis` (a
+# plain redis-server: most of them), `topologies` (Cluster, Sentinel, TLS) and `browsers`
+# (Chromium, k6, nginx). One test: `cargo test -p usher-testkit --test redis flow::`.
+# Most tests wait on sockets and child processes, not on the CPU: TEST_THREADS runs that many
+# at once in each binary. USHER_TEST_PATIENCE=2 doubles every wait's limit on a slow machine.
+TEST_THREADS ?= 4
+
 test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test
 	bash scripts/validate-deploy.sh
 	bash scripts/ensure-redis.sh
 	bash scripts/ensure-browser.sh >/dev/null
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --all-targets -- --test-threads $(TEST_THREADS)
+
+test-fast: ## Unit tests and the integration tests that need only redis-server (no browsers, no Cluster)
+	bash scripts/ensure-redis.sh
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --lib --bins -- --test-threads $(TEST_THREADS)
+	$(CARGO) test --workspace --test redis -- --test-threads $(TEST_THREADS)
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check

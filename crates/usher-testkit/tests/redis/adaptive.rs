@@ -201,6 +201,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
 /// stall of more than 1.4 s to break the 2%.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_rate_holds_within_two_percent_over_a_long_drain() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // measures a rate
     const RATE: f64 = 100.0;
     const WINDOW: Duration = Duration::from_secs(20);
     let stack = Stack::start(StackOptions {

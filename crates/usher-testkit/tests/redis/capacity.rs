@@ -127,6 +127,7 @@ async fn a_drain_with_releases_refills_freed_slots_within_one_tick() -> anyhow::
 /// and never exceeds `max_active`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // kills replicas, samples
     const MAX_ACTIVE: u64 = 4;
     let redis = RedisServer::start()?;
     let env = |extra: &[(&'static str, String)]| {

@@ -15,9 +15,6 @@ use usher_testkit::procs::Proc;
 use usher_testkit::wait::eventually_within;
 use usher_testkit::{RedisServer, SseClient};
 
-/// Tests here are heavy; run them one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 const TICKET_KEY: &str = "fault-test-ticket-key-0123456789abcdef";
 
 struct Cluster {
@@ -195,7 +192,7 @@ fn check_admissions(q: &str, seen: &[Seen]) -> (usize, usize, usize, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_dispatchers_twenty_times_loses_and_duplicates_no_admission() -> anyhow::Result<()>
 {
-    let _serial = SERIAL.lock().await;
+    let _solo = usher_testkit::solo().await; // heavy
     const N: usize = 2000;
     let mut c = Cluster::start(2, 2, &["--save", "", "--appendonly", "no"]).await?;
     c.put_queue("kills", json!({"admit_per_second": 100, "paused": true}))
@@ -300,7 +297,7 @@ async fn gateway_fault(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_gateways_browsers_resume_their_places_on_another() -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().await;
+    let _solo = usher_testkit::solo().await; // heavy
     let (resumed, recovery, c) = gateway_fault("gwkill", |g| {
         g.kill9();
         Ok(())
@@ -336,7 +333,7 @@ async fn a_killed_gateways_browsers_resume_their_places_on_another() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_gateways_browsers_resume_elsewhere_within_the_drain_window() -> anyhow::Result<()>
 {
-    let _serial = SERIAL.lock().await;
+    let _solo = usher_testkit::solo().await; // heavy
     let (resumed, recovery, mut c) = gateway_fault("gwterm", |g| g.term()).await?;
     // Drain delay 0.2 s + window 2 s + hard margin 5 s: it must have exited cleanly by then.
     let exited_cleanly = c.gateways[0].wait_exit(Duration::from_secs(8)).await?;
@@ -356,7 +353,7 @@ async fn a_drained_gateways_browsers_resume_elsewhere_within_the_drain_window() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().await;
+    let _solo = usher_testkit::solo().await; // heavy
     const N: usize = 2000;
     let mut c = Cluster::start(
         1,
@@ -417,7 +414,7 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result<()> {
-    let _serial = SERIAL.lock().await;
+    let _solo = usher_testkit::solo().await; // heavy
     let redis = RedisServer::start()?;
     // A long lease, so a hand-over that waited for expiry would show.
     let env = |id: &str| {

@@ -57,6 +57,7 @@ async fn read_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_streams_get_keepalives_and_moving_ones_need_none() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // measures periods
     let (stack, gw) = stack_with_keepalive(KEEPALIVE_SECS).await?;
     let client = SseClient::new(gw.url());
 
@@ -144,6 +145,7 @@ fn runtime_stall_probe(done: Arc<AtomicBool>) -> tokio::task::JoinHandle<Duratio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_silent_stream_goes_longer_than_the_period_without_a_comment() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // measures periods
     let (stack, gw) = stack_with_keepalive(KEEPALIVE_SECS).await?;
     let period = Duration::from_secs(KEEPALIVE_SECS);
     let client = SseClient::new(gw.url());

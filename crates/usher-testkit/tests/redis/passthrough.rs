@@ -144,6 +144,7 @@ async fn passthrough_off_queues_everyone() -> anyhow::Result<()> {
 /// at once, plus what the bucket refills while the burst lasts; everyone else waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_at_an_empty_queue_never_beats_the_rate() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // heavy, and measures a rate
     let stack = Stack::start(StackOptions {
         tick_ms: TICK_MS,
         ..Default::default()

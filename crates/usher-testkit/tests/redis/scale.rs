@@ -25,6 +25,7 @@ fn two_clients(stack: &Stack) -> [SseClient; 2] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // heavy, and measures a rate
     const N: usize = 2000;
     const RATE: f64 = 400.0;
     let stack = Stack::start(StackOptions {
@@ -91,6 +92,7 @@ async fn two_thousand_connected_waiters_drain_at_the_configured_rate() -> anyhow
 /// tick, at one admission time, in line order, with a token a booking service accepts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_bigger_than_one_script_call_admits_everyone_at_one_time() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // heavy
     const N: usize = 2500;
     // Ticks of 250 ms (an unoptimised test build needs the time), and a lease long enough that
     // minting 1,000 tokens between script calls on a starved machine cannot outlast it: there
