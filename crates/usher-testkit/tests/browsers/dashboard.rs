@@ -134,20 +134,18 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
     })
     .await?;
     // The counts come with the gateway's next heartbeat.
-    let mut body = serde_json::Value::Null;
-    for _ in 0..50 {
-        body = http
+    let body = eventually("the gateway's heartbeat to count the stream", async || {
+        let body: serde_json::Value = http
             .get(format!("{}/admin/gateways", d.url()))
             .bearer_auth(TOKEN)
             .send()
             .await?
             .json()
             .await?;
-        if body["gateways"][0]["streams"] == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        anyhow::ensure!(body["gateways"][0]["streams"] == 1, "{body}");
+        Ok(body)
+    })
+    .await?;
     assert_eq!(body["gateways"][0]["streams"], 1, "{body}");
     assert!(body["gateways"][0]["sockets"].as_u64() >= Some(1), "{body}");
     let gateways = body["gateways"].as_array().context("gateways")?;

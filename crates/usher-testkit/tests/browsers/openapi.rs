@@ -8,8 +8,6 @@
 //! - real answers — JSON bodies, errors, and every frame of real event streams — validate
 //!   against the schemas the documents give for their route, method, status and content type.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use serde_json::json;
 use usher_testkit::config::admin_client;
@@ -18,6 +16,7 @@ use usher_testkit::openapi::{
 };
 use usher_testkit::procs::Proc;
 use usher_testkit::tools::workspace;
+use usher_testkit::wait::eventually_within;
 use usher_testkit::RedisServer;
 
 struct Servers {
@@ -256,18 +255,17 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
         .to_owned();
     // `admitting` until the token is stored for resumes (a fraction of a tick), then
     // `admitted`: both are samples.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    eventually_within("the status to say admitted", WAIT, async || {
         let status = anon.get(format!("{g}/api/queues/oa/status?ticket={ticket}"));
         let (code, body) = x.answer(G, "GET", status_path, status).await?;
         assert_eq!(code, 200);
         if body["state"] == "admitted" {
-            break;
+            return Ok(());
         }
         assert_eq!(body["state"], "admitting");
-        assert!(tokio::time::Instant::now() < deadline, "still admitting");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(anyhow::anyhow!("still admitting"))
+    })
+    .await?;
 
     // The session API with the entry token, until the session ends.
     let session =

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use usher_testkit::browser::{Browser, Seen};
 use usher_testkit::line::token_payload;
 use usher_testkit::procs::Proc;
-use usher_testkit::wait::eventually_within;
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
 const TICKET_KEY: &str = "fault-test-ticket-key-0123456789abcdef";
@@ -76,7 +76,8 @@ impl Cluster {
 
     /// `PUT /admin/queues/{q}` on whichever dispatcher answers.
     async fn put_queue(&self, q: &str, body: Value) -> anyhow::Result<()> {
-        for _ in 0..50 {
+        let what = format!("a dispatcher to accept PUT /admin/queues/{q}");
+        eventually(&what, async || {
             for d in &self.dispatchers {
                 let r = self
                     .http
@@ -86,12 +87,12 @@ impl Cluster {
                     .send()
                     .await;
                 if r.is_ok_and(|r| r.status().is_success()) {
-                    return Ok(());
+                    return true;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        anyhow::bail!("no dispatcher accepted PUT /admin/queues/{q}")
+            false
+        })
+        .await
     }
 
     async fn stats(&self, q: &str) -> anyhow::Result<Value> {
@@ -307,21 +308,22 @@ async fn a_killed_gateways_browsers_resume_their_places_on_another() -> anyhow::
     let mut redis = redis::Client::open(c.redis.url())?
         .get_multiplexed_async_connection()
         .await?;
-    let gone = {
-        let mut ok = false;
-        for _ in 0..100 {
+    let dead_stream = usher_core::keys::gateway_stream(&"g0".parse()?);
+    // A figure, printed: whether the stream expired within 10 s.
+    let gone = eventually_within(
+        "the dead gateway's stream to expire",
+        Duration::from_secs(10),
+        async || {
             let n: i64 = redis::cmd("EXISTS")
-                .arg(usher_core::keys::gateway_stream(&"g0".parse()?))
+                .arg(&dead_stream)
                 .query_async(&mut redis)
                 .await?;
-            if n == 0 {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        ok
-    };
+            anyhow::ensure!(n == 0, "still there");
+            Ok(())
+        },
+    )
+    .await
+    .is_ok();
     println!(
         "FAULT gateway-kill9: browsers=1000 resumed={resumed} lost=0 duplicated=0 recovery_ms={} dead_stream_expired={gone}",
         recovery.as_millis()
@@ -439,18 +441,19 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
         .get_multiplexed_async_connection()
         .await?;
     let lease_key = usher_core::keys::QueueKeys::new(&"handover".parse()?).lease;
-    let mut owner = String::new();
-    for _ in 0..600 {
-        let lease: Option<String> = redis::cmd("GET")
-            .arg(&lease_key)
-            .query_async(&mut conn)
-            .await?;
-        if let Some(l) = lease {
-            owner = l.split('|').next().unwrap_or_default().to_owned();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let owner = eventually_within(
+        "a replica to take the lease",
+        Duration::from_secs(30),
+        async || {
+            let lease: Option<String> = redis::cmd("GET")
+                .arg(&lease_key)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            lease.map(|l| l.split('|').next().unwrap_or_default().to_owned())
+        },
+    )
+    .await?;
     let leader = match owner.as_str() {
         "d0" => 0,
         "d1" => 1,
@@ -459,18 +462,23 @@ async fn a_stopping_dispatcher_hands_its_queues_over_at_once() -> anyhow::Result
     let stopped = Instant::now();
     d[leader].term()?;
     let clean = d[leader].wait_exit(Duration::from_secs(10)).await?;
-    let mut took_over = None;
-    for _ in 0..200 {
-        let lease: Option<String> = redis::cmd("GET")
-            .arg(&lease_key)
-            .query_async(&mut conn)
-            .await?;
-        if lease.is_some_and(|l| l.starts_with(if leader == 0 { "d1|" } else { "d0|" })) {
-            took_over = Some(stopped.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Measured, then checked below: `None` when the other replica did not take over in time.
+    let took_over = eventually_within(
+        "the other replica to take the lease",
+        Duration::from_secs(4),
+        async || {
+            let lease: Option<String> = redis::cmd("GET")
+                .arg(&lease_key)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            lease
+                .is_some_and(|l| l.starts_with(if leader == 0 { "d1|" } else { "d0|" }))
+                .then(|| stopped.elapsed())
+        },
+    )
+    .await
+    .ok();
     println!(
         "FAULT dispatcher-sigterm: lease_ttl_ms=5000 takeover_ms={:?} exited_cleanly={clean}",
         took_over.map(|t| t.as_millis())

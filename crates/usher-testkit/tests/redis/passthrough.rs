@@ -9,7 +9,7 @@ use usher_core::ids::QueueId;
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::wait::within;
+use usher_testkit::wait::{eventually_within, within};
 use usher_testkit::{RedisProbe, SseClient};
 
 /// A tick long enough that an admission by the tick would be seen as `waiting` first.
@@ -58,11 +58,16 @@ async fn a_join_is_admitted_at_once_only_when_nobody_waits() -> anyhow::Result<(
     queue_after_a_tick(&stack, "pass", json!({"admit_per_second": 0.25})).await?;
     let probe = RedisProbe::connect(&stack.redis.url()).await?;
     let pass = QueueId::new("pass")?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while probe.bucket_level(&pass).await? < 1.0 {
-        anyhow::ensure!(Instant::now() < deadline, "the bucket never held a token");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_within(
+        "the bucket to hold a token",
+        Duration::from_secs(30),
+        async || {
+            let level = probe.bucket_level(&pass).await?;
+            anyhow::ensure!(level >= 1.0, "level {level}");
+            Ok(())
+        },
+    )
+    .await?;
     let client = SseClient::new(stack.gateway_url(0));
     let asked = Instant::now();
     let (first, mut conn) = first_event(&client, "pass").await?;

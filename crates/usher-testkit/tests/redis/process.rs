@@ -1,6 +1,7 @@
 //! Process-level settings of the real binaries.
 
 use usher_testkit::procs::Proc;
+use usher_testkit::wait::eventually_within;
 use usher_testkit::RedisServer;
 
 /// `THP_enabled` from `/proc/<pid>/status`: whether transparent huge pages may back this
@@ -83,16 +84,16 @@ async fn a_draining_gateway_is_not_ready() -> anyhow::Result<()> {
     assert_eq!(http.get(&readyz).send().await?.status(), 200);
     gateway.term()?;
     // The listener stays open for the drain delay, answering readiness checks with 503.
-    let mut not_ready = false;
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(6);
-    while tokio::time::Instant::now() < deadline {
-        if http.get(&readyz).send().await?.status() == 503 {
-            not_ready = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(not_ready, "a draining gateway answers /readyz with 503");
+    eventually_within(
+        "a draining gateway to answer /readyz with 503",
+        std::time::Duration::from_secs(6),
+        async || {
+            let status = http.get(&readyz).send().await?.status();
+            anyhow::ensure!(status == 503, "{status}");
+            Ok(())
+        },
+    )
+    .await?;
     assert!(
         gateway
             .wait_exit(std::time::Duration::from_secs(30))

@@ -464,19 +464,13 @@ async fn ticks_after(
         Some(c) => c,
         None => tick_count(admin, dispatcher).await?,
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("{n} more ticks");
+    eventually_within(&what, Duration::from_secs(60), async || {
         let c = tick_count(admin, dispatcher).await?;
-        if c >= since + n {
-            return Ok(c);
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the dispatcher ticked {} times in 60 s, not {n}",
-            c - since
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        anyhow::ensure!(c >= since + n, "{} ticks so far", c - since);
+        Ok(c)
+    })
+    .await
 }
 
 /// The dispatcher's tick count (`usher_tick_duration_seconds_count` on its `/metrics`).

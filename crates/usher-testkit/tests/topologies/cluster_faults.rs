@@ -13,7 +13,7 @@ use usher_testkit::line::PAUSED;
 use usher_testkit::line::{data, join_watch, jwks_at, place_of, verify_token};
 use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
-use usher_testkit::wait::eventually_within;
+use usher_testkit::wait::{eventually_within, Seen};
 use usher_testkit::{RedisCluster, SseClient};
 
 /// Browsers in the draining line.
@@ -83,18 +83,18 @@ async fn a_master_killed_mid_drain_hands_over_to_its_replica() -> anyhow::Result
     stack.redis.master_of(&meta)?.kill();
 
     // The replica is promoted (cluster-node-timeout 1 s, then the election).
-    let mut promoted = None;
-    while killed.elapsed() < Duration::from_secs(30) {
-        let now = tokio::task::block_in_place(|| stack.redis.master_port_of(&meta));
-        if let Ok(port) = now {
-            if port != old {
-                promoted = Some(killed.elapsed());
-                break;
+    let promoted = eventually_within(
+        "a replica to take the slot over",
+        Duration::from_secs(30),
+        async || {
+            let now = tokio::task::block_in_place(|| stack.redis.master_port_of(&meta));
+            match now {
+                Ok(port) if port != old => Ok(killed.elapsed()),
+                other => Err(Seen(other.map_err(|e| e.to_string()))),
             }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let promoted = promoted.expect("a replica took the slot over within 30 s");
+        },
+    )
+    .await?;
     // Admission resumes by itself, and everyone is let in.
     let mut resumed = None;
     eventually_within(

@@ -10,6 +10,7 @@ use usher_testkit::line::join_and_admit;
 use usher_testkit::redis_sentinel::RedisSentinel;
 use usher_testkit::stack;
 use usher_testkit::tls::TestPki;
+use usher_testkit::wait::{eventually_within, Seen};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usher_follows_the_master_across_a_sentinel_failover() -> anyhow::Result<()> {
@@ -76,30 +77,27 @@ async fn follows_a_failover(
     })?;
     assert!(status.success(), "kill -STOP");
     let killed = Instant::now();
-    let mut promoted = None;
     // Generous: promotion takes the 3 s down-after plus an election, and a stalled election
     // is retried only after twice the failover timeout; the time is printed, not checked.
-    while killed.elapsed() < Duration::from_secs(60) {
-        if named_master(s).is_ok_and(|p| p != old) {
-            promoted = Some(killed.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let promoted = promoted.expect("the sentinel promoted the other server within 60 s");
+    let promoted = eventually_within(
+        "the sentinel to promote the other server",
+        Duration::from_secs(60),
+        async || match named_master(s) {
+            Ok(p) if p != old => Ok(killed.elapsed()),
+            other => Err(Seen(other.map_err(|e| e.to_string()))),
+        },
+    )
+    .await?;
     assert_eq!(named_master(s)?, port_of(other));
 
     // The same servers, without a restart, work against the new master (the first attempts
     // may meet the failover and fail like any Redis outage).
-    let mut after = None;
-    while killed.elapsed() < Duration::from_secs(120) {
-        if let Ok(a) = join_and_admit(&http, &dispatcher.url(), &gateway.url(), "after").await {
-            after = Some(a);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(after.is_some(), "admission works after the failover");
+    eventually_within(
+        "admission to work after the failover",
+        Duration::from_secs(120).saturating_sub(killed.elapsed()),
+        async || join_and_admit(&http, &dispatcher.url(), &gateway.url(), "after").await,
+    )
+    .await?;
     eprintln!(
         "sentinel: replica promoted {promoted:?} after the kill; usher admitting again {:?} after it",
         killed.elapsed()
