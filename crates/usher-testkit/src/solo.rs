@@ -15,3 +15,18 @@ pub async fn solo() -> Solo {
     static SOLO: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     SOLO.lock().await
 }
+
+/// Held for the whole of a test that runs Chromium (Playwright or k6's browser module).
+pub type ChromiumSlot = tokio::sync::SemaphorePermit<'static>;
+
+/// Waits for one of two Chromium slots: at most two browser-driving tests run at once (as
+/// when `browser.rs` was its own binary run two tests at a time), since each Chromium takes
+/// a core of its own and their pages have deadlines.
+pub async fn chromium_slot() -> ChromiumSlot {
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    // The semaphore is never closed.
+    SLOTS
+        .acquire()
+        .await
+        .expect("the Chromium slots are never closed")
+}

@@ -29,6 +29,7 @@ const SCENARIOS: [&str; 11] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_room_page_works_in_chromium() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
     let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
@@ -112,6 +113,7 @@ impl Controls for FlushControls {
 /// sale), explained in English and Korean before the position shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
     let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;

@@ -178,6 +178,7 @@ async fn gateways_are_listed_with_their_queues() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
     let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;

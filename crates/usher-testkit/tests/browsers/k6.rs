@@ -137,6 +137,7 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
     let s = stack().await?;
     // k6 starts one Chromium per iteration. On a loaded machine that can fail: the iteration
     // is interrupted before the script runs, or the script gets no page and counts it apart

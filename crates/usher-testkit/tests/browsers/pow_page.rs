@@ -21,6 +21,7 @@ const SCENARIOS: [&str; 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
     let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
     let redis = RedisServer::start()?;
