@@ -7,7 +7,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint docs build profiling bench pow-figures
+.PHONY: help run test test-fast lint docs build profiling bench pow-figures
 
 # The one release build: `make run` (scripts/run-local.sh), `make build` and `make bench`
 # (scripts/bench.sh) all run exactly this command, so switching between them rebuilds nothing
@@ -18,7 +18,7 @@ RELEASE_BUILD := $(CARGO) build --release --workspace --bins
 help: ## List the targets
 	@echo "usher make targets:"
 	@grep -E '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | \
-		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-7s %s\n", $$1, $$2}'
+		awk 'BEGIN {FS = ":.*## "}; {printf "  make %-9s %s\n", $$1, $$2}'
 
 run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_RUN_SMOKE=1 for a smoke check
 	bash scripts/run-local.sh
@@ -26,21 +26,35 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 # The debug binaries are built first: tests in usher-testkit run usher-dispatcher and
 # usher-gateway as child processes from target/debug, and `cargo test` alone does not build
 # the binaries of other packages.
+#
+# The integration tests are three binaries of usher-testkit, by what they need: `redis` (a
+# plain redis-server: most of them), `topologies` (Cluster, Sentinel, TLS) and `browsers`
+# (Chromium, k6, nginx). One test: `cargo test -p usher-testkit --test redis flow::`.
+# Most tests wait on sockets and child processes, not on the CPU: TEST_THREADS runs that many
+# at once in each binary. USHER_TEST_PATIENCE=2 doubles every wait's limit on a slow machine.
+TEST_THREADS ?= 4
+
 test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test (docs' links and examples too)
 	bash scripts/validate-deploy.sh
 	bash scripts/ensure-redis.sh
 	bash scripts/ensure-browser.sh >/dev/null
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --all-targets -- --test-threads $(TEST_THREADS)
+
+test-fast: ## Unit tests and the integration tests that need only redis-server (no browsers, no Cluster)
+	bash scripts/ensure-redis.sh
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --lib --bins -- --test-threads $(TEST_THREADS)
+	$(CARGO) test --workspace --test redis -- --test-threads $(TEST_THREADS)
 
 lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The configuration reference is rendered from the binaries' clap definitions; `make test`
-# fails while the committed page differs from what they render (tests/docs.rs).
+# fails while the committed page differs from what they render (tests/browsers/docs.rs).
 docs: ## Regenerate docs/configuration.md from the binaries' flags
-	USHER_BLESS=1 $(CARGO) test -p usher-testkit --test docs config_reference
+	USHER_BLESS=1 $(CARGO) test -p usher-testkit --test browsers docs::config_reference
 
 build: ## Release build of every binary (the same build make run and make bench use)
 	$(RELEASE_BUILD)

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 cargo build --workspace --bins
-cargo test -p usher-testkit --test pow_page -- --nocapture
+cargo test -p usher-testkit --test browsers pow_page:: -- --nocapture
 cat target/pow-figures.txt
 phone=$(awk '$1 == "js_main_thread_hashes_per_second_4x_throttled" { print $2 }' target/pow-figures.txt)
 # The release build make build, make run and make bench use: nothing is compiled twice.

@@ -246,7 +246,7 @@ curl -fsS -X PUT "$DISPATCHER_URL/admin/queues/$QUEUE" -H 'content-type: applica
     die "could not create the queue '$QUEUE' (see $TMP/dispatcher.log)"
 log "queue '$QUEUE' created: 2 admissions per second, sessions of 600 s, everyone waits in line"
 # The tour in README.md starts with `source target/usher-run.env`. Keep in step with
-# run_env() in crates/usher-testkit/tests/docs.rs, which runs the tour against these names.
+# run_env() in crates/usher-testkit/tests/browsers/docs.rs, which runs the tour against these names.
 mkdir -p target
 cat >"$RUN_ENV" <<ENV
 export DISPATCHER=$DISPATCHER_URL

@@ -295,7 +295,7 @@ nginx_test() { # CONF (default deploy/nginx/nginx.conf)
 }
 check "nginx -t deploy/nginx/nginx.conf ($(nginx -v 2>&1 | sed 's/^nginx version: //'))" nginx_test
 # The booking-service guard (auth_request against the dispatcher's GET /api/session); its
-# behaviour is tested with the real nginx in crates/usher-testkit/tests/nginx_auth.rs.
+# behaviour is tested with the real nginx in crates/usher-testkit/tests/browsers/nginx_auth.rs.
 check "nginx -t deploy/nginx/booking-auth.conf" nginx_test deploy/nginx/booking-auth.conf
 
 check "hadolint Dockerfile (no findings; DL3008 ignored inline with its reason)" \

@@ -1,7 +1,7 @@
 """Browser tests of the operator dashboard (`/admin/ui` on the dispatcher), on Debian's
 Chromium driven by Playwright.
 
-Run by crates/usher-testkit/tests/dashboard.rs, which starts Redis, a dispatcher (with an admin
+Run by crates/usher-testkit/tests/browsers/dashboard.rs, which starts Redis, a dispatcher (with an admin
 token) and a gateway as real processes and passes in the environment:
 
   USHER_TEST_DISPATCHER, USHER_TEST_GATEWAY  base URLs

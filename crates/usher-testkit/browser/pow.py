@@ -1,7 +1,7 @@
 """The waiting-room page on a proof-of-work queue, in Debian's Chromium driven by Playwright,
 and the page solver's speed (the phone estimate of the cost table in docs/security.md).
 
-Run by crates/usher-testkit/tests/pow_page.rs, which starts Redis, a dispatcher, a gateway and
+Run by crates/usher-testkit/tests/browsers/pow_page.rs, which starts Redis, a dispatcher, a gateway and
 the demo booking service as real processes and passes their URLs in the environment (as
 waiting_room.py, whose helpers this reuses). The last stdout line is `RESULT ok <scenarios>`;
 `FIGURE <name> <value>` lines before it are measurements (never asserted against a target).

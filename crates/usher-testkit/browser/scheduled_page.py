@@ -1,5 +1,5 @@
 """Browser tests of a scheduled sale on the waiting-room page, on Debian's Chromium driven by
-Playwright. Run by crates/usher-testkit/tests/browser.rs with the environment of
+Playwright. Run by crates/usher-testkit/tests/browsers/browser.rs with the environment of
 waiting_room.py (whose helpers it uses), against a dispatcher whose USHER_QUEUES_FILE names the
 queue `void` (paused, without a sale).
 

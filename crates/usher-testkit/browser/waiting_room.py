@@ -1,7 +1,7 @@
 """Browser tests of the waiting-room page, on Debian's Chromium driven by Playwright.
 
-Run by crates/usher-testkit/tests/page.rs, which starts Redis, a dispatcher, a gateway and the
-demo booking service as real processes and passes their URLs in the environment:
+Run by crates/usher-testkit/tests/browsers/browser.rs, which starts Redis, a dispatcher, a
+gateway and the demo booking service as real processes and passes their URLs in the environment:
 
   USHER_TEST_GATEWAY, USHER_TEST_DISPATCHER, USHER_TEST_BOOKING  base URLs
   USHER_TEST_SCREENSHOTS                                        where screenshots go

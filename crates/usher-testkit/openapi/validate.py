@@ -1,6 +1,6 @@
 """Validates usher's API descriptions and real answers against them.
 
-Run by `crates/usher-testkit/tests/openapi.rs` with the browser venv's Python (which has the
+Run by `crates/usher-testkit/tests/browsers/openapi.rs` with the browser venv's Python (which has the
 pinned `openapi-spec-validator` and `jsonschema`; see scripts/ensure-browser.sh). Reads one JSON
 object on stdin:
 

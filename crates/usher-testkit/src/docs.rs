@@ -1,4 +1,4 @@
-//! What the documentation tests need (`tests/docs.rs`): the configuration reference rendered
+//! What the documentation tests need (`tests/browsers/docs.rs`): the configuration reference rendered
 //! from the binaries' clap definitions, a checker for relative links and anchors in Markdown,
 //! and a reader of the `curl` examples the docs show.
 //!

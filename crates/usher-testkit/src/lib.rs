@@ -6,9 +6,11 @@
 //! binary needs ([`acl`]).
 
 pub mod acl;
+pub mod answers;
 pub mod browser;
 pub mod config;
 pub mod docs;
+pub mod line;
 pub mod nginx;
 pub mod openapi;
 pub mod otlp;
@@ -18,16 +20,20 @@ pub mod raw;
 pub mod redis_cluster;
 pub mod redis_sentinel;
 pub mod redis_server;
+pub mod solo;
 pub mod sse;
 pub mod stack;
 pub mod tls;
 pub mod tools;
+pub mod wait;
 
 pub use probe::RedisProbe;
 pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
+pub use solo::solo;
 pub use sse::SseClient;
 pub use stack::Stack;
+pub use wait::{eventually, eventually_within, patience, patient};
 
 /// The tick arguments a dispatcher holding `lease` would pass at admission time `now_ms`
 /// (100 ms budget on a queue's first tick, 1,000 exact places): for tests and benchmarks of the

@@ -1,4 +1,4 @@
-//! The API descriptions' test support (`tests/openapi.rs`): fetch a server's
+//! The API descriptions' test support (`tests/browsers/openapi.rs`): fetch a server's
 //! `/openapi.json`, probe which documented operations it serves, record real answers, read an
 //! event stream frame by frame as the document describes it, and run the validator
 //! (`crates/usher-testkit/openapi/validate.py`, with PyPI `openapi-spec-validator` and
@@ -88,7 +88,7 @@ pub async fn coverage_problems(name: &str, base: &str, doc: &Value) -> anyhow::R
             let url = format!("{base}{}", concrete(path));
             let r = http
                 .request(method.parse()?, &url)
-                .timeout(WAIT)
+                .timeout(crate::wait::patient(WAIT))
                 .send()
                 .await
                 .with_context(|| format!("{method} {url}"))?;
@@ -138,7 +138,7 @@ impl Samples {
         path: &str,
         req: reqwest::RequestBuilder,
     ) -> anyhow::Result<(u16, Value)> {
-        let r = req.timeout(WAIT).send().await?;
+        let r = req.timeout(crate::wait::patient(WAIT)).send().await?;
         let status = r.status().as_u16();
         let ct = content_type(&r);
         let text = r.text().await?;
@@ -187,9 +187,12 @@ async fn run_validator(input: Value) -> anyhow::Result<()> {
     let mut stdin = child.stdin.take().context("validator stdin")?;
     tokio::io::AsyncWriteExt::write_all(&mut stdin, &input).await?;
     drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .context("the validator did not finish")??;
+    let out = tokio::time::timeout(
+        crate::wait::patient(Duration::from_secs(120)),
+        child.wait_with_output(),
+    )
+    .await
+    .context("the validator did not finish")??;
     let stdout = String::from_utf8_lossy(&out.stdout);
     anyhow::ensure!(
         out.status.success() && stdout.lines().any(|l| l == "RESULT ok"),
@@ -254,7 +257,7 @@ impl RawStream {
         &mut self,
         done: impl Fn(&[Value]) -> bool,
     ) -> anyhow::Result<Vec<Value>> {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let deadline = tokio::time::Instant::now() + crate::wait::patient(WAIT);
         loop {
             let complete = &self.text[..self.text.rfind("\n\n").map_or(0, |i| i + 2)];
             let f = frames(complete)?;

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -81,20 +80,27 @@ impl OtlpReceiver {
         self.lock().clone()
     }
 
-    /// Waits until `done` holds for the spans received (or `timeout` passes); returns them.
+    /// Waits (see [`crate::wait::eventually`]) until `done` holds for the spans received
+    /// (`what` says what it means); returns them.
     pub async fn wait_until(
         &self,
-        timeout: Duration,
+        what: &str,
         done: impl Fn(&[Received]) -> bool,
-    ) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+    ) -> anyhow::Result<Vec<Received>> {
+        crate::wait::eventually(what, async || {
             let spans = self.spans();
-            if done(&spans) || tokio::time::Instant::now() > deadline {
-                return spans;
+            if done(&spans) {
+                Ok(spans)
+            } else {
+                Err(crate::wait::Seen(
+                    spans
+                        .iter()
+                        .map(|r| r.span.name.clone())
+                        .collect::<Vec<_>>(),
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }
 

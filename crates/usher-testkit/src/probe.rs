@@ -3,7 +3,9 @@
 //! rather than in `usher_core::store`; key names still come from `usher_core::keys`, the one
 //! place they are defined.
 
-use usher_core::ids::QueueId;
+use std::collections::HashMap;
+
+use usher_core::ids::{QueueId, ServerId};
 use usher_core::keys::QueueKeys;
 use usher_core::store::{PlaceState, Store, StoreError};
 
@@ -121,17 +123,85 @@ impl RedisProbe {
         within: std::time::Duration,
     ) -> anyhow::Result<(u64, u64)> {
         let (before, _) = self.last_tick(q).await?;
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        crate::wait::eventually_within(&format!("a tick of {q}"), within, async || {
             let now = self.last_tick(q).await?;
             if now.0 > before {
-                return Ok(now);
+                Ok(now)
+            } else {
+                Err(anyhow::anyhow!("the last tick still ran at {} ms", now.0))
             }
-            if tokio::time::Instant::now() > deadline {
-                anyhow::bail!("no tick of {q} within {within:?}");
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        })
+        .await
+    }
+
+    /// Whether the gateway `id` has applied every message written to its stream so far: its
+    /// consumer group has been handed the stream's last entry and has acknowledged everything.
+    /// A gateway acknowledges a batch only after applying it to the browsers it holds, so this
+    /// is the moment "the gateway has seen the message", which no fixed sleep can tell.
+    pub async fn gateway_caught_up(&self, id: &ServerId) -> redis::RedisResult<bool> {
+        let key = usher_core::keys::gateway_stream(id);
+        let mut conn = self.conn.clone();
+        let stream: HashMap<String, redis::Value> = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        let text = |m: &HashMap<String, redis::Value>, k: &str| {
+            m.get(k)
+                .and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
+        };
+        let last = text(&stream, "last-generated-id");
+        Ok(groups
+            .iter()
+            .find(|g| text(g, "name").as_deref() == Some(usher_core::keys::STREAM_GROUP))
+            .is_some_and(|g| {
+                text(g, "last-delivered-id") == last && text(g, "pending").as_deref() == Some("0")
+            }))
+    }
+
+    /// Waits until the gateway `id` has applied every message of its stream
+    /// ([`RedisProbe::gateway_caught_up`]).
+    pub async fn gateway_applied(&self, id: &ServerId) -> anyhow::Result<()> {
+        crate::wait::eventually(
+            &format!("gateway {id} to apply its stream"),
+            async || match self.gateway_caught_up(id).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("messages not yet applied".to_owned()),
+                Err(e) => Err(e.to_string()),
+            },
+        )
+        .await
+    }
+
+    /// Waits for `n` more ticks of `q` ([`RedisProbe::next_tick`] each): "a few ticks later",
+    /// for checks that something did not happen while the dispatcher ran.
+    pub async fn ticks(&self, q: &QueueId, n: usize) -> anyhow::Result<()> {
+        for _ in 0..n {
+            self.next_tick(q, crate::wait::LIMIT).await?;
         }
+        Ok(())
+    }
+
+    /// Waits until every live gateway has applied every message of its stream
+    /// ([`RedisProbe::gateway_applied`]).
+    pub async fn gateways_applied(&self, store: &Store) -> anyhow::Result<()> {
+        let live = store.live_gateways(usher_core::time::now_ms()).await?;
+        for id in live.values() {
+            self.gateway_applied(id).await?;
+        }
+        Ok(())
+    }
+
+    /// `FLUSHALL`: every key gone at once, as a data loss on a Redis without persistence.
+    pub async fn flushall(&self) -> redis::RedisResult<()> {
+        redis::cmd("FLUSHALL")
+            .query_async(&mut self.conn.clone())
+            .await
     }
 
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.

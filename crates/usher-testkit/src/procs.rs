@@ -89,33 +89,25 @@ impl Proc {
 
     async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("{} to answer /readyz", self.name);
+        // `Some(Err)` stops the wait at once: the process exited.
+        let ready = crate::wait::eventually_within(&what, timeout, async || {
             if let Ok(Some(status)) = self.child.try_wait() {
-                bail!(
-                    "{} exited ({status}) during startup:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
+                return Some(Err(anyhow::anyhow!(
+                    "{} exited ({status}) during startup",
+                    self.name
+                )));
             }
-            let ok = http
-                .get(format!("{}/readyz", self.url()))
+            http.get(format!("{}/readyz", self.url()))
                 .timeout(Duration::from_millis(500))
                 .send()
                 .await
-                .is_ok_and(|r| r.status().is_success());
-            if ok {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} not ready within {timeout:?}:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+                .is_ok_and(|r| r.status().is_success())
+                .then_some(Ok(()))
+        })
+        .await
+        .and_then(|r| r);
+        ready.map_err(|e| anyhow::anyhow!("{e:#}:\n{}", self.log_tail()))
     }
 
     /// SIGKILL, as a crash would.
@@ -135,16 +127,12 @@ impl Proc {
 
     /// Waits for the process to exit; returns whether it exited successfully.
     pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<bool> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status.success());
-            }
-            if Instant::now() > deadline {
-                bail!("{} still running after {timeout:?}", self.name);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("{} to exit", self.name);
+        // `Some(Err)` stops the wait at once: the status could not be read.
+        let status = crate::wait::eventually_within(&what, timeout, async || {
+            self.child.try_wait().transpose()
+        });
+        Ok(status.await??.success())
     }
 
     /// Starts the same binary again with the same settings and address.

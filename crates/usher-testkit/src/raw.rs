@@ -64,7 +64,7 @@ impl Response {
 /// The end of a chunked body as the gateway writes it.
 const LAST_CHUNK: &[u8] = b"\r\n0\r\n\r\n";
 
-/// Reads one response within `timeout`: its head, then its body — `content-length` bytes,
+/// Reads one response within `timeout` (scaled by [`crate::wait::patience`]): its head, then its body — `content-length` bytes,
 /// a chunked body up to its last chunk, or everything until the server closes. When `until`
 /// appears in the body first (an event on a stream that stays open), stops there.
 pub async fn read_response(
@@ -72,9 +72,7 @@ pub async fn read_response(
     until: Option<&[u8]>,
     timeout: Duration,
 ) -> anyhow::Result<Response> {
-    tokio::time::timeout(timeout, read(sock, until))
-        .await
-        .context("no whole response in time")?
+    crate::wait::within("a whole response", timeout, read(sock, until)).await?
 }
 
 async fn read(sock: &mut TcpStream, until: Option<&[u8]>) -> anyhow::Result<Response> {

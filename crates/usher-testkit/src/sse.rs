@@ -103,9 +103,19 @@ impl SseClient {
 
 impl SseConn {
     /// The next item (event, `retry:`, comment); `Ok(None)` when the response ended.
-    /// Errors when nothing arrives within `timeout`.
+    /// Errors when nothing arrives within `timeout` (scaled by [`crate::wait::patience`], as
+    /// are the limits of every read below).
     pub async fn next_item(&mut self, timeout: Duration) -> anyhow::Result<Option<Item>> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let timeout = crate::wait::patient(timeout);
+        self.next_item_by(tokio::time::Instant::now() + timeout)
+            .await
+            .with_context(|| format!("reading within {timeout:?}"))
+    }
+
+    async fn next_item_by(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> anyhow::Result<Option<Item>> {
         loop {
             if let Some(i) = self.pending.pop_front() {
                 return Ok(Some(i));
@@ -114,7 +124,7 @@ impl SseConn {
                 return Ok(None);
             }
             match tokio::time::timeout_at(deadline, self.body.next()).await {
-                Err(_) => anyhow::bail!("no SSE item within {timeout:?}"),
+                Err(_) => anyhow::bail!("no SSE item in time"),
                 Ok(None) => self.ended = true,
                 Ok(Some(Err(e))) => {
                     self.ended = true;
@@ -127,10 +137,18 @@ impl SseConn {
 
     /// The next event (skipping `retry:` and comments); `Ok(None)` when the response ended.
     pub async fn next_event(&mut self, timeout: Duration) -> anyhow::Result<Option<Event>> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let timeout = crate::wait::patient(timeout);
+        self.next_event_by(tokio::time::Instant::now() + timeout)
+            .await
+            .with_context(|| format!("waiting {timeout:?} for an event"))
+    }
+
+    async fn next_event_by(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> anyhow::Result<Option<Event>> {
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.next_item(left).await? {
+            match self.next_item_by(deadline).await? {
                 Some(Item::Event(e)) => return Ok(Some(e)),
                 Some(_) => continue,
                 None => return Ok(None),
@@ -140,10 +158,14 @@ impl SseConn {
 
     /// Reads events until one named `name` arrives (returning it), the stream ends, or time runs out.
     pub async fn wait_for(&mut self, name: &str, timeout: Duration) -> anyhow::Result<Event> {
+        let timeout = crate::wait::patient(timeout);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.next_event(left).await? {
+            match self
+                .next_event_by(deadline)
+                .await
+                .with_context(|| format!("waiting {timeout:?} for a {name:?} event"))?
+            {
                 Some(e) if e.event == name => return Ok(e),
                 Some(_) => continue,
                 None => anyhow::bail!("stream ended before a {name:?} event"),
@@ -216,19 +238,5 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

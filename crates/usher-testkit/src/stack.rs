@@ -6,7 +6,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -83,9 +82,12 @@ impl Server {
         }
         // Generous: a task may still be waiting out a Redis timeout (a frozen master in the
         // failover tests) before it sees the shutdown.
-        tokio::time::timeout(Duration::from_secs(30), &mut self.handle)
-            .await
-            .context("server did not stop within 30 s")??
+        crate::wait::within(
+            "the server to stop",
+            Duration::from_secs(30),
+            &mut self.handle,
+        )
+        .await??
     }
 }
 
@@ -202,22 +204,18 @@ impl<R> Stack<R> {
         urls.extend(self.gateways.iter().map(Server::url));
         for u in urls {
             // Generous: a debug build starting on a loaded machine; not what any test checks.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                let ok = self
-                    .http
-                    .get(format!("{u}/readyz"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
-                    break;
-                }
-                if tokio::time::Instant::now() > deadline {
-                    anyhow::bail!("{u} not ready within 10 s");
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            crate::wait::eventually_within(
+                &format!("{u} to answer /readyz"),
+                Duration::from_secs(30),
+                async || {
+                    self.http
+                        .get(format!("{u}/readyz"))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success())
+                },
+            )
+            .await?;
         }
         Ok(())
     }
@@ -227,6 +225,14 @@ impl<R> Stack<R> {
     }
 
     /// `PUT /admin/queues/{queue}` on the dispatcher (with the test admin token).
+    /// How many places wait in `queue`, as the admin API counts them.
+    pub async fn waiting(&self, queue: &str) -> anyhow::Result<u64> {
+        let v = self.queue(queue).await?;
+        v["waiting"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("no waiting count in {v}"))
+    }
+
     pub async fn put_queue(&self, queue: &str, body: Value) -> anyhow::Result<Value> {
         let r = self
             .http
@@ -273,25 +279,19 @@ pub fn init_logs() {
     }
 }
 
-/// Runs each scenario `name::<R: Backend>()` of a test file as two tests: `standalone::name`
-/// on one `redis-server` and `cluster::name` on a 3-master Redis Cluster. A suite written
-/// this way passes on both or fails.
+/// Runs each scenario `name::<R: Backend>()` of a test file as a test `$module::name` on
+/// backend `$backend` (`RedisServer` or `RedisCluster`). The test binaries call it through
+/// their own `on_every_backend!`: `redis` as `standalone::name` on one `redis-server`,
+/// `topologies` as `cluster::name` on a 3-master Redis Cluster, compiling the same files. A
+/// suite written this way passes on both or fails.
 #[macro_export]
-macro_rules! on_every_backend {
-    ($($name:ident),+ $(,)?) => {
-        mod standalone {
+macro_rules! on_backend {
+    ($module:ident, $backend:ident, $($name:ident),+ $(,)?) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() -> anyhow::Result<()> {
-                    super::$name::<$crate::RedisServer>().await
-                }
-            )+
-        }
-        mod cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() -> anyhow::Result<()> {
-                    super::$name::<$crate::RedisCluster>().await
+                    super::$name::<$crate::$backend>().await
                 }
             )+
         }

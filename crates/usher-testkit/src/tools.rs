@@ -156,8 +156,6 @@ pub async fn drive(
         }
         anyhow::Ok(())
     };
-    tokio::time::timeout(limit, run)
-        .await
-        .with_context(|| format!("the browser tests took longer than {limit:?}"))??;
+    crate::wait::within("the browser tests' driver to finish", limit, run).await??;
     driver_passed(&mut driver, result).await
 }

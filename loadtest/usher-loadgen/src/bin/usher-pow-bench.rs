@@ -1,7 +1,7 @@
 //! What a proof-of-work queue costs whoever solves it: the Rust solver's hashes per second
 //! per core on this machine (what a bot farm's CPU does), turned into seconds per place and
 //! CPU-hours and dollars per 1,000 places at each difficulty. With the page solver's phone
-//! figure (`tests/pow_page.rs` writes it to `target/pow-figures.txt`) it also prints a phone's
+//! figure (`crates/usher-testkit/tests/browsers/pow_page.rs` writes it to `target/pow-figures.txt`) it also prints a phone's
 //! seconds per place. Figures only: BENCHMARKS.md, "Proof of work", records them.
 
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ struct Args {
     vcpu_hour_usd: f64,
 
     /// The page solver's hashes per second on a phone (the 4×-throttled figure of
-    /// `tests/pow_page.rs`), for the phone column; left out without it.
+    /// `crates/usher-testkit/tests/browsers/pow_page.rs`), for the phone column; left out without it.
     #[arg(long, env = "USHER_POW_BENCH_PHONE_HASHES_PER_SECOND")]
     phone_hashes_per_second: Option<f64>,
 }

@@ -1,0 +1,14 @@
+//! Integration tests that drive outside tools: Chromium through Playwright, k6, nginx, and the
+//! OpenAPI validator (all installed by `scripts/ensure-browser.sh`); the docs' checks are here
+//! because their curl examples are validated against the OpenAPI documents.
+//!
+//! One binary, one module per area: `cargo test -p usher-testkit --test browsers <area>::`.
+
+mod admission_tls;
+mod browser;
+mod dashboard;
+mod docs;
+mod k6;
+mod nginx_auth;
+mod openapi;
+mod pow_page;

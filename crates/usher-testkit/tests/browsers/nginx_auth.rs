@@ -1,0 +1,157 @@
+//! deploy/nginx/booking-auth.conf with the real nginx: a booking upstream guarded by
+//! `auth_request` against the dispatcher's `GET /api/session`, so nobody goes around the line.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::any;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use usher_mint::token::{Claims, SigningKey};
+use usher_testkit::answers::json_error;
+use usher_testkit::line::{admitted, claims, dispatcher_key};
+use usher_testkit::nginx::{deploy_config, substitute, Nginx};
+use usher_testkit::procs::free_addr;
+use usher_testkit::stack::{Server, Stack, StackOptions};
+
+/// What the upstream saw: one (Authorization, body) per request that reached it.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+/// A tiny real booking upstream: records each request and answers `200 {"booked": true}`.
+async fn upstream() -> anyhow::Result<(Server, Seen)> {
+    async fn record(State(seen): State<Seen>, headers: HeaderMap, body: String) -> Json<Value> {
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((auth, body));
+        Json(json!({"booked": true}))
+    }
+    let seen = Seen::default();
+    let app = Router::new().fallback(any(record)).with_state(seen.clone());
+    let server = Server::spawn(|l, rx| async move {
+        axum::serve(l, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    })
+    .await?;
+    Ok((server, seen))
+}
+
+/// The example config, pointed at this test's dispatcher and upstream, listening on `listen`.
+fn config(
+    dispatcher: SocketAddr,
+    booking: SocketAddr,
+    listen: SocketAddr,
+) -> anyhow::Result<String> {
+    let conf = deploy_config("booking-auth.conf")?;
+    let conf = substitute(
+        &conf,
+        "server 127.0.0.1:8081;",
+        &format!("server {dispatcher};"),
+    )?;
+    let conf = substitute(
+        &conf,
+        "server 127.0.0.1:8082;",
+        &format!("server {booking};"),
+    )?;
+    let conf = substitute(&conf, "listen 8090;", &format!("listen {listen};"))?;
+    // One worker is plenty on loopback.
+    substitute(&conf, "worker_processes auto;", "worker_processes 1;")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    let (upstream, seen) = upstream().await?;
+    let listen = free_addr()?;
+    let nginx = Nginx::start(
+        &config(stack.dispatcher.addr, upstream.addr, listen)?,
+        listen,
+    )
+    .await?;
+    let book = |auth: Option<String>| {
+        let mut r = reqwest::Client::new()
+            .post(format!("{}/api/bookings", nginx.url()))
+            .json(&json!({"queue": "show", "seat": "A1"}));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send()
+    };
+
+    // No token, a token that is not one, a forged one, one of another key: 401.
+    let (_, token) = admitted(&stack, "show").await?;
+    let genuine = claims(&token)?;
+    let mut tampered = token.clone();
+    let last = tampered.pop().unwrap_or('A');
+    tampered.push(if last == 'A' { 'B' } else { 'A' });
+    let stranger = SigningKey::from_pkcs8_pem(&SigningKey::generate_pem()?)?.mint(&genuine);
+    let r = book(None).await?;
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    json_error(r, 401).await?;
+    for bad in ["not-a-jwt".to_owned(), tampered, stranger] {
+        json_error(book(Some(format!("Bearer {bad}"))).await?, 401).await?;
+    }
+    assert!(
+        seen.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty(),
+        "nothing got through"
+    );
+
+    // An admitted token passes, with its header and the request body intact.
+    let r = book(Some(format!("Bearer {token}"))).await?;
+    assert_eq!(r.status(), 200, "{:?}", nginx.log());
+    assert_eq!(r.json::<Value>().await?["booked"], true);
+    {
+        let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].0, format!("Bearer {token}"));
+        let body: Value = serde_json::from_str(&seen[0].1)?;
+        assert_eq!(body, json!({"queue": "show", "seat": "A1"}));
+    }
+    // The subrequest is internal: a client cannot call it.
+    let r = reqwest::Client::new()
+        .get(format!("{}/_usher/session", nginx.url()))
+        .send()
+        .await?;
+    assert_eq!(r.status(), 404);
+
+    // Released (as the booking service does after booking): 403 from then on.
+    let r = reqwest::Client::new()
+        .delete(format!("{}/api/session", stack.dispatcher.url()))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 204);
+    json_error(book(Some(format!("Bearer {token}"))).await?, 403).await?;
+
+    // A genuine token past its exp: the session has ended, 403.
+    let (_, other) = admitted(&stack, "show").await?;
+    let past = dispatcher_key(&stack).await?.mint(&Claims {
+        exp: claims(&other)?.iat.saturating_sub(60),
+        ..claims(&other)?
+    });
+    json_error(book(Some(format!("Bearer {past}"))).await?, 403).await?;
+    assert_eq!(
+        seen.lock().unwrap_or_else(PoisonError::into_inner).len(),
+        1,
+        "only the admitted request reached the booking service"
+    );
+
+    // With the dispatcher gone, nothing passes: 503, not the upstream.
+    stack.dispatcher.stop().await?;
+    json_error(book(Some(format!("Bearer {other}"))).await?, 503).await?;
+    assert_eq!(seen.lock().unwrap_or_else(PoisonError::into_inner).len(), 1);
+    drop(nginx);
+    upstream.stop().await
+}

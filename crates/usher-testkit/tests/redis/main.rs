@@ -1,0 +1,52 @@
+//! Integration tests that need only a plain `redis-server` (started per test from the
+//! machine's binary) and the usher binaries from `target/debug`: the bulk of the suite and,
+//! with the unit tests, `make test-fast`.
+//!
+//! One binary, one module per area: `cargo test -p usher-testkit --test redis <area>::`.
+
+/// The scenarios `contract` and `positions` run on every backend: here on one redis-server
+/// (`<area>::standalone::<name>`); `topologies` compiles the same files for a Redis Cluster.
+macro_rules! on_every_backend {
+    ($($name:ident),+ $(,)?) => {
+        usher_testkit::on_backend!(standalone, RedisServer, $($name),+);
+    };
+}
+
+mod draw_check;
+
+mod abuse;
+mod adaptive;
+mod admin_auth;
+mod admission;
+mod capacity;
+mod contract;
+mod data_loss;
+mod draw;
+mod draw_data_loss;
+mod draw_steps;
+mod faults;
+mod flow;
+mod keepalive;
+mod layering;
+mod load_reports;
+mod logs;
+mod metrics;
+mod notices;
+mod out_of_memory;
+mod outage;
+mod page;
+mod passthrough;
+mod positions;
+mod pow;
+mod process;
+mod reconnect;
+mod redis_acl;
+mod rotation;
+mod scale;
+mod sessions;
+mod slow_clients;
+mod staging;
+mod stranded;
+mod strict_http;
+mod time_rules;
+mod traces;

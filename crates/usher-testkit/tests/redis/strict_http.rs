@@ -1,0 +1,148 @@
+//! Strict HTTP: requests two parsers could read differently are refused, HTTP/1.0 gets a body
+//! it can read, and every error answer, on the gateway and on the dispatcher, is JSON.
+
+use serde_json::Value;
+use usher_testkit::line::PAUSED;
+use usher_testkit::line::T;
+use usher_testkit::raw;
+use usher_testkit::stack::{Stack, StackOptions};
+
+/// Sends `request` on a new connection; the answer, and whether the server closed after it.
+async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> anyhow::Result<(raw::Response, bool)> {
+    let mut s = raw::send(None, addr, request).await?;
+    let r = raw::read_response(&mut s, None, T).await?;
+    let closed = raw::closed_within(&mut s, std::time::Duration::from_secs(2)).await;
+    Ok((r, closed))
+}
+
+fn assert_json_error(r: &raw::Response, status: u16) -> anyhow::Result<()> {
+    assert_eq!(r.status, status, "{}", r.text());
+    assert!(
+        r.header("content-type")
+            .is_some_and(|v| v.starts_with("application/json")),
+        "{:?}",
+        r.headers
+    );
+    let v: Value = r.json()?;
+    assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_lengths_and_bad_last_event_ids_are_refused() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("q", PAUSED).await?;
+    let gw = stack.gateways[0].addr;
+    for request in [
+        &b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 12\r\n\r\nx"[..],
+        b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"GET /api/queues/q/status HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
+    ] {
+        let (r, closed) = ask(gw, request).await?;
+        assert_json_error(&r, 400)?;
+        assert!(closed, "the connection stayed open after {}", String::from_utf8_lossy(request));
+    }
+    // A Last-Event-ID that is not UTF-8: 400, and no place is created.
+    let (r, _) = ask(
+        gw,
+        b"GET /api/queues/q/stream HTTP/1.1\r\naccept: text/event-stream\r\nlast-event-id: q.1.\xff\xfe\r\n\r\n",
+    )
+    .await?;
+    assert_json_error(&r, 400)?;
+    assert_eq!(stack.queue("q").await?["waiting"], 0, "a place was created");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_stream_is_close_delimited() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("q", PAUSED).await?;
+    let gw = stack.gateways[0].addr;
+    let mut s = raw::send(
+        None,
+        gw,
+        b"GET /api/queues/q/stream HTTP/1.0\r\naccept: text/event-stream\r\n\r\n",
+    )
+    .await?;
+    // Up to the end of the first event's data.
+    let r = raw::read_response(&mut s, Some(b"}\n\n"), T).await?;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("transfer-encoding"), None, "{:?}", r.headers);
+    assert_eq!(r.header("connection"), Some("close"));
+    // The body is the SSE text itself, no chunk sizes around it.
+    let text = r.text();
+    assert!(text.starts_with("retry: "), "{text:?}");
+    let mut parser = usher_sse::Parser::new();
+    let items = parser.push(&r.body);
+    assert!(
+        items
+            .iter()
+            .any(|i| matches!(i, usher_sse::Item::Event(e) if e.event == "waiting")),
+        "{text:?}"
+    );
+    // An HTTP/1.1 stream is still chunked.
+    let mut s = raw::send(None, gw, b"GET /api/queues/q/stream HTTP/1.1\r\n\r\n").await?;
+    let r = raw::read_response(&mut s, Some(b"event: waiting\n"), T).await?;
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_answer_is_json() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("q", PAUSED).await?;
+    let gw = stack.gateways[0].addr;
+    let dispatcher = stack.dispatcher.addr;
+    // Admin requests carry the token, so the router and the extractors, not the admin
+    // auth, answer them.
+    let auth = format!(
+        "authorization: Bearer {}\r\n",
+        usher_testkit::config::ADMIN_TOKEN
+    );
+    let admin = |head: &str, rest: &str| format!("{head}\r\n{auth}{rest}").into_bytes();
+    let cases: [(std::net::SocketAddr, Vec<u8>, u16); 8] = [
+        (gw, b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(), 404),
+        (
+            gw,
+            b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            gw,
+            b"GET /api/queues/q/status?ticket=x&ticket=y HTTP/1.1\r\n\r\n".to_vec(),
+            400,
+        ),
+        (gw, b"BROKEN\r\n\r\n".to_vec(), 400),
+        (dispatcher, b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(), 404),
+        (
+            dispatcher,
+            admin(
+                "PATCH /admin/queues/q HTTP/1.1",
+                "content-length: 0\r\n\r\n",
+            ),
+            405,
+        ),
+        (
+            dispatcher,
+            admin(
+                "PUT /admin/queues/q HTTP/1.1",
+                "content-type: application/json\r\ncontent-length: 9\r\n\r\n{not json",
+            ),
+            400,
+        ),
+        (
+            dispatcher,
+            admin(
+                "PUT /admin/queues/q HTTP/1.1",
+                "content-type: text/plain\r\ncontent-length: 2\r\n\r\n{}",
+            ),
+            400,
+        ),
+    ];
+    for (addr, request, status) in cases {
+        let (r, _) = ask(addr, &request).await?;
+        assert_json_error(&r, status)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", String::from_utf8_lossy(&request)))?;
+    }
+    Ok(())
+}
