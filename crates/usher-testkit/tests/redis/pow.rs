@@ -217,7 +217,7 @@ async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     let short = usher_testkit::stack::gateway_with(cfg).await?;
     let stale = solved(&short.url(), "pow").await?;
     // The end-to-end test of a puzzle's expiry runs on the wall clock: its lifetime must pass.
-    // (usher_core's challenge unit tests check the rule with a synthetic clock.)
+    // (usher_pow's unit tests check the rule with a synthetic clock.)
     tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     refused(join(&short.url(), "pow", Some(&stale)).await?, "expired").await?;
     assert_eq!(stack.waiting("pow").await?, 0);

@@ -5,7 +5,7 @@
 //! (the rate), `sessions::` (the session TTL and its sliding cap),
 //! `positions::*::a_dropped_browser_keeps_its_place_for_the_grace_period_only` (the away grace)
 //! and `pow::a_stale_puzzle_is_refused_as_expired` (a puzzle's expiry, whose own rule is checked
-//! with a synthetic clock by `usher_core::challenge`'s unit tests).
+//! with a synthetic clock by `usher_pow`'s unit tests).
 
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{PlaceState, QueueConfig, SessionState, Store, Tick, TickOutcome};
