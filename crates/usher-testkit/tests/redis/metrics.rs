@@ -133,6 +133,12 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     .await?;
     let (gw, ds) = (gateway.url(), dispatcher.url());
     let http = usher_testkit::config::admin_client();
+    // The gateway's requests go over a new connection each: with a cap of one stream, every
+    // stream opened tells the gateway's idle keep-alive connections to close (so they never
+    // hold descriptors from streams), and a pooled connection reused at that moment is reset.
+    let gw_http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?;
     put_queue_at(
         &http,
         &ds,
@@ -174,7 +180,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     );
     // It goes away and comes back with its ticket (a resume), then leaves.
     drop(first);
-    let scraped = scrape_until(&http, &gw, |s| {
+    let scraped = scrape_until(&gw_http, &gw, |s| {
         value(s, "usher_gateway_connections", &[("state", "streaming")]) == 0.0
     })
     .await?;
@@ -191,7 +197,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
         .open("/api/queues/held/stream", Some(&ticket))
         .await?;
     back.wait_for("waiting", T).await?;
-    let left = http
+    let left = gw_http
         .delete(format!("{gw}/api/queues/held/tickets/{ticket}"))
         .send()
         .await?;
@@ -199,7 +205,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     let closed = back.wait_for("closed", T).await?;
     assert_eq!(data(&closed)["reason"], "left");
 
-    let g = scrape(&http, &gw).await?;
+    let g = scrape(&gw_http, &gw).await?;
     let gv = |name: &str, labels: &[(&str, &str)]| value(&g.samples, name, labels);
     assert_eq!(gv("usher_gateway_joins_total", &[]), 4.0, "{}", g.text);
     assert_eq!(gv("usher_gateway_resumes_total", &[]), 1.0);
