@@ -158,7 +158,7 @@ async fn the_rate_follows_load_reports_and_stops_without_them() -> anyhow::Resul
         }
         last_fresh_start = start;
         anyhow::ensure!(
-            end - acked < Duration::from_secs(30),
+            end - acked < usher_testkit::wait::patient(Duration::from_secs(30)),
             "the rate never went to 0 without reports"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

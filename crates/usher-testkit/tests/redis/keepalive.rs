@@ -91,7 +91,12 @@ async fn silent_streams_get_keepalives_and_moving_ones_need_none() -> anyhow::Re
         .await?;
     let start = Instant::now();
     // Ten position updates, however long a loaded machine takes to tick ten times.
-    let (comments, events) = read_for(&mut last, Duration::from_secs(30), 10).await;
+    let (comments, events) = read_for(
+        &mut last,
+        usher_testkit::wait::patient(Duration::from_secs(30)),
+        10,
+    )
+    .await;
     assert!(
         events.len() >= 10,
         "the line moved: only {} events in 30 s",
