@@ -101,7 +101,7 @@
 //! each dispatcher replica from the queues and pending sales it saw listed (their own keys
 //! still say they belong), the `{gw}` registry and `usher:dispatchers` by heartbeats, the
 //! development keys by the processes holding them, gateway streams by their gateways; only
-//! `usher:audit`'s history is lost (`tests/cluster_shard_loss.rs`).
+//! `usher:audit`'s history is lost (the `topologies` test `cluster_shard_loss::`).
 //!
 //! No script reads a key outside its tag: values from elsewhere (the live gateways, the lease
 //! value) arrive as arguments. The scripts name no key themselves
@@ -235,7 +235,7 @@ pub fn hash_slot(key: &str) -> u16 {
 
 /// The key patterns (`~pattern`) and channels (`&channel`) the dispatcher touches, in Redis
 /// ACL syntax: a least-privilege user's keys. The commands each binary sends are listed with
-/// them in `usher_testkit::acl`, which docs/managed-redis.md prints and `tests/redis_acl.rs` runs each
+/// them in `usher_testkit::acl`, which docs/managed-redis.md prints and the `redis` test `redis_acl::` runs each
 /// binary under. A new key of the dispatcher's belongs here too.
 pub const DISPATCHER_ACL_KEYS: &[&str] = &[
     "~usher:{q:*}:*",

@@ -6,7 +6,7 @@
 //! Only the dispatcher mints, so only the dispatcher (and the test harness) links this crate.
 //! A gateway must never be able to mint an entry token, not even by a bug: `usher-gateway`
 //! does not depend on this crate, and the test `gateway_cannot_link_minting_code` in
-//! `crates/usher-testkit/tests/layering.rs` fails if any path in the crate graph leads from
+//! `crates/usher-testkit/tests/redis/layering.rs` fails if any path in the crate graph leads from
 //! the gateway to it or to an Ed25519 signing crate.
 
 pub mod keyring;

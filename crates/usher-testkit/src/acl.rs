@@ -1,7 +1,7 @@
 //! The least a Redis ACL user must be allowed for each usher binary: the commands its store
 //! operations send (Lua scripts included: Redis checks every command a script calls against
 //! the user running it) and the key patterns they touch. docs/managed-redis.md ("ACL users")
-//! prints these lists; `tests/redis_acl.rs` runs each binary as a user restricted to exactly
+//! prints these lists; the `redis` test `redis_acl::` runs each binary as a user restricted to exactly
 //! its list and checks Redis denied nothing.
 //!
 //! Read together with [`usher_core::keys`]: a new command in the store belongs here too, and a

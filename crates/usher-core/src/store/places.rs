@@ -461,7 +461,7 @@ impl Store {
     /// The gateway that holds `place` in Redis now: the one its waiting (or pre-queue) member
     /// names. `None` when the place is in neither set (admitted, gone, or never taken). A
     /// gateway told that its connection was taken over elsewhere asks this first: the news
-    /// may be older than its own newer connection for the place (tests/pow.rs resumes a place
+    /// may be older than its own newer connection for the place (the `redis` test `pow::` resumes a place
     /// on one gateway right after another).
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
         let k = QueueKeys::new(q);

@@ -73,7 +73,7 @@ mod tests {
     /// Redis Cluster rule: a script may touch only keys passed in `KEYS`, all in one slot. No
     /// script builds a key name itself (every usher key starts with `usher:`), so the keys a
     /// script touches are exactly the ones the Rust side passes; those always share a hash
-    /// tag (keys.rs), and the cluster suites (tests/cluster.rs, and the contract and positions
+    /// tag (keys.rs), and the `topologies` tests (`cluster::`, and the contract and positions
     /// suites on a cluster) would see Redis refuse any call that crossed slots.
     #[test]
     fn no_script_names_a_key_of_its_own() {
