@@ -260,7 +260,7 @@ if redis:
                      verdict(big["bytes_per_place"] <= 110), redis_cmd))
 rows.append(("positions", "exact for the first 100, ≤ 1% error beyond, never increasing",
              "exact for the first 1,000; worst error 0.36%; never increasing", "—", "—", "**met**",
-             "`make test` (tests/redis/scale.rs, tests/redis/positions.rs)"))
+             "`make test` (`redis` tests `scale::`, `positions::`)"))
 
 
 def offered(rep):
