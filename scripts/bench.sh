@@ -93,7 +93,8 @@ PIDS+=($!)
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 export USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-BENCH_ADMIN_TOKEN="bench:bench-admin-token-$RANDOM$RANDOM"
+# The dispatcher refuses admin tokens shorter than 32 characters: 32 random hex digits.
+BENCH_ADMIN_TOKEN="bench:$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 USHER_ADMIN_TOKEN="$BENCH_ADMIN_TOKEN" USHER_LISTEN="127.0.0.1:$((BASE + 81))" USHER_TICK_MS=1000 nice -n "$NICE_DISPATCHER" "$BIN/usher-dispatcher" \
     >"$OUT/dispatcher.log" 2>&1 &
 PIDS+=($!)

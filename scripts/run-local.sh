@@ -215,7 +215,12 @@ REDIS_URL="redis://$HOST:$REDIS_PORT"
 
 # --- usher servers -------------------------------------------------------------------------
 # Development mode: without USHER_ADMIN_TOKEN the dispatcher shares a generated admin token
-# through Redis (usher:dev:admin-token) and logs it once; it is read back below.
+# (48 hex digits) through Redis (usher:dev:admin-token) and logs it once; it is read back
+# below. A USHER_ADMIN_TOKEN of your own needs at least 32 characters after any `label:`, or
+# the dispatcher refuses to start (e.g. USHER_ADMIN_TOKEN=$(openssl rand -hex 32)).
+if [ -n "${USHER_ADMIN_TOKEN:-}" ] && [ "${#USHER_ADMIN_TOKEN}" -lt 32 ]; then
+    die "USHER_ADMIN_TOKEN is shorter than 32 characters: the dispatcher would refuse it"
+fi
 start dispatcher env USHER_LISTEN="$HOST:$DISPATCHER_PORT" USHER_REDIS_URL="$REDIS_URL" \
     USHER_TICK_MS=1000 USHER_DEV=1 ${USHER_ADMIN_TOKEN:+USHER_ADMIN_TOKEN="$USHER_ADMIN_TOKEN"} \
     "$BIN/usher-dispatcher"

@@ -126,6 +126,12 @@ pub enum ConfigError {
     #[error("USHER_SERVICE_TOKEN is set but empty; set a long random token or unset it")]
     EmptyServiceToken,
     #[error(
+        "USHER_SERVICE_TOKEN has {chars} characters; at least {} are required (e.g. \
+         `openssl rand -hex 32`)",
+        crate::admin::auth::MIN_SECRET_CHARS
+    )]
+    ShortServiceToken { chars: usize },
+    #[error(
         "USHER_ADMIN_TOKEN is not set: the admin API has no unauthenticated access. Set it \
          (`label:token`, comma-separated for several), or set USHER_DEV=1 for a development \
          token shared through Redis"
@@ -156,12 +162,14 @@ impl Config {
             None if !self.dev => return Err(ConfigError::NoAdminToken),
             None => {}
         }
-        if self
-            .service_token
-            .as_deref()
-            .is_some_and(|t| t.trim().is_empty())
-        {
-            return Err(ConfigError::EmptyServiceToken);
+        match self.service_token.as_deref() {
+            Some(t) if t.trim().is_empty() => return Err(ConfigError::EmptyServiceToken),
+            Some(t) if t.chars().count() < crate::admin::auth::MIN_SECRET_CHARS => {
+                return Err(ConfigError::ShortServiceToken {
+                    chars: t.chars().count(),
+                })
+            }
+            _ => {}
         }
         let id = &self.replica_id;
         if id.is_empty() || id.len() > 128 || id.contains('|') {

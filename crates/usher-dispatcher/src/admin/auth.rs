@@ -21,6 +21,12 @@ pub const DEFAULT_LABEL: &str = "admin";
 /// The label of the development token.
 pub const DEV_LABEL: &str = "dev";
 
+/// The shortest secret the dispatcher accepts, in characters: each admin token (the part
+/// after `label:`) and `USHER_SERVICE_TOKEN`. A bearer secret is all that stands between the
+/// internet and the admin API, so a guessable one (`a:x`) must not start at all.
+/// (`session_trust::a_secret_shorter_than_32_characters_stops_the_dispatcher_naming_it`)
+pub const MIN_SECRET_CHARS: usize = 32;
+
 /// A `USHER_ADMIN_TOKEN` that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenSpecError {
@@ -30,6 +36,11 @@ pub enum TokenSpecError {
     NoToken(usize),
     #[error("entry {0}: a label is 1 to 64 letters, digits, '.', '_' or '-'")]
     BadLabel(usize),
+    #[error(
+        "entry {entry}: the token has {chars} characters; at least {MIN_SECRET_CHARS} are \
+         required (e.g. `openssl rand -hex 32`)"
+    )]
+    Short { entry: usize, chars: usize },
     #[error("the label {0:?} is used twice: the audit trail could not tell them apart")]
     DuplicateLabel(String),
     #[error("a token appears twice")]
@@ -88,6 +99,10 @@ impl AdminTokens {
             }
             if !valid_label(label) {
                 return Err(TokenSpecError::BadLabel(n));
+            }
+            let chars = token.chars().count();
+            if chars < MIN_SECRET_CHARS {
+                return Err(TokenSpecError::Short { entry: n, chars });
             }
             let d = digest(token);
             if entries.iter().any(|e| &*e.label == label) {
@@ -153,13 +168,24 @@ pub(crate) async fn authorize(
 mod tests {
     use super::*;
 
+    /// 32 characters: appended to a test token, it passes the length rule.
+    const PAD: &str = "0123456789abcdef0123456789abcdef";
+
     #[test]
     fn labels_and_tokens_parse_and_match() -> Result<(), TokenSpecError> {
-        let t = AdminTokens::parse("alice:tok-a, deploy-bot:tok:b ,plain")?;
-        assert_eq!(t.check("tok-a").as_deref(), Some("alice"));
+        let t = AdminTokens::parse(&format!(
+            "alice:tok-a{PAD}, deploy-bot:tok:b{PAD} ,plain{PAD}"
+        ))?;
+        assert_eq!(t.check(&format!("tok-a{PAD}")).as_deref(), Some("alice"));
         // Only the first ':' separates: a token may contain ':'.
-        assert_eq!(t.check("tok:b").as_deref(), Some("deploy-bot"));
-        assert_eq!(t.check("plain").as_deref(), Some(DEFAULT_LABEL));
+        assert_eq!(
+            t.check(&format!("tok:b{PAD}")).as_deref(),
+            Some("deploy-bot")
+        );
+        assert_eq!(
+            t.check(&format!("plain{PAD}")).as_deref(),
+            Some(DEFAULT_LABEL)
+        );
         assert_eq!(t.check(""), None);
         assert_eq!(t.check("tok-"), None);
         Ok(())
@@ -168,7 +194,23 @@ mod tests {
     #[test]
     fn unusable_specs_are_refused() {
         for bad in ["a:x,", "a:", "a b:x", "a:x,a:y", "a:x,b:x", ":x"] {
-            assert!(AdminTokens::parse(bad).is_err(), "{bad}");
+            let bad = bad.replace('x', PAD).replace('y', &format!("y{PAD}"));
+            assert!(AdminTokens::parse(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn tokens_shorter_than_32_characters_are_refused() {
+        let short = &PAD[1..];
+        assert!(matches!(
+            AdminTokens::parse(&format!("a:{PAD},b:{short}")),
+            Err(TokenSpecError::Short {
+                entry: 2,
+                chars: 31
+            })
+        ));
+        assert!(AdminTokens::parse(PAD).is_ok());
+        // Characters, not bytes: 31 two-byte characters are still too short.
+        assert!(AdminTokens::parse(&"é".repeat(31)).is_err());
     }
 }

@@ -365,8 +365,14 @@ pub fn example_variables() -> HashMap<&'static str, String> {
         ("DISPATCHER", "http://dispatcher.test".to_owned()),
         ("GATEWAY", "http://gateway.test".to_owned()),
         ("BOOKING", "http://booking.test".to_owned()),
-        ("USHER_ADMIN_TOKEN", "admin-token".to_owned()),
-        ("USHER_SERVICE_TOKEN", "service-token".to_owned()),
+        (
+            "USHER_ADMIN_TOKEN",
+            "admin-token-0123456789abcdef012345".to_owned(),
+        ),
+        (
+            "USHER_SERVICE_TOKEN",
+            "service-token-0123456789abcdef0123".to_owned(),
+        ),
         ("TOKEN", "eyJ.entry.token".to_owned()),
         ("SEED", "ab".repeat(32)),
         ("RANDOMNESS", "cd".repeat(32)),

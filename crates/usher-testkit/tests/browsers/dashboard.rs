@@ -14,7 +14,7 @@ use usher_testkit::tools::{browser_venv, drive, workspace, Controls};
 use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisServer, SseClient};
 
-const TOKEN: &str = "dashboard-test-admin-token";
+const TOKEN: &str = "dashboard-test-admin-token-5c2e8a41f09b";
 
 /// Every scenario the driver must report as passed.
 const SCENARIOS: [&str; 11] = [

@@ -293,7 +293,7 @@ async fn admin_api_requires_the_bearer_token_when_configured() -> anyhow::Result
     usher_testkit::stack::init_logs();
     let redis = usher_testkit::RedisServer::start()?;
     let mut cfg = usher_testkit::config::dispatcher(&redis.url(), 100);
-    cfg.admin_token = Some("s3cret-token".into());
+    cfg.admin_token = Some("s3cret-token-0123456789abcdef0123".into());
     let d = usher_testkit::stack::Server::spawn(|l, rx| {
         usher_dispatcher::run(cfg, l, async move {
             let _ = rx.await;
@@ -316,21 +316,21 @@ async fn admin_api_requires_the_bearer_token_when_configured() -> anyhow::Result
     assert_eq!(r.status(), 401);
     let r = http
         .put(&url)
-        .bearer_auth("s3cret-token")
+        .bearer_auth("s3cret-token-0123456789abcdef0123")
         .json(&body)
         .send()
         .await?;
     assert_eq!(r.status(), 201);
     let r = http
         .put(&url)
-        .bearer_auth("s3cret-token")
+        .bearer_auth("s3cret-token-0123456789abcdef0123")
         .json(&body)
         .send()
         .await?;
     assert_eq!(r.status(), 200);
     let r = http
         .get(format!("{}/admin/queues", d.url()))
-        .bearer_auth("s3cret-token")
+        .bearer_auth("s3cret-token-0123456789abcdef0123")
         .send()
         .await?;
     let v: Value = r.json().await?;
