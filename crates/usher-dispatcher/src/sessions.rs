@@ -1,17 +1,29 @@
 //! The session API for booking services, authenticated by the entry token itself
-//! (`Authorization: Bearer <token>`): is the session still active, touch it, release it.
+//! (`Authorization: Bearer <token>`): is the session still active, touch it, consume it,
+//! release it.
 //!
 //! Offline verification (JWKS) says "a genuine usher token within its cap"; these routes answer
 //! the online question. The token is checked against this dispatcher's own key and the queue it
 //! names, then Redis says where the session stands. The token is never logged.
+//!
+//! Two rules make an admission worth exactly one booking at the right place:
+//!
+//! * **Bound to a queue.** Every route takes `?queue=Q`, the queue the booking service sells:
+//!   a token of another queue is refused with `403` whatever its session's state, so a token
+//!   of a quiet queue (passthrough admits at once) cannot open the busy queue's booking.
+//!   (`session_trust::a_quiet_queues_token_is_refused_by_the_busy_queues_checks`)
+//! * **Consumed once.** `POST /api/session/consume` ends the session and says whether this
+//!   call ended it (`200`) or it had ended already (`410`); one Redis script decides, so of any
+//!   number of concurrent calls exactly one gets `200`.
+//!   (`session_trust::consume_ends_a_session_once_whoever_asks_at_the_same_time`)
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::SessionState;
+use usher_core::store::{SessionEnd, SessionState};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;
@@ -25,15 +37,27 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(status, release))
         .routes(routes!(touch))
+        .routes(routes!(consume))
 }
 
-/// `200` body of `GET /api/session` and `POST /api/session/touch`.
+/// The query of every session route.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ForQueue {
+    /// The queue the booking service sells: a token of another queue is refused with `403`.
+    /// Without it, a token of any configured queue is answered (not recommended).
+    queue: Option<String>,
+}
+
+/// `200` body of `GET /api/session`, `POST /api/session/touch` and
+/// `POST /api/session/consume`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct SessionView {
     queue: QueueId,
     /// The session id (the token's `jti`).
     session: String,
-    /// RFC 3339.
+    /// RFC 3339: when the session ends unless touched or released first (for a consume: when
+    /// it would have ended; it has ended now).
     expires_at: String,
 }
 
@@ -55,13 +79,24 @@ impl Bearer {
     }
 }
 
-fn ended() -> ApiError {
+fn ended_error() -> ApiError {
     ApiError::new(StatusCode::GONE, "the session has ended")
 }
 
+fn other_queue() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "the entry token admits to another queue",
+    )
+}
+
 /// The bearer token's session: `401` unless this dispatcher signed it for a configured queue;
-/// `410` once its `exp` passed.
-async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> {
+/// `403` when `for_queue` names another queue; `410` once its `exp` passed.
+async fn bearer(
+    st: &AppState,
+    headers: &HeaderMap,
+    for_queue: &ForQueue,
+) -> Result<Bearer, ApiError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -86,9 +121,16 @@ async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> 
     {
         return Err(not_ours());
     }
+    if for_queue
+        .queue
+        .as_deref()
+        .is_some_and(|q| q != queue.as_str())
+    {
+        return Err(other_queue());
+    }
     let cap_ms = claims.exp.saturating_mul(1000);
     if cap_ms <= now_ms() {
-        return Err(ended());
+        return Err(ended_error());
     }
     Ok(Bearer {
         queue,
@@ -104,15 +146,21 @@ async fn bearer(st: &AppState, headers: &HeaderMap) -> Result<Bearer, ApiError> 
     path = "/api/session",
     tag = "sessions",
     security(("entry_token" = [])),
+    params(ForQueue),
     responses(
         (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
     ),
 )]
-async fn status(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers).await?;
+async fn status(
+    State(st): State<AppState>,
+    Query(q): Query<ForQueue>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .session(&b.queue, b.place, now_ms())
@@ -128,15 +176,21 @@ async fn status(State(st): State<AppState>, headers: HeaderMap) -> Result<Respon
     path = "/api/session/touch",
     tag = "sessions",
     security(("entry_token" = [])),
+    params(ForQueue),
     responses(
         (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended.", body = ErrorBody),
     ),
 )]
-async fn touch(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers).await?;
+async fn touch(
+    State(st): State<AppState>,
+    Query(q): Query<ForQueue>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .touch_session(&b.queue, b.place, now_ms(), b.cap_ms)
@@ -150,7 +204,45 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
         SessionState::Active { expires_at_ms } => {
             Ok(([(header::CACHE_CONTROL, "no-store")], b.view(expires_at_ms)).into_response())
         }
-        SessionState::Ended => Err(ended()),
+        SessionState::Ended => Err(ended_error()),
+    }
+}
+
+/// `POST /api/session/consume`: ends the session at once, freeing its slot, and says whether
+/// this call ended it: `200` with the session for exactly one call, `410` for every other one
+/// (concurrent or later), so a booking service books only on `200` and one admission books
+/// once.
+#[utoipa::path(
+    post,
+    path = "/api/session/consume",
+    tag = "sessions",
+    security(("entry_token" = [])),
+    params(ForQueue),
+    responses(
+        (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended.", body = SessionView),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+        (status = 410, description = "The session had ended already: consumed or released by another call, expired, or the token is past its `exp`. Do not book.", body = ErrorBody),
+    ),
+)]
+async fn consume(
+    State(st): State<AppState>,
+    Query(q): Query<ForQueue>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let b = bearer(&st, &headers, &q).await?;
+    let ended = st
+        .store
+        .end_session(&b.queue, b.place, now_ms())
+        .await
+        .map_err(redis_down)?;
+    match ended {
+        SessionEnd::EndedNow { expires_at_ms } => {
+            tracing::info!(queue = %b.queue, place = %b.place, "session consumed");
+            Ok(([(header::CACHE_CONTROL, "no-store")], b.view(expires_at_ms)).into_response())
+        }
+        SessionEnd::AlreadyEnded => Err(ended_error()),
     }
 }
 
@@ -160,25 +252,31 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
     path = "/api/session",
     tag = "sessions",
     security(("entry_token" = [])),
+    params(ForQueue),
     responses(
         (status = 204, description = "The session has ended (idempotent): its slot is free, and a resume of its place gets `closed` `session_ended`."),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]
-async fn release(State(st): State<AppState>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
-    let b = match bearer(&st, &headers).await {
+async fn release(
+    State(st): State<AppState>,
+    Query(q): Query<ForQueue>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let b = match bearer(&st, &headers, &q).await {
         Ok(b) => b,
         // Past its cap the session has ended anyway: releasing it again is a no-op.
         Err(e) if e.status == StatusCode::GONE => return Ok(StatusCode::NO_CONTENT),
         Err(e) => return Err(e),
     };
-    let released = st
+    let ended = st
         .store
         .end_session(&b.queue, b.place, now_ms())
         .await
         .map_err(redis_down)?;
-    if released {
+    if matches!(ended, SessionEnd::EndedNow { .. }) {
         tracing::info!(queue = %b.queue, place = %b.place, "session released");
     }
     Ok(StatusCode::NO_CONTENT)

@@ -69,7 +69,7 @@ pub use policy::{RatePolicy, Wakes};
 pub use queue_meta::{ChallengeSetting, QueuePage};
 pub use recovery::{Restore, RESTORE_BATCH};
 pub use reply::PowVerdict;
-pub use sessions::SessionState;
+pub use sessions::{SessionEnd, SessionState};
 pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
 pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
 

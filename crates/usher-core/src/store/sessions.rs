@@ -1,5 +1,5 @@
 //! Admitted places' sessions, as the booking service sees them through the dispatcher: is
-//! the session active, touch it (a sliding session is extended), release it.
+//! the session active, touch it (a sliding session is extended), end it (release or consume).
 
 use redis::Value;
 
@@ -17,6 +17,16 @@ pub enum SessionState {
     Active { expires_at_ms: u64 },
     /// Released or expired.
     Ended,
+}
+
+/// What ending a session did: the script decides atomically, so of any number of concurrent
+/// calls for one session exactly one is told [`SessionEnd::EndedNow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// This call ended a session that was active until `expires_at_ms`.
+    EndedNow { expires_at_ms: u64 },
+    /// The session had ended already (released, consumed or expired).
+    AlreadyEnded,
 }
 
 impl Store {
@@ -55,9 +65,14 @@ impl Store {
         session_state(v)
     }
 
-    /// Ends `place`'s session at once (idempotent). `true` when this call ended an active
-    /// session.
-    pub async fn end_session(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<bool> {
+    /// Ends `place`'s session at once (idempotent), and says whether this call was the one that
+    /// ended it.
+    pub async fn end_session(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        now_ms: u64,
+    ) -> Result<SessionEnd> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .end_session
@@ -71,8 +86,10 @@ impl Store {
             .await?;
         let a = array(v)?;
         match status(&a, SessionStatus::from_code) {
-            Some(SessionStatus::Released) => Ok(true),
-            Some(SessionStatus::Ended) => Ok(false),
+            Some(SessionStatus::Released) if a.len() >= 2 => Ok(SessionEnd::EndedNow {
+                expires_at_ms: u(&a[1])?,
+            }),
+            Some(SessionStatus::Ended) => Ok(SessionEnd::AlreadyEnded),
             _ => Err(protocol(format!("end_session reply {a:?}"))),
         }
     }
