@@ -51,6 +51,10 @@ pub enum VerifyError {
     /// Genuine, but for another queue.
     #[error("token is for another queue")]
     Audience,
+    /// This handle names no queue ([`crate::Builder::audiences`] or
+    /// [`crate::Builder::any_queue`]): it only reports load, and judges no token.
+    #[error("usher-admission is set up without an audience: name the queues this service sells")]
+    NoAudience,
     /// The signature or the claims do not verify.
     #[error("invalid token: {0}")]
     Invalid(#[source] jsonwebtoken::errors::Error),
@@ -60,7 +64,10 @@ impl VerifyError {
     /// True when the token could not be judged because the JWKS could not be fetched: the
     /// fault is ours (answer `503`), not the client's.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, VerifyError::Key(KeyError::Unavailable(_)))
+        matches!(
+            self,
+            VerifyError::Key(KeyError::Unavailable(_) | KeyError::Stale)
+        )
     }
 }
 

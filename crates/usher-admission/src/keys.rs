@@ -1,64 +1,93 @@
 //! The dispatcher's public keys (its JWKS), as a booking service keeps them.
 //!
-//! The JWKS is fetched on first use and again whenever a token names a `kid` the cached set
-//! lacks, so a key rotation needs no restart here. Rules:
+//! The JWKS is fetched on first use, again whenever a token names a `kid` the cached set
+//! lacks (a key rotation needs no restart here), and again once the cached set is older than
+//! `max_age` (a key removed from the set stops being accepted within `max_age`). Rules:
 //!
-//! * A token whose `kid` is cached never waits: the cache is read without waiting for any
-//!   fetch in progress.
-//! * One fetch at a time (single flight): requests with unknown kids wait for the fetch under
-//!   way, and every fetch that *started* after a request arrived answers it too, so a burst of
-//!   new tokens costs one fetch, not one each (a burst of one made-up kid costs exactly one).
-//! * A kid still unknown after such a fetch is refused, and refused again without a fetch for
-//!   [`NEGATIVE_TTL`] (a few seconds): tokens with made-up kids cannot make the service hammer
-//!   the dispatcher, and a kid published a moment later is accepted within seconds.
+//! * **One fetch at a time** (single flight): requests that need a fetch wait for the one under
+//!   way, and a fetch that started after a request arrived answers it too, so a burst of new
+//!   tokens costs one fetch.
+//! * **At most one fetch per `min_gap`, whatever the `kid`**: a kid still unknown within
+//!   `min_gap` of the last fetch is refused without fetching, so tokens with random kids cannot
+//!   keep a fetch running back to back (a per-kid memory could: every kid is new). A kid
+//!   published a moment ago is accepted within `min_gap`.
+//!   (`session_trust::random_unknown_kids_cost_at_most_one_jwks_fetch_per_gap`)
+//! * **A token whose `kid` is in a fresh set never waits**: the cache is read without waiting
+//!   for any fetch in progress. Once the set is older than `max_age`, the next request waits
+//!   for a fetch (one per `max_age`), and while the keys cannot be fetched every token is
+//!   refused as unjudgeable ([`KeyError::Stale`]): fail closed.
+//!   (`session_trust::a_key_removed_from_the_jwks_is_refused_after_max_age`)
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::DecodingKey;
 
-/// How long a kid found unknown after a fetch is refused without fetching again.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(3);
-
-/// At most this many unknown kids are remembered; past it, expired ones are forgotten first
-/// and, if that is not enough, all of them.
-const NEGATIVE_MAX: usize = 10_000;
+/// The default least time between two JWKS fetches ([`crate::Builder::jwks_refresh`]).
+pub const DEFAULT_JWKS_MIN_GAP: Duration = Duration::from_secs(3);
+/// The default longest time a fetched JWKS is trusted ([`crate::Builder::jwks_refresh`]).
+pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// Why no key could be found for a `kid`.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    /// No published key has this `kid` (after a fetch, or within [`NEGATIVE_TTL`] of one).
+    /// No published key has this `kid` (after a fetch, or within the minimum gap of one).
     #[error("token signed by an unknown key")]
     Unknown,
     /// The JWKS could not be fetched (unreachable, timed out, not a JWKS).
     #[error("cannot fetch the dispatcher's keys: {0}")]
     Unavailable(#[source] reqwest::Error),
+    /// The cached JWKS is older than its maximum age and a fetch failed within the minimum
+    /// gap: its keys are no longer trusted.
+    #[error("the dispatcher's keys are out of date and cannot be fetched yet")]
+    Stale,
     /// The published key cannot be used to verify.
     #[error("unusable key: {0}")]
     Unusable(#[source] jsonwebtoken::errors::Error),
+}
+
+/// How often the key set is fetched: at most once per `min_gap`, and at least once per
+/// `max_age` while tokens are verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refresh {
+    pub(crate) min_gap: Duration,
+    pub(crate) max_age: Duration,
+}
+
+impl Default for Refresh {
+    fn default() -> Self {
+        Self {
+            min_gap: DEFAULT_JWKS_MIN_GAP,
+            max_age: DEFAULT_JWKS_MAX_AGE,
+        }
+    }
+}
+
+/// A fetched key set and when its fetch started.
+struct Fetched {
+    set: Arc<JwkSet>,
+    at: Instant,
 }
 
 /// The JWKS cache (see the module docs).
 pub(crate) struct Keys {
     pub(crate) url: String,
     http: reqwest::Client,
-    /// The last fetched set. Never locked across an `.await`.
-    cached: RwLock<Arc<JwkSet>>,
-    /// Kids found unknown, and when.
-    unknown: Mutex<HashMap<String, Instant>>,
-    /// Single flight: held while fetching; holds when the last fetch started.
+    refresh: Refresh,
+    /// The last fetched set (none before the first fetch). Never locked across an `.await`.
+    cached: RwLock<Option<Fetched>>,
+    /// Single flight: held while fetching; holds when the last fetch, failed or not, started.
     fetching: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Keys {
-    pub(crate) fn new(url: String, http: reqwest::Client) -> Self {
+    pub(crate) fn new(url: String, http: reqwest::Client, refresh: Refresh) -> Self {
         Self {
             url,
             http,
-            cached: RwLock::new(Arc::new(JwkSet { keys: Vec::new() })),
-            unknown: Mutex::new(HashMap::new()),
+            refresh,
+            cached: RwLock::new(None),
             fetching: tokio::sync::Mutex::new(None),
         }
     }
@@ -66,68 +95,58 @@ impl Keys {
     /// The decoding key for `kid`.
     pub(crate) async fn key(&self, kid: &str) -> Result<DecodingKey, KeyError> {
         let arrived = Instant::now();
-        if let Some(key) = self.cached(kid) {
+        if let Some((true, Some(key))) = self.cached(kid, arrived) {
             return key;
-        }
-        if self.recently_unknown(kid, arrived) {
-            return Err(KeyError::Unknown);
         }
         let mut last_start = self.fetching.lock().await;
-        // The fetch this request waited for may have brought the key, or found it unknown
-        // (then it is refused like any kid in the negative cache).
-        if let Some(key) = self.cached(kid) {
+        let now = Instant::now();
+        let found = self.cached(kid, now);
+        if let Some((true, Some(key))) = found {
             return key;
         }
-        if self.recently_unknown(kid, Instant::now()) {
-            return Err(KeyError::Unknown);
+        let fresh = matches!(found, Some((true, _)));
+        // A fetch that started after this request arrived has answered it (a failed one
+        // too: the next fetch waits for the gap either way).
+        let answered = last_start.is_some_and(|t| t >= arrived);
+        let too_soon = last_start.is_some_and(|t| now.duration_since(t) < self.refresh.min_gap);
+        if answered || too_soon {
+            return Err(if fresh {
+                KeyError::Unknown
+            } else {
+                KeyError::Stale
+            });
         }
-        // A fetch that started after this request arrived has already answered it.
-        // (Only a fetch that succeeded counts: after a failure, the next waiter tries again.)
-        if !last_start.is_some_and(|t| t >= arrived) {
-            let started = Instant::now();
-            let set = self.fetch().await.map_err(|e| {
-                tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
-                KeyError::Unavailable(e)
-            })?;
-            *self.cached.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(set);
-            *last_start = Some(started);
-        }
-        let found = self.cached(kid);
-        if found.is_none() {
-            // Remembered before the single flight is released, so every request for this kid
-            // that waited behind the fetch is answered by it instead of fetching again.
-            self.remember_unknown(kid);
-        }
+        *last_start = Some(now);
+        let set = self.fetch().await.map_err(|e| {
+            tracing::warn!(error = %e, url = %self.url, "cannot fetch the JWKS");
+            KeyError::Unavailable(e)
+        })?;
+        let key = set
+            .find(kid)
+            .map(|jwk| DecodingKey::from_jwk(jwk).map_err(KeyError::Unusable));
+        *self.cached.write().unwrap_or_else(PoisonError::into_inner) = Some(Fetched {
+            set: Arc::new(set),
+            at: now,
+        });
         drop(last_start);
-        found.unwrap_or(Err(KeyError::Unknown))
+        key.unwrap_or(Err(KeyError::Unknown))
     }
 
-    fn cached(&self, kid: &str) -> Option<Result<DecodingKey, KeyError>> {
-        let set = self
-            .cached
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        set.find(kid)
-            .map(|jwk| DecodingKey::from_jwk(jwk).map_err(KeyError::Unusable))
-    }
-
-    fn recently_unknown(&self, kid: &str, now: Instant) -> bool {
-        let unknown = self.unknown.lock().unwrap_or_else(PoisonError::into_inner);
-        unknown
-            .get(kid)
-            .is_some_and(|t| now.saturating_duration_since(*t) < NEGATIVE_TTL)
-    }
-
-    fn remember_unknown(&self, kid: &str) {
-        let mut unknown = self.unknown.lock().unwrap_or_else(PoisonError::into_inner);
-        if unknown.len() >= NEGATIVE_MAX {
-            unknown.retain(|_, t| t.elapsed() < NEGATIVE_TTL);
-            if unknown.len() >= NEGATIVE_MAX {
-                unknown.clear();
-            }
-        }
-        unknown.insert(kid.to_owned(), Instant::now());
+    /// `(fresh, key)` from the cached set at `now`: `None` before the first fetch.
+    #[allow(clippy::type_complexity)]
+    fn cached(
+        &self,
+        kid: &str,
+        now: Instant,
+    ) -> Option<(bool, Option<Result<DecodingKey, KeyError>>)> {
+        let cached = self.cached.read().unwrap_or_else(PoisonError::into_inner);
+        let c = cached.as_ref()?;
+        let fresh = now.saturating_duration_since(c.at) < self.refresh.max_age;
+        let key = c
+            .set
+            .find(kid)
+            .map(|jwk| DecodingKey::from_jwk(jwk).map_err(KeyError::Unusable));
+        Some((fresh, key))
     }
 
     async fn fetch(&self) -> Result<JwkSet, reqwest::Error> {
@@ -144,6 +163,7 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
 
     use axum::extract::State;
     use axum::routing::get;
@@ -180,7 +200,7 @@ mod tests {
         Json(json!({ "keys": keys }))
     }
 
-    async fn start(kids: &[&'static str]) -> anyhow::Result<(Jwks, Arc<Keys>)> {
+    async fn start(kids: &[&'static str], refresh: Refresh) -> anyhow::Result<(Jwks, Arc<Keys>)> {
         let j = Jwks::default();
         j.kids
             .lock()
@@ -192,7 +212,8 @@ mod tests {
             .route("/jwks", get(serve_jwks))
             .with_state(j.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Ok((j, Arc::new(Keys::new(url, reqwest::Client::new()))))
+        let keys = Keys::new(url, reqwest::Client::new(), refresh);
+        Ok((j, Arc::new(keys)))
     }
 
     fn publish(j: &Jwks, kid: &'static str) {
@@ -202,45 +223,83 @@ mod tests {
             .push(kid);
     }
 
+    /// Asks for `kid` until it is found (a wall-clock rule: the gap must pass), at most 5 s.
+    async fn until_found(keys: &Keys, kid: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if keys.key(kid).await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
     #[tokio::test]
-    async fn unknown_kids_are_fetched_once_then_refused_for_a_few_seconds() -> anyhow::Result<()> {
-        let (j, keys) = start(&["a"]).await?;
+    async fn unknown_kids_fetch_at_most_once_per_gap_whatever_the_kid() -> anyhow::Result<()> {
+        let gap = Duration::from_millis(300);
+        let refresh = Refresh {
+            min_gap: gap,
+            max_age: Duration::from_secs(60),
+        };
+        let (j, keys) = start(&["a"], refresh).await?;
+        let fetches = || j.fetches.load(Ordering::SeqCst);
         assert!(keys.key("a").await.is_ok());
         assert!(keys.key("a").await.is_ok());
-        assert_eq!(j.fetches.load(Ordering::SeqCst), 1, "a known kid is cached");
+        assert_eq!(fetches(), 1, "a known kid is cached");
 
-        let err = keys.key("z").await.err();
-        assert!(matches!(err, Some(KeyError::Unknown)));
-        assert_eq!(
-            j.fetches.load(Ordering::SeqCst),
-            2,
-            "an unknown kid fetches"
-        );
+        // Within the gap of the last fetch, no kid fetches: each is refused at once.
+        let start = Instant::now();
+        for kid in ["z", "y", "x", "w"] {
+            assert!(matches!(keys.key(kid).await, Err(KeyError::Unknown)));
+        }
+        if start.elapsed() < gap {
+            assert_eq!(fetches(), 1, "refused without a fetch");
+        }
+        // A kid published now is accepted once the gap has passed, with one more fetch.
         publish(&j, "z");
-        assert!(
-            keys.key("z").await.is_err(),
-            "refused again without a fetch"
-        );
+        assert!(until_found(&keys, "z").await);
+        let after = fetches();
+        assert!(after >= 2, "{after}");
+        // Every fetch was at least a gap after the one before: the polls above asked many
+        // times, and the count is bounded by the time elapsed.
+        let bound = 1 + (start.elapsed().as_millis() / gap.as_millis()) as usize + 1;
+        assert!(after <= bound, "{after} fetches, at most {bound}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_removed_kid_is_refused_once_the_set_is_older_than_max_age() -> anyhow::Result<()> {
+        let refresh = Refresh {
+            min_gap: Duration::from_millis(50),
+            max_age: Duration::from_millis(400),
+        };
+        let (j, keys) = start(&["a"], refresh).await?;
+        assert!(keys.key("a").await.is_ok());
+        let removed = Instant::now();
+        j.kids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let deadline = removed + Duration::from_secs(5);
+        while keys.key("a").await.is_ok() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(matches!(keys.key("a").await, Err(KeyError::Unknown)));
+        // Refused within max_age (plus one poll and the fetch).
+        assert!(removed.elapsed() < Duration::from_millis(400 + 300));
         assert_eq!(j.fetches.load(Ordering::SeqCst), 2);
-
-        // A new kid is not held back by another kid's negative entry.
-        publish(&j, "b");
-        assert!(keys.key("b").await.is_ok());
-        assert_eq!(j.fetches.load(Ordering::SeqCst), 3);
-        // That fetch brought "z" too.
-        assert!(keys.key("z").await.is_ok());
-
-        publish(&j, "y");
-        keys.remember_unknown("y");
-        tokio::time::sleep(NEGATIVE_TTL + Duration::from_millis(200)).await;
-        assert!(keys.key("y").await.is_ok(), "the negative entry expired");
-        assert_eq!(j.fetches.load(Ordering::SeqCst), 4);
         Ok(())
     }
 
     #[tokio::test]
     async fn a_fetch_under_way_blocks_no_known_kid_and_serves_every_waiter() -> anyhow::Result<()> {
-        let (j, keys) = start(&["a"]).await?;
+        // No gap: this test is about the single flight.
+        let refresh = Refresh {
+            min_gap: Duration::ZERO,
+            max_age: Duration::from_secs(60),
+        };
+        let (j, keys) = start(&["a"], refresh).await?;
         assert!(keys.key("a").await.is_ok());
         publish(&j, "new");
         let gate = j.gate.write().await;

@@ -8,9 +8,14 @@
 //!
 //! | status | when |
 //! |---|---|
+//! | `400` | with [`AdmissionLayer::queue_from_query`], a request that names no queue |
 //! | `401` | no bearer token |
-//! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, or a session that has ended (released or expired) |
+//! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, or a session that has ended (released, consumed or expired) |
+//! | `500` | a handle built without an audience (it only reports load) |
 //! | `503` | the JWKS or the dispatcher cannot be reached, so the token cannot be judged |
+//!
+//! The queue the token must admit to is the handle's ([`crate::Builder::audiences`]), or, with
+//! [`AdmissionLayer::queue_from_query`], the one each request names.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,6 +40,8 @@ enum Online {
 pub struct AdmissionLayer {
     admission: Admission,
     online: Online,
+    /// The query parameter that names the queue, if the request names it.
+    queue_param: Option<&'static str>,
 }
 
 impl AdmissionLayer {
@@ -42,7 +49,16 @@ impl AdmissionLayer {
         Self {
             admission,
             online: Online::Check,
+            queue_param: None,
         }
+    }
+
+    /// The queue the token must admit to is named by each request, in the query parameter
+    /// `param` (e.g. `/api/seats?queue=show`); a request without it gets `400`. For a service
+    /// that sells several queues, built with [`crate::Builder::any_queue`].
+    pub fn queue_from_query(mut self, param: &'static str) -> Self {
+        self.queue_param = Some(param);
+        self
     }
 
     /// Touches the session on every guarded request instead of only checking it, so a busy
@@ -92,7 +108,11 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
         Box::pin(async move {
-            match layer.admit(req.headers()).await {
+            let queue = match layer.queue_param.map(|p| queue_of(&req, p)).transpose() {
+                Ok(q) => q,
+                Err(refusal) => return Ok(refusal.response()),
+            };
+            match layer.admit(queue, req.headers()).await {
                 Ok((claims, session)) => {
                     req.extensions_mut().insert(claims);
                     req.extensions_mut().insert(session);
@@ -102,6 +122,21 @@ where
             }
         })
     }
+}
+
+/// The queue a request names in the query parameter `param`.
+fn queue_of<B>(req: &Request<B>, param: &str) -> Result<String, Refusal> {
+    let query = req.uri().query().unwrap_or_default();
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == param)
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("the queue is required: ?{param}=<queue>"),
+            )
+        })
 }
 
 /// Why a request was turned away.
@@ -136,23 +171,39 @@ impl Refusal {
 }
 
 impl AdmissionLayer {
-    async fn admit(&self, headers: &HeaderMap) -> Result<(Claims, ActiveSession), Refusal> {
+    async fn admit(
+        &self,
+        queue: Option<String>,
+        headers: &HeaderMap,
+    ) -> Result<(Claims, ActiveSession), Refusal> {
         let token = crate::bearer_token(headers).ok_or_else(|| {
             Refusal::new(
                 StatusCode::UNAUTHORIZED,
                 "Authorization: Bearer <entry token> required",
             )
         })?;
-        let claims = self.admission.verify(token).await.map_err(|e| {
+        let a = &self.admission;
+        let verified = match &queue {
+            Some(q) => a.verify_for(token, q).await,
+            None => a.verify(token).await,
+        };
+        let claims = verified.map_err(|e| {
             if e.is_unavailable() {
                 Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "cannot fetch the keys")
+            } else if matches!(e, crate::VerifyError::NoAudience) {
+                tracing::error!(
+                    "the admission layer guards a route with a handle that names no queue"
+                );
+                Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "misconfigured")
             } else {
                 Refusal::new(StatusCode::FORBIDDEN, e.to_string())
             }
         })?;
-        let status = match self.online {
-            Online::Check => self.admission.check(token).await,
-            Online::Touch => self.admission.touch(token).await,
+        let status = match (self.online, &queue) {
+            (Online::Check, Some(q)) => a.check_for(token, q).await,
+            (Online::Check, None) => a.check(token).await,
+            (Online::Touch, Some(q)) => a.touch_for(token, q).await,
+            (Online::Touch, None) => a.touch(token).await,
         };
         match status {
             Ok(SessionStatus::Active(session)) => Ok((claims, session)),
@@ -163,6 +214,10 @@ impl AdmissionLayer {
             Ok(SessionStatus::Invalid) => Err(Refusal::new(
                 StatusCode::FORBIDDEN,
                 "the dispatcher does not accept this entry token",
+            )),
+            Ok(SessionStatus::OtherQueue) => Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "the entry token admits to another queue",
             )),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check a session");

@@ -4,15 +4,25 @@
 //! (`Authorization: Bearer <token>`): an Ed25519-signed JWT whose `aud` is the queue, `sub`
 //! the place in line, `jti` the session and `exp` the session's hard cap. Two questions:
 //!
-//! * **Is it a genuine usher token within its cap?** Answered offline by [`Admission::verify`]
-//!   against the dispatcher's JWKS: fetched on first use, cached, and fetched again when a
-//!   token names an unknown `kid` (key rotation needs no restart). One fetch at a time;
-//!   concurrent callers with unknown kids wait for it, a token whose kid is cached never waits,
-//!   and a kid still unknown after a fetch is refused without fetching again for a few seconds.
+//! * **Is it a genuine usher token within its cap, for a queue this service sells?** Answered
+//!   offline by [`Admission::verify`] against the dispatcher's JWKS: fetched on first use,
+//!   cached, and fetched again when a token names an unknown `kid` (key rotation needs no
+//!   restart) or the set is older than its maximum age (a removed key stops being accepted).
+//!   One fetch at a time, at most one per minimum gap whatever the `kid`
+//!   ([`Builder::jwks_refresh`]); a token whose kid is cached never waits.
 //! * **Is the session still active?** It may have been released or may have expired before
-//!   the cap: an online question, answered by the dispatcher ([`Admission::check`]). A sliding
-//!   session is kept alive with [`Admission::touch`]; [`Admission::release`] ends it when the
-//!   booking is done, so the token cannot be used again and the slot frees at once.
+//!   the cap: an online question, answered by the dispatcher ([`Admission::check`]), always
+//!   for the queue this service sells (`?queue=`: another queue's token is
+//!   [`SessionStatus::OtherQueue`]). A sliding session is kept alive with
+//!   [`Admission::touch`]. To book, [`Admission::consume`] ends the session and says whether
+//!   this call ended it: book only on [`Consumption::Consumed`], and one admission books once
+//!   however many requests race with its token.
+//!
+//! The builder requires the queues ([`Builder::audiences`], or [`Builder::any_queue`] for a
+//! service that takes the queue per request and passes it to the `*_for` calls):
+//! [`BuildError::NoAudience`] otherwise, so no service accepts every queue's tokens by
+//! forgetting a line. A handle with only a service token still builds: it reports load and
+//! judges no token.
 //!
 //! [`Admission::layer`] does both for every request to the routes it guards, and
 //! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate.
@@ -22,9 +32,11 @@
 //! # Example
 //!
 //! ```no_run
+//! use std::time::Duration;
+//!
 //! use axum::routing::post;
 //! use axum::{Extension, Json, Router};
-//! use usher_admission::{Admission, Claims};
+//! use usher_admission::{Admission, Claims, Consumption};
 //!
 //! async fn book(Extension(claims): Extension<Claims>) -> Json<serde_json::Value> {
 //!     // Only admitted users with an active session get here.
@@ -33,20 +45,23 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let admission = Admission::builder("http://usher-dispatcher:8081")
-//!     .audiences(["show"])
+//!     .audiences(["show"]) // or .any_queue(), with the *_for calls
+//!     .jwks_refresh(Duration::from_secs(3), Duration::from_secs(300))
 //!     .service_token("the USHER_SERVICE_TOKEN of the dispatcher")
 //!     .build()?;
 //!
 //! let app: Router = Router::new()
 //!     .route("/book", post(book))
-//!     // 401 without a token, 403 for a bad, expired or ended one, JSON errors.
+//!     // 401 without a token, 403 for a bad, expired or ended one or another queue's.
 //!     .route_layer(admission.layer());
 //!
 //! // Outside the layer, the same checks by hand:
 //! # let token = "";
 //! let claims = admission.verify(token).await?; // offline
-//! let session = admission.check(token).await?; // online: Active, Ended or Invalid
-//! admission.release(token).await?; // done: free the slot
+//! let session = admission.check(token).await?; // online: Active, Ended, OtherQueue, …
+//! if let Consumption::Consumed(_) = admission.consume(token).await? {
+//!     // This call, and no other, ended the session: book.
+//! }
 //! admission.report_load("booking-main", 42.5).await?; // adaptive rate
 //! # let _ = (claims, session, app);
 //! # Ok(())
@@ -65,12 +80,12 @@ use http::HeaderMap;
 use url::Url;
 
 pub use claims::{Claims, VerifyError};
-pub use keys::{KeyError, NEGATIVE_TTL};
+pub use keys::{KeyError, DEFAULT_JWKS_MAX_AGE, DEFAULT_JWKS_MIN_GAP};
 pub use layer::{AdmissionGuard, AdmissionLayer};
-pub use session::{ActiveSession, SessionStatus};
+pub use session::{ActiveSession, Consumption, SessionStatus};
 
-use keys::Keys;
-use session::SessionApi;
+use keys::{Keys, Refresh};
+use session::{Call, SessionApi};
 
 /// How long one HTTP call to the dispatcher (or the JWKS URL) may take, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -99,6 +114,9 @@ pub enum Error {
     /// A URL could not be built.
     #[error("bad URL: {0}")]
     Url(#[from] url::ParseError),
+    /// A session call on a handle that names no queue (built with only a service token).
+    #[error("usher-admission is set up without an audience: name the queues this service sells")]
+    NoAudience,
 }
 
 /// Why an [`Admission`] could not be built.
@@ -114,6 +132,30 @@ pub enum BuildError {
     Scheme(String),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
+    /// Neither [`Builder::audiences`] nor [`Builder::any_queue`] (nor a service token, for a
+    /// handle that only reports load): such a handle would accept every queue's tokens.
+    #[error(
+        "no audience: name the queues whose tokens this service accepts (Builder::audiences), \
+         or say Builder::any_queue and pass the queue to the *_for calls"
+    )]
+    NoAudience,
+    /// [`Builder::jwks_refresh`] with a maximum age shorter than the minimum gap.
+    #[error("jwks_refresh: max_age ({max_age:?}) must be at least min_gap ({min_gap:?})")]
+    JwksRefresh {
+        min_gap: Duration,
+        max_age: Duration,
+    },
+}
+
+/// Which queues' tokens a handle accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Audience {
+    /// Only these.
+    Queues(Vec<String>),
+    /// Any queue of the dispatcher's; the service names one per call (`*_for`).
+    Any,
+    /// None: the handle only reports load (built with a service token and no audience).
+    LoadOnly,
 }
 
 /// The booking service's handle on usher: cheap to clone, shared by every request.
@@ -125,7 +167,7 @@ pub struct Admission {
 struct Inner {
     keys: Keys,
     sessions: SessionApi,
-    audiences: Option<Vec<String>>,
+    audience: Audience,
     service_token: Option<String>,
 }
 
@@ -133,10 +175,11 @@ struct Inner {
 pub struct Builder {
     dispatcher_url: String,
     jwks_url: Option<String>,
-    audiences: Option<Vec<String>>,
+    audience: Option<Audience>,
     service_token: Option<String>,
     timeout: Duration,
     http: Option<reqwest::Client>,
+    refresh: Refresh,
 }
 
 impl Builder {
@@ -146,14 +189,35 @@ impl Builder {
         self
     }
 
-    /// The queues whose tokens [`Admission::verify`] (and so the layer) accepts; by default
-    /// any queue of the dispatcher's.
+    /// The queues whose tokens [`Admission::verify`] (and so the layer) accepts, and that the
+    /// session calls ask about (`?queue=`). At least one: an empty list is
+    /// [`BuildError::NoAudience`].
     pub fn audiences<I, S>(mut self, queues: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.audiences = Some(queues.into_iter().map(Into::into).collect());
+        self.audience = Some(Audience::Queues(
+            queues.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// Tokens of any queue of the dispatcher's: for a service that takes the queue per request
+    /// and names it in [`Admission::verify_for`], [`Admission::check_for`],
+    /// [`Admission::touch_for`] and [`Admission::consume_for`] (or the layer's
+    /// [`AdmissionLayer::queue_from_query`]). The plain calls then accept any queue's token.
+    pub fn any_queue(mut self) -> Self {
+        self.audience = Some(Audience::Any);
+        self
+    }
+
+    /// How often the JWKS is fetched: at most once per `min_gap` whatever the tokens' key ids
+    /// (a kid still unknown within it is refused without fetching), and again once the cached
+    /// set is older than `max_age`, so a key removed from the set stops being accepted within
+    /// `max_age`. Defaults: [`DEFAULT_JWKS_MIN_GAP`] and [`DEFAULT_JWKS_MAX_AGE`].
+    pub fn jwks_refresh(mut self, min_gap: Duration, max_age: Duration) -> Self {
+        self.refresh = Refresh { min_gap, max_age };
         self
     }
 
@@ -178,6 +242,16 @@ impl Builder {
     }
 
     pub fn build(self) -> Result<Admission, BuildError> {
+        let audience = match self.audience {
+            Some(Audience::Queues(q)) if q.is_empty() => return Err(BuildError::NoAudience),
+            Some(a) => a,
+            None if self.service_token.is_some() => Audience::LoadOnly,
+            None => return Err(BuildError::NoAudience),
+        };
+        let Refresh { min_gap, max_age } = self.refresh;
+        if max_age < min_gap {
+            return Err(BuildError::JwksRefresh { min_gap, max_age });
+        }
         let mut base = http_url(&self.dispatcher_url)?;
         // A base URL: joined paths go below its path prefix, if any.
         if !base.path().ends_with('/') {
@@ -203,9 +277,9 @@ impl Builder {
         })?;
         Ok(Admission {
             inner: Arc::new(Inner {
-                keys: Keys::new(jwks.to_string(), http),
+                keys: Keys::new(jwks.to_string(), http, self.refresh),
                 sessions,
-                audiences: self.audiences,
+                audience,
                 service_token: self.service_token,
             }),
         })
@@ -231,10 +305,11 @@ impl Admission {
         Builder {
             dispatcher_url: dispatcher_url.into(),
             jwks_url: None,
-            audiences: None,
+            audience: None,
             service_token: None,
             timeout: DEFAULT_TIMEOUT,
             http: None,
+            refresh: Refresh::default(),
         }
     }
 
@@ -242,32 +317,91 @@ impl Admission {
     /// configured [audiences](Builder::audiences)? Says nothing about whether the session is
     /// still active; see [`Admission::check`].
     pub async fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
-        let audiences = self.inner.audiences.as_deref();
+        let audiences = match &self.inner.audience {
+            Audience::Queues(q) => Some(q.as_slice()),
+            Audience::Any => None,
+            Audience::LoadOnly => return Err(VerifyError::NoAudience),
+        };
         claims::verify(&self.inner.keys, token, audiences).await
     }
 
     /// [`Admission::verify`] for a token that must admit to `queue`.
     pub async fn verify_for(&self, token: &str, queue: &str) -> Result<Claims, VerifyError> {
+        if self.inner.audience == Audience::LoadOnly {
+            return Err(VerifyError::NoAudience);
+        }
         let audiences = [queue.to_owned()];
         claims::verify(&self.inner.keys, token, Some(&audiences)).await
     }
 
-    /// Online: where the token's session stands (`GET /api/session`).
+    /// Online: where the token's session stands (`GET /api/session?queue=`), for the queue of
+    /// [`Builder::audiences`] (of several, the token's own when it is one of them).
     pub async fn check(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.inner.sessions.check(token).await
+        self.session_call(Call::Check, token, None).await
+    }
+
+    /// [`Admission::check`] for a token that must admit to `queue`.
+    pub async fn check_for(&self, token: &str, queue: &str) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Check, token, Some(queue)).await
     }
 
     /// Online: keeps a sliding session alive, up to its cap (`POST /api/session/touch`); a
     /// fixed session is only checked.
     pub async fn touch(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.inner.sessions.touch(token).await
+        self.session_call(Call::Touch, token, None).await
+    }
+
+    /// [`Admission::touch`] for a token that must admit to `queue`.
+    pub async fn touch_for(&self, token: &str, queue: &str) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Touch, token, Some(queue)).await
+    }
+
+    /// Online: ends the session and says whether this call ended it
+    /// (`POST /api/session/consume`). Book only on [`Consumption::Consumed`]: of any number of
+    /// concurrent consumes with one token exactly one gets it, so one admission books once.
+    /// The slot frees at once either way.
+    pub async fn consume(&self, token: &str) -> Result<Consumption, Error> {
+        consumption(self.session_call(Call::Consume, token, None).await?)
+    }
+
+    /// [`Admission::consume`] for a token that must admit to `queue`.
+    pub async fn consume_for(&self, token: &str, queue: &str) -> Result<Consumption, Error> {
+        consumption(self.session_call(Call::Consume, token, Some(queue)).await?)
     }
 
     /// Ends the token's session (`DELETE /api/session`): the slot frees at once and the
     /// token is refused from then on. Idempotent: [`SessionStatus::Ended`], or
-    /// [`SessionStatus::Invalid`] for a token the dispatcher does not accept.
+    /// [`SessionStatus::Invalid`] for a token the dispatcher does not accept. It does not say
+    /// whether this call ended the session: to book once, [`Admission::consume`].
     pub async fn release(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.inner.sessions.release(token).await
+        self.session_call(Call::Release, token, None).await
+    }
+
+    /// A session call, asking about `queue` or the configured one.
+    async fn session_call(
+        &self,
+        call: Call,
+        token: &str,
+        queue: Option<&str>,
+    ) -> Result<SessionStatus, Error> {
+        let queue = match (queue, &self.inner.audience) {
+            (_, Audience::LoadOnly) => return Err(Error::NoAudience),
+            (Some(q), _) => Some(q.to_owned()),
+            (None, Audience::Any) => None,
+            (None, Audience::Queues(qs)) => {
+                // The token's own queue when it is one of ours (the dispatcher checks the
+                // signature); otherwise the first, which the dispatcher answers with 403.
+                let aud = unverified_aud(token);
+                qs.iter()
+                    .find(|q| aud.as_deref() == Some(q.as_str()))
+                    .or(qs.first())
+                    .cloned()
+            }
+        };
+        self.inner
+            .sessions
+            .call(call, token, queue.as_deref())
+            .await
     }
 
     /// Reports this service's load to the dispatcher, for the queues whose adaptive rate
@@ -286,6 +420,23 @@ impl Admission {
     pub fn layer(&self) -> AdmissionLayer {
         AdmissionLayer::new(self.clone())
     }
+}
+
+fn consumption(s: SessionStatus) -> Result<Consumption, Error> {
+    Ok(match s {
+        SessionStatus::Active(a) => Consumption::Consumed(a),
+        SessionStatus::Ended => Consumption::Ended,
+        SessionStatus::Invalid => Consumption::Invalid,
+        SessionStatus::OtherQueue => Consumption::OtherQueue,
+    })
+}
+
+/// The `aud` a token claims, unverified: only to choose which of several configured queues
+/// to ask the dispatcher about (it verifies the token itself).
+fn unverified_aud(token: &str) -> Option<String> {
+    jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+        .ok()
+        .and_then(|d| d.claims["aud"].as_str().map(str::to_owned))
 }
 
 /// The bearer token of `Authorization: Bearer <token>` (the scheme in any case).
@@ -328,8 +479,31 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_names_its_queues_or_only_reports_load() {
+        let b = || Admission::builder("http://d:8081");
+        assert!(matches!(b().build(), Err(BuildError::NoAudience)));
+        let none: [&str; 0] = [];
+        assert!(matches!(
+            b().audiences(none).build(),
+            Err(BuildError::NoAudience)
+        ));
+        assert!(b().any_queue().build().is_ok());
+        assert!(b().audiences(["show"]).build().is_ok());
+        // A load reporter is unaffected: it builds, and judges no token.
+        let reporter = b().service_token("t").build();
+        assert!(reporter.is_ok_and(|a| a.inner.audience == Audience::LoadOnly));
+        let gap = Duration::from_secs(10);
+        assert!(matches!(
+            b().any_queue().jwks_refresh(gap, gap / 2).build(),
+            Err(BuildError::JwksRefresh { .. })
+        ));
+    }
+
+    #[test]
     fn urls_keep_a_path_prefix_and_refuse_other_schemes() {
-        let a = Admission::builder("http://d:8081/usher").build();
+        let a = Admission::builder("http://d:8081/usher")
+            .any_queue()
+            .build();
         assert_eq!(
             a.as_ref().ok().map(urls),
             Some((
@@ -338,6 +512,7 @@ mod tests {
             ))
         );
         let jwks = Admission::builder("https://d")
+            .audiences(["show"])
             .jwks_url("https://keys.example/jwks.json")
             .build();
         assert_eq!(

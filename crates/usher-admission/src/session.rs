@@ -1,5 +1,6 @@
 //! The online side: the dispatcher's session API, called with the entry token as the bearer
-//! (`GET /api/session`, `POST /api/session/touch`, `DELETE /api/session`), and load reports
+//! and `?queue=` the queue this service sells (`GET /api/session`, `POST /api/session/touch`,
+//! `POST /api/session/consume`, `DELETE /api/session`), and load reports
 //! (`PUT /api/backends/{name}/load`, with the service token).
 
 use http::StatusCode;
@@ -23,15 +24,44 @@ pub struct ActiveSession {
 
 /// Where a token's session stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionStatus {
     /// The session is active (`200`).
     Active(ActiveSession),
-    /// It has ended: released, expired, or past the token's cap (`410`; a release answers
-    /// this too, `204`).
+    /// It has ended: released, consumed, expired, or past the token's cap (`410`; a release
+    /// answers this too, `204`).
     Ended,
     /// The dispatcher does not accept the token: not signed by it, or not for a configured
     /// queue (`401`).
     Invalid,
+    /// A genuine token of another queue than the one asked about (`403`): refuse it, whatever
+    /// its session's state.
+    OtherQueue,
+}
+
+/// What [`crate::Admission::consume`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Consumption {
+    /// This call ended the active session (`200`): book now. Of any number of concurrent
+    /// consumes of one session, exactly one gets this.
+    Consumed(ActiveSession),
+    /// The session had ended already: consumed or released by another call, expired, or past
+    /// the token's cap (`410`). Do not book.
+    Ended,
+    /// The dispatcher does not accept the token (`401`).
+    Invalid,
+    /// A genuine token of another queue (`403`); its session is left as it was.
+    OtherQueue,
+}
+
+/// Which session call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Call {
+    Check,
+    Touch,
+    Consume,
+    Release,
 }
 
 /// The session API's URL and the client that calls it.
@@ -39,6 +69,7 @@ pub(crate) struct SessionApi {
     pub(crate) http: reqwest::Client,
     pub(crate) session: Url,
     touch: Url,
+    consume: Url,
     base: Url,
 }
 
@@ -50,23 +81,29 @@ impl SessionApi {
             http,
             session: base.join("api/session")?,
             touch: base.join("api/session/touch")?,
+            consume: base.join("api/session/consume")?,
             base,
         })
     }
 
-    pub(crate) async fn check(&self, token: &str) -> Result<SessionStatus, Error> {
-        let r = self.http.get(self.session.clone()).bearer_auth(token);
-        status(r).await
-    }
-
-    pub(crate) async fn touch(&self, token: &str) -> Result<SessionStatus, Error> {
-        let r = self.http.post(self.touch.clone()).bearer_auth(token);
-        status(r).await
-    }
-
-    pub(crate) async fn release(&self, token: &str) -> Result<SessionStatus, Error> {
-        let r = self.http.delete(self.session.clone()).bearer_auth(token);
-        status(r).await
+    /// One session call for `token`, with `?queue=` when `queue` is given.
+    pub(crate) async fn call(
+        &self,
+        call: Call,
+        token: &str,
+        queue: Option<&str>,
+    ) -> Result<SessionStatus, Error> {
+        let r = match call {
+            Call::Check => self.http.get(self.session.clone()),
+            Call::Touch => self.http.post(self.touch.clone()),
+            Call::Consume => self.http.post(self.consume.clone()),
+            Call::Release => self.http.delete(self.session.clone()),
+        };
+        let r = match queue {
+            Some(q) => r.query(&[("queue", q)]),
+            None => r,
+        };
+        status(r.bearer_auth(token)).await
     }
 
     pub(crate) async fn report_load(
@@ -117,6 +154,7 @@ async fn status(r: reqwest::RequestBuilder) -> Result<SessionStatus, Error> {
         }
         StatusCode::NO_CONTENT | StatusCode::GONE => Ok(SessionStatus::Ended),
         StatusCode::UNAUTHORIZED => Ok(SessionStatus::Invalid),
+        StatusCode::FORBIDDEN => Ok(SessionStatus::OtherQueue),
         status => Err(Error::Unexpected { status }),
     }
 }

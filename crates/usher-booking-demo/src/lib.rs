@@ -2,13 +2,15 @@
 //!
 //! `POST /api/bookings` with `Authorization: Bearer <entry token>` and a JSON body naming the
 //! `queue` books a (pretend) seat — but only when the token verifies offline against the
-//! dispatcher's JWKS with `aud` = that queue ([`Admission::verify_for`]) and the dispatcher
-//! says its session is still active ([`Admission::check`]). After booking it releases the
-//! session ([`Admission::release`]), so the same token cannot book twice (`403`) and the slot
-//! frees at once. It holds no key that could mint tokens.
+//! dispatcher's JWKS with `aud` = that queue ([`Admission::verify_for`]) and this request is
+//! the one that consumed its session ([`Admission::consume_for`]): the dispatcher ends the
+//! session and tells exactly one of any number of concurrent bookings that it did, so one
+//! admission books once (every other try gets `403`) and the slot frees at once. It holds no
+//! key that could mint tokens.
 //!
-//! `GET /api/seats` shows the guard for whole routes: [`Admission::layer`], touching the
-//! session on each call so a browsing user's sliding session stays alive.
+//! `GET /api/seats?queue=Q` shows the guard for whole routes: [`Admission::layer`], for the
+//! queue the request names, touching the session on each call so a browsing user's sliding
+//! session stays alive. A token of another queue is refused (`403`) on every route.
 //!
 //! With `USHER_LOAD_BACKEND` set it reports its own request rate as that backend's load
 //! ([`load`]).
@@ -34,7 +36,7 @@ use axum::{Extension, Form, Json, Router};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use usher_admission::{Admission, Claims, SessionStatus, VerifyError};
+use usher_admission::{Admission, Claims, Consumption, SessionStatus, VerifyError};
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
@@ -53,9 +55,9 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// Where the dispatcher publishes its public keys (`http://` or `https://`). Fetched on
-    /// the first booking and again whenever a token names a key id not seen yet (one fetch at
-    /// a time; a key id still unknown after a fetch is refused without fetching again for a
-    /// few seconds).
+    /// the first booking, again when a token names a key id not seen yet, and again once the
+    /// keys are older than `--jwks-max-age-seconds` (one fetch at a time, at most one per
+    /// `--jwks-min-gap-seconds` whatever the key ids).
     #[arg(
         long,
         env = "USHER_JWKS_URL",
@@ -63,9 +65,9 @@ pub struct Config {
     )]
     pub jwks_url: String,
 
-    /// The dispatcher's base URL, for the session API: before a booking the service asks
-    /// whether the entry token's session is still active (`GET /api/session`), and after it
-    /// releases the session (`DELETE /api/session`).
+    /// The dispatcher's base URL, for the session API: a booking consumes the entry token's
+    /// session (`POST /api/session/consume?queue=`) and goes ahead only if this request ended
+    /// it; guarded pages ask whether it is still active (`POST /api/session/touch?queue=`).
     #[arg(
         long,
         env = "USHER_DISPATCHER_URL",
@@ -92,6 +94,27 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     pub load_report_seconds: u64,
+
+    /// The least time between two fetches of the keys, in seconds: a key id still unknown
+    /// within it of the last fetch is refused without fetching, so tokens with made-up key ids
+    /// cannot keep the service fetching. A key published by a rotation is accepted within it.
+    #[arg(
+        long,
+        env = "USHER_JWKS_MIN_GAP_SECONDS",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u64).range(0..=3600)
+    )]
+    pub jwks_min_gap_seconds: u64,
+
+    /// The longest time fetched keys are trusted, in seconds: a key the dispatcher removed
+    /// from its key set stops being accepted within it. At least `--jwks-min-gap-seconds`.
+    #[arg(
+        long,
+        env = "USHER_JWKS_MAX_AGE_SECONDS",
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    pub jwks_max_age_seconds: u64,
 
     /// Deadlines and the connection cap for slow or idle clients.
     #[command(flatten)]
@@ -146,18 +169,34 @@ fn unreachable(e: usher_admission::Error) -> ApiError {
     ApiError::unavailable("cannot reach the dispatcher")
 }
 
-/// `Ok` while the token's session is active: `403` once it has ended, `401` when the
-/// dispatcher does not know the token.
-async fn require_active(app: &App, token: &str) -> Result<(), ApiError> {
-    match app.admission.check(token).await.map_err(unreachable)? {
+fn session_ended() -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, "the entry token's session has ended")
+}
+
+fn other_queue() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "the entry token admits to another queue",
+    )
+}
+
+fn unknown_token() -> ApiError {
+    ApiError::unauthorized("the dispatcher does not know this entry token")
+}
+
+/// `Ok` while the token's session for `queue` is active: `403` once it has ended or for
+/// another queue's token, `401` when the dispatcher does not know the token.
+async fn require_active(app: &App, token: &str, queue: &str) -> Result<(), ApiError> {
+    match app
+        .admission
+        .check_for(token, queue)
+        .await
+        .map_err(unreachable)?
+    {
         SessionStatus::Active(_) => Ok(()),
-        SessionStatus::Ended => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "the entry token's session has ended",
-        )),
-        SessionStatus::Invalid => Err(ApiError::unauthorized(
-            "the dispatcher does not know this entry token",
-        )),
+        SessionStatus::OtherQueue => Err(other_queue()),
+        SessionStatus::Invalid => Err(unknown_token()),
+        _ => Err(session_ended()),
     }
 }
 
@@ -174,7 +213,19 @@ async fn book(
         .verify_for(token, &req.queue)
         .await
         .map_err(refused)?;
-    require_active(&app, token).await?;
+    // One booking per admission: book only if this request ended the session. Of 30
+    // concurrent bookings with one token, the dispatcher tells exactly one it did.
+    match app
+        .admission
+        .consume_for(token, &req.queue)
+        .await
+        .map_err(unreachable)?
+    {
+        Consumption::Consumed(_) => {}
+        Consumption::OtherQueue => return Err(other_queue()),
+        Consumption::Invalid => return Err(unknown_token()),
+        _ => return Err(session_ended()),
+    }
     let booking = Booking {
         booking_id: format!("bk-{:016x}", rand::random::<u64>()),
         queue: req.queue,
@@ -182,8 +233,6 @@ async fn book(
         session: claims.jti,
         seat: req.seat,
     };
-    // One booking per session: release it, so the token cannot book again and the slot frees.
-    app.admission.release(token).await.map_err(unreachable)?;
     tracing::info!(queue = %booking.queue, place = %booking.place, "booked");
     Ok((StatusCode::CREATED, Json(booking)))
 }
@@ -208,7 +257,7 @@ async fn entry(
         .verify_for(&f.token, &f.queue)
         .await
         .map_err(refused)?;
-    require_active(&app, &f.token).await?;
+    require_active(&app, &f.token, &f.queue).await?;
     tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
     // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
     let html = format!(
@@ -235,7 +284,8 @@ fn id_chars(s: &str) -> String {
         .collect()
 }
 
-/// The seats of the token's queue (pretend), behind the admission layer.
+/// The seats of the queue the request names (pretend), behind the admission layer: the token
+/// admits to that queue.
 async fn seats(
     Extension(claims): Extension<Claims>,
     Extension(session): Extension<usher_admission::ActiveSession>,
@@ -256,7 +306,7 @@ async fn count(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
 pub fn router(app: Arc<App>) -> Router {
     let guarded = Router::new()
         .route("/api/seats", get(seats))
-        .route_layer(app.admission.layer().touching());
+        .route_layer(app.admission.layer().touching().queue_from_query("queue"));
     Router::new()
         .route("/api/bookings", post(book))
         .route("/entry", post(entry))
@@ -278,7 +328,14 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let mut admission = Admission::builder(&cfg.dispatcher_url).jwks_url(&cfg.jwks_url);
+    // Any queue: every route names the queue it serves and passes it to the `*_for` calls.
+    let mut admission = Admission::builder(&cfg.dispatcher_url)
+        .jwks_url(&cfg.jwks_url)
+        .any_queue()
+        .jwks_refresh(
+            Duration::from_secs(cfg.jwks_min_gap_seconds),
+            Duration::from_secs(cfg.jwks_max_age_seconds),
+        );
     if let Some(t) = &cfg.service_token {
         admission = admission.service_token(t);
     }

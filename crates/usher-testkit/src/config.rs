@@ -11,7 +11,7 @@ use usher_runtime::LogFormat;
 
 /// The admin token every test dispatcher accepts, labelled [`ADMIN_LABEL`]
 /// ([`dispatcher`], and [`crate::procs::Proc`] for the binary); [`admin_client`] sends it.
-pub const ADMIN_TOKEN: &str = "usher-test-admin-token-7d1c0e9a";
+pub const ADMIN_TOKEN: &str = "usher-test-admin-token-7d1c0e9a5b3f4e21";
 /// The label of [`ADMIN_TOKEN`], as the audit trail names it.
 pub const ADMIN_LABEL: &str = "tests";
 
@@ -109,6 +109,8 @@ pub fn booking(dispatcher_url: &str) -> usher_booking_demo::Config {
         load_backend: None,
         service_token: None,
         load_report_seconds: 2,
+        jwks_min_gap_seconds: 3,
+        jwks_max_age_seconds: 300,
         log_format: Default::default(),
         serve: usher_http::ServeLimits::default(),
     }

@@ -97,7 +97,10 @@ async fn keys_and_sessions_are_fetched_over_https() -> anyhow::Result<()> {
         .add_root_certificate(ca)
         .timeout(T)
         .build()?;
-    let a = Admission::builder(&base).http_client(trusting).build()?;
+    let a = Admission::builder(&base)
+        .audiences(["show"])
+        .http_client(trusting)
+        .build()?;
     let c = a
         .verify(&token)
         .await
@@ -106,7 +109,7 @@ async fn keys_and_sessions_are_fetched_over_https() -> anyhow::Result<()> {
     assert!(matches!(a.check(&token).await?, SessionStatus::Active(_)));
 
     // The certificate is really checked: without the test CA, the keys cannot be fetched.
-    let untrusting = Admission::builder(&base).build()?;
+    let untrusting = Admission::builder(&base).audiences(["show"]).build()?;
     let e = untrusting.verify(&token).await.err();
     assert!(e.as_ref().is_some_and(VerifyError::is_unavailable), "{e:?}");
     assert!(matches!(

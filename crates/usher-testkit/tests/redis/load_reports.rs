@@ -78,9 +78,9 @@ async fn report_load_sets_the_adaptive_rate_and_needs_the_service_token() -> any
 
     // Without the token, or with another one, the report is refused and changes nothing.
     for anonymous in [
-        Admission::builder(d.url()).build()?,
+        Admission::builder(d.url()).any_queue().build()?,
         Admission::builder(d.url())
-            .service_token("not-the-service-token")
+            .service_token("not-the-service-token-0123456789abcdef")
             .build()?,
     ] {
         assert!(

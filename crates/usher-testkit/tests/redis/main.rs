@@ -43,6 +43,7 @@ mod reconnect;
 mod redis_acl;
 mod rotation;
 mod scale;
+mod session_trust;
 mod sessions;
 mod slow_clients;
 mod staging;
