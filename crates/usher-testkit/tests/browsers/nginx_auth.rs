@@ -1,5 +1,6 @@
 //! deploy/nginx/booking-auth.conf with the real nginx: a booking upstream guarded by
-//! `auth_request` against the dispatcher's `GET /api/session`, so nobody goes around the line.
+//! `auth_request` against the dispatcher's `GET /api/session?queue=show`, so nobody goes around
+//! the line, and a single-use booking location (`POST /api/session/consume?queue=show`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -126,7 +127,8 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
         .await?;
     assert_eq!(r.status(), 404);
 
-    // Released (as the booking service does after booking): 403 from then on.
+    // The booking consumed the session (the single-use location); a release changes nothing
+    // (204 every time): 403 from then on.
     let r = reqwest::Client::new()
         .delete(format!("{}/api/session", stack.dispatcher.url()))
         .bearer_auth(&token)
@@ -152,6 +154,65 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
     stack.dispatcher.stop().await?;
     json_error(book(Some(format!("Bearer {other}"))).await?, 503).await?;
     assert_eq!(seen.lock().unwrap_or_else(PoisonError::into_inner).len(), 1);
+    drop(nginx);
+    upstream.stop().await
+}
+
+/// The example's queue is `show`: a token of another queue is refused, and its single-use
+/// location (`POST /api/bookings`, which ends the session as it lets the request through)
+/// lets exactly one of many concurrent bookings with one token reach the booking service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_refuses_other_queues_tokens_and_lets_one_booking_through() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    stack.create_queue("quiet", 50.0).await?;
+    let (upstream, seen) = upstream().await?;
+    let listen = free_addr()?;
+    let nginx = Nginx::start(
+        &config(stack.dispatcher.addr, upstream.addr, listen)?,
+        listen,
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    let seats = |token: &str| {
+        http.get(format!("{}/api/seats", nginx.url()))
+            .bearer_auth(token)
+            .send()
+    };
+    let book = |token: &str| {
+        http.post(format!("{}/api/bookings", nginx.url()))
+            .bearer_auth(token)
+            .json(&json!({"queue": "show", "seat": "A1"}))
+            .send()
+    };
+
+    // A quiet queue's token, genuine and active, is not the show's.
+    let (_, quiet) = admitted(&stack, "quiet").await?;
+    json_error(seats(&quiet).await?, 403).await?;
+    json_error(book(&quiet).await?, 403).await?;
+    let seen_len = || seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+    assert_eq!(seen_len(), 0, "nothing got through: {}", nginx.log());
+
+    // The show's token browses, then books once whatever the number of tries.
+    let (_, token) = admitted(&stack, "show").await?;
+    assert_eq!(seats(&token).await?.status(), 200);
+    let tries: Vec<_> = (0..10).map(|_| book(&token)).collect();
+    let mut statuses = Vec::new();
+    for r in futures::future::join_all(tries).await {
+        statuses.push(r?.status().as_u16());
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 403)),
+        "{statuses:?}"
+    );
+    assert_eq!(seen_len(), 2, "one browse and one booking reached it");
+    // The session ended with the booking.
+    json_error(seats(&token).await?, 403).await?;
     drop(nginx);
     upstream.stop().await
 }
