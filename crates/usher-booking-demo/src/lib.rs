@@ -95,9 +95,10 @@ pub struct Config {
     )]
     pub load_report_seconds: u64,
 
-    /// The least time between two fetches of the keys, in seconds: a key id still unknown
-    /// within it of the last fetch is refused without fetching, so tokens with made-up key ids
-    /// cannot keep the service fetching. A key published by a rotation is accepted within it.
+    /// The least time between two fetches of the keys, in seconds: a request with a key id
+    /// not seen yet waits for the next fetch, due this long after the last one, so tokens with
+    /// made-up key ids cannot keep the service fetching; a key published by a rotation is
+    /// accepted after at most this long.
     #[arg(
         long,
         env = "USHER_JWKS_MIN_GAP_SECONDS",

@@ -165,7 +165,7 @@ async fn the_readme_tour_works_when_pasted() -> anyhow::Result<()> {
             "the tour's output lacks {expected}:\n{transcript}"
         );
     }
-    // The second booking with the same token is refused: the first released the session.
+    // The second booking with the same token is refused: the first consumed the session.
     assert!(
         stdout.contains("403"),
         "a second booking was not refused:\n{transcript}"
