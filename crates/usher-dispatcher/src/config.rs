@@ -54,15 +54,17 @@ pub struct Config {
     /// Bearer tokens of the admin API (`Authorization: Bearer <token>`): `label:token`, several
     /// separated by commas (`alice:…,deploy-bot:…`), so the audit trail names who made each
     /// change; a token without a label is labelled `admin`. Labels are 1 to 64 letters, digits,
-    /// `.`, `_` or `-`. Required: without it the dispatcher refuses to start, unless
-    /// `USHER_DEV=1`.
+    /// `.`, `_` or `-`; each token (after the `label:`) has at least 32 characters (e.g.
+    /// `openssl rand -hex 32`), or the dispatcher refuses to start. Required: without it the
+    /// dispatcher refuses to start, unless `USHER_DEV=1`.
     #[arg(long, env = "USHER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
     /// Bearer token booking services send with their load reports (`PUT
     /// /api/backends/{name}/load`, for queues with an adaptive rate); separate from the admin
-    /// token, so a booking service cannot reconfigure queues. When unset, every load report is
-    /// refused with 401 (and a warning is logged once), so adaptive queues admit nobody.
+    /// token, so a booking service cannot reconfigure queues. At least 32 characters, or the
+    /// dispatcher refuses to start. When unset, every load report is refused with 401 (and a
+    /// warning is logged once), so adaptive queues admit nobody.
     #[arg(long, env = "USHER_SERVICE_TOKEN", hide_env_values = true)]
     pub service_token: Option<String>,
 

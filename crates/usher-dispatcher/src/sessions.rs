@@ -17,6 +17,7 @@
 //!   number of concurrent calls exactly one gets `200`.
 //!   (`session_trust::consume_ends_a_session_once_whoever_asks_at_the_same_time`)
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -81,6 +82,12 @@ impl Bearer {
 
 fn ended_error() -> ApiError {
     ApiError::new(StatusCode::GONE, "the session has ended")
+}
+
+/// The query, or a JSON `400` (e.g. `queue` given twice).
+fn for_queue(q: Result<Query<ForQueue>, QueryRejection>) -> Result<ForQueue, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
 }
 
 fn other_queue() -> ApiError {
@@ -150,6 +157,7 @@ async fn bearer(
     responses(
         (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
@@ -157,10 +165,10 @@ async fn bearer(
 )]
 async fn status(
     State(st): State<AppState>,
-    Query(q): Query<ForQueue>,
+    q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &q).await?;
+    let b = bearer(&st, &headers, &for_queue(q)?).await?;
     let s = st
         .store
         .session(&b.queue, b.place, now_ms())
@@ -180,6 +188,7 @@ async fn status(
     responses(
         (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended.", body = ErrorBody),
@@ -187,10 +196,10 @@ async fn status(
 )]
 async fn touch(
     State(st): State<AppState>,
-    Query(q): Query<ForQueue>,
+    q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &q).await?;
+    let b = bearer(&st, &headers, &for_queue(q)?).await?;
     let s = st
         .store
         .touch_session(&b.queue, b.place, now_ms(), b.cap_ms)
@@ -221,6 +230,7 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
     responses(
         (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session had ended already: consumed or released by another call, expired, or the token is past its `exp`. Do not book.", body = ErrorBody),
@@ -228,10 +238,10 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
 )]
 async fn consume(
     State(st): State<AppState>,
-    Query(q): Query<ForQueue>,
+    q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &q).await?;
+    let b = bearer(&st, &headers, &for_queue(q)?).await?;
     let ended = st
         .store
         .end_session(&b.queue, b.place, now_ms())
@@ -256,16 +266,17 @@ async fn consume(
     responses(
         (status = 204, description = "The session has ended (idempotent): its slot is free, and a resume of its place gets `closed` `session_ended`."),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]
 async fn release(
     State(st): State<AppState>,
-    Query(q): Query<ForQueue>,
+    q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let b = match bearer(&st, &headers, &q).await {
+    let b = match bearer(&st, &headers, &for_queue(q)?).await {
         Ok(b) => b,
         // Past its cap the session has ended anyway: releasing it again is a no-op.
         Err(e) if e.status == StatusCode::GONE => return Ok(StatusCode::NO_CONTENT),

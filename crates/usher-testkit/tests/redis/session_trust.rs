@@ -152,6 +152,15 @@ async fn a_quiet_queues_token_is_refused_by_the_busy_queues_checks() -> anyhow::
     assert!(msg.contains("queue"), "{msg}");
     json_error(consume(&stack, &token, Some("busy")).await?, 403).await?;
     assert_eq!(check(&stack, &token, Some("quiet")).await?.status(), 200);
+    let twice = plain()
+        .get(format!(
+            "{}/api/session?queue=quiet&queue=busy",
+            stack.dispatcher.url()
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    json_error(twice, 400).await?;
 
     // The demo booking service: its routes take the queue.
     let booking = stack.booking.as_ref().expect("booking").url();
