@@ -12,13 +12,16 @@ use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
+use usher_core::draw::{EntrantHash, Seed};
+use usher_core::ids::QueueId;
+use usher_core::store::{DrawOutcome, DrawPrep, Joined, QueueConfig, Store};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::browser::Browser;
 use usher_testkit::line::{data, PAUSED, T};
 use usher_testkit::sse::SseItem;
 use usher_testkit::stack::{self, Stack, StackOptions};
 use usher_testkit::wait::{eventually, eventually_within, Seen};
-use usher_testkit::SseClient;
+use usher_testkit::{RedisServer, SseClient};
 
 /// `PUT /admin/queues/{queue}` with `body`: (status, JSON answer).
 async fn put(stack: &Stack, queue: &str, body: Value) -> anyhow::Result<(u16, Value)> {
@@ -193,30 +196,30 @@ async fn absent_entrants_are_drawn_after_every_present_one() -> anyhow::Result<(
     let out = python_check(&record)?;
     assert_eq!(
         out.trim(),
-        format!("draw verified: {PRESENT} present and {ABSENT} absent entrants")
+        format!(
+            "draw verified: {} entrants ({ABSENT} absent, drawn last)",
+            PRESENT + ABSENT
+        )
     );
 
     // The line follows: present browsers stand at 1..=PRESENT in drawn order, and each
     // absent ticket resumed after the draw stands behind all of them.
     let position = |b: &Browser| b.seen().positions.last().map(|p| p.1);
-    eventually(
-        "each present browser at its drawn rank",
-        async || {
-            let at: Vec<_> = present
-                .iter()
-                .map(|b| (position(b), b.seen().ticket.map(|t| entrant(&t))))
-                .collect();
-            let ok = at.iter().all(|(p, h)| {
-                let rank = want_present.iter().position(|w| Some(w) == h.as_ref());
-                p.is_some() && *p == rank.map(|r| r as u64 + 1)
-            });
-            if ok {
-                Ok(())
-            } else {
-                Err(Seen(at))
-            }
-        },
-    )
+    eventually("each present browser at its drawn rank", async || {
+        let at: Vec<_> = present
+            .iter()
+            .map(|b| (position(b), b.seen().ticket.map(|t| entrant(&t))))
+            .collect();
+        let ok = at.iter().all(|(p, h)| {
+            let rank = want_present.iter().position(|w| Some(w) == h.as_ref());
+            p.is_some() && *p == rank.map(|r| r as u64 + 1)
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(Seen(at))
+        }
+    })
     .await?;
     for t in &absent {
         let rank = want_absent
@@ -295,5 +298,63 @@ async fn max_entrants_refuses_the_next_entrant_with_a_clear_event() -> anyhow::R
     }
     let (status, v) = put(&stack, Q, json!({"max_entrants": null})).await?;
     assert_eq!((status, &v["max_entrants"]), (200, &Value::Null), "{v}");
+    Ok(())
+}
+
+/// Upgrade: a pre-queue written by the previous version (no `pre_away` set: every entrant
+/// reads as present) draws exactly as before, in one group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_queue_of_the_previous_version_draws_as_before() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("upgraded")?;
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    let seed = Seed::generate();
+    store
+        .schedule(&q, Some(now_ms() + 3_600_000), &seed)
+        .await?;
+    let Joined::Scheduled { last, count, .. } = store.join_many(&q, 0, now_ms(), 30).await? else {
+        anyhow::bail!("joins did not go to the pre-queue");
+    };
+    let entrants: Vec<_> = (last + 1 - count..=last)
+        .map(|p| {
+            let p = usher_core::ids::PlaceId(p);
+            (p, EntrantHash::of_ticket(&format!("upgraded.{}.old", p.0)))
+        })
+        .collect();
+    store.record_entrants(&q, &entrants).await?;
+    assert!(store.schedule(&q, Some(now_ms()), &seed).await?);
+    let lease = store
+        .acquire_lease(&q, "replica-a", Duration::from_secs(60))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no lease"))?;
+    let DrawPrep::Ready(due) = store.prepare_draw(&q, &lease, 60_000, now_ms()).await? else {
+        anyhow::bail!("the draw is not ready");
+    };
+    let expected: Vec<EntrantHash> = seed
+        .order(None, entrants.iter().map(|(p, h)| (*h, *p)).collect())
+        .into_iter()
+        .map(|(h, _)| h)
+        .collect();
+    let recorded = due.recorded;
+    assert!(due.absent.is_empty(), "no pre_away set: nobody is absent");
+    let order = due.order();
+    let outcome = store
+        .run_draw(
+            &q,
+            &lease,
+            60_000,
+            now_ms(),
+            recorded,
+            &order.entrants,
+            order.absent,
+        )
+        .await?;
+    assert!(
+        matches!(outcome, DrawOutcome::Done { drawn: 30, .. }),
+        "{outcome:?}"
+    );
+    let (present, absent) = store.drawn_groups(&q).await?;
+    assert_eq!((present, absent), (expected, Vec::new()));
     Ok(())
 }
