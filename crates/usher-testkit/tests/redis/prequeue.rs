@@ -58,7 +58,7 @@ async fn drawn(stack: &Stack, queue: &str) -> anyhow::Result<Value> {
 
 /// What a stream request got: its first event, or a `retry:` and the end.
 enum Answer {
-    Event(usher_sse::Event, usher_testkit::sse::SseConn),
+    Event(usher_sse::Event, Box<usher_testkit::sse::SseConn>),
     Retry,
 }
 
@@ -70,7 +70,7 @@ async fn open(c: &SseClient, queue: &str, ticket: Option<&str>) -> anyhow::Resul
     let mut retry = false;
     loop {
         match conn.next_item(T).await? {
-            Some(SseItem::Event(e)) => return Ok(Answer::Event(e, conn)),
+            Some(SseItem::Event(e)) => return Ok(Answer::Event(e, Box::new(conn))),
             Some(SseItem::Retry(_)) => retry = true,
             Some(SseItem::Comment(_)) => {}
             None if retry => return Ok(Answer::Retry),
