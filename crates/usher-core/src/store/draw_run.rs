@@ -303,7 +303,7 @@ impl Store {
             let end = i * DRAW_STEP + step.len();
             let step_absent = end - absent_from.clamp(i * DRAW_STEP, end);
             match self
-                .step(q, lease, lease_ttl_ms, now_ms, recorded, step, step_absent)
+                .draw_step_with_absent(q, lease, lease_ttl_ms, now_ms, recorded, step, step_absent)
                 .await?
             {
                 DrawStep::Placed { placed, first: f } => {
@@ -370,13 +370,14 @@ impl Store {
         recorded: u64,
         step: &[(EntrantHash, PlaceId)],
     ) -> Result<DrawStep> {
-        self.step(q, lease, lease_ttl_ms, now_ms, recorded, step, 0)
+        self.draw_step_with_absent(q, lease, lease_ttl_ms, now_ms, recorded, step, 0)
             .await
     }
 
-    /// [`Store::draw_step`] whose last `absent` entrants are absent ones.
+    /// [`Store::draw_step`] whose last `absent` entrants are absent ones (counted in meta
+    /// `draw_absent`, so the record knows where its absent group starts).
     #[allow(clippy::too_many_arguments)]
-    async fn step(
+    pub async fn draw_step_with_absent(
         &self,
         q: &QueueId,
         lease: &Lease,

@@ -358,3 +358,127 @@ async fn a_pre_queue_of_the_previous_version_draws_as_before() -> anyhow::Result
     assert_eq!((present, absent), (expected, Vec::new()));
     Ok(())
 }
+
+/// A draw interrupted inside its absent group goes on there: the gateways' disconnect marks
+/// (`Store::mark_away` on pre-queue places) split the entrants, the first step records the
+/// present group and part of the absent one, and the next lease holder finishes the absent
+/// group in order. The record's groups and the line come out as one uninterrupted draw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_interrupted_among_the_absent_goes_on_there() -> anyhow::Result<()> {
+    use usher_core::ids::PlaceId;
+    use usher_core::store::{DrawStep, PlaceState, DRAW_STEP};
+    const N: u64 = 1_500;
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("interrupted")?;
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    let seed = Seed::generate();
+    store
+        .schedule(&q, Some(now_ms() + 3_600_000), &seed)
+        .await?;
+    let mut places = Vec::new();
+    for _ in 0..N / 500 {
+        let Joined::Scheduled { last, count, .. } = store.join_many(&q, 0, now_ms(), 500).await?
+        else {
+            anyhow::bail!("joins did not go to the pre-queue");
+        };
+        let batch: Vec<_> = (last + 1 - count..=last)
+            .map(|p| {
+                (
+                    PlaceId(p),
+                    EntrantHash::of_ticket(&format!("interrupted.{p}.t")),
+                )
+            })
+            .collect();
+        store.record_entrants(&q, &batch).await?;
+        places.extend(batch);
+    }
+    // Every other entrant's browser went away (gateway 0 holds them all), and one came back.
+    let away: Vec<PlaceId> = places.iter().step_by(2).map(|(p, _)| *p).collect();
+    assert_eq!(
+        store.mark_away(&q, &away, 0, now_ms()).await?,
+        away.len() as u64
+    );
+    assert!(matches!(
+        store.resume(&q, away[0], 0, now_ms()).await?,
+        PlaceState::Scheduled { .. }
+    ));
+    let absent_n = away.len() - 1;
+    assert!(store.schedule(&q, Some(now_ms()), &seed).await?);
+    let lease = store
+        .acquire_lease(&q, "replica-a", Duration::from_secs(60))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no lease"))?;
+    let DrawPrep::Ready(due) = store.prepare_draw(&q, &lease, 60_000, now_ms()).await? else {
+        anyhow::bail!("the draw is not ready");
+    };
+    assert_eq!(
+        (due.entrants.len(), due.absent.len()),
+        (N as usize - absent_n, absent_n)
+    );
+    let whole = due.order();
+    assert_eq!(whole.absent, absent_n);
+    let present_n = N as usize - absent_n;
+    assert!(
+        present_n < DRAW_STEP,
+        "the first step reaches into the absent group"
+    );
+
+    // One step, then the replica stops.
+    let first = &whole.entrants[..DRAW_STEP];
+    let step = store
+        .draw_step_with_absent(
+            &q,
+            &lease,
+            60_000,
+            now_ms(),
+            0,
+            first,
+            DRAW_STEP - present_n,
+        )
+        .await?;
+    assert!(matches!(step, DrawStep::Placed { placed, .. } if placed == DRAW_STEP as u64));
+    // The next holder reads what is left: absent entrants only, after the last recorded.
+    let DrawPrep::Ready(again) = store.prepare_draw(&q, &lease, 60_000, now_ms()).await? else {
+        anyhow::bail!("the draw is not ready again");
+    };
+    assert!(
+        again.entrants.is_empty(),
+        "every present entrant was placed"
+    );
+    let recorded = again.recorded;
+    let rest = again.order();
+    assert_eq!(rest.entrants, whole.entrants[DRAW_STEP..].to_vec());
+    assert_eq!(rest.absent, rest.entrants.len());
+    let outcome = store
+        .run_draw(
+            &q,
+            &lease,
+            60_000,
+            now_ms(),
+            recorded,
+            &rest.entrants,
+            rest.absent,
+        )
+        .await?;
+    assert!(matches!(outcome, DrawOutcome::Done { .. }), "{outcome:?}");
+
+    let hashes = |s: &[(EntrantHash, PlaceId)]| s.iter().map(|e| e.0).collect::<Vec<_>>();
+    let (present, absent) = store.drawn_groups(&q).await?;
+    assert_eq!(present, hashes(&whole.entrants[..present_n]));
+    assert_eq!(absent, hashes(&whole.entrants[present_n..]));
+    // In line: the last present entrant, then the first absent one.
+    for (i, (_, place)) in whole
+        .entrants
+        .iter()
+        .enumerate()
+        .skip(present_n - 1)
+        .take(2)
+    {
+        match store.status(&q, *place, now_ms()).await? {
+            PlaceState::Waiting { position, .. } => assert_eq!(position, i as u64 + 1),
+            other => anyhow::bail!("{place:?} is {other:?}"),
+        }
+    }
+    Ok(())
+}
