@@ -8,7 +8,10 @@
 //!   ASCII bytes of its lowercase hex); with a public randomness beacon (a drand round named
 //!   in advance), the HMAC key is the seed bytes followed by the beacon's bytes;
 //! * entrants are placed in ascending order of their keys compared as bytes (ties, which
-//!   need a SHA-256 collision, fall back to the hashes' order).
+//!   need a SHA-256 collision, fall back to the hashes' order);
+//! * in two groups: first the entrants whose browsers were there when the draw began, then
+//!   those whose browsers had gone away ([`Presence`]), each group in the order above. A
+//!   pre-queue stuffed with joins that then hang up lands behind every real browser.
 //!
 //! A ticket is a bearer credential for its place, so only its hash is ever published.
 
@@ -79,6 +82,53 @@ impl Seed {
             .collect();
         keyed.sort_by_key(|a| (a.0, a.1));
         keyed.into_iter().map(|(_, h, t)| (h, t)).collect()
+    }
+}
+
+/// Whether an entrant's browser was there when the draw began: the draw places every present
+/// entrant before every absent one. A gateway records a pre-queue browser's disconnect, and
+/// a resume clears it (`store::places`); the draw fixes the groups when it begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Presence {
+    Present,
+    Absent,
+}
+
+/// A draw's order: the present entrants, then the absent ones, each group in the seed's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrawnOrder<T> {
+    /// Every entrant in drawn order (with what the caller keeps beside its hash).
+    pub entrants: Vec<(EntrantHash, T)>,
+    /// How many of `entrants`, at the end, are absent.
+    pub absent: usize,
+}
+
+impl Seed {
+    /// The draw's order of `present` and `absent` entrants (see the module's rule), going on
+    /// after `after` (the last entrant recorded, and its group) when a draw interrupted
+    /// half-way is taken up again: a present `after` leaves the rest of the present group
+    /// and the whole absent group; an absent one only the rest of the absent group.
+    pub fn draw<T>(
+        &self,
+        beacon: Option<&[u8]>,
+        present: Vec<(EntrantHash, T)>,
+        absent: Vec<(EntrantHash, T)>,
+        after: Option<(Presence, &EntrantHash)>,
+    ) -> DrawnOrder<T> {
+        let (mut entrants, absent) = match after {
+            Some((Presence::Absent, h)) => (Vec::new(), self.order_after(beacon, absent, Some(h))),
+            Some((Presence::Present, h)) => (
+                self.order_after(beacon, present, Some(h)),
+                self.order(beacon, absent),
+            ),
+            None => (self.order(beacon, present), self.order(beacon, absent)),
+        };
+        let n = absent.len();
+        entrants.extend(absent);
+        DrawnOrder {
+            entrants,
+            absent: n,
+        }
     }
 }
 
@@ -183,6 +233,42 @@ mod tests {
             once,
             "a beacon changes the order"
         );
+    }
+
+    #[test]
+    fn absent_entrants_come_after_every_present_one() {
+        let hashes: Vec<_> = (0..30)
+            .map(|i| (EntrantHash::of_ticket(&format!("q.{i}.mac")), i))
+            .collect();
+        let (present, absent): (Vec<_>, Vec<_>) = hashes.into_iter().partition(|e| e.1 % 3 != 0);
+        let seed = Seed::generate();
+        let whole = seed.draw(None, present.clone(), absent.clone(), None);
+        assert_eq!(whole.absent, absent.len());
+        let mut want = seed.order(None, present.clone());
+        want.extend(seed.order(None, absent.clone()));
+        assert_eq!(
+            whole.entrants, want,
+            "each group in the seed's order, present first"
+        );
+        // Taken up again after a present entrant, then after an absent one.
+        let cut = 5;
+        let rest = seed.draw(
+            None,
+            present.clone(),
+            absent.clone(),
+            Some((Presence::Present, &whole.entrants[cut - 1].0)),
+        );
+        assert_eq!(rest.entrants, whole.entrants[cut..].to_vec());
+        assert_eq!(rest.absent, absent.len());
+        let cut = whole.entrants.len() - 3;
+        let rest = seed.draw(
+            None,
+            present,
+            absent,
+            Some((Presence::Absent, &whole.entrants[cut - 1].0)),
+        );
+        assert_eq!(rest.entrants, whole.entrants[cut..].to_vec());
+        assert_eq!(rest.absent, 3);
     }
 
     #[test]

@@ -39,6 +39,9 @@
 //! | `usher:{q:<id>}:drawn` | hash | pre-queue place id → the place id the draw gave it in the line (the browser keeps its pre-queue ticket; scripts map it) |
 //! | `usher:{q:<id>}:draw` | string | the published draw: the entrant hashes in drawn order, 32 raw bytes each (3.2 MB per 100,000 entrants) |
 //! | `usher:{q:<id>}:drawing` | string | the draw so far: created empty when the draw begins (`lua/draw_begin.lua`; from then on the sale's time and beacon round are fixed), each step's hashes appended (`lua/draw_step.lua`), renamed to `draw` at the end (`lua/draw.lua`); deleted by a close mid-draw; never shown |
+//! | `usher:{q:<id>}:pre_away` | set | pre-queue place ids whose browser went away (`lua/pre_away.lua`, from a gateway's batch of disconnects); a resume removes its id (`lua/resume.lua`, `Store::mark_back`); renamed to `absent` when the draw begins; deleted by the draw's end, a close mid-draw and a new sale. A queue of the previous version has none: every entrant reads as present |
+//! | `usher:{q:<id>}:absent` | set | `pre_away` as it stood when the draw began (`lua/draw_begin.lua`): the entrants the draw puts after every present one, fixed for the whole draw so a draw taken up again splits the entrants alike; deleted with `pre_away` |
+//! | `usher:{q:<id>}:meta` (draw groups) | hash | also `draw_absent`: how many of the record's last hashes are absent entrants (each step adds its own, `lua/draw_step.lua`; absent = 0, as a record of the previous version reads); kept with the published `draw`, removed with it; `max_entrants` (absent = no cap): a pre-queue join beyond it is refused (`lua/join.lua`, `event: pre_queue_full`) |
 //! | `usher:{q:<id>}:meta` (during a draw) | hash | also `draw_began_ms`: when the draw began (the tick admits nobody while it is set; the draw's end stamps the drawn places' grace again if it took long), and `draw_cutoff`: the place counter then (the draw's entrants are the pre-queue places up to it) |
 //!
 //! **Draw pending** (what passthrough admission must check): meta `draw` = `pending`. While
@@ -132,6 +135,9 @@ pub struct QueueKeys {
     pub drawn: String,
     pub draw: String,
     pub drawing: String,
+    /// Pre-queue disconnects, and the absent entrants as the draw fixed them (see the table).
+    pub pre_away: String,
+    pub absent: String,
 }
 
 impl QueueKeys {
@@ -155,6 +161,8 @@ impl QueueKeys {
             drawn: k("drawn"),
             draw: k("draw"),
             drawing: k("drawing"),
+            pre_away: k("pre_away"),
+            absent: k("absent"),
         }
     }
 }
@@ -286,6 +294,8 @@ mod tests {
                 &k.drawn,
                 &k.draw,
                 &k.drawing,
+                &k.pre_away,
+                &k.absent,
                 &k.passed,
                 &k.spent,
             ] {

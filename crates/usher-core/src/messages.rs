@@ -217,6 +217,16 @@ pub struct DrawVoidEvent {
     pub commitment: Option<String>,
 }
 
+/// `event: pre_queue_full` payload: a scheduled sale's pre-queue holds its `max_entrants`
+/// already, so this join took no place (no `id:` line: there is no ticket). The stream then
+/// ends with a `retry:` ten times the usual; the waiting-room page closes it and says so.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PreQueueFullEvent {
+    pub queue: QueueId,
+    /// The queue's cap on pre-queue entrants.
+    pub max_entrants: u64,
+}
+
 /// `event: admitted` payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AdmittedEvent {

@@ -152,6 +152,15 @@
       scheduled(JSON.parse(e.data));
     });
     es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
+    // A scheduled sale's pre-queue holds its `max_entrants`: no place was taken. Say so, and
+    // let the person try again (someone may leave) instead of reconnecting by itself.
+    es.addEventListener("pre_queue_full", () => {
+      es.close();
+      stopCountdown();
+      setConn("connected");
+      setState({ phase: "closed", reason: "pre_queue_full", message: t("pre_queue_full") });
+      button("primary", t("join_again"), () => { forget(); open(); });
+    });
     // The queue asks a proof of work (docs/security.md, "Proof of work"): the stream ends after this
     // event; solve the puzzle it carries, then join with the solution.
     es.addEventListener("challenge", (e) => {

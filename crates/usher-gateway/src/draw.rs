@@ -1,9 +1,11 @@
 //! `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record, for anyone to check
 //! the order (docs/policies.md, "Scheduled sale and the draw").
 //!
-//! `{"queue","status","opens_at","commitment","seed","entrants","beacon","voided"}`: `status`
-//! (`pending`, `done` or `void`), the commitment from the moment the sale is scheduled, the
-//! seed and the entrant hashes (in drawn order) once the draw ran, the public randomness
+//! `{"queue","status","opens_at","commitment","seed","entrants","absent_entrants","beacon","voided"}`:
+//! `status` (`pending`, `done` or `void`), the commitment from the moment the sale is
+//! scheduled, the seed and the entrant hashes once the draw ran (`entrants`: those whose
+//! browsers were there when the draw began, in drawn order; `absent_entrants`: those whose
+//! browsers had gone away, drawn after all of them, in drawn order), the public randomness
 //! beacon mixed in (`{"drand_round","randomness"}`, or `null` when the sale names none), and
 //! a draw voided by a Redis data loss (`{"reason","commitment"}`, or `null`: see
 //! `usher_core::store::PreQueueFate`). A
@@ -18,7 +20,7 @@ use axum::body::Bytes;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use usher_core::draw::VoidReason;
+use usher_core::draw::{EntrantHash, VoidReason};
 use usher_core::ids::QueueId;
 use usher_core::store::{DrawPhase, Schedule, Store};
 use usher_core::time::rfc3339_ms;
@@ -64,8 +66,12 @@ pub(crate) struct DrawRecord<'a> {
     commitment: Option<&'a str>,
     /// The seed (hex); `null` until the draw.
     seed: Option<&'a str>,
-    /// The entrants' hashes (hex) in drawn order; `null` until the draw.
+    /// The hashes (hex) of the entrants whose browsers were there when the draw began, in
+    /// drawn order; `null` until the draw.
     entrants: Option<Vec<String>>,
+    /// The hashes (hex) of the entrants whose browsers had gone away by then, in drawn order
+    /// (placed after every entrant of `entrants`); `null` until the draw.
+    absent_entrants: Option<Vec<String>>,
     /// `null` unless the sale names a drand round.
     beacon: Option<BeaconRecord<'a>>,
     /// `null` unless a draw published earlier was voided by a Redis data loss; it stays
@@ -108,9 +114,9 @@ pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<R
     let body = match draws.get(&q, commitment) {
         Some(b) => b,
         None => {
-            let entrants = store.drawn_entrants(&q).await.map_err(redis_unavailable)?;
-            let hex = entrants.iter().map(|h| h.to_hex()).collect();
-            let b = render(&q, &s, Some(hex));
+            let (present, absent) = store.drawn_groups(&q).await.map_err(redis_unavailable)?;
+            let hex = |g: Vec<EntrantHash>| g.iter().map(|h| h.to_hex()).collect();
+            let b = render(&q, &s, Some((hex(present), hex(absent))));
             draws.put(q, commitment.clone(), b.clone());
             b
         }
@@ -118,7 +124,8 @@ pub(crate) async fn record(store: &Store, draws: &Draws, q: QueueId) -> Result<R
     Ok(([(header::CACHE_CONTROL, "public, max-age=60")], json(body)).into_response())
 }
 
-fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
+fn render(q: &QueueId, s: &Schedule, entrants: Option<(Vec<String>, Vec<String>)>) -> Bytes {
+    let (entrants, absent_entrants) = entrants.unzip();
     let record = DrawRecord {
         queue: q,
         status: s.phase,
@@ -126,6 +133,7 @@ fn render(q: &QueueId, s: &Schedule, entrants: Option<Vec<String>>) -> Bytes {
         commitment: s.commitment.as_deref(),
         seed: s.seed.as_deref(),
         entrants,
+        absent_entrants,
         beacon: s.beacon.as_ref().map(|b| BeaconRecord {
             drand_round: b.drand_round,
             randomness: b.randomness.as_deref(),

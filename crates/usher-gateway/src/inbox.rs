@@ -110,6 +110,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             tracing::debug!(queue = %queue, browsers = n, "notice passed on");
         }
         StreamMessage::Drawn { queue } => {
+            gw.ip_limits().drawn(&queue);
             let n = hub.end_scheduled(&queue, || gw.jittered_retry_ms());
             tracing::info!(queue = %queue, browsers = n, "draw done; pre-queue streams resume");
         }
@@ -197,7 +198,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         PlaceState::Waiting { .. }
         | PlaceState::AdmissionPending
         | PlaceState::Scheduled { .. }
-        | PlaceState::AdmittedNow { .. } => None,
+        | PlaceState::AdmittedNow { .. }
+        // Only a join is answered "full".
+        | PlaceState::PreQueueFull { .. } => None,
     }
 }
 

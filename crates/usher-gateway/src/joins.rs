@@ -237,7 +237,9 @@ async fn drive(shared: Arc<Shared>, q: QueueId) {
             match tx.send(reply) {
                 // The request went away before its place came back: let the place lapse after
                 // the grace period instead of waiting in line for nobody.
-                Err(Ok(PlaceState::Waiting { place, .. })) => shared.away.mark(q.clone(), place),
+                Err(Ok(
+                    PlaceState::Waiting { place, .. } | PlaceState::Scheduled { place, .. },
+                )) => shared.away.mark(q.clone(), place),
                 // ... or give back the session its join admitted, so its slot frees.
                 Err(Ok(PlaceState::AdmittedNow { place })) => {
                     let (store, q) = (shared.store.clone(), q.clone());

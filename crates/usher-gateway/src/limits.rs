@@ -7,7 +7,9 @@
 //!   resume here until its stream ends for good (admitted, closed, gone), or until
 //!   [`PLACE_MEMORY`] after its last stream here ended — so a client that keeps places alive
 //!   by resuming each one now and then, with no connection in between, still has them
-//!   counted.
+//!   counted. A scheduled sale's pre-queue entrant counts until the draw, connected or not
+//!   ([`IpLimits::hold_entrant`]): otherwise one address could add its cap of entrants every
+//!   few minutes for as long as the pre-queue is open.
 //!
 //! The state is this gateway's own: it is never read by a per-queue Redis script (their keys
 //! would have to share a Cluster slot). With several gateways, an address can hold up to the
@@ -75,11 +77,13 @@ struct PlaceUse {
     held: u32,
     /// When its last stream here ended (or it was taken).
     seen: Instant,
+    /// A pre-queue entrant: counts until its queue's draw ([`IpLimits::drawn`]).
+    entrant: bool,
 }
 
 impl PlaceUse {
     fn counts(&self, now: Instant) -> bool {
-        self.held > 0 || now.duration_since(self.seen) < PLACE_MEMORY
+        self.held > 0 || self.entrant || now.duration_since(self.seen) < PLACE_MEMORY
     }
 }
 
@@ -205,19 +209,61 @@ impl IpLimits {
     /// A stream from `ip` holds `place` now: it counts for `ip` until the hold is dropped and
     /// [`PLACE_MEMORY`] has passed, or until [`PlaceHold::finished`].
     pub(crate) fn hold(self: &Arc<Self>, ip: IpKey, q: &QueueId, place: PlaceId) -> PlaceHold {
+        self.hold_as(ip, q, place, false)
+    }
+
+    /// A stream from `ip` holds `place`, a scheduled sale's pre-queue entrant: it counts for
+    /// `ip` until the queue's draw ([`IpLimits::drawn`]), whether a stream holds it or not,
+    /// or until [`PlaceHold::finished`] (it left).
+    pub(crate) fn hold_entrant(
+        self: &Arc<Self>,
+        ip: IpKey,
+        q: &QueueId,
+        place: PlaceId,
+    ) -> PlaceHold {
+        self.hold_as(ip, q, place, true)
+    }
+
+    fn hold_as(
+        self: &Arc<Self>,
+        ip: IpKey,
+        q: &QueueId,
+        place: PlaceId,
+        entrant: bool,
+    ) -> PlaceHold {
         if self.limits.max_places > 0 {
             let mut s = self.lock();
             let e = s.ips.entry(ip).or_default();
             let p = e.places.entry((q.clone(), place)).or_insert(PlaceUse {
                 held: 0,
                 seen: Instant::now(),
+                entrant,
             });
             p.held += 1;
+            // Resumed in line after the draw: an ordinary place from now on.
+            p.entrant = entrant;
         }
         PlaceHold {
             limits: self.clone(),
             ip,
             key: Some((q.clone(), place)),
+        }
+    }
+
+    /// `q`'s draw ran: its pre-queue entrants count as ordinary places from now on (until
+    /// [`PLACE_MEMORY`] after their last stream here ended).
+    pub(crate) fn drawn(&self, q: &QueueId) {
+        if self.limits.max_places == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for e in self.lock().ips.values_mut() {
+            for ((pq, _), p) in e.places.iter_mut() {
+                if p.entrant && pq == q {
+                    p.entrant = false;
+                    p.seen = now;
+                }
+            }
         }
     }
 
@@ -334,6 +380,38 @@ mod tests {
         assert_eq!(l.resume(key(1), &q(), b), Ok(()));
         ha.finished();
         assert_eq!(l.resume(key(1), &q(), c), Ok(()));
+    }
+
+    #[test]
+    fn an_entrant_counts_until_the_draw_however_long_ago_its_stream_ended() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 0,
+            join_burst: 0,
+            max_streams: 0,
+            max_places: 2,
+        }));
+        let other = QueueId::new("q2").expect("a queue id");
+        drop(l.hold_entrant(key(1), &q(), PlaceId(1)));
+        drop(l.hold(key(1), &other, PlaceId(2)));
+        let hour = Instant::now() + Duration::from_secs(3600);
+        let counted_at = |t: Instant| {
+            let s = l.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.ips.get(&key(1)).map_or(0, |e| counted(e, t))
+        };
+        assert_eq!(
+            counted_at(hour),
+            1,
+            "the entrant still counts an hour later"
+        );
+        l.drawn(&other);
+        assert_eq!(counted_at(hour), 1, "another queue's draw changes nothing");
+        l.drawn(&q());
+        assert_eq!(
+            counted_at(Instant::now()),
+            2,
+            "an ordinary place after the draw"
+        );
+        assert_eq!(counted_at(hour), 0, "then forgotten like one");
     }
 
     #[test]

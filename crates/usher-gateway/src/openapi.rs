@@ -11,7 +11,8 @@ use serde::Serialize;
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::QueueId;
 use usher_core::messages::{
-    AdmittedEvent, ClosedEvent, DrawVoidEvent, NoticeEvent, ScheduledEvent, WaitingEvent,
+    AdmittedEvent, ClosedEvent, DrawVoidEvent, NoticeEvent, PreQueueFullEvent, ScheduledEvent,
+    WaitingEvent,
 };
 use usher_http::openapi::ErrorBody;
 use utoipa::{OpenApi, ToSchema};
@@ -68,6 +69,10 @@ pub(crate) enum StreamEvent {
     /// ran and it came back without the committed seed); no `id:`. The stream ends with a
     /// short `retry:`: the resume gets `scheduled` (a new draw is held) or `waiting`.
     DrawVoid { data: DrawVoidEvent },
+    /// A scheduled sale's pre-queue holds its `max_entrants`: this join took no place, no
+    /// `id:`. The stream ends with a `retry:` ten times `USHER_RETRY_MS`; the page closes it
+    /// and says the draw is full. Never sent to a resume.
+    PreQueueFull { data: PreQueueFullEvent },
     /// The queue asks a proof of work and this join brought no good one (`reason`); no place
     /// was taken, no `id:`. Solve `puzzle` and join again with `?pow=<puzzle>.<nonce>`. The
     /// stream ends with a `retry:` ten times `USHER_RETRY_MS`. Never sent to a resume.
@@ -116,7 +121,7 @@ pub(crate) enum StreamItem {
         ("Last-Event-ID" = Option<Ticket>, Header, description = "Sent by `EventSource` itself when it reconnects: the ticket of the last event, which resumes the place (same position, never a second place), on any gateway."),
     ),
     responses(
-        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
+        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `pre_queue_full` (no `id:`): the scheduled sale's pre-queue holds its `max_entrants`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
             content_type = "text/event-stream", body = StreamItem,
             headers(("Cache-Control" = String, description = "`no-cache`"), ("X-Accel-Buffering" = String, description = "`no`: proxies must not buffer the stream"))),
         (status = 400, description = "A malformed queue id, a forged ticket or a ticket of another queue (final: `EventSource` stops).", body = ErrorBody),

@@ -206,7 +206,8 @@ async fn status_handler(
             PlaceStatus::Scheduled(ScheduledEvent::new(q, opens_at_ms))
         }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
-        PlaceState::Gone => return Err(place_gone()),
+        // Only a join is answered "full"; a ticket names a place that was taken.
+        PlaceState::Gone | PlaceState::PreQueueFull { .. } => return Err(place_gone()),
         PlaceState::SessionEnded => PlaceStatus::Closed {
             queue: q,
             reason: CloseReason::SessionEnded,

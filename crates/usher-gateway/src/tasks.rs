@@ -267,6 +267,7 @@ async fn restore_pre_queue(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> 
             .void_scheduled(q, &frame, || gw.jittered_retry_ms());
         tracing::warn!(queue = %q, told, redrawn = ev.commitment.is_some(), "the draw published before redis lost the queue is void");
     } else if fate == PreQueueFate::Drawn {
+        gw.ip_limits().drawn(q);
         gw.hub().end_scheduled(q, || gw.jittered_retry_ms());
     }
     Ok(())

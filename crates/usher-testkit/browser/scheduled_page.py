@@ -114,7 +114,25 @@ def main():
             en_ctx.close()
             ko_ctx.close()
 
-        for s in [countdown, void]:
+        @scenario("a full pre-queue is explained, and no place is taken")
+        def full():
+            admin("PUT", "/admin/queues/full", {"paused": True, "max_entrants": 1})
+            admin("PUT", "/admin/queues/full", {"opens_at": rfc3339(time.time() + 300)})
+            first_ctx, second_ctx = new(), new(viewport=PHONE)
+            first, second = first_ctx.new_page(), second_ctx.new_page()
+            first.goto(GW + "/q/full")
+            wait_state(first, "scheduled")
+            second.goto(GW + "/q/full")
+            wait_state(second, "closed")
+            assert message(second) == "The draw is full: no more places can join it.", \
+                message(second)
+            # The page closed its stream: it does not reconnect by itself, and holds no ticket.
+            assert "ticket" not in second.evaluate("JSON.stringify(localStorage)")
+            shot(second, "pre-queue-full")
+            first_ctx.close()
+            second_ctx.close()
+
+        for s in [countdown, void, full]:
             s()
         browser.close()
     print("RESULT ok " + json.dumps(passed), flush=True)

@@ -77,6 +77,7 @@ const DISPATCHER: &[&str] = &[
     "+hincrby",
     "+sadd",
     "+smembers",
+    "+smismember",
     "+srem",
     "+zadd",
     "+zrem",
@@ -136,4 +137,6 @@ const GATEWAY: &[&str] = &[
     "+xinfo|groups",
     "+xlen",
     "+zremrangebyscore",
+    "+sadd",
+    "+srem",
 ];

@@ -8,7 +8,8 @@
 -- 2. The pre-queue places no step named (they joined after the draw began, or their browser
 --    never got its ticket: no entrant hash) follow, FIFO, 1,000 a call.
 -- 3. When none are left, the draw is published and done.
--- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, draw, entrants   (one hash tag)
+-- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, draw, entrants, pre_away,
+--       absent   (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects,
 --       the stamping cursor ('0' to start; 'done' once stamped or not needed)
 -- The gateways end the pre-queue streams at the draw (their browsers resume at once and see
@@ -45,7 +46,7 @@ local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order, no
 if redis.call('ZCARD', KEYS[3]) > 0 then return {DRAW_MORE, 'done', #order, first} end
 -- UNLINK: the entrants hash (one field per entrant) is freed in the background, not while
 -- this script holds Redis.
-redis.call('UNLINK', KEYS[3], KEYS[10])
+redis.call('UNLINK', KEYS[3], KEYS[10], KEYS[11], KEYS[12])
 redis.call('RENAME', KEYS[7], KEYS[9])
 redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff')
 redis.call('HSET', KEYS[1], 'draw', 'done')

@@ -3,7 +3,8 @@
 -- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease   (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes before this step,
 --       this step's pre-queue place ids in drawn order (comma-separated), their entrant
---       hashes in that order (32 raw bytes each)
+--       hashes in that order (32 raw bytes each), how many of them (the last ones) are
+--       absent entrants
 -- Lua has no HMAC, so the dispatcher computes the order (usher_core::draw) from the pre-queue
 -- and the seed it read, and applies it in steps of a bounded size: one script holds Redis
 -- for a step (milliseconds), never for the whole pre-queue (seconds at 100,000 entrants),
@@ -35,4 +36,8 @@ end
 local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], order,
   tonumber(ARGV[3]), grace_ms)
 redis.call('APPEND', KEYS[7], ARGV[6])
+-- The record lists the present entrants, then the absent ones: meta `draw_absent` counts the
+-- absent hashes at its end (0 or missing: all present, as a draw of the previous version).
+local absent = tonumber(ARGV[7]) or 0
+if absent > 0 then redis.call('HINCRBY', KEYS[1], 'draw_absent', absent) end
 return {DRAW_DONE, #order, first}

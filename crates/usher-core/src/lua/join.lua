@@ -8,8 +8,10 @@
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
 -- were admitted in this call (passthrough), the others wait, and the last is at position
--- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms} when they went to a scheduled sale's
--- pre-queue.
+-- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms, taken, max_entrants or 0} when they went
+-- to a scheduled sale's pre-queue: the first `taken` joins of the batch took a place, the
+-- others found the pre-queue full (meta `max_entrants`); or {PLACE_PRE_QUEUE_FULL,
+-- max_entrants} when none did.
 --
 -- Proof of work (meta `challenge` = `pow`): a join takes a place only with a proof whose
 -- difficulty is at least `pow_difficulty` and whose puzzle id is not in `spent` yet (added
@@ -59,14 +61,20 @@ end
 -- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
 -- (below) admits nobody: this block comes first and returns.
 if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
-  local last = redis.call('INCRBY', KEYS[2], n)
+  -- A cap on entrants (meta `max_entrants`): the joins beyond it take no place.
+  local cap = tonumber(redis.call('HGET', KEYS[1], 'max_entrants'))
+  local taken = n
+  if cap then taken = math.max(math.min(n, cap - redis.call('ZCARD', KEYS[8])), 0) end
+  if taken == 0 then return {PLACE_PRE_QUEUE_FULL, cap, verdicts} end
+  local last = redis.call('INCRBY', KEYS[2], taken)
   local pre = {}
-  for seq = last - n + 1, last do
+  for seq = last - taken + 1, last do
     pre[#pre + 1] = seq
     pre[#pre + 1] = member_of(seq, gw)
   end
   redis.call('ZADD', KEYS[8], unpack(pre))
-  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), verdicts}
+  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), taken,
+    cap or 0, verdicts}
 end
 local last = redis.call('INCRBY', KEYS[2], n)
 local first = last - n + 1

@@ -1,5 +1,6 @@
 -- Resume the place a ticket names, for a browser now held by this gateway.
--- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn   (one hash tag)
+-- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away
+--       (one hash tag)
 -- ARGV: place, gateway index, now ms, gws ttl ms
 -- Returns
 --   {PLACE_ADMITTED, record}     admitted, the session still valid (record = tokens value)
@@ -28,6 +29,8 @@ if pre then
     redis.call('ZREM', KEYS[9], pre)
     redis.call('ZADD', KEYS[9], seq, mine_pre)
   end
+  -- Its browser is back: present at the draw (pre_away.lua).
+  redis.call('SREM', KEYS[11], ARGV[1])
   return {PLACE_SCHEDULED, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), held_by}
 end
 local mine = member_of(seq, tonumber(ARGV[2]))

@@ -1,5 +1,5 @@
 -- Schedule a queue's sale for `opens_at` (the admin API), or unschedule it.
--- KEYS: meta, pre, entrants, drawn, draw, drawing   (one hash tag: {q:<id>})
+-- KEYS: meta, pre, entrants, drawn, draw, drawing, pre_away, absent   (one hash tag: {q:<id>})
 -- ARGV: opens_at ms ('' = unschedule), seed (hex), commitment (hex)
 -- Rules: while a draw is pending, a new time moves it and keeps the seed (a seed chosen after
 -- people joined could be picked to suit them), and unscheduling is refused; once the draw has
@@ -13,7 +13,7 @@ local m = redis.call('HMGET', KEYS[1], 'draw', 'opens_at_ms')
 if ARGV[1] == '' then
   if m[1] == 'pending' then return {SCHEDULE_DRAW_PENDING} end
   redis.call('HDEL', KEYS[1], 'opens_at_ms', 'draw', 'draw_seed', 'draw_commitment',
-    'draw_beacon_round', 'draw_beacon', 'draw_void', 'draw_void_commitment')
+    'draw_beacon_round', 'draw_beacon', 'draw_void', 'draw_void_commitment', 'draw_absent')
   redis.call('DEL', KEYS[4], KEYS[5])
   return {SCHEDULE_SET}
 end
@@ -23,9 +23,9 @@ if m[1] == 'pending' then
   return {SCHEDULE_SET}
 end
 if m[1] == 'done' and m[2] == ARGV[1] then return {SCHEDULE_SET} end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('HDEL', KEYS[1], 'draw_beacon_round', 'draw_beacon', 'draw_void',
-  'draw_void_commitment', 'draw_began_ms', 'draw_cutoff')
+  'draw_void_commitment', 'draw_began_ms', 'draw_cutoff', 'draw_absent')
 redis.call('HSET', KEYS[1], 'opens_at_ms', ARGV[1], 'draw', 'pending', 'draw_seed', ARGV[2],
   'draw_commitment', ARGV[3])
 return {SCHEDULE_SET}

@@ -45,6 +45,10 @@ pub struct QueueConfig {
     pub opens_at: Option<String>,
     /// Most sessions active at once (`null`: no cap). A tick admits at most the free slots.
     pub max_active: Option<u64>,
+    /// Most entrants a scheduled sale's pre-queue takes (`null`: no cap); a join beyond it
+    /// gets `event: pre_queue_full` and no place.
+    #[serde(default)]
+    pub max_entrants: Option<u64>,
     /// Whether a joiner is admitted in the join itself when nobody waits, a slot is free and
     /// the token bucket (shared with the tick) has a token.
     pub passthrough: bool,
@@ -74,6 +78,7 @@ impl Default for QueueConfig {
             paused: false,
             opens_at: None,
             max_active: None,
+            max_entrants: None,
             passthrough: true,
             adaptive: None,
             challenge: Challenge::None,
@@ -136,6 +141,7 @@ impl Store {
                 .and_then(|t| t.parse().ok())
                 .map(crate::time::rfc3339_ms),
             max_active: v.get("max_active").and_then(|s| s.parse().ok()),
+            max_entrants: v.get("max_entrants").and_then(|s| s.parse().ok()),
             // Queues stored before the field existed keep queueing everyone.
             passthrough: flag("passthrough"),
             adaptive: v.get("adaptive").and_then(|s| serde_json::from_str(s).ok()),
@@ -184,6 +190,7 @@ impl Store {
             .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
         for (field, value) in [
             ("max_active", cfg.max_active.map(|m| m.to_string())),
+            ("max_entrants", cfg.max_entrants.map(|m| m.to_string())),
             ("adaptive", adaptive),
         ] {
             let cmd = match &value {
@@ -299,6 +306,8 @@ impl Store {
             .key(&k.pre)
             .key(&k.entrants)
             .key(&k.drawing)
+            .key(&k.pre_away)
+            .key(&k.absent)
             .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;

@@ -111,6 +111,8 @@ impl Store {
             .key(&k.drawn)
             .key(&k.draw)
             .key(&k.drawing)
+            .key(&k.pre_away)
+            .key(&k.absent)
             .arg(opens_at_ms.map(|t| t.to_string()).unwrap_or_default())
             .arg(seed.to_hex())
             .arg(seed.commitment())
@@ -278,20 +280,43 @@ impl Store {
         }
     }
 
-    /// The entrant hashes of `q`'s last draw, in drawn order (empty before any draw).
+    /// The entrant hashes of `q`'s last draw, in drawn order (empty before any draw): the
+    /// present entrants, then the absent ones (see [`Store::drawn_groups`]).
     pub async fn drawn_entrants(&self, q: &QueueId) -> Result<Vec<EntrantHash>> {
+        let (mut present, absent) = self.drawn_groups(q).await?;
+        present.extend(absent);
+        Ok(present)
+    }
+
+    /// The entrant hashes of `q`'s last draw in its two groups, each in drawn order: those
+    /// whose browsers were there when the draw began, and those whose browsers had gone away
+    /// (placed after all of them). A draw of the previous version has no absent group.
+    pub async fn drawn_groups(&self, q: &QueueId) -> Result<(Vec<EntrantHash>, Vec<EntrantHash>)> {
         let k = QueueKeys::new(q);
-        let blob: Option<Vec<u8>> = redis::cmd("GET")
+        let (blob, absent): (Option<Vec<u8>>, Option<usize>) = redis::pipe()
+            .cmd("GET")
             .arg(&k.draw)
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("draw_absent")
             .query_async(&mut self.c())
             .await?;
         let blob = blob.unwrap_or_default();
         if !blob.len().is_multiple_of(32) {
             return Err(protocol(format!("draw record of {} bytes", blob.len())));
         }
-        Ok(blob
+        let mut present: Vec<EntrantHash> = blob
             .chunks_exact(32)
             .filter_map(EntrantHash::from_bytes)
-            .collect())
+            .collect();
+        let absent = absent.unwrap_or(0);
+        if absent > present.len() {
+            return Err(protocol(format!(
+                "draw record of {} entrants with {absent} absent",
+                present.len()
+            )));
+        }
+        let absent = present.split_off(present.len() - absent);
+        Ok((present, absent))
     }
 }

@@ -9,6 +9,12 @@
 //! lease, a Redis error, a request re-sent by the client) stays pending and is taken up again
 //! from what Redis holds: the places still in the pre-queue and the last hash recorded
 //! ([`crate::draw::Seed::order_after`]).
+//!
+//! The entrants come in two groups ([`Presence`]): those whose browsers were there when the
+//! draw began, then those recorded away (`pre_away`, fixed as `absent` by
+//! `lua/draw_begin.lua`). Each step tells how many of its hashes are absent, so the record
+//! knows where the second group starts (meta `draw_absent`), and a draw taken up again knows
+//! which group its last recorded entrant was in.
 
 use redis::Value;
 
@@ -18,7 +24,7 @@ use super::draw::{Beacon, DrawPhase};
 use super::reply::DrawStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
-use crate::draw::{EntrantHash, Seed};
+use crate::draw::{DrawnOrder, EntrantHash, Presence, Seed};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
 
@@ -27,19 +33,37 @@ use crate::keys::QueueKeys;
 /// long (BENCHMARKS.md, "Scheduled sale: the draw").
 pub const DRAW_STEP: usize = 1_000;
 
+/// Pre-queue entrants, present and absent.
+type Entrants = (Vec<(EntrantHash, PlaceId)>, Vec<(EntrantHash, PlaceId)>);
+
 /// A draw ready to run: see [`Store::prepare_draw`].
 #[derive(Debug)]
 pub struct DueDraw {
     pub seed: Seed,
     /// The beacon's randomness, when the sale names one.
     pub beacon: Option<Vec<u8>>,
-    /// Pre-queue places with their entrant hashes, in no particular order.
+    /// Pre-queue places with their entrant hashes whose browsers were there when the draw
+    /// began, in no particular order.
     pub entrants: Vec<(EntrantHash, PlaceId)>,
+    /// Those whose browsers had gone away (`pre_away`), in no particular order: drawn after
+    /// every present one.
+    pub absent: Vec<(EntrantHash, PlaceId)>,
     /// The last entrant recorded when the draw was interrupted between its steps: it goes on
     /// after it ([`crate::draw::Seed::order_after`]).
     pub after: Option<EntrantHash>,
+    /// The group of `after`.
+    pub after_group: Presence,
     /// The record's length so far, in bytes (32 per entrant recorded).
     pub recorded: u64,
+}
+
+impl DueDraw {
+    /// The rest of the draw's order (all of it unless taken up again): see [`Seed::draw`].
+    pub fn order(self) -> DrawnOrder<PlaceId> {
+        let after = self.after.as_ref().map(|h| (self.after_group, h));
+        self.seed
+            .draw(self.beacon.as_deref(), self.entrants, self.absent, after)
+    }
 }
 
 /// What [`Store::prepare_draw`] found.
@@ -136,6 +160,8 @@ impl Store {
                 .key(&k.drawing)
                 .key(&k.lease)
                 .key(&k.seq)
+                .key(&k.pre_away)
+                .key(&k.absent)
                 .arg(&lease.value)
                 .arg(lease_ttl_ms)
                 .arg(now_ms)
@@ -150,18 +176,22 @@ impl Store {
                 DrawStep::Stale => return Ok(DrawPrep::Stale),
             }
         }
-        let (recorded, tail, cutoff): (u64, Vec<u8>, Option<u64>) = redis::pipe()
-            .cmd("STRLEN")
-            .arg(&k.drawing)
-            .cmd("GETRANGE")
-            .arg(&k.drawing)
-            .arg(-32)
-            .arg(-1)
-            .cmd("HGET")
-            .arg(&k.meta)
-            .arg("draw_cutoff")
-            .query_async(&mut self.c())
-            .await?;
+        let (recorded, tail, cutoff, absent_recorded): (u64, Vec<u8>, Option<u64>, Option<u64>) =
+            redis::pipe()
+                .cmd("STRLEN")
+                .arg(&k.drawing)
+                .cmd("GETRANGE")
+                .arg(&k.drawing)
+                .arg(-32)
+                .arg(-1)
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("draw_cutoff")
+                .cmd("HGET")
+                .arg(&k.meta)
+                .arg("draw_absent")
+                .query_async(&mut self.c())
+                .await?;
         // No cutoff: the queue was closed since the draw began (a close mid-draw drops it with
         // the record); the draw waits for the queue to reopen.
         let Some(cutoff) = cutoff else {
@@ -176,27 +206,32 @@ impl Store {
                 ))
             })?),
         };
-        let entrants = self.pre_queue_entrants(&k, cutoff).await?;
+        // Absent entrants are recorded after every present one: once any is, the last
+        // recorded entrant is absent.
+        let after_group = match absent_recorded {
+            Some(1..) => Presence::Absent,
+            _ => Presence::Present,
+        };
+        let (entrants, absent) = self.pre_queue_entrants(&k, cutoff).await?;
         Ok(DrawPrep::Ready(DueDraw {
             seed,
             beacon,
             entrants,
+            absent,
             after,
+            after_group,
             recorded,
         }))
     }
 
     /// The pre-queue places of `k`'s queue up to place id `cutoff` (those taken before the
-    /// draw began) with an entrant hash, read in pages of [`DRAW_STEP`] (by place id, then
-    /// their hashes), so no read holds Redis for long. The pages are not one snapshot: a
+    /// draw began) with an entrant hash, present and absent (in `absent`), read in pages of
+    /// [`DRAW_STEP`] (by place id, then their hashes and absence), so no read holds Redis
+    /// for long. The pages are not one snapshot: a
     /// place that leaves meanwhile may be read (the draw skips it); later places go FIFO
     /// behind the drawn ones.
-    async fn pre_queue_entrants(
-        &self,
-        k: &QueueKeys,
-        cutoff: u64,
-    ) -> Result<Vec<(EntrantHash, PlaceId)>> {
-        let mut entrants = Vec::new();
+    async fn pre_queue_entrants(&self, k: &QueueKeys, cutoff: u64) -> Result<Entrants> {
+        let (mut entrants, mut absent) = (Vec::new(), Vec::new());
         let mut from = "-inf".to_string();
         loop {
             let page: Vec<Value> = redis::cmd("ZRANGEBYSCORE")
@@ -220,30 +255,37 @@ impl Store {
                 })
                 .collect::<Result<Vec<u64>>>()?;
             let Some(last) = places.last() else {
-                return Ok(entrants);
+                return Ok((entrants, absent));
             };
             from = format!("({last}");
-            let hashes: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+            let (hashes, away): (Vec<Option<Vec<u8>>>, Vec<bool>) = redis::pipe()
+                .cmd("HMGET")
                 .arg(&k.entrants)
+                .arg(&places)
+                .cmd("SMISMEMBER")
+                .arg(&k.absent)
                 .arg(&places)
                 .query_async(&mut self.c())
                 .await?;
-            for (place, hash) in places.iter().zip(hashes) {
+            for ((place, hash), away) in places.iter().zip(hashes).zip(away) {
                 if let Some(h) = hash.as_deref().and_then(EntrantHash::from_bytes) {
-                    entrants.push((h, PlaceId(*place)));
+                    let group = if away { &mut absent } else { &mut entrants };
+                    group.push((h, PlaceId(*place)));
                 }
             }
             if places.len() < DRAW_STEP {
-                return Ok(entrants);
+                return Ok((entrants, absent));
             }
         }
     }
 
     /// Runs a prepared draw of `q`: `order` (the rest of the drawn order, from
-    /// [`Seed::order_after`]) takes new places at the tail of the line in steps of
-    /// [`DRAW_STEP`], each appended to the record, which holds `recorded` bytes before them;
+    /// [`DueDraw::order`]; its last `absent` entrants are absent ones) takes new places at
+    /// the tail of the line in steps of [`DRAW_STEP`], each appended to the record, which
+    /// holds `recorded` bytes before them;
     /// then the pre-queue places the order does not name follow, FIFO, and the draw is
     /// published. Every call checks and renews the lease (`lease_ttl_ms`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn run_draw(
         &self,
         q: &QueueId,
@@ -252,12 +294,16 @@ impl Store {
         now_ms: u64,
         recorded: u64,
         order: &[(EntrantHash, PlaceId)],
+        absent: usize,
     ) -> Result<DrawOutcome> {
         let k = QueueKeys::new(q);
         let (mut drawn, mut first, mut recorded) = (0, None, recorded);
-        for step in order.chunks(DRAW_STEP) {
+        let absent_from = order.len().saturating_sub(absent);
+        for (i, step) in order.chunks(DRAW_STEP).enumerate() {
+            let end = i * DRAW_STEP + step.len();
+            let step_absent = end - absent_from.clamp(i * DRAW_STEP, end);
             match self
-                .draw_step(q, lease, lease_ttl_ms, now_ms, recorded, step)
+                .draw_step_with_absent(q, lease, lease_ttl_ms, now_ms, recorded, step, step_absent)
                 .await?
             {
                 DrawStep::Placed { placed, first: f } => {
@@ -278,6 +324,8 @@ impl Store {
             let v: Value = placing(&SCRIPTS.draw, &k, lease, lease_ttl_ms, now_ms, recorded)
                 .key(&k.draw)
                 .key(&k.entrants)
+                .key(&k.pre_away)
+                .key(&k.absent)
                 .arg(&cursor)
                 .invoke_async(&mut self.c())
                 .await?;
@@ -310,8 +358,9 @@ impl Store {
     }
 
     /// One step of [`Store::run_draw`]: `step` (at most [`DRAW_STEP`] entrants, the next ones
-    /// in drawn order) takes places at the tail of the line and is appended to the record,
-    /// if the record holds `recorded` bytes (`lua/draw_step.lua`). The draw stays pending.
+    /// in drawn order, all present) takes places at the tail of the line and is appended to
+    /// the record, if the record holds `recorded` bytes (`lua/draw_step.lua`). The draw
+    /// stays pending.
     pub async fn draw_step(
         &self,
         q: &QueueId,
@@ -320,6 +369,23 @@ impl Store {
         now_ms: u64,
         recorded: u64,
         step: &[(EntrantHash, PlaceId)],
+    ) -> Result<DrawStep> {
+        self.draw_step_with_absent(q, lease, lease_ttl_ms, now_ms, recorded, step, 0)
+            .await
+    }
+
+    /// [`Store::draw_step`] whose last `absent` entrants are absent ones (counted in meta
+    /// `draw_absent`, so the record knows where its absent group starts).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn draw_step_with_absent(
+        &self,
+        q: &QueueId,
+        lease: &Lease,
+        lease_ttl_ms: u64,
+        now_ms: u64,
+        recorded: u64,
+        step: &[(EntrantHash, PlaceId)],
+        absent: usize,
     ) -> Result<DrawStep> {
         if step.len() > DRAW_STEP {
             return Err(protocol(format!(
@@ -344,6 +410,7 @@ impl Store {
         )
         .arg(ids)
         .arg(blob)
+        .arg(absent)
         .invoke_async(&mut self.c())
         .await?;
         draw_reply(v)

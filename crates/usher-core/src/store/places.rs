@@ -35,6 +35,10 @@ pub enum PlaceState {
     /// The place was admitted and its session ended (released or expired): its token is
     /// never shown again.
     SessionEnded,
+    /// No place: the scheduled sale's pre-queue holds its `max_entrants` already.
+    PreQueueFull {
+        max_entrants: u64,
+    },
     /// In a scheduled sale's pre-queue: the draw at `opens_at_ms` puts it in line.
     Scheduled {
         place: PlaceId,
@@ -65,12 +69,17 @@ pub enum Joined {
         rate: f64,
         admitted_now: u64,
     },
-    /// Places `last - count + 1 ..= last` in a scheduled sale's pre-queue.
+    /// Places `last - count + 1 ..= last` in a scheduled sale's pre-queue, for the first
+    /// `count` joins of the batch; the others found it full (`max_entrants`, 0 when the
+    /// queue has no cap).
     Scheduled {
         last: u64,
         count: u64,
         opens_at_ms: u64,
+        max_entrants: u64,
     },
+    /// The scheduled sale's pre-queue holds its `max_entrants`: no join took a place.
+    PreQueueFull { max_entrants: u64 },
 }
 
 impl Joined {
@@ -100,14 +109,21 @@ impl Joined {
                 }
             }
             Joined::Scheduled {
+                count,
+                max_entrants,
+                ..
+            } if i as u64 >= count => PlaceState::PreQueueFull { max_entrants },
+            Joined::Scheduled {
                 last,
                 count,
                 opens_at_ms,
+                ..
             } => PlaceState::Scheduled {
                 place: PlaceId(last - count.saturating_sub(1).saturating_sub(i as u64)),
                 opens_at_ms,
                 previous_gateway: None,
             },
+            Joined::PreQueueFull { max_entrants } => PlaceState::PreQueueFull { max_entrants },
         }
     }
 }
@@ -257,19 +273,26 @@ impl Store {
         let (joined, verdicts) = match status(&a, PlaceStatus::from_code) {
             Some(PlaceStatus::QueueClosed) => (Some(Joined::QueueClosed), Vec::new()),
             Some(PlaceStatus::Challenged) => (None, verdicts_at(1)?),
-            Some(PlaceStatus::Scheduled) if a.len() >= 3 => {
-                let verdicts = verdicts_at(3)?;
+            Some(PlaceStatus::Scheduled) if a.len() >= 5 => {
+                let verdicts = verdicts_at(5)?;
                 let n = accepted(&verdicts, n);
-                let last = u(&a[1])?;
-                if last < n {
+                let (last, taken) = (u(&a[1])?, u(&a[3])?);
+                if last < taken || taken > n {
                     return Err(protocol(format!("join reply {a:?} for {n} places")));
                 }
                 let j = Joined::Scheduled {
                     last,
-                    count: n,
+                    count: taken,
                     opens_at_ms: u(&a[2]).unwrap_or(0),
+                    max_entrants: u(&a[4])?,
                 };
                 (Some(j), verdicts)
+            }
+            Some(PlaceStatus::PreQueueFull) if a.len() >= 2 => {
+                let j = Joined::PreQueueFull {
+                    max_entrants: u(&a[1])?,
+                };
+                (Some(j), verdicts_at(2)?)
             }
             Some(PlaceStatus::Waiting) if a.len() >= 6 => {
                 let verdicts = verdicts_at(6)?;
@@ -316,6 +339,7 @@ impl Store {
             .key(&k.ended)
             .key(&k.pre)
             .key(&k.drawn)
+            .key(&k.pre_away)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -400,7 +424,7 @@ impl Store {
                 })
             }
             // Only a join answers this.
-            Some(PlaceStatus::Challenged) | None => Err(bad()),
+            Some(PlaceStatus::Challenged | PlaceStatus::PreQueueFull) | None => Err(bad()),
         }
     }
 
@@ -454,6 +478,17 @@ impl Store {
             }
             let m: u64 = inv.invoke_async(&mut self.c()).await?;
             n += m;
+            // Places not in line may stand in a scheduled sale's pre-queue: their browsers'
+            // absence is recorded for the draw (`lua/pre_away.lua`).
+            if m < chunk.len() as u64 {
+                let mut inv = SCRIPTS.pre_away.key(&k.meta);
+                inv.key(&k.pre).key(&k.pre_away).arg(gw);
+                for p in chunk {
+                    inv.arg(p.0);
+                }
+                let pre: u64 = inv.invoke_async(&mut self.c()).await?;
+                n += pre;
+            }
         }
         Ok(n)
     }
@@ -496,7 +531,14 @@ impl Store {
                 inv.arg(p.0);
             }
             let m: u64 = inv.invoke_async(&mut self.c()).await?;
-            n += m;
+            // A pre-queue place held here again is present for the draw.
+            let ids: Vec<u64> = chunk.iter().map(|p| p.0).collect();
+            let pre: u64 = redis::cmd("SREM")
+                .arg(&k.pre_away)
+                .arg(&ids)
+                .query_async(&mut self.c())
+                .await?;
+            n += m + pre;
         }
         Ok(n)
     }

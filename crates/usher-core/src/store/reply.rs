@@ -76,6 +76,9 @@ statuses! {
         Scheduled = 6 => "PLACE_SCHEDULED",
         /// A proof-of-work queue refused every join of the call; the verdicts follow.
         Challenged = 7 => "PLACE_CHALLENGED",
+        /// A scheduled sale's pre-queue holds `max_entrants` already: no place was taken;
+        /// the cap follows.
+        PreQueueFull = 8 => "PLACE_PRE_QUEUE_FULL",
     }
 
     /// What `join.lua` made of one join's proof of work, in a proof-of-work queue.

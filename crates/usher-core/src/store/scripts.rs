@@ -44,6 +44,7 @@ scripts!(
     status,
     leave,
     away,
+    pre_away,
     back,
     tick,
     complete,

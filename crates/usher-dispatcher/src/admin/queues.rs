@@ -81,6 +81,10 @@ pub struct QueueUpdate {
     /// Absent: unchanged; `null`: no cap.
     #[serde(default, deserialize_with = "present")]
     pub max_active: Option<Option<u64>>,
+    /// Most entrants a scheduled sale's pre-queue takes (at least 1); a join beyond it gets
+    /// `event: pre_queue_full`. Absent: unchanged; `null`: no cap.
+    #[serde(default, deserialize_with = "present")]
+    pub max_entrants: Option<Option<u64>>,
     pub passthrough: Option<bool>,
     /// Absent: unchanged; `null`: off.
     #[serde(default, deserialize_with = "present")]
@@ -214,6 +218,11 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
             "max_active must be at least 1, or null for no cap (pause the queue to admit nobody)",
         ));
     }
+    if u.max_entrants == Some(Some(0)) {
+        return Err(ApiError::bad_request(
+            "max_entrants must be at least 1, or null for no cap",
+        ));
+    }
     if let Some(Some(a)) = &u.adaptive {
         a.check(MAX_ADMIT_PER_SECOND)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -256,6 +265,9 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     }
     if let Some(m) = u.max_active {
         cfg.max_active = m;
+    }
+    if let Some(m) = u.max_entrants {
+        cfg.max_entrants = m;
     }
     if let Some(p) = u.passthrough {
         cfg.passthrough = p;
@@ -313,7 +325,7 @@ pub(crate) async fn put_queue(
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

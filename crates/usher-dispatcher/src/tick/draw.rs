@@ -9,7 +9,9 @@
 //! draw pending: the next holder reads the places still in the pre-queue and goes on after
 //! the last entrant recorded, so the record stays in drawn order; the last script makes it
 //! done, so it runs exactly once. While a draw is under way the queue's tick admits nobody.
-//! Pre-queue places the read missed go FIFO behind the drawn ones. Then every live gateway
+//! Pre-queue places the read missed go FIFO behind the drawn ones. The entrants whose
+//! browsers had gone away when the draw began (a gateway recorded it) are drawn after every
+//! present one. Then every live gateway
 //! is told, and ends its pre-queue streams so the browsers resume into their places.
 
 use usher_core::ids::QueueId;
@@ -52,10 +54,20 @@ pub(super) async fn draw_if_due(
         DrawPrep::Stale => return Ok(AfterDraw::Wait),
         DrawPrep::Ready(due) => due,
     };
-    let (seed, beacon) = (due.seed, due.beacon);
-    let order = seed.order_after(beacon.as_deref(), due.entrants, due.after.as_ref());
+    let (seed, beacon, recorded) = (due.seed.clone(), due.beacon.clone(), due.recorded);
+    let (present, absent) = (due.entrants.len(), due.absent.len());
+    // Present entrants first, then the absent ones (`usher_core::draw::Presence`).
+    let order = due.order();
     let outcome = store
-        .run_draw(q, lease, lease_ttl_ms, now, due.recorded, &order)
+        .run_draw(
+            q,
+            lease,
+            lease_ttl_ms,
+            now,
+            recorded,
+            &order.entrants,
+            order.absent,
+        )
         .await?;
     match outcome {
         DrawOutcome::LeaseLost => return Ok(AfterDraw::LeaseLost),
@@ -70,7 +82,7 @@ pub(super) async fn draw_if_due(
             after,
             first,
         } => {
-            tracing::info!(queue = %q, drawn, after, first_place = first, resumed = due.recorded > 0, commitment = %seed.commitment(), beacon = beacon.is_some(), "draw done");
+            tracing::info!(queue = %q, drawn, after, first_place = first, present, absent, resumed = recorded > 0, commitment = %seed.commitment(), beacon = beacon.is_some(), "draw done");
         }
     }
     forget_sale(store, q).await?;

@@ -15,7 +15,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::messages::{eta_seconds, CloseReason, ScheduledEvent, WaitingEvent};
+use usher_core::messages::{
+    eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
+};
 use usher_core::store::{PlaceState, StoreError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
@@ -23,7 +25,7 @@ use usher_runtime::SpanLink;
 
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
-use crate::frames::event_frame;
+use crate::frames::{event_frame, jittered, retry_frame};
 use crate::hub::{Attached, Reservation};
 use crate::joins::JoinError;
 use crate::limits::{PlaceHold, StreamSlot};
@@ -272,6 +274,7 @@ async fn setup(
                 first: Update,
                 previous_gateway: Option<u16>| {
         let ticket = ticket.unwrap_or_else(|| Ticket::issue(gw.ticket_key(), &q, place));
+        let entrant = matches!(first, Update::Scheduled(_));
         let Some((attached, rx)) = reserved.attach(first) else {
             // A newer connection took the place over meanwhile.
             return Setup::TryLater;
@@ -283,7 +286,14 @@ async fn setup(
                     .await;
             });
         }
-        let hold = gw.ip_limits().hold(client, &q, counted.unwrap_or(place));
+        // A pre-queue entrant counts for the address until the draw, not only while its
+        // stream lasts: hanging up cannot make room for more entrants.
+        let counted = counted.unwrap_or(place);
+        let hold = if entrant {
+            gw.ip_limits().hold_entrant(client, &q, counted)
+        } else {
+            gw.ip_limits().hold(client, &q, counted)
+        };
         Setup::Live {
             ticket,
             holding: Holding {
@@ -356,6 +366,17 @@ async fn setup(
         PlaceState::AdmissionPending => {
             disarm(reserved);
             Setup::TryLater
+        }
+        PlaceState::PreQueueFull { max_entrants } => {
+            // No place was taken. The page closes its stream on this event; a client that
+            // does not know it tries again much later (the last `retry:` counts).
+            disarm(reserved);
+            let ev = PreQueueFullEvent {
+                queue: q.clone(),
+                max_entrants,
+            };
+            let retry = gw.config().retry_ms * CHALLENGE_BACKOFF;
+            Setup::Once(retry_frame(jittered(retry)) + &event_frame("pre_queue_full", None, &ev))
         }
         PlaceState::QueueClosed(reason) => {
             disarm(reserved);

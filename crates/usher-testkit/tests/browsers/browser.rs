@@ -163,6 +163,7 @@ async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow
         [
             "countdown, then the draw, then a position, then admission",
             "a draw voided by a data loss is explained, in English and Korean",
+            "a full pre-queue is explained, and no place is taken",
         ]
     );
     let shots = workspace().join("target/screenshots");
@@ -173,6 +174,7 @@ async fn a_scheduled_sale_counts_down_draws_and_explains_a_void_draw() -> anyhow
         "scheduled-admitted",
         "draw-void",
         "draw-void-korean",
+        "pre-queue-full",
     ] {
         assert!(
             usher_testkit::tools::screenshot_since(shot, started),

@@ -191,14 +191,14 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
     // The first replica, back, can no longer go on.
     assert_eq!(
         store
-            .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest)
+            .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest, 0)
             .await?,
         DrawOutcome::LeaseLost
     );
 
     let scripts_before = probe.calls("evalsha").await?;
     let outcome = store
-        .run_draw(&q, &lease_b, TTL_MS, behind, due.recorded, &rest)
+        .run_draw(&q, &lease_b, TTL_MS, behind, due.recorded, &rest, 0)
         .await?;
     let DrawOutcome::Done { drawn, after, .. } = outcome else {
         anyhow::bail!("draw outcome {outcome:?}");
@@ -241,7 +241,7 @@ async fn a_draw_interrupted_between_steps_goes_on_where_it_stopped() -> anyhow::
     ));
     assert_eq!(
         store
-            .run_draw(&q, &lease_b, TTL_MS, now_ms(), 0, &[])
+            .run_draw(&q, &lease_b, TTL_MS, now_ms(), 0, &[], 0)
             .await?,
         DrawOutcome::NotPending
     );
@@ -266,7 +266,15 @@ async fn closing_mid_draw_treats_every_entrant_alike() -> anyhow::Result<()> {
     let recorded = 32 * DRAW_STEP as u64;
     assert_eq!(
         store
-            .run_draw(&q, &lease, TTL_MS, now_ms(), recorded, &order[DRAW_STEP..])
+            .run_draw(
+                &q,
+                &lease,
+                TTL_MS,
+                now_ms(),
+                recorded,
+                &order[DRAW_STEP..],
+                0
+            )
             .await?,
         DrawOutcome::NotPending
     );
@@ -284,7 +292,7 @@ async fn closing_mid_draw_treats_every_entrant_alike() -> anyhow::Result<()> {
     assert_eq!((due.after, due.recorded, due.entrants.len()), (None, 0, 5));
     let order = due.seed.order(None, due.entrants);
     let outcome = store
-        .run_draw(&q, &lease, TTL_MS, now_ms(), 0, &order)
+        .run_draw(&q, &lease, TTL_MS, now_ms(), 0, &order, 0)
         .await?;
     assert!(
         matches!(
@@ -353,7 +361,7 @@ async fn a_slow_draw_gives_its_first_places_their_whole_grace_period() -> anyhow
     let due = ready(&store, &q, &lease, end).await?;
     let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
     store
-        .run_draw(&q, &lease, TTL_MS, end, due.recorded, &rest)
+        .run_draw(&q, &lease, TTL_MS, end, due.recorded, &rest, 0)
         .await?;
     assert_eq!(expiry(first).await?, Some(end + 60_000), "stamped again");
     assert_eq!(expiry(second).await?, None, "a browser back stays back");
@@ -402,7 +410,7 @@ async fn a_restore_repeated_mid_draw_keeps_the_drawn_places() -> anyhow::Result<
     let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
     assert_eq!(rest.to_vec(), order[DRAW_STEP..].to_vec());
     let outcome = store
-        .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest)
+        .run_draw(&q, &lease, TTL_MS, now_ms(), due.recorded, &rest, 0)
         .await?;
     assert!(
         matches!(outcome, DrawOutcome::Done { after: 0, .. }),
@@ -452,7 +460,7 @@ async fn a_tick_admits_nobody_while_a_draw_is_under_way() -> anyhow::Result<()> 
     let due = ready(&store, &q, &lease, later).await?;
     let rest = due.seed.order_after(None, due.entrants, due.after.as_ref());
     store
-        .run_draw(&q, &lease, TTL_MS, later, due.recorded, &rest)
+        .run_draw(&q, &lease, TTL_MS, later, due.recorded, &rest, 0)
         .await?;
     let resumed = store.resume(&q, order[0].1, 0, later).await?;
     assert!(

@@ -38,6 +38,7 @@ mod page;
 mod passthrough;
 mod positions;
 mod pow;
+mod prequeue;
 mod process;
 mod reconnect;
 mod redis_acl;

@@ -220,11 +220,20 @@ async fn measure_draw(
     };
     let read_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    let order = due.seed.order(None, due.entrants);
+    let recorded = due.recorded;
+    let order = due.order();
     let order_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
     let outcome = store
-        .run_draw(&q, &lease, 600_000, now_ms(), due.recorded, &order)
+        .run_draw(
+            &q,
+            &lease,
+            600_000,
+            now_ms(),
+            recorded,
+            &order.entrants,
+            order.absent,
+        )
         .await?;
     let script_ms = t.elapsed().as_secs_f64() * 1000.0;
     anyhow::ensure!(
