@@ -59,6 +59,7 @@ mod request;
 mod routes;
 mod server;
 mod shared;
+mod sockets;
 mod stream;
 mod tasks;
 mod update;

@@ -4,10 +4,11 @@
 //!   gateway restart or a deploy does not throttle the browsers coming back);
 //! * a cap on the streams it holds open here;
 //! * a cap on the places it holds through this gateway: a place counts from its join or
-//!   resume here until its stream ends for good (admitted, closed, gone), or until
-//!   [`PLACE_MEMORY`] after its last stream here ended — so a client that keeps places alive
-//!   by resuming each one now and then, with no connection in between, still has them
-//!   counted.
+//!   resume here until its stream ends for good (admitted, closed, gone), or until its
+//!   queue's grace period has passed since its last stream here ended — as long as Redis
+//!   keeps an away place in line — so a client that keeps places alive by resuming each one
+//!   now and then, with no connection in between, still has them counted. (A fixed 300 s
+//!   against a grace of up to an hour let one address keep twelve times its cap.)
 //!
 //! The state is this gateway's own: it is never read by a per-queue Redis script (their keys
 //! would have to share a Cluster slot). With several gateways, an address can hold up to the
@@ -25,9 +26,6 @@ use usher_core::ids::{PlaceId, QueueId};
 use crate::client::IpKey;
 use crate::metrics::Refusal;
 
-/// How long a place with no stream here keeps counting for the address that held it: the
-/// default grace period, during which Redis keeps an away place in line.
-pub(crate) const PLACE_MEMORY: Duration = Duration::from_secs(300);
 /// How often idle entries are swept out (on the next call after this long).
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
@@ -75,11 +73,14 @@ struct PlaceUse {
     held: u32,
     /// When its last stream here ended (or it was taken).
     seen: Instant,
+    /// How long it keeps counting with no stream: its queue's grace period, during which
+    /// Redis keeps an away place in line.
+    memory: Duration,
 }
 
 impl PlaceUse {
     fn counts(&self, now: Instant) -> bool {
-        self.held > 0 || now.duration_since(self.seen) < PLACE_MEMORY
+        self.held > 0 || now.duration_since(self.seen) < self.memory
     }
 }
 
@@ -203,16 +204,24 @@ impl IpLimits {
     }
 
     /// A stream from `ip` holds `place` now: it counts for `ip` until the hold is dropped and
-    /// [`PLACE_MEMORY`] has passed, or until [`PlaceHold::finished`].
-    pub(crate) fn hold(self: &Arc<Self>, ip: IpKey, q: &QueueId, place: PlaceId) -> PlaceHold {
+    /// `grace` (its queue's grace period) has passed, or until [`PlaceHold::finished`].
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        ip: IpKey,
+        q: &QueueId,
+        place: PlaceId,
+        grace: Duration,
+    ) -> PlaceHold {
         if self.limits.max_places > 0 {
             let mut s = self.lock();
             let e = s.ips.entry(ip).or_default();
             let p = e.places.entry((q.clone(), place)).or_insert(PlaceUse {
                 held: 0,
                 seen: Instant::now(),
+                memory: grace,
             });
             p.held += 1;
+            p.memory = grace;
         }
         PlaceHold {
             limits: self.clone(),
@@ -253,7 +262,7 @@ impl Drop for StreamSlot {
     }
 }
 
-/// A place held by a stream: on drop it keeps counting for [`PLACE_MEMORY`].
+/// A place held by a stream: on drop it keeps counting for its queue's grace period.
 pub(crate) struct PlaceHold {
     limits: Arc<IpLimits>,
     ip: IpKey,
@@ -295,6 +304,9 @@ mod tests {
         IpKey::V4([192, 0, 2, last])
     }
 
+    /// The default grace period.
+    const GRACE: Duration = Duration::from_secs(300);
+
     fn q() -> QueueId {
         QueueId::new("q1").expect("a queue id")
     }
@@ -324,9 +336,9 @@ mod tests {
         }));
         let (a, b, c) = (PlaceId(1), PlaceId(2), PlaceId(3));
         assert_eq!(l.join(key(1)), Ok(()));
-        let ha = l.hold(key(1), &q(), a);
+        let ha = l.hold(key(1), &q(), a, GRACE);
         assert_eq!(l.join(key(1)), Ok(()));
-        drop(l.hold(key(1), &q(), b));
+        drop(l.hold(key(1), &q(), b, GRACE));
         // b's stream ended, but b still counts: no third place, no resume of another one.
         assert_eq!(l.join(key(1)), Err(Exceeded::Places));
         assert_eq!(l.resume(key(1), &q(), c), Err(Exceeded::Places));
@@ -334,6 +346,39 @@ mod tests {
         assert_eq!(l.resume(key(1), &q(), b), Ok(()));
         ha.finished();
         assert_eq!(l.resume(key(1), &q(), c), Ok(()));
+    }
+
+    /// The places an address holds, as counted at `now`.
+    fn counted_at(l: &IpLimits, ip: IpKey, now: Instant) -> u32 {
+        let s = l.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.ips.get(&ip).map_or(0, |e| counted(e, now))
+    }
+
+    #[test]
+    fn a_place_keeps_counting_for_its_queues_grace_period() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 0,
+            join_burst: 0,
+            max_streams: 0,
+            max_places: 10,
+        }));
+        // An hour's grace (the most a queue may set), and the default five minutes.
+        drop(l.hold(key(1), &q(), PlaceId(1), Duration::from_secs(3600)));
+        drop(l.hold(key(1), &q(), PlaceId(2), Duration::from_secs(300)));
+        let ended = Instant::now();
+        let after = |s: u64| ended + Duration::from_secs(s);
+        assert_eq!(counted_at(&l, key(1), after(299)), 2);
+        assert_eq!(
+            counted_at(&l, key(1), after(301)),
+            1,
+            "past the 300 s grace"
+        );
+        assert_eq!(
+            counted_at(&l, key(1), after(3599)),
+            1,
+            "within the hour's grace"
+        );
+        assert_eq!(counted_at(&l, key(1), after(3601)), 0);
     }
 
     #[test]
