@@ -147,8 +147,9 @@ pub struct Config {
     #[arg(long, env = "USHER_HEADER_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
     pub header_timeout_secs: u64,
 
-    /// Seconds a client has to send a whole request body, however it trickles in. Past it the
-    /// request is answered `408` and the connection closes.
+    /// Accepted so that settings shared with the dispatcher still parse; it bounds nothing on
+    /// the gateway, whose routes take no request body (one announced is answered `413` at its
+    /// head, before any of it is read).
     #[arg(long, env = "USHER_BODY_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
     pub body_timeout_secs: u64,
 
