@@ -56,6 +56,7 @@ mod openapi;
 mod pow_gate;
 mod recovery;
 mod request;
+mod respond;
 mod routes;
 mod server;
 mod shared;

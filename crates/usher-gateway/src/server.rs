@@ -20,11 +20,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::StatusCode;
 use axum::Router;
-use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
@@ -35,18 +34,15 @@ use crate::client::{forwarded_for, proxy_header, IpKey, ProxyHeader};
 use crate::errors::{check_ticket, parse_queue};
 use crate::metrics::{self, Refusal, SocketRefusal};
 use crate::request::{
-    self, percent_decode, query_param, stream_target, ticket_param, BodyLength, Head, HeadReader,
-    Parsed, MAX_HEAD,
+    percent_decode, query_param, stream_target, ticket_param, Head, HeadReader, Parsed, MAX_HEAD,
 };
+use crate::respond::{write_error, write_response};
 use crate::shared::Gateway;
 use crate::sockets::{AddressSocket, OpenSocket, Sockets, Zone, HEAD_SHED_AGE};
 use crate::stream::{self, Framing, Setup};
 
 /// Bytes read at a time.
 const READ_CHUNK: usize = 1024;
-/// Answers up to this long are written in one piece, head and body together; longer ones
-/// are streamed as the router's body yields them.
-const WHOLE_RESPONSE: usize = 64 * 1024;
 /// The head timeout of a connection in the sockets kept for health checks: a health check
 /// sends its request at once, and a slow client must not hold the reserve.
 const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -483,112 +479,4 @@ fn build_request(head: &Head) -> Result<axum::http::Request<Body>, ApiError> {
     }
     b.body(Body::empty())
         .map_err(|e| ApiError::bad_request(format!("malformed request: {e}")))
-}
-
-/// Writes the router's answer, whatever its size: a short one in one piece; a longer one
-/// streamed as its body yields it, with a `Content-Length` when the size is known, else
-/// chunked (`length_known` false: an HTTP/1.0 client, which gets a body that ends when the
-/// connection closes). An answer that cannot be sent is never cut silently: a body that
-/// fails before its first byte is answered `500`, one that fails later ends the connection
-/// (the client sees a short body), and both are logged. `Err`: the connection must close.
-async fn write_response(
-    sock: &mut TcpStream,
-    response: axum::response::Response,
-    keep_alive: bool,
-    length_known: bool,
-) -> std::io::Result<()> {
-    use axum::body::HttpBody as _;
-    let (parts, body) = response.into_parts();
-    let exact = body
-        .size_hint()
-        .exact()
-        .and_then(|n| usize::try_from(n).ok());
-    let headers: Vec<(&str, &str)> = parts
-        .headers
-        .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "content-length" | "transfer-encoding" | "connection"
-            )
-        })
-        .map(|(k, v)| (k.as_str(), v.to_str().unwrap_or("")))
-        .collect();
-    let mut frames = body.into_data_stream();
-    // The first piece of the body (or all of a short one) before the head: a body that
-    // fails at once still gets an honest status.
-    let mut first = Vec::new();
-    let mut ended = false;
-    while exact.is_some_and(|n| n <= WHOLE_RESPONSE && first.len() < n) || first.is_empty() {
-        match frames.next().await {
-            Some(Ok(b)) => first.extend_from_slice(&b),
-            Some(Err(e)) => {
-                tracing::error!(status = %parts.status, error = %e, "an answer's body failed before it was sent: answered 500");
-                let e = ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the answer could not be produced",
-                );
-                sock.write_all(&request::error_bytes(&e, None, false))
-                    .await?;
-                return Err(std::io::Error::other("response body failed"));
-            }
-            None => {
-                ended = true;
-                break;
-            }
-        }
-    }
-    if ended || exact.is_some_and(|n| first.len() >= n && n <= WHOLE_RESPONSE) {
-        let bytes = request::response_bytes(parts.status, &headers, &first, keep_alive);
-        return sock.write_all(&bytes).await;
-    }
-    let (length, keep_alive) = match exact {
-        Some(n) => (BodyLength::Exact(n), keep_alive),
-        None if length_known => (BodyLength::Chunked, keep_alive),
-        None => (BodyLength::UntilClose, false),
-    };
-    let head = request::response_head(parts.status, &headers, length, keep_alive);
-    let mut sent = 0usize;
-    let mut piece = Bytes::from(first);
-    let mut out = head;
-    loop {
-        sent += piece.len();
-        match length {
-            BodyLength::Chunked if !piece.is_empty() => {
-                out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                out.extend_from_slice(&piece);
-                out.extend_from_slice(b"\r\n");
-            }
-            _ => out.extend_from_slice(&piece),
-        }
-        sock.write_all(&out).await?;
-        out.clear();
-        piece = match frames.next().await {
-            Some(Ok(b)) => b,
-            Some(Err(e)) => {
-                tracing::error!(status = %parts.status, sent, error = %e, "an answer's body failed while it was sent: connection closed");
-                return Err(std::io::Error::other("response body failed"));
-            }
-            None => break,
-        };
-    }
-    match length {
-        BodyLength::Exact(n) if sent != n => {
-            tracing::error!(status = %parts.status, sent, expected = n, "an answer's body was not as long as it said: connection closed");
-            Err(std::io::Error::other("response body length"))
-        }
-        BodyLength::Chunked => sock.write_all(b"0\r\n\r\n").await,
-        BodyLength::UntilClose => Err(std::io::Error::other("body ends at close")),
-        BodyLength::Exact(_) => Ok(()),
-    }
-}
-
-/// Writes an error answer (`Retry-After` when given) and closes the connection after it.
-async fn write_error(
-    sock: &mut TcpStream,
-    e: &ApiError,
-    retry_after: Option<u64>,
-) -> std::io::Result<()> {
-    sock.write_all(&request::error_bytes(e, retry_after, false))
-        .await
 }
