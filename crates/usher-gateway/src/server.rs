@@ -322,19 +322,6 @@ impl ClientConn {
         let shed = sockets.shed_wakeup();
         tokio::pin!(shed);
         loop {
-            // Registered for the wake-up before the count is read (see `crate::sockets`).
-            shed.as_mut().enable();
-            let sheds = sockets.sheds();
-            if sheds != sheds_seen {
-                if idle {
-                    return Read::Closed;
-                }
-                if head_since.is_some_and(|t| t.elapsed() >= HEAD_SHED_AGE) {
-                    return Read::Shed;
-                }
-                // A head that just began: a browser's arrives whole in a moment.
-                sheds_seen = sheds;
-            }
             if !buf.is_empty() {
                 if idle {
                     // The next request's first byte: its head has the head timeout.
@@ -347,6 +334,26 @@ impl ClientConn {
                     Ok(Parsed::Partial) => {}
                     Err(e) => return Read::Bad(e),
                 }
+            }
+            // Registered for the wake-up before the count is read (see `crate::sockets`).
+            shed.as_mut().enable();
+            let sheds = sockets.sheds();
+            if sheds != sheds_seen {
+                if idle || head_since.is_some_and(|t| t.elapsed() >= HEAD_SHED_AGE) {
+                    // Bytes that arrived but were not read yet count: a connection whose
+                    // request is waiting in the kernel's buffer (a pooled connection reused
+                    // at this moment, or a task that ran late) is served, not shed.
+                    buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+                    match sock.try_read_buf(buf) {
+                        Ok(n) if n > 0 => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            return if idle { Read::Closed } else { Read::Shed };
+                        }
+                        _ => return Read::Closed,
+                    }
+                }
+                // A head that just began: a browser's arrives whole in a moment.
+                sheds_seen = sheds;
             }
             let n = tokio::select! {
                 r = tokio::time::timeout_at(deadline, read_some(sock, buf)) => match r {
