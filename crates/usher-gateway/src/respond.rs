@@ -126,3 +126,91 @@ pub(crate) async fn write_error(
     sock.write_all(&request::error_bytes(e, retry_after, false))
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// Writes `response` on one end of a loopback connection and reads the other end until the
+    /// writer closes it: what was sent, and whether `write_response` said to close.
+    async fn sent(response: axum::response::Response) -> (Vec<u8>, bool) {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(l.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (mut server, _) = l.accept().await.expect("accept");
+        let closed = write_response(&mut server, response, true, true)
+            .await
+            .is_err();
+        drop(server);
+        let mut out = Vec::new();
+        let _ = client.read_to_end(&mut out).await;
+        (out, closed)
+    }
+
+    fn failing_after(bytes: usize) -> Body {
+        let ok = futures::stream::iter(
+            (0..bytes / 1024).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 1024]))),
+        );
+        let fail = futures::stream::once(async { Err(std::io::Error::other("gone")) });
+        Body::from_stream(ok.chain(fail))
+    }
+
+    #[tokio::test]
+    async fn a_body_that_fails_at_once_is_a_500_never_an_empty_200() {
+        let (out, closed) = sent(axum::response::Response::new(failing_after(0))).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 500 "), "{text}");
+        assert!(text.contains("\"error\""), "{text}");
+        assert!(closed);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_fails_midway_ends_the_connection_without_a_last_chunk() {
+        let (out, closed) = sent(axum::response::Response::new(failing_after(200 * 1024))).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 200 "), "{}", &text[..40]);
+        assert!(text.contains("transfer-encoding: chunked"));
+        assert!(
+            !text.ends_with("0\r\n\r\n"),
+            "a failed body must not look complete"
+        );
+        assert!(closed);
+    }
+
+    #[tokio::test]
+    async fn a_long_body_of_unknown_size_arrives_whole_in_chunks() {
+        let pieces = (0..300)
+            .map(|i| Ok::<_, std::io::Error>(Bytes::from(vec![b'a' + (i % 26) as u8; 1000])));
+        let body = Body::from_stream(futures::stream::iter(pieces));
+        let (out, closed) = sent(axum::response::Response::new(body)).await;
+        assert!(!closed, "a whole chunked answer keeps the connection");
+        let mut headers = [httparse::EMPTY_HEADER; 8];
+        let mut res = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(mut at)) = res.parse(&out) else {
+            panic!("a response head");
+        };
+        let mut body = Vec::new();
+        loop {
+            let line_end = at
+                + out[at..]
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .expect("a chunk size");
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&out[at..line_end]).expect("hex"), 16)
+                    .expect("a chunk size");
+            at = line_end + 2;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&out[at..at + size]);
+            at += size + 2;
+        }
+        assert_eq!(body.len(), 300_000);
+        assert_eq!(body[299_999], b'a' + (299 % 26) as u8);
+    }
+}
