@@ -8,6 +8,7 @@ fn main() -> anyhow::Result<()> {
     // and the exporter's blocking HTTP client is not dropped inside the runtime.
     let _traces = usher_runtime::init_tracing(cfg.log_format, "usher-booking-demo")
         .context("cannot set traces up")?;
+    usher_runtime::raise_open_files_limit();
     let rt = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
     rt.block_on(async {
         let listener = usher_http::listen(cfg.listen)

@@ -15,23 +15,29 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 /// a load balancer carries its addresses and a few small TLVs (AWS NLB: a VPC endpoint id).
 pub(crate) const MAX_PROXY_HEADER: usize = 4096;
 
-/// The address a limit is counted under: an IPv4 address, or an IPv6 /64 (one subscriber's
-/// prefix: a client holding a /64 can use any of its 2^64 addresses, so counting by address
-/// would limit nothing).
+/// The address a limit is counted under: an IPv4 address, or an IPv6 prefix of
+/// `--ipv6-prefix` bits. One subscriber is given a whole prefix, usually a /56 (often a /48 or
+/// a /64) and can use any address in it, so counting IPv6 by address, or by a /64 inside a
+/// /48, would let one subscriber be 2^64 (or 65,536) clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum IpKey {
     V4([u8; 4]),
-    V6Prefix([u8; 8]),
+    /// The address with every bit past the prefix cleared, and the prefix's length.
+    V6Prefix([u8; 16], u8),
 }
 
+/// The IPv6 prefix length clients are grouped by when none is configured.
+pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 56;
+
 impl IpKey {
-    pub(crate) fn of(ip: IpAddr) -> Self {
+    /// The key of `ip`, an IPv6 address grouped by its first `v6_prefix` bits (at most 128).
+    pub(crate) fn of(ip: IpAddr, v6_prefix: u8) -> Self {
         match normalise(ip) {
             IpAddr::V4(v4) => IpKey::V4(v4.octets()),
             IpAddr::V6(v6) => {
-                let mut prefix = [0u8; 8];
-                prefix.copy_from_slice(&v6.octets()[..8]);
-                IpKey::V6Prefix(prefix)
+                let bits = v6_prefix.min(128);
+                let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+                IpKey::V6Prefix((u128::from(v6) & mask).to_be_bytes(), bits)
             }
         }
     }
@@ -41,11 +47,7 @@ impl std::fmt::Display for IpKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             IpKey::V4(o) => write!(f, "{}", std::net::Ipv4Addr::from(*o)),
-            IpKey::V6Prefix(p) => {
-                let mut o = [0u8; 16];
-                o[..8].copy_from_slice(p);
-                write!(f, "{}/64", Ipv6Addr::from(o))
-            }
+            IpKey::V6Prefix(o, bits) => write!(f, "{}/{bits}", Ipv6Addr::from(*o)),
         }
     }
 }
@@ -151,21 +153,41 @@ mod tests {
     }
 
     #[test]
-    fn mapped_ipv4_is_ipv4_and_ipv6_is_grouped_by_64() {
+    fn mapped_ipv4_is_ipv4_and_ipv6_is_grouped_by_its_prefix() {
+        let p = DEFAULT_IPV6_PREFIX;
         assert_eq!(normalise(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
-        assert_eq!(IpKey::of(ip("::ffff:10.1.2.3")), IpKey::of(ip("10.1.2.3")));
         assert_eq!(
-            IpKey::of(ip("2001:db8:1:2::1")),
-            IpKey::of(ip("2001:db8:1:2:ffff::9"))
+            IpKey::of(ip("::ffff:10.1.2.3"), p),
+            IpKey::of(ip("10.1.2.3"), p)
+        );
+        // The default /56: the 256 /64s of one subscriber's /56 are one client...
+        assert_eq!(
+            IpKey::of(ip("2001:db8:1:200::1"), p),
+            IpKey::of(ip("2001:db8:1:2ff:ffff::9"), p)
+        );
+        // ... and the next /56 is another.
+        assert_ne!(
+            IpKey::of(ip("2001:db8:1:200::1"), p),
+            IpKey::of(ip("2001:db8:1:300::1"), p)
+        );
+        assert_eq!(
+            IpKey::of(ip("2001:db8:1:2ab::1"), p).to_string(),
+            "2001:db8:1:200::/56"
+        );
+        // Other lengths, as configured: a /48, a /64, a single address.
+        assert_eq!(
+            IpKey::of(ip("2001:db8:1:ffff::1"), 48),
+            IpKey::of(ip("2001:db8:1::2"), 48)
         );
         assert_ne!(
-            IpKey::of(ip("2001:db8:1:2::1")),
-            IpKey::of(ip("2001:db8:1:3::1"))
+            IpKey::of(ip("2001:db8:1:2::1"), 64),
+            IpKey::of(ip("2001:db8:1:3::1"), 64)
         );
-        assert_eq!(
-            IpKey::of(ip("2001:db8:1:2::1")).to_string(),
-            "2001:db8:1:2::/64"
+        assert_ne!(
+            IpKey::of(ip("2001:db8::1"), 128),
+            IpKey::of(ip("2001:db8::2"), 128)
         );
+        assert_eq!(IpKey::of(ip("2001:db8::1"), 0), IpKey::of(ip("::1"), 0));
     }
 
     #[test]

@@ -108,11 +108,26 @@ pub struct Config {
     pub ip_max_streams: u32,
 
     /// Places one client address may hold through this gateway, connected or kept alive by
-    /// resuming (a place counts until admitted or closed, or for 5 minutes after its last
-    /// stream here ended); `0` turns the limit off. Past it, joins and resumes of other places
-    /// answer a jittered `retry:`.
+    /// resuming (a place counts until admitted or closed, or for the queue's grace period
+    /// after its last stream here ended, as long as Redis keeps it in line); `0` turns the
+    /// limit off. Past it, joins and resumes of other places answer a jittered `retry:`.
     #[arg(long, env = "USHER_IP_MAX_PLACES", default_value_t = 1000)]
     pub ip_max_places: u32,
+
+    /// Sockets one client address may hold open on this gateway at once, streams and other
+    /// requests together; `0` turns the limit off. Past it a new connection from that address
+    /// is closed at once. Counted on the socket's peer, or on the address a PROXY protocol
+    /// header names; off behind `--trusted-proxy-hops` (the proxy holds the client's sockets:
+    /// cap them there). The default leaves room for `--ip-max-streams` browsers behind one
+    /// carrier-grade NAT address, each with a page load or a status call under way.
+    #[arg(long, env = "USHER_IP_MAX_SOCKETS", default_value_t = 1200)]
+    pub ip_max_sockets: u32,
+
+    /// Bits of an IPv6 address that name one client for the per-IP limits: a subscriber
+    /// holds a whole prefix (commonly a /56; a /48 for some, a /64 for others) and can use any
+    /// address in it. 56 counts a /48 as 256 clients; 48 is stricter, 64 looser.
+    #[arg(long, env = "USHER_IPV6_PREFIX", default_value_t = crate::client::DEFAULT_IPV6_PREFIX, value_parser = clap::value_parser!(u8).range(IPV6_PREFIX))]
+    pub ipv6_prefix: u8,
 
     /// Most client sockets open at once, streams and others. The last
     /// `--health-reserve-sockets` of them serve only `/healthz`, `/readyz` and `/metrics`
@@ -132,8 +147,9 @@ pub struct Config {
     #[arg(long, env = "USHER_HEADER_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
     pub header_timeout_secs: u64,
 
-    /// Seconds a client has to send a whole request body, however it trickles in. Past it the
-    /// request is answered `408` and the connection closes.
+    /// Accepted so that settings shared with the dispatcher still parse; it bounds nothing on
+    /// the gateway, whose routes take no request body (one announced is answered `413` at its
+    /// head, before any of it is read).
     #[arg(long, env = "USHER_BODY_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(TIMEOUT_SECS))]
     pub body_timeout_secs: u64,
 
@@ -186,6 +202,7 @@ const DRAIN_DELAY_MS: RangeInclusive<u64> = 0..=120_000;
 const DRAIN_SECS: RangeInclusive<u64> = 0..=3600;
 const TRUSTED_PROXY_HOPS: RangeInclusive<u64> = 0..=16;
 const TIMEOUT_SECS: RangeInclusive<u64> = 1..=300;
+const IPV6_PREFIX: RangeInclusive<i64> = 16..=128;
 const CHALLENGE_TTL_SECS: RangeInclusive<u64> = 1..=usher_pow::MAX_PUZZLE_TTL_SECS;
 
 /// A configuration that cannot work. Each error names the variable and its bad value (a
@@ -236,6 +253,7 @@ impl Config {
                 TIMEOUT_SECS,
             ),
             ("USHER_MAX_SOCKETS", self.max_sockets, 1..=u64::MAX),
+            ("USHER_IPV6_PREFIX", u64::from(self.ipv6_prefix), 16..=128),
             (
                 "USHER_CHALLENGE_TTL_SECS",
                 self.challenge_ttl_secs,

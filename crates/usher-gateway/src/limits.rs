@@ -4,12 +4,14 @@
 //!   gateway restart or a deploy does not throttle the browsers coming back);
 //! * a cap on the streams it holds open here;
 //! * a cap on the places it holds through this gateway: a place counts from its join or
-//!   resume here until its stream ends for good (admitted, closed, gone), or until
-//!   [`PLACE_MEMORY`] after its last stream here ended — so a client that keeps places alive
-//!   by resuming each one now and then, with no connection in between, still has them
-//!   counted. A scheduled sale's pre-queue entrant counts until the draw, connected or not
+//!   resume here until its stream ends for good (admitted, closed, gone), or until its
+//!   queue's grace period has passed since its last stream here ended — as long as Redis
+//!   keeps an away place in line — so a client that keeps places alive by resuming each one
+//!   now and then, with no connection in between, still has them counted. (A fixed 300 s
+//!   against a grace of up to an hour let one address keep twelve times its cap.) A
+//!   scheduled sale's pre-queue entrant counts until the draw, connected or not
 //!   ([`IpLimits::hold_entrant`]): otherwise one address could add its cap of entrants every
-//!   few minutes for as long as the pre-queue is open.
+//!   grace period for as long as the pre-queue is open.
 //!
 //! The state is this gateway's own: it is never read by a per-queue Redis script (their keys
 //! would have to share a Cluster slot). With several gateways, an address can hold up to the
@@ -27,9 +29,6 @@ use usher_core::ids::{PlaceId, QueueId};
 use crate::client::IpKey;
 use crate::metrics::Refusal;
 
-/// How long a place with no stream here keeps counting for the address that held it: the
-/// default grace period, during which Redis keeps an away place in line.
-pub(crate) const PLACE_MEMORY: Duration = Duration::from_secs(300);
 /// How often idle entries are swept out (on the next call after this long).
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
@@ -77,13 +76,16 @@ struct PlaceUse {
     held: u32,
     /// When its last stream here ended (or it was taken).
     seen: Instant,
+    /// How long it keeps counting with no stream: its queue's grace period, during which
+    /// Redis keeps an away place in line.
+    memory: Duration,
     /// A pre-queue entrant: counts until its queue's draw ([`IpLimits::drawn`]).
     entrant: bool,
 }
 
 impl PlaceUse {
     fn counts(&self, now: Instant) -> bool {
-        self.held > 0 || self.entrant || now.duration_since(self.seen) < PLACE_MEMORY
+        self.held > 0 || self.entrant || now.duration_since(self.seen) < self.memory
     }
 }
 
@@ -207,21 +209,28 @@ impl IpLimits {
     }
 
     /// A stream from `ip` holds `place` now: it counts for `ip` until the hold is dropped and
-    /// [`PLACE_MEMORY`] has passed, or until [`PlaceHold::finished`].
-    pub(crate) fn hold(self: &Arc<Self>, ip: IpKey, q: &QueueId, place: PlaceId) -> PlaceHold {
-        self.hold_as(ip, q, place, false)
+    /// `grace` (its queue's grace period) has passed, or until [`PlaceHold::finished`].
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        ip: IpKey,
+        q: &QueueId,
+        place: PlaceId,
+        grace: Duration,
+    ) -> PlaceHold {
+        self.hold_as(ip, q, place, grace, false)
     }
 
     /// A stream from `ip` holds `place`, a scheduled sale's pre-queue entrant: it counts for
     /// `ip` until the queue's draw ([`IpLimits::drawn`]), whether a stream holds it or not,
-    /// or until [`PlaceHold::finished`] (it left).
+    /// or until [`PlaceHold::finished`] (it left); after the draw, like [`IpLimits::hold`].
     pub(crate) fn hold_entrant(
         self: &Arc<Self>,
         ip: IpKey,
         q: &QueueId,
         place: PlaceId,
+        grace: Duration,
     ) -> PlaceHold {
-        self.hold_as(ip, q, place, true)
+        self.hold_as(ip, q, place, grace, true)
     }
 
     fn hold_as(
@@ -229,6 +238,7 @@ impl IpLimits {
         ip: IpKey,
         q: &QueueId,
         place: PlaceId,
+        grace: Duration,
         entrant: bool,
     ) -> PlaceHold {
         if self.limits.max_places > 0 {
@@ -237,9 +247,11 @@ impl IpLimits {
             let p = e.places.entry((q.clone(), place)).or_insert(PlaceUse {
                 held: 0,
                 seen: Instant::now(),
+                memory: grace,
                 entrant,
             });
             p.held += 1;
+            p.memory = grace;
             // Resumed in line after the draw: an ordinary place from now on.
             p.entrant = entrant;
         }
@@ -251,7 +263,7 @@ impl IpLimits {
     }
 
     /// `q`'s draw ran: its pre-queue entrants count as ordinary places from now on (until
-    /// [`PLACE_MEMORY`] after their last stream here ended).
+    /// their queue's grace period after their last stream here ended).
     pub(crate) fn drawn(&self, q: &QueueId) {
         if self.limits.max_places == 0 {
             return;
@@ -299,7 +311,7 @@ impl Drop for StreamSlot {
     }
 }
 
-/// A place held by a stream: on drop it keeps counting for [`PLACE_MEMORY`].
+/// A place held by a stream: on drop it keeps counting for its queue's grace period.
 pub(crate) struct PlaceHold {
     limits: Arc<IpLimits>,
     ip: IpKey,
@@ -341,6 +353,9 @@ mod tests {
         IpKey::V4([192, 0, 2, last])
     }
 
+    /// The default grace period.
+    const GRACE: Duration = Duration::from_secs(300);
+
     fn q() -> QueueId {
         QueueId::new("q1").expect("a queue id")
     }
@@ -370,9 +385,9 @@ mod tests {
         }));
         let (a, b, c) = (PlaceId(1), PlaceId(2), PlaceId(3));
         assert_eq!(l.join(key(1)), Ok(()));
-        let ha = l.hold(key(1), &q(), a);
+        let ha = l.hold(key(1), &q(), a, GRACE);
         assert_eq!(l.join(key(1)), Ok(()));
-        drop(l.hold(key(1), &q(), b));
+        drop(l.hold(key(1), &q(), b, GRACE));
         // b's stream ended, but b still counts: no third place, no resume of another one.
         assert_eq!(l.join(key(1)), Err(Exceeded::Places));
         assert_eq!(l.resume(key(1), &q(), c), Err(Exceeded::Places));
@@ -380,6 +395,39 @@ mod tests {
         assert_eq!(l.resume(key(1), &q(), b), Ok(()));
         ha.finished();
         assert_eq!(l.resume(key(1), &q(), c), Ok(()));
+    }
+
+    /// The places an address holds, as counted at `now`.
+    fn counted_at(l: &IpLimits, ip: IpKey, now: Instant) -> u32 {
+        let s = l.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.ips.get(&ip).map_or(0, |e| counted(e, now))
+    }
+
+    #[test]
+    fn a_place_keeps_counting_for_its_queues_grace_period() {
+        let l = Arc::new(IpLimits::new(Limits {
+            join_rate: 0,
+            join_burst: 0,
+            max_streams: 0,
+            max_places: 10,
+        }));
+        // An hour's grace (the most a queue may set), and the default five minutes.
+        drop(l.hold(key(1), &q(), PlaceId(1), Duration::from_secs(3600)));
+        drop(l.hold(key(1), &q(), PlaceId(2), Duration::from_secs(300)));
+        let ended = Instant::now();
+        let after = |s: u64| ended + Duration::from_secs(s);
+        assert_eq!(counted_at(&l, key(1), after(299)), 2);
+        assert_eq!(
+            counted_at(&l, key(1), after(301)),
+            1,
+            "past the 300 s grace"
+        );
+        assert_eq!(
+            counted_at(&l, key(1), after(3599)),
+            1,
+            "within the hour's grace"
+        );
+        assert_eq!(counted_at(&l, key(1), after(3601)), 0);
     }
 
     #[test]
@@ -391,8 +439,8 @@ mod tests {
             max_places: 2,
         }));
         let other = QueueId::new("q2").expect("a queue id");
-        drop(l.hold_entrant(key(1), &q(), PlaceId(1)));
-        drop(l.hold(key(1), &other, PlaceId(2)));
+        drop(l.hold_entrant(key(1), &q(), PlaceId(1), Duration::from_secs(300)));
+        drop(l.hold(key(1), &other, PlaceId(2), Duration::from_secs(300)));
         let hour = Instant::now() + Duration::from_secs(3600);
         let counted_at = |t: Instant| {
             let s = l.state.lock().unwrap_or_else(|p| p.into_inner());

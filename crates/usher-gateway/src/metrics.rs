@@ -21,7 +21,9 @@ pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivere
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
 /// Client sockets closed, or requests refused, by a limit other than a stream's, by `reason`:
 /// `cap` (closed at accept: `--max-sockets` reached), `reserve` (a request other than a health
-/// check in the sockets kept for health checks), `head_timeout`, `body_timeout`, `bad_request`.
+/// check in the sockets kept for health checks), `ip_sockets` (closed at accept: the client
+/// address holds `--ip-max-sockets`), `slow_head` (a head still arriving after a second, shed
+/// when sockets ran short), `head_timeout`, `bad_request`.
 pub(crate) const SOCKETS_REFUSED: &str = "usher_gateway_sockets_refused_total";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
@@ -90,7 +92,7 @@ pub(crate) fn describe() {
     describe_counter!(
         SOCKETS_REFUSED,
         "Sockets closed or requests refused by a limit, by reason (cap, reserve, \
-         head_timeout, body_timeout, bad_request)."
+         ip_sockets, slow_head, head_timeout, bad_request)."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
     describe_gauge!(
@@ -157,8 +159,9 @@ pub(crate) fn redis_error() {
 pub(crate) enum SocketRefusal {
     Cap,
     Reserve,
+    IpSockets,
+    SlowHead,
     HeadTimeout,
-    BodyTimeout,
     BadRequest,
 }
 
@@ -167,7 +170,8 @@ pub(crate) fn socket_refused(reason: SocketRefusal) {
         SocketRefusal::Cap => "cap",
         SocketRefusal::Reserve => "reserve",
         SocketRefusal::HeadTimeout => "head_timeout",
-        SocketRefusal::BodyTimeout => "body_timeout",
+        SocketRefusal::IpSockets => "ip_sockets",
+        SocketRefusal::SlowHead => "slow_head",
         SocketRefusal::BadRequest => "bad_request",
     };
     counter!(SOCKETS_REFUSED, "reason" => label).increment(1);

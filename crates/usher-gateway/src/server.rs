@@ -1,29 +1,30 @@
 //! The gateway's HTTP/1.1 server.
 //!
 //! A small accept loop: each connection's request head is read into a short-lived buffer and
-//! parsed strictly ([`crate::request`]). `GET /api/queues/{queue}/stream` is served right here
-//! (see [`crate::stream`]): after the head is written, the connection holds no buffers at all,
-//! which keeps a waiting browser to a few KiB of gateway memory. Every other request is handed
-//! to the axum router ([`crate::routes`]) and answered with a `Content-Length` body;
-//! connections stay alive between such requests.
+//! parsed strictly ([`crate::request`]); no route takes a body, so none is ever read.
+//! `GET /api/queues/{queue}/stream` is served right here (see [`crate::stream`]): after the
+//! head is written, the connection holds no buffers at all, which keeps a waiting browser to a
+//! few KiB of gateway memory. Every other request is handed to the axum router
+//! ([`crate::routes`]) and its answer streamed back whatever its size (with a `Content-Length`
+//! when the size is known, else chunked); connections stay alive between such requests, and
+//! hold no buffer while they wait for the next one.
 //!
 //! Slow clients get deadlines, not per-read timeouts: the whole head (and PROXY protocol
 //! header) within `--header-timeout-secs` of the connection's start (or of a later request's
-//! first byte), the whole body within `--body-timeout-secs`, and an idle keep-alive connection
-//! closes after `--idle-timeout-secs`. Sockets are capped (`--max-sockets`), the last few kept
-//! for health checks.
+//! first byte), and an idle keep-alive connection closes after `--idle-timeout-secs`. Sockets
+//! are capped ([`crate::sockets`]): all of them (`--max-sockets`, the last few kept for health
+//! checks), and those of one client address (`--ip-max-sockets`); when they run short, idle
+//! connections and old unfinished heads give way to streams.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::Router;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -33,13 +34,13 @@ use crate::client::{forwarded_for, proxy_header, IpKey, ProxyHeader};
 use crate::errors::{check_ticket, parse_queue};
 use crate::metrics::{self, Refusal, SocketRefusal};
 use crate::request::{
-    self, percent_decode, query_param, stream_target, ticket_param, Head, Parsed, MAX_HEAD,
+    percent_decode, query_param, stream_target, ticket_param, Head, HeadReader, Parsed, MAX_HEAD,
 };
+use crate::respond::{write_error, write_response};
 use crate::shared::Gateway;
+use crate::sockets::{AddressSocket, OpenSocket, Sockets, Zone, HEAD_SHED_AGE};
 use crate::stream::{self, Framing, Setup};
 
-/// Longest response body forwarded from the router.
-const MAX_RESPONSE: usize = 1024 * 1024;
 /// Bytes read at a time.
 const READ_CHUNK: usize = 1024;
 /// The head timeout of a connection in the sockets kept for health checks: a health check
@@ -57,14 +58,17 @@ pub(crate) async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) {
     let cfg = gw.config();
-    let sockets = Arc::new(Sockets {
-        open: gw.open_sockets_counter(),
-        max_streams: cfg.max_connections,
-        max: cfg.max_sockets,
-        reserve_from: cfg.max_sockets.saturating_sub(cfg.health_reserve_sockets),
-        sheds: AtomicU64::new(0),
-        shed_idle: Notify::new(),
-    });
+    let sockets = Arc::new(Sockets::new(
+        gw.open_sockets_counter(),
+        cfg.max_connections,
+        cfg.max_sockets,
+        cfg.health_reserve_sockets,
+        cfg.ip_max_sockets,
+    ));
+    // The socket's peer is the client unless a proxy stands between: behind a PROXY protocol
+    // header the client is counted once the header names it; behind trusted proxies that
+    // write `X-Forwarded-For`, one proxy socket carries many clients, and none is counted.
+    let count_peer = cfg.trusted_proxy_hops == 0 && !cfg.proxy_protocol;
     let tracker = TaskTracker::new();
     tokio::pin!(stop);
     loop {
@@ -76,6 +80,20 @@ pub(crate) async fn serve(
                     // (usher_http::listen).
                     #[cfg(not(target_os = "linux"))]
                     let _ = sock.set_nodelay(true);
+                    // One address past its sockets is closed before it counts for anything
+                    // else (it sheds nobody).
+                    let address = if count_peer {
+                        match sockets.of_address(IpKey::of(peer.ip(), cfg.ipv6_prefix)) {
+                            Some(a) => Some(a),
+                            None => {
+                                metrics::socket_refused(SocketRefusal::IpSockets);
+                                drop(sock);
+                                continue;
+                            }
+                        }
+                    } else {
+                        None
+                    };
                     let open = OpenSocket::new(&sockets);
                     let zone = sockets.zone();
                     if zone != Zone::Normal || sockets.over_stream_cap() {
@@ -89,7 +107,7 @@ pub(crate) async fn serve(
                         continue;
                     }
                     let conn = ClientConn { gw: gw.clone(), sockets: sockets.clone(), app: app.clone(),
-                        peer, reserve: zone == Zone::Reserve, _open: open };
+                        peer, reserve: zone == Zone::Reserve, _open: open, address };
                     tracker.spawn(conn.run(sock));
                 }
                 Err(e) => {
@@ -105,90 +123,14 @@ pub(crate) async fn serve(
     tracker.wait().await;
 }
 
-/// Where a new connection falls against `--max-sockets`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Zone {
-    Normal,
-    /// In the sockets kept for health checks.
-    Reserve,
-    /// Past the cap: closed at once.
-    Over,
-}
-
-/// The client connections open, against the caps on sockets and on streams.
-struct Sockets {
-    /// Shared with the gateway, which reports it on `/metrics`.
-    open: Arc<AtomicU64>,
-    /// `--max-connections`: streams.
-    max_streams: u64,
-    /// `--max-sockets`.
-    max: u64,
-    /// Past this many open sockets, a new one is in the health-check reserve.
-    reserve_from: u64,
-    /// How many times idle connections were told to close: a connection compares it with
-    /// the count it saw when its last request began (see [`Sockets::shed`]).
-    sheds: AtomicU64,
-    /// Wakes idle keep-alive connections to close (descriptors are needed for streams).
-    shed_idle: Notify,
-}
-
-impl Sockets {
-    /// Tells every connection that is idle now, or that turns idle after the request it is
-    /// serving, to close. The count goes up before the wake-up, and an idle connection
-    /// registers for the wake-up before it reads the count (`read_head`), so a connection
-    /// that was not yet waiting when the wake-up went out still sees the count and closes:
-    /// whether it closes never depends on how far its task had got.
-    fn shed(&self) {
-        self.sheds.fetch_add(1, Ordering::SeqCst);
-        self.shed_idle.notify_waiters();
-    }
-
-    fn sheds(&self) -> u64 {
-        self.sheds.load(Ordering::SeqCst)
-    }
-
-    /// Whether more connections are open than the stream cap allows (a new one counted). Then
-    /// the new connection tells the idle ones to close ([`Sockets::shed`]), so idle keep-alive
-    /// connections never keep descriptors from streams.
-    fn over_stream_cap(&self) -> bool {
-        self.open.load(Ordering::Relaxed) > self.max_streams
-    }
-
-    /// Where the newest connection (counted) falls against the socket cap.
-    fn zone(&self) -> Zone {
-        let open = self.open.load(Ordering::Relaxed);
-        if open > self.max {
-            Zone::Over
-        } else if open > self.reserve_from {
-            Zone::Reserve
-        } else {
-            Zone::Normal
-        }
-    }
-}
-
-/// Counts an open client connection for as long as it lives.
-struct OpenSocket(Arc<Sockets>);
-
-impl OpenSocket {
-    fn new(sockets: &Arc<Sockets>) -> Self {
-        sockets.open.fetch_add(1, Ordering::Relaxed);
-        Self(sockets.clone())
-    }
-}
-
-impl Drop for OpenSocket {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 enum Read {
     Head(Head),
     /// The connection ended, or sat idle past its timeout: close quietly.
     Closed,
     /// A request head did not arrive whole in time.
     TimedOut,
+    /// A head still arriving after [`HEAD_SHED_AGE`] gave way when sockets ran short.
+    Shed,
     /// Answer this error, then close.
     Bad(ApiError),
 }
@@ -202,10 +144,12 @@ struct ClientConn {
     /// In the sockets kept for health checks: only health checks are served.
     reserve: bool,
     _open: OpenSocket,
+    /// Counted for its client address (`--ip-max-sockets`), while it lives.
+    address: Option<AddressSocket>,
 }
 
 impl ClientConn {
-    async fn run(self, mut sock: TcpStream) {
+    async fn run(mut self, mut sock: TcpStream) {
         let cfg = self.gw.config();
         let head_timeout = if self.reserve {
             RESERVE_HEAD_TIMEOUT.min(cfg.header_timeout())
@@ -214,12 +158,22 @@ impl ClientConn {
         };
         // The first head (and the PROXY protocol header before it) has this long from now.
         let mut deadline = Some(Instant::now() + head_timeout);
-        let mut buf = Vec::with_capacity(1024);
+        let mut buf = Vec::new();
         let mut peer_ip = self.peer.ip();
         if cfg.proxy_protocol {
             match read_proxy_header(&mut sock, &mut buf, deadline).await {
                 Some(source) => peer_ip = source.unwrap_or(peer_ip),
                 None => return,
+            }
+            // The client is known now: count its sockets.
+            if cfg.trusted_proxy_hops == 0 {
+                match self.sockets.of_address(IpKey::of(peer_ip, cfg.ipv6_prefix)) {
+                    Some(a) => self.address = Some(a),
+                    None => {
+                        metrics::socket_refused(SocketRefusal::IpSockets);
+                        return;
+                    }
+                }
             }
         }
         let mut sheds_seen = self.sockets.sheds();
@@ -234,6 +188,10 @@ impl ClientConn {
                     metrics::socket_refused(SocketRefusal::HeadTimeout);
                     return;
                 }
+                Read::Shed => {
+                    metrics::socket_refused(SocketRefusal::SlowHead);
+                    return;
+                }
                 Read::Bad(e) => {
                     metrics::socket_refused(SocketRefusal::BadRequest);
                     let _ = write_error(&mut sock, &e, None).await;
@@ -243,29 +201,17 @@ impl ClientConn {
             // Later heads: idle timeout first, then the head timeout from their first byte.
             deadline = None;
             sheds_seen = self.sockets.sheds();
-            let total = head.head_len + head.content_length;
-            let body_deadline = Instant::now() + cfg.body_timeout();
-            while buf.len() < total {
-                buf.reserve((total - buf.len()).min(16 * READ_CHUNK));
-                match tokio::time::timeout_at(body_deadline, sock.read_buf(&mut buf)).await {
-                    Ok(Ok(n)) if n > 0 => {}
-                    Ok(_) => return,
-                    Err(_) => {
-                        metrics::socket_refused(SocketRefusal::BodyTimeout);
-                        let e = ApiError::new(
-                            StatusCode::REQUEST_TIMEOUT,
-                            "the request body did not arrive in time",
-                        );
-                        let _ = write_error(&mut sock, &e, None).await;
-                        return;
-                    }
-                }
-            }
-            let client = IpKey::of(forwarded_for(
-                peer_ip,
-                usize::try_from(cfg.trusted_proxy_hops).unwrap_or(usize::MAX),
-                head.values("x-forwarded-for"),
-            ));
+            // No route takes a body (`request` refuses a head that announces one): the
+            // request is its head.
+            let total = head.head_len;
+            let client = IpKey::of(
+                forwarded_for(
+                    peer_ip,
+                    usize::try_from(cfg.trusted_proxy_hops).unwrap_or(usize::MAX),
+                    head.values("x-forwarded-for"),
+                ),
+                cfg.ipv6_prefix,
+            );
             // The connection serves another request after this one, unless the client or a
             // stopping gateway says otherwise, when the response ends. (Idle connections give
             // way when descriptors run short: see `Sockets::shed_idle`.)
@@ -312,9 +258,12 @@ impl ClientConn {
                 return;
             }
             let keep_alive = head.keep_alive && !self.gw.shutting_down();
-            let body = buf[head.head_len..total].to_vec();
             buf.drain(..total);
-            let request = match build_request(&head, body) {
+            if buf.is_empty() {
+                // Nothing of the next request yet: hold no buffer while waiting for it.
+                buf = Vec::new();
+            }
+            let request = match build_request(&head) {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = write_error(&mut sock, &e, None).await;
@@ -328,9 +277,15 @@ impl ClientConn {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
-            if Box::pin(write_response(&mut sock, response, keep_alive))
-                .await
-                .is_err()
+            let length_known = head.minor_version > 0;
+            if Box::pin(write_response(
+                &mut sock,
+                response,
+                keep_alive,
+                length_known,
+            ))
+            .await
+            .is_err()
                 || !keep_alive
             {
                 return;
@@ -340,12 +295,14 @@ impl ClientConn {
 
     /// Reads a request head into `buf`, by `deadline` (a new connection's), or — between
     /// requests — within the idle timeout and then the head timeout from its first byte.
+    /// Gives way when sockets run short ([`Sockets::shed`]): between requests at once, and
+    /// while a head is arriving once it has taken [`HEAD_SHED_AGE`].
     async fn read_head(
         &self,
         sock: &mut TcpStream,
         buf: &mut Vec<u8>,
         deadline: Option<Instant>,
-        sheds_seen: u64,
+        mut sheds_seen: u64,
     ) -> Read {
         let (gw, sockets) = (&self.gw, &self.sockets);
         let between = deadline.is_none();
@@ -358,35 +315,48 @@ impl ClientConn {
                 }
         });
         let mut idle = between && buf.is_empty();
-        // An idle connection (between requests) gives way when descriptors are needed: when
-        // told to while it waits, or when it was told to since its last request began. It
-        // registers for the wake-up before it reads the count (see `Sockets::shed`).
-        let shed = sockets.shed_idle.notified();
+        // When this head began to arrive: a new connection's at its start, a later one's at
+        // its first byte.
+        let mut head_since = (!idle).then(Instant::now);
+        let mut reader = HeadReader::default();
+        let shed = sockets.shed_wakeup();
         tokio::pin!(shed);
-        if idle {
-            shed.as_mut().enable();
-            if sockets.sheds() != sheds_seen {
-                return Read::Closed;
-            }
-        }
         loop {
             if !buf.is_empty() {
                 if idle {
                     // The next request's first byte: its head has the head timeout.
                     idle = false;
+                    head_since = Some(Instant::now());
                     deadline = Instant::now() + gw.config().header_timeout();
                 }
-                match request::parse(buf) {
+                match reader.feed(buf) {
                     Ok(Parsed::Complete(h)) => return Read::Head(h),
                     Ok(Parsed::Partial) => {}
                     Err(e) => return Read::Bad(e),
                 }
             }
-            // Straight into `buf`: a buffer on the stack here would be part of every
-            // connection's task, for as long as the connection lives.
-            buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+            // Registered for the wake-up before the count is read (see `crate::sockets`).
+            shed.as_mut().enable();
+            let sheds = sockets.sheds();
+            if sheds != sheds_seen {
+                if idle || head_since.is_some_and(|t| t.elapsed() >= HEAD_SHED_AGE) {
+                    // Bytes that arrived but were not read yet count: a connection whose
+                    // request is waiting in the kernel's buffer (a pooled connection reused
+                    // at this moment, or a task that ran late) is served, not shed.
+                    buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+                    match sock.try_read_buf(buf) {
+                        Ok(n) if n > 0 => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            return if idle { Read::Closed } else { Read::Shed };
+                        }
+                        _ => return Read::Closed,
+                    }
+                }
+                // A head that just began: a browser's arrives whole in a moment.
+                sheds_seen = sheds;
+            }
             let n = tokio::select! {
-                r = tokio::time::timeout_at(deadline, sock.read_buf(buf)) => match r {
+                r = tokio::time::timeout_at(deadline, read_some(sock, buf)) => match r {
                     Ok(Ok(n)) => n,
                     Ok(Err(_)) => return Read::Closed,
                     Err(_) if buf.is_empty() => return Read::Closed,
@@ -394,8 +364,11 @@ impl ClientConn {
                 },
                 // Idle connections close when the gateway stops; a request under way finishes.
                 () = gw.stopped().cancelled(), if buf.is_empty() => return Read::Closed,
-                // ... and when their descriptors are needed (only between requests).
-                () = &mut shed, if between && buf.is_empty() => return Read::Closed,
+                // Sockets ran short: the count is checked at the top of the loop.
+                () = &mut shed => {
+                    shed.set(sockets.shed_wakeup());
+                    continue;
+                }
             };
             if n == 0 {
                 return Read::Closed;
@@ -492,47 +465,25 @@ fn is_health_check(target: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
-fn build_request(head: &Head, body: Vec<u8>) -> Result<axum::http::Request<Body>, ApiError> {
+/// Reads what has arrived into `buf`, up to a whole head. An empty buffer stays
+/// unallocated until the socket has bytes to read: an idle connection holds no buffer.
+async fn read_some(sock: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    if buf.is_empty() {
+        sock.readable().await?;
+    }
+    // Straight into `buf`: a buffer on the stack here would be part of every connection's
+    // task, for as long as the connection lives.
+    buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+    sock.read_buf(buf).await
+}
+
+fn build_request(head: &Head) -> Result<axum::http::Request<Body>, ApiError> {
     let mut b = axum::http::Request::builder()
         .method(head.method.as_str())
         .uri(head.target.as_str());
     for (k, v) in &head.headers {
         b = b.header(k.as_str(), v.as_slice());
     }
-    b.body(Body::from(body))
+    b.body(Body::empty())
         .map_err(|e| ApiError::bad_request(format!("malformed request: {e}")))
-}
-
-async fn write_response(
-    sock: &mut TcpStream,
-    response: axum::response::Response,
-    keep_alive: bool,
-) -> std::io::Result<()> {
-    let (parts, body) = response.into_parts();
-    let body = axum::body::to_bytes(body, MAX_RESPONSE)
-        .await
-        .unwrap_or_default();
-    let headers: Vec<(&str, &str)> = parts
-        .headers
-        .iter()
-        .filter(|(k, _)| {
-            !matches!(
-                k.as_str(),
-                "content-length" | "transfer-encoding" | "connection"
-            )
-        })
-        .map(|(k, v)| (k.as_str(), v.to_str().unwrap_or("")))
-        .collect();
-    let bytes = request::response_bytes(parts.status, &headers, &body, keep_alive);
-    sock.write_all(&bytes).await
-}
-
-/// Writes an error answer (`Retry-After` when given) and closes the connection after it.
-async fn write_error(
-    sock: &mut TcpStream,
-    e: &ApiError,
-    retry_after: Option<u64>,
-) -> std::io::Result<()> {
-    sock.write_all(&request::error_bytes(e, retry_after, false))
-        .await
 }

@@ -5,6 +5,7 @@
 //! into their configurations) and [`crate::serve`] applies them; the gateway has its own HTTP
 //! server and applies the same rules itself.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -12,6 +13,8 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::time::Instant;
 
 use crate::ApiError;
 
@@ -59,25 +62,67 @@ impl ServeLimits {
     }
 }
 
-/// Reads the whole request body before the handler runs, within `deadline` and
-/// [`MAX_BODY`]: a body that trickles in is cut at the deadline (`408`), one too large is
-/// refused (`413`). The APIs take small JSON bodies, so buffering them costs nothing.
+/// Why a request body was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    TooLarge,
+    Late,
+}
+
+/// Puts a deadline and [`MAX_BODY`] on the request body, without reading it: the body is
+/// read by whoever needs it, after the checks before it (the admin token), so a request that
+/// fails them is answered at once and its body never read (buffering it first let anyone
+/// without a token make the server hold a megabyte for ten seconds). A body that trickles in
+/// past the deadline is cut (`408`), one too large is refused (`413`), whatever the handler
+/// made of the failed read.
 pub async fn body_deadline(deadline: Duration, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY)).await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Ok(Err(_)) => ApiError::new(
+    let cut: Arc<OnceLock<Cut>> = Arc::default();
+    let body = Body::from_stream(limited(body, Instant::now() + deadline, cut.clone()));
+    let response = next.run(Request::from_parts(parts, body)).await;
+    match cut.get() {
+        None => response,
+        Some(Cut::TooLarge) => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request bodies are limited to 1 MiB",
         )
         .into_response(),
-        Err(_) => ApiError::new(
+        Some(Cut::Late) => ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "the request body did not arrive in time",
         )
         .into_response(),
     }
+}
+
+/// `body`'s data, ending with an error (recorded in `cut`) past `deadline` or [`MAX_BODY`].
+fn limited(
+    body: Body,
+    deadline: Instant,
+    cut: Arc<OnceLock<Cut>>,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Send {
+    let state = Some((body.into_data_stream(), 0usize));
+    futures::stream::unfold(state, move |state| {
+        let cut = cut.clone();
+        async move {
+            let (mut frames, seen) = state?;
+            let failed = |c: Cut| {
+                let _ = cut.set(c);
+                Some((
+                    Err(axum::Error::new(format!("request body cut: {c:?}"))),
+                    None,
+                ))
+            };
+            match tokio::time::timeout_at(deadline, frames.next()).await {
+                Err(_) => failed(Cut::Late),
+                Ok(None) => None,
+                Ok(Some(Err(e))) => Some((Err(e), None)),
+                Ok(Some(Ok(b))) if seen + b.len() > MAX_BODY => failed(Cut::TooLarge),
+                Ok(Some(Ok(b))) => {
+                    let seen = seen + b.len();
+                    Some((Ok(b), Some((frames, seen))))
+                }
+            }
+        }
+    })
 }

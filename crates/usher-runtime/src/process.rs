@@ -1,5 +1,5 @@
 //! The process itself: the tokio runtime every usher binary runs on, transparent huge pages
-//! off, and shutdown on SIGINT or SIGTERM.
+//! off, the open-files limit raised, and shutdown on SIGINT or SIGTERM.
 
 /// The tokio runtime for a binary: `threads` worker threads (0 = one per core). One thread is
 /// best when several usher processes share a few cores: no cross-thread wake-ups.
@@ -29,6 +29,40 @@ pub fn disable_transparent_huge_pages() {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
         tracing::info!(error = %e, "cannot turn transparent huge pages off for this process");
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (Linux; elsewhere a
+/// no-op), and logs both.
+///
+/// Every socket is a file: a server holding 18,000 browsers needs 18,000 descriptors, but a
+/// container's soft limit is often 1,024 (the hard limit 524,288 or more), and a server that
+/// kept it would refuse connections far below its caps. Raising the soft limit to the hard one
+/// needs no privilege. Call it in `main` once logging is set up. A failure is logged and
+/// otherwise ignored: the caps (`--max-sockets`) still hold, below whatever limit is left.
+pub fn raise_open_files_limit() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let shown = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+        let was = getrlimit(Resource::Nofile);
+        let (soft, hard) = (shown(was.current), shown(was.maximum));
+        if was.current == was.maximum {
+            tracing::info!(soft = %soft, hard = %hard, "open files limit: the soft limit is the hard limit already");
+            return;
+        }
+        let raised = Rlimit {
+            current: was.maximum,
+            maximum: was.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::info!(soft_was = %soft, soft = %hard, hard = %hard, "open files limit: soft limit raised to the hard limit")
+            }
+            Err(e) => {
+                tracing::warn!(soft = %soft, hard = %hard, error = %e, "open files limit: cannot raise the soft limit")
+            }
+        }
     }
 }
 

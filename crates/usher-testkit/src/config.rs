@@ -58,6 +58,10 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         ip_join_burst: 0,
         ip_max_streams: 0,
         ip_max_places: 0,
+        // Issue 23: sockets per address off too (tests connect from one address); IPv6 by
+        // the default /56.
+        ip_max_sockets: 0,
+        ipv6_prefix: 56,
         max_sockets: 20_000,
         health_reserve_sockets: 64,
         header_timeout_secs: 10,

@@ -197,11 +197,12 @@ fn spawn(
 /// Tests burst from one loopback address, so a test gateway process has the per-IP limits off
 /// unless the test sets them (its own variables come after these and win), like the in-process
 /// configs of [`crate::config`]. Other binaries ignore them.
-const PER_IP_LIMITS_OFF: [(&str, &str); 4] = [
+const PER_IP_LIMITS_OFF: [(&str, &str); 5] = [
     ("USHER_IP_JOIN_RATE", "0"),
     ("USHER_IP_JOIN_BURST", "0"),
     ("USHER_IP_MAX_STREAMS", "0"),
     ("USHER_IP_MAX_PLACES", "0"),
+    ("USHER_IP_MAX_SOCKETS", "0"),
 ];
 
 /// Every test dispatcher gets the test admin token ([`crate::config::admin_token_spec`]),

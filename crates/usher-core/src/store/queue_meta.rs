@@ -3,7 +3,7 @@
 //! read them to serve `GET /q/{queue}`) and its proof-of-work setting (gateways read it to
 //! issue and check puzzles; the join script reads it again, and is the authority).
 
-use super::{Result, Store};
+use super::{QueueConfig, Result, Store};
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
@@ -91,29 +91,35 @@ impl Store {
     }
 }
 
-/// What a queue asks of a join.
+/// What a queue asks of a join, and how long it keeps an away place (read together, so a
+/// gateway learns both in one `HMGET`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChallengeSetting {
     pub challenge: Challenge,
     /// Leading zero bits (meaningful with [`Challenge::Pow`]).
     pub difficulty: u8,
+    /// The queue's grace period (`grace_seconds`): how long an away place stays in line. A
+    /// gateway keeps counting such a place for the address that held it as long.
+    pub grace_seconds: u64,
 }
 
 impl Store {
     /// `q`'s challenge setting; `None` for a queue never configured (one `HMGET`).
     pub async fn challenge_setting(&self, q: &QueueId) -> Result<Option<ChallengeSetting>> {
         let k = QueueKeys::new(q);
-        let (open, challenge, difficulty): (Option<String>, Option<String>, Option<u8>) =
-            redis::cmd("HMGET")
-                .arg(&k.meta)
-                .arg("open")
-                .arg("challenge")
-                .arg("pow_difficulty")
-                .query_async(&mut self.c())
-                .await?;
+        type Fields = (Option<String>, Option<String>, Option<u8>, Option<u64>);
+        let (open, challenge, difficulty, grace): Fields = redis::cmd("HMGET")
+            .arg(&k.meta)
+            .arg("open")
+            .arg("challenge")
+            .arg("pow_difficulty")
+            .arg("grace_seconds")
+            .query_async(&mut self.c())
+            .await?;
         Ok(open.map(|_| ChallengeSetting {
             challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
+            grace_seconds: grace.unwrap_or(QueueConfig::default().grace_seconds),
         }))
     }
 }

@@ -3,15 +3,19 @@
 //!
 //! Strict where a lax reading lets two parsers disagree about where a request ends (request
 //! smuggling behind a front proxy): `Content-Length` headers that differ, or one with
-//! `Transfer-Encoding`, are refused with `400` and the connection closes.
+//! `Transfer-Encoding`, are refused with `400` and the connection closes. No route of the
+//! gateway takes a request body, so a request that announces one is refused at its head
+//! (`413`), before a byte of it is read: a connection never holds more than its head.
+//!
+//! A head arrives in pieces; [`HeadReader`] looks at each byte a bounded number of times
+//! however the pieces fall (parsing the whole buffer after every read was quadratic in the
+//! head's size: a 16 KiB head sent a byte at a time cost 134 MB of parsing).
 
 use axum::http::StatusCode;
 use usher_http::ApiError;
 
 /// Longest request head accepted.
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
-/// Longest request body accepted (the API takes none; this is generous).
-pub(crate) const MAX_BODY: usize = 64 * 1024;
 /// Most header lines in a request head.
 const MAX_HEADERS: usize = 48;
 
@@ -63,6 +67,62 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed, ApiError> {
     }
 }
 
+/// Reads one request head as its bytes arrive into a buffer: [`HeadReader::feed`] after
+/// each read. The parser runs on the first bytes (so garbage is refused at once), and then
+/// only when the bytes hold the blank line that ends a head (or the buffer is full); between,
+/// only the bytes new since the last call are scanned for it. Each byte is thus scanned once
+/// and parsed at most a few times: the work is linear in the head's size, however the client
+/// splits it.
+#[derive(Debug, Default)]
+pub(crate) struct HeadReader {
+    /// Bytes of the buffer already scanned for the end of the head.
+    scanned: usize,
+    /// Where the request line starts: past the empty lines a client may send before it
+    /// (RFC 9112, 2.2), which are no head's end.
+    start: Option<usize>,
+    /// Bytes handed to the parser so far (what a test of the linear bound counts).
+    #[cfg_attr(not(test), allow(dead_code))]
+    parsed: usize,
+}
+
+impl HeadReader {
+    /// What `buf` (the bytes read so far, this head's first byte at its start) holds.
+    pub(crate) fn feed(&mut self, buf: &[u8]) -> Result<Parsed, ApiError> {
+        let first = self.scanned == 0 && !buf.is_empty();
+        let from = self.scanned;
+        self.scanned = buf.len();
+        let start = match self.start {
+            Some(s) => s,
+            None => match buf[from..].iter().position(|b| !matches!(b, b'\r' | b'\n')) {
+                Some(i) => *self.start.insert(from + i),
+                None => return self.parse_if(first, buf),
+            },
+        };
+        // The end is a line feed followed by an empty line (`\n\n` or `\n\r\n`): look from
+        // two bytes before the new ones, so an end split across reads is found.
+        let look = from.saturating_sub(2).max(start);
+        let ended = buf[look..].windows(2).enumerate().any(|(i, w)| {
+            w[0] == b'\n'
+                && (w[1] == b'\n' || (w[1] == b'\r' && buf.get(look + i + 2) == Some(&b'\n')))
+        });
+        self.parse_if(first || ended || buf.len() >= MAX_HEAD, buf)
+    }
+
+    fn parse_if(&mut self, run: bool, buf: &[u8]) -> Result<Parsed, ApiError> {
+        if !run {
+            return Ok(Parsed::Partial);
+        }
+        self.parsed += buf.len();
+        parse(buf)
+    }
+
+    /// Bytes handed to the parser so far.
+    #[cfg(test)]
+    pub(crate) fn parsed(&self) -> usize {
+        self.parsed
+    }
+}
+
 fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, ApiError> {
     let minor_version = req.version.unwrap_or(1);
     let mut keep_alive = minor_version == 1;
@@ -111,10 +171,10 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
         (true, _) => usize::MAX,
         (false, n) => n.unwrap_or(0),
     };
-    if content_length > MAX_BODY {
+    if content_length > 0 {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "request bodies are limited to 64 KiB and must have a Content-Length",
+            "the gateway's routes take no request body",
         ));
     }
     Ok(Head {
@@ -192,12 +252,23 @@ pub(crate) fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A whole response: status line, `headers` (name, value; neither contains CR or LF),
-/// `content-length`, `connection: close` unless `keep_alive`, then `body`.
-pub(crate) fn response_bytes(
+/// How a response's body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyLength {
+    /// `content-length`.
+    Exact(usize),
+    /// `transfer-encoding: chunked` (HTTP/1.1).
+    Chunked,
+    /// The body ends when the connection closes (HTTP/1.0, size unknown).
+    UntilClose,
+}
+
+/// A response head: status line, `headers` (name, value; neither contains CR or LF), the
+/// body's framing, `connection: close` unless `keep_alive`, then the blank line.
+pub(crate) fn response_head(
     status: StatusCode,
     headers: &[(&str, &str)],
-    body: &[u8],
+    length: BodyLength,
     keep_alive: bool,
 ) -> Vec<u8> {
     use std::fmt::Write as _;
@@ -210,12 +281,28 @@ pub(crate) fn response_bytes(
         // Writing to a String cannot fail.
         let _ = write!(out, "{k}: {v}\r\n");
     }
-    let _ = write!(out, "content-length: {}\r\n", body.len());
+    match length {
+        BodyLength::Exact(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        BodyLength::Chunked => out.push_str("transfer-encoding: chunked\r\n"),
+        BodyLength::UntilClose => {}
+    }
     if !keep_alive {
         out.push_str("connection: close\r\n");
     }
     out.push_str("\r\n");
-    let mut bytes = out.into_bytes();
+    out.into_bytes()
+}
+
+/// A whole response: [`response_head`] with a `content-length`, then `body`.
+pub(crate) fn response_bytes(
+    status: StatusCode,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    keep_alive: bool,
+) -> Vec<u8> {
+    let mut bytes = response_head(status, headers, BodyLength::Exact(body.len()), keep_alive);
     bytes.extend_from_slice(body);
     bytes
 }
@@ -270,8 +357,14 @@ mod tests {
 
     #[test]
     fn content_length_must_be_unambiguous() {
-        let same = b"POST / HTTP/1.1\r\ncontent-length: 3\r\nContent-Length: 3\r\n\r\n";
-        assert_eq!(head(same).map(|h| h.content_length), Ok(3));
+        let same = b"POST / HTTP/1.1\r\ncontent-length: 0\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(head(same).map(|h| h.content_length), Ok(0));
+        // No route takes a body: one announced is refused at the head.
+        let body = b"POST / HTTP/1.1\r\ncontent-length: 3\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(
+            head(body).map_err(|e| e.status),
+            Err(StatusCode::PAYLOAD_TOO_LARGE)
+        );
         let differ = b"POST / HTTP/1.1\r\ncontent-length: 3\r\nContent-Length: 4\r\n\r\n";
         assert_eq!(
             head(differ).map_err(|e| e.status),
@@ -303,6 +396,77 @@ mod tests {
         );
         let old = head(b"GET / HTTP/1.0\r\n\r\n");
         assert_eq!(old.map(|h| (h.minor_version, h.keep_alive)), Ok((0, false)));
+    }
+
+    /// Feeds `bytes` to a [`HeadReader`] `step` bytes at a time, as reads would bring them;
+    /// the outcome and the bytes handed to the parser.
+    fn read_in_steps(bytes: &[u8], step: usize) -> (Result<Parsed, ApiError>, usize) {
+        let mut r = HeadReader::default();
+        let mut end = 0;
+        loop {
+            end = (end + step).min(bytes.len());
+            match r.feed(&bytes[..end]) {
+                Ok(Parsed::Partial) if end < bytes.len() => {}
+                outcome => return (outcome, r.parsed()),
+            }
+        }
+    }
+
+    /// A head just under 16 KiB with as many headers as allowed, after `blank` empty lines.
+    fn big_head(blank: usize) -> Vec<u8> {
+        let mut head = b"\r\n".repeat(blank);
+        head.extend_from_slice(b"GET /api/queues/q/status HTTP/1.1\r\n");
+        for _ in 0..MAX_HEADERS - 1 {
+            head.extend_from_slice(b"x-pad: ");
+            head.extend(std::iter::repeat_n(b'a', 330 - blank / 24));
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        head
+    }
+
+    #[test]
+    fn parse_work_is_linear_in_the_heads_size() {
+        for blank in [0, 2000] {
+            let head = big_head(blank);
+            assert!(
+                head.len() < MAX_HEAD && head.len() > MAX_HEAD - 1024,
+                "{}",
+                head.len()
+            );
+            for step in [1, 7, 1024] {
+                let (outcome, parsed) = read_in_steps(&head, step);
+                let h = match outcome {
+                    Ok(Parsed::Complete(h)) => h,
+                    other => panic!("not complete: {other:?}"),
+                };
+                assert_eq!(h.head_len, head.len());
+                // The first bytes and the whole head: at most twice the head, where parsing
+                // the whole buffer after every read was (n / step)² / 2 × step.
+                assert!(
+                    parsed <= 2 * head.len(),
+                    "{parsed} bytes parsed for a {}-byte head read {step} at a time",
+                    head.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_end_split_across_reads_is_found_and_garbage_is_refused_at_once() {
+        for end in [&b"\r\n\r\n"[..], b"\n\n", b"\n\r\n", b"\r\n\n"] {
+            let mut bytes = b"GET /healthz HTTP/1.1\r\nhost: x".to_vec();
+            bytes.extend_from_slice(end);
+            for step in 1..bytes.len() {
+                let (outcome, _) = read_in_steps(&bytes, step);
+                assert!(
+                    matches!(outcome, Ok(Parsed::Complete(_))),
+                    "{end:?} in steps of {step}"
+                );
+            }
+        }
+        let mut r = HeadReader::default();
+        assert!(r.feed(b"\x00\x01 garbage").is_err());
     }
 
     #[test]

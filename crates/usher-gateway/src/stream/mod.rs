@@ -18,7 +18,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{
     eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
-use usher_core::store::{PlaceState, StoreError};
+use usher_core::store::{PlaceState, QueueConfig, StoreError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
@@ -204,6 +204,16 @@ async fn setup(
             gw.ip_limits().forget(client, &q, p);
         }
     };
+    // The queue's setting (cached a second): a join's challenge, and the grace period for
+    // which a place keeps counting for its address once its stream ends.
+    let challenges = gw.challenges();
+    let setting = match challenges.setting(gw.store(), &q).await {
+        Ok(s) => s,
+        Err(e) => return refused_by_redis(&logged(e)),
+    };
+    let grace = Duration::from_secs(
+        setting.map_or(QueueConfig::default().grace_seconds, |s| s.grace_seconds),
+    );
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
@@ -219,11 +229,6 @@ async fn setup(
         }
         None => {
             // A proof-of-work queue: the solution is checked before Redis is asked anything.
-            let challenges = gw.challenges();
-            let setting = match challenges.setting(gw.store(), &q).await {
-                Ok(s) => s,
-                Err(e) => return refused_by_redis(&logged(e)),
-            };
             let proof = match challenges.gate(&q, setting, pow.as_deref()) {
                 Gate::Pass(proof) => proof,
                 Gate::Refuse(puzzle) => return challenged(puzzle),
@@ -290,9 +295,9 @@ async fn setup(
         // stream lasts: hanging up cannot make room for more entrants.
         let counted = counted.unwrap_or(place);
         let hold = if entrant {
-            gw.ip_limits().hold_entrant(client, &q, counted)
+            gw.ip_limits().hold_entrant(client, &q, counted, grace)
         } else {
-            gw.ip_limits().hold(client, &q, counted)
+            gw.ip_limits().hold(client, &q, counted, grace)
         };
         Setup::Live {
             ticket,

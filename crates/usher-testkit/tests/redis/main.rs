@@ -26,6 +26,7 @@ mod draw_data_loss;
 mod draw_steps;
 mod faults;
 mod flow;
+mod hard_limits;
 mod keepalive;
 mod layering;
 mod load_reports;
