@@ -14,6 +14,10 @@
 //!   session is kept alive with [`Admission::touch`]; [`Admission::release`] ends it when the
 //!   booking is done, so the token cannot be used again and the slot frees at once.
 //!
+//! A queue with `bind: "browser_key"` binds its tokens to the browser's key (`cnf.jkt`): such a
+//! token is accepted only with a proof of that key ([`check_proof`], [`Admission::verify_bound`]),
+//! so a copied token is useless.
+//!
 //! [`Admission::layer`] does both for every request to the routes it guards, and
 //! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate.
 //!
@@ -56,6 +60,7 @@
 mod claims;
 mod keys;
 mod layer;
+mod proof;
 mod session;
 
 use std::sync::Arc;
@@ -67,6 +72,10 @@ use url::Url;
 pub use claims::{Claims, VerifyError};
 pub use keys::{KeyError, NEGATIVE_TTL};
 pub use layer::{AdmissionGuard, AdmissionLayer};
+pub use proof::{
+    check_proof, check_proof_at, BoundError, Confirmation, ProofClaims, ProofError,
+    PROOF_MAX_AGE_SECS,
+};
 pub use session::{ActiveSession, SessionStatus};
 
 use keys::Keys;

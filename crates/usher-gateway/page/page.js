@@ -3,7 +3,13 @@
 //
 // One tab per browser holds the stream (Web Locks API); the others mirror its state over a
 // BroadcastChannel, and one of them takes over (resuming with the stored ticket) when the
-// holder closes. The ticket is kept in localStorage per queue, so a reload resumes the place.
+// holder closes. The ticket is kept in localStorage per queue, so a reload resumes the place;
+// it is forgotten at admission, so a reload never replays an entry (shared computers).
+//
+// A queue with `bind: "browser_key"` (cfg.bind): the page makes a non-extractable ECDSA P-256
+// key (WebCrypto, kept in IndexedDB) when it joins, and every stream request and status poll
+// carries a fresh proof of it (`?proof=`). EventSource would replay the same URL, so there the
+// page reopens the stream itself, with a fresh proof, after cfg.retry_ms.
 "use strict";
 (() => {
   const cfg = JSON.parse(document.getElementById("usher-config").textContent);
@@ -24,6 +30,56 @@
   };
   const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
   const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
+
+  // ---- the entry, after admission: this tab only (sessionStorage), until the booking form was
+  // sent; a reload then offers to send it again, never sends it by itself ----
+  const ENTRY = STORE + ":entry";
+  const entry = () => {
+    try { return JSON.parse(sessionStorage.getItem(ENTRY)); } catch { return null; }
+  };
+  const keepEntry = (v) => { try { sessionStorage.setItem(ENTRY, JSON.stringify(v)); } catch { /* private mode */ } };
+  const dropEntry = () => { try { sessionStorage.removeItem(ENTRY); } catch { /* ignore */ } };
+
+  // ---- the browser key (bind queues): docs/security.md, "Places and tokens bound to the browser" ----
+  const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
+    .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const utf8 = (text) => new TextEncoder().encode(text);
+  let keyPair = null;
+  function keyStore(mode, use) {
+    return new Promise((resolve, reject) => {
+      const req = indexedDB.open("usher-keys", 1);
+      req.onupgradeneeded = () => req.result.createObjectStore("keys");
+      req.onerror = () => reject(req.error);
+      req.onsuccess = () => {
+        const tx = req.result.transaction("keys", mode);
+        const r = use(tx.objectStore("keys"));
+        tx.oncomplete = () => resolve(r.result);
+        tx.onerror = () => reject(tx.error);
+      };
+    });
+  }
+  // This queue's key: the stored one, or (fresh = true, for a join) a new one, stored. The
+  // private key is not extractable: script can sign with it, nothing can copy it out.
+  async function browserKey(fresh) {
+    if (!fresh) {
+      keyPair = keyPair || (await keyStore("readonly", (st) => st.get(Q))) || null;
+      if (keyPair) return keyPair;
+    }
+    keyPair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, false, ["sign", "verify"]);
+    await keyStore("readwrite", (st) => st.put(keyPair, Q));
+    return keyPair;
+  }
+  // A compact JWS (ES256) over `claims` with a fresh jti and iat, the public key in its header.
+  async function proof(claims) {
+    const pair = await browserKey(false);
+    const { kty, crv, x, y } = await crypto.subtle.exportKey("jwk", pair.publicKey);
+    const header = { alg: "ES256", typ: "usher-pop+jwt", jwk: { kty, crv, x, y } };
+    const body = { jti: b64url(crypto.getRandomValues(new Uint8Array(16))), iat: Math.floor(Date.now() / 1000), ...claims };
+    const signed = b64url(utf8(JSON.stringify(header))) + "." + b64url(utf8(JSON.stringify(body)));
+    const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, pair.privateKey, utf8(signed));
+    return signed + "." + b64url(sig);
+  }
+  const routeProof = (path) => proof({ htm: "GET", htu: path });
 
   // ---- rendering: one state object, drawn by every tab ----
   let state = { phase: "connecting" };
@@ -112,19 +168,39 @@
   // ---- the stream (only in the tab that holds the lock) ----
   let es = null, countdown = null;
 
+  let reopen = null;
   // `solution`: a solved proof-of-work puzzle for a join (a resume never needs one).
-  function open(solution) {
+  async function open(solution) {
     if (es) es.close();
+    clearTimeout(reopen);
     const { ticket } = saved();
-    const url = cfg.stream + (ticket ? "?ticket=" + encodeURIComponent(ticket)
-      : solution ? "?pow=" + encodeURIComponent(solution) : "");
+    const params = new URLSearchParams();
+    if (ticket) params.set("ticket", ticket);
+    else if (solution) params.set("pow", solution);
+    if (cfg.bind) {
+      try {
+        if (!ticket) await browserKey(true); // a new place, a new key
+        params.set("proof", await routeProof(cfg.stream));
+      } catch {
+        return closed("no_key");
+      }
+    }
+    const query = params.toString();
     setConn("connecting");
-    es = new EventSource(url);
+    const source = new EventSource(cfg.stream + (query ? "?" + query : ""));
+    es = source;
     es.onopen = () => setConn("connected");
     es.onerror = () => {
-      if (es.readyState === EventSource.CLOSED) return permanentError();
+      if (source.readyState === EventSource.CLOSED) return permanentError();
       setConn("reconnecting"); // EventSource retries by itself, with Last-Event-ID = ticket
+      // ... but its URL's proof is spent: in a bind queue the page reopens with a fresh one.
+      if (cfg.bind) { source.close(); again(); }
     };
+    es.addEventListener("proof_required", (e) => {
+      source.close();
+      if (JSON.parse(e.data).reason === "wrong_key") return closed("wrong_key");
+      again();
+    });
     es.addEventListener("waiting", (e) => {
       const d = JSON.parse(e.data);
       const s = saved();
@@ -227,8 +303,17 @@
   }
   function stopCountdown() { if (countdown) { clearInterval(countdown); countdown = null; } }
 
+  // Reopens the stream (bind queues), with a fresh proof, after about cfg.retry_ms.
+  function again() {
+    clearTimeout(reopen);
+    reopen = setTimeout(() => open(), cfg.retry_ms * (0.5 + Math.random()));
+  }
+
   function admitted(d) {
     setConn("connected");
+    // The ticket is spent: a reload must not replay the entry (on a shared computer, the next
+    // person's), so it leaves localStorage now. The token waits in this tab only, below.
+    forget();
     const embedded = window.parent !== window;
     if (embedded && cfg.embed_origin) {
       // Only the configured origin receives the token (targetOrigin pinned).
@@ -240,29 +325,61 @@
     }
     if (cfg.booking_url) {
       setState({ phase: "admitted", message: t("admitted") });
-      // A POST form: the token never sits in a URL (Referer, history, logs).
-      const f = document.createElement("form");
-      f.method = "post";
-      f.action = cfg.booking_url;
-      for (const [k, v] of [["token", d.token], ["queue", Q], ["expires_at", d.expires_at]]) {
-        const i = document.createElement("input");
-        i.type = "hidden"; i.name = k; i.value = v;
-        f.append(i);
-      }
-      document.body.append(f);
-      return f.submit();
+      keepEntry({ token: d.token, expires_at: d.expires_at, sent: false });
+      return book();
     }
     const time = new Date(d.expires_at).toLocaleTimeString(cfg.lang);
     setState({ phase: "admitted", message: t("admitted_here", { time }) });
+  }
+
+  // Sends the entry to the booking page: a POST form, so the token never sits in a URL
+  // (Referer, history, logs); in a bind queue with a fresh proof over the token and the URL
+  // (`ath`, `htu`), which the booking service checks against the token's `cnf.jkt`.
+  async function book() {
+    const e = entry();
+    if (!e) return;
+    const fields = [["token", e.token], ["queue", Q], ["expires_at", e.expires_at]];
+    if (cfg.bind) {
+      try {
+        const ath = b64url(await crypto.subtle.digest("SHA-256", utf8(e.token)));
+        fields.push(["proof", await proof({ htm: "POST", htu: cfg.booking_url, ath })]);
+      } catch {
+        return closed("no_key");
+      }
+    }
+    const f = document.createElement("form");
+    f.method = "post";
+    f.action = cfg.booking_url;
+    for (const [k, v] of fields) {
+      const i = document.createElement("input");
+      i.type = "hidden"; i.name = k; i.value = v;
+      f.append(i);
+    }
+    document.body.append(f);
+    keepEntry({ ...e, sent: true });
+    f.submit();
+  }
+
+  // An entry kept in this tab (a reload, or back from a booking page that failed): an unsent
+  // one is sent; a sent one is offered again, never replayed by itself; an expired one dropped.
+  function resumeEntry() {
+    const e = entry();
+    if (!e || !cfg.booking_url) return false;
+    if (Date.parse(e.expires_at) <= Date.now()) { dropEntry(); return false; }
+    if (!e.sent) { setState({ phase: "admitted", message: t("admitted") }); book(); return true; }
+    setState({ phase: "admitted", message: t("admitted_sent") });
+    button("primary", t("admitted_continue"), () => book());
+    return true;
   }
 
   function closed(reason) {
     stopCountdown();
     setConn("connected");
     if (reason !== "resumed_elsewhere") forget();
+    clearTimeout(reopen);
     setState({ phase: "closed", reason, message: t("closed_" + reason) });
     if (reason === "resumed_elsewhere") button("primary", t("continue_here"), () => open());
-    else if (["left", "place_lost", "session_ended"].includes(reason)) {
+    else if (["left", "place_lost", "session_ended", "wrong_key"].includes(reason)) {
       button("primary", t("join_again"), () => { forget(); open(); });
     }
   }
@@ -273,10 +390,14 @@
     let reason = "queue_closed";
     if (ticket) {
       try {
-        const r = await fetch(cfg.status + "?ticket=" + encodeURIComponent(ticket), { cache: "no-store" });
+        const params = new URLSearchParams({ ticket });
+        if (cfg.bind) params.set("proof", await routeProof(cfg.status));
+        const r = await fetch(cfg.status + "?" + params, { cache: "no-store" });
         const body = await r.json().catch(() => ({}));
         if (r.status === 410) reason = "place_lost";
         else if (r.status === 400) { forget(); return open(); } // a ticket this queue cannot use
+        else if (r.status === 403 && /wrong_key/.test(body.error || "")) reason = "wrong_key";
+        else if (r.status === 403) return again();
         else if (r.ok && body.reason) reason = body.reason;
         else if (r.ok) return open();
         else if (/sold_out/.test(body.error || "")) reason = "sold_out";
@@ -345,6 +466,7 @@
       showNotice(t("no_storage"));
     }
     if (cfg.closed) return closed(cfg.closed);
+    if (resumeEntry()) return;
     if (navigator.locks) {
       navigator.locks
         .request("usher-stream:" + Q, { signal: stopWaiting.signal }, lead)

@@ -1,9 +1,11 @@
 //! What a gateway reads of a queue's settings, each from the queue's `meta` hash in one
 //! `HMGET`: its waiting-room page settings (the dispatcher's admin API writes them; gateways
 //! read them to serve `GET /q/{queue}`) and its proof-of-work setting (gateways read it to
-//! issue and check puzzles; the join script reads it again, and is the authority).
+//! issue and check puzzles; the join script reads it again, and is the authority), with its
+//! `bind` setting (gateways read it to ask every stream request for a proof of the browser's key).
 
 use super::{Result, Store};
+use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
@@ -97,23 +99,28 @@ pub struct ChallengeSetting {
     pub challenge: Challenge,
     /// Leading zero bits (meaningful with [`Challenge::Pow`]).
     pub difficulty: u8,
+    /// Whether every stream request and status poll must prove the browser's key (read in
+    /// the same `HMGET`: the gateway caches both together).
+    pub bind: Bind,
 }
 
 impl Store {
     /// `q`'s challenge setting; `None` for a queue never configured (one `HMGET`).
     pub async fn challenge_setting(&self, q: &QueueId) -> Result<Option<ChallengeSetting>> {
         let k = QueueKeys::new(q);
-        let (open, challenge, difficulty): (Option<String>, Option<String>, Option<u8>) =
-            redis::cmd("HMGET")
-                .arg(&k.meta)
-                .arg("open")
-                .arg("challenge")
-                .arg("pow_difficulty")
-                .query_async(&mut self.c())
-                .await?;
+        type Fields = (Option<String>, Option<String>, Option<u8>, Option<String>);
+        let (open, challenge, difficulty, bind): Fields = redis::cmd("HMGET")
+            .arg(&k.meta)
+            .arg("open")
+            .arg("challenge")
+            .arg("pow_difficulty")
+            .arg("bind")
+            .query_async(&mut self.c())
+            .await?;
         Ok(open.map(|_| ChallengeSetting {
             challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
+            bind: bind.and_then(|b| b.parse().ok()).unwrap_or_default(),
         }))
     }
 }
