@@ -58,20 +58,19 @@
       };
     });
   }
-  // This queue's key: the stored one, or (fresh = true, for a join) a new one, stored. The
-  // private key is not extractable: script can sign with it, nothing can copy it out.
-  async function browserKey(fresh) {
-    if (!fresh) {
-      keyPair = keyPair || (await keyStore("readonly", (st) => st.get(Q))) || null;
-      if (keyPair) return keyPair;
-    }
+  // This browser's key for the queue: the stored one, or a new one, stored (one per queue, so
+  // every tab, the entry kept in a tab and a later join all prove the same key). The private
+  // key is not extractable: script can sign with it, nothing can copy it out.
+  async function browserKey() {
+    keyPair = keyPair || (await keyStore("readonly", (st) => st.get(Q))) || null;
+    if (keyPair) return keyPair;
     keyPair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, false, ["sign", "verify"]);
     await keyStore("readwrite", (st) => st.put(keyPair, Q));
     return keyPair;
   }
   // A compact JWS (ES256) over `claims` with a fresh jti and iat, the public key in its header.
   async function proof(claims) {
-    const pair = await browserKey(false);
+    const pair = await browserKey();
     const { kty, crv, x, y } = await crypto.subtle.exportKey("jwk", pair.publicKey);
     const header = { alg: "ES256", typ: "usher-pop+jwt", jwk: { kty, crv, x, y } };
     const body = { jti: b64url(crypto.getRandomValues(new Uint8Array(16))), iat: Math.floor(Date.now() / 1000), ...claims };
@@ -179,7 +178,6 @@
     else if (solution) params.set("pow", solution);
     if (cfg.bind) {
       try {
-        if (!ticket) await browserKey(true); // a new place, a new key
         params.set("proof", await routeProof(cfg.stream));
       } catch {
         return closed("no_key");
@@ -362,9 +360,11 @@
 
   // An entry kept in this tab (a reload, or back from a booking page that failed): an unsent
   // one is sent; a sent one is offered again, never replayed by itself; an expired one dropped.
+  let holdsEntry = false; // this tab shows its own entry: it mirrors no other tab's line
   function resumeEntry() {
     const e = entry();
     if (!e || !cfg.booking_url) return false;
+    holdsEntry = true;
     if (Date.parse(e.expires_at) <= Date.now()) { dropEntry(); return false; }
     if (!e.sent) { setState({ phase: "admitted", message: t("admitted") }); book(); return true; }
     setState({ phase: "admitted", message: t("admitted_sent") });
@@ -432,6 +432,7 @@
   const stopWaiting = new AbortController();
   if (channel) {
     channel.onmessage = ({ data }) => {
+      if (holdsEntry) return;
       if (leading) {
         if (data.type === "hello") channel.postMessage({ type: "state", state });
         return;

@@ -40,7 +40,7 @@ def wait_posted(page, posted, n, queue):
 
 
 def storage(page):
-    """Everything the origin keeps in localStorage, and this tab's sessionStorage."""
+    """Everything the page's origin keeps in localStorage, and this tab's sessionStorage."""
     return page.evaluate("[JSON.stringify(localStorage), JSON.stringify(sessionStorage)]")
 
 
@@ -114,6 +114,7 @@ def main():
             page.on("request", lambda r: posted.append(r) if r.url.startswith(BOOKING) else None)
             admin("PUT", f"/admin/queues/{q}", {"paused": False})
             wait_posted(page, posted, 1, q)
+            admin("PUT", f"/admin/queues/{q}", {"paused": True})  # the next joins wait
             page.wait_for_selector("#entry", timeout=15_000)
             form = form_of(posted[0])
             claims = claims_of(form["token"])
@@ -122,13 +123,28 @@ def main():
                 assert form.get("proof"), "the form carries a proof of the key"
             else:
                 assert "cnf" not in claims and "proof" not in form, (claims, form)
-            local, session = storage(page)
-            # The booking site's origin differs; go back to the waiting room's to look.
+            # The waiting room's origin, read from a tab that runs no page script: nothing of
+            # the entry is left in its localStorage.
+            probe = page.context.new_page()
+            probe.goto(GW + "/q/assets/page.css")
+            local = probe.evaluate("JSON.stringify(localStorage)")
+            assert stored(probe, q) == {}, f"no ticket in localStorage: {local}"
+            assert form["token"] not in local and held["ticket"] not in local, local
+            probe.close()
+            # Back to the waiting room (as after a failed POST): the entry is offered, not sent.
             page.go_back()
+            deadline = time.time() + 15
+            while len(posted) == 1:
+                try:
+                    if page.evaluate("document.body.dataset.state") == "admitted":
+                        break
+                except Exception:  # a navigation under way
+                    pass
+                assert time.time() < deadline, "the page came back"
+                page.wait_for_timeout(50)
+            assert len(posted) == 1, "going back replayed the entry"
             wait_state(page, "admitted")
             local, session = storage(page)
-            assert form["token"] not in local and "ticket" not in local, local
-            assert stored(page, q) == {}, "no ticket in localStorage"
             assert form["token"] in session, "the entry waits in this tab's sessionStorage"
             # A reload offers the entry again and sends nothing by itself.
             page.reload()
