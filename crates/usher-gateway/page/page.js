@@ -415,7 +415,9 @@
       dlg.close();
       const { ticket } = saved();
       try {
-        const r = await fetch(cfg.tickets + encodeURIComponent(ticket), { method: "DELETE" });
+        const path = cfg.tickets + encodeURIComponent(ticket);
+        const proven = cfg.bind ? "?proof=" + encodeURIComponent(await proof({ htm: "DELETE", htu: path })) : "";
+        const r = await fetch(path + proven, { method: "DELETE" });
         if (!r.ok && r.status !== 410) throw new Error(String(r.status));
         if (es) es.close();
         closed("left");

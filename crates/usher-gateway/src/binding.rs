@@ -1,6 +1,7 @@
 //! A binding queue's checks (`bind: "browser_key"`): the request's proof of possession, the
-//! key the place joined with, and the proof's one use. Used by the stream (join and resume)
-//! and by `GET /api/queues/{queue}/status`.
+//! key the place joined with, and the proof's one use. Used by the stream (join and resume),
+//! `GET /api/queues/{queue}/status` and `DELETE /api/queues/{queue}/tickets/{ticket}` (a copied
+//! ticket can neither resume, read the token, nor make its owner leave).
 //!
 //! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
 //! signature, route and time ([`crate::proof::check`]: no Redis), then the place's key (one
@@ -29,18 +30,30 @@ impl From<StoreError> for Unproven {
     }
 }
 
-/// The route a proof must name (`htu`): `/api/queues/{queue}/{route}`.
+/// The request a proof must name (`htm`, `htu`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Route {
+pub(crate) enum Route<'a> {
+    /// `GET /api/queues/{queue}/stream`
     Stream,
+    /// `GET /api/queues/{queue}/status`
     Status,
+    /// `DELETE /api/queues/{queue}/tickets/{ticket}`
+    Leave(&'a str),
 }
 
-impl Route {
+impl Route<'_> {
+    fn method(self) -> &'static str {
+        match self {
+            Route::Stream | Route::Status => "GET",
+            Route::Leave(_) => "DELETE",
+        }
+    }
+
     fn path(self, q: &QueueId) -> String {
         match self {
             Route::Stream => format!("/api/queues/{q}/stream"),
             Route::Status => format!("/api/queues/{q}/status"),
+            Route::Leave(ticket) => format!("/api/queues/{q}/tickets/{ticket}"),
         }
     }
 }
@@ -54,7 +67,7 @@ pub(crate) async fn prove(
     q: &QueueId,
     place: Option<PlaceId>,
     proof: Option<&str>,
-    route: Route,
+    route: Route<'_>,
 ) -> Result<Option<Thumbprint>, Unproven> {
     let setting = gw.challenges().setting(gw.store(), q).await?;
     if !setting.is_some_and(|s| s.bind.binds()) {
@@ -66,7 +79,8 @@ pub(crate) async fn prove(
         Unproven::Refused(r)
     };
     let proof = proof.ok_or_else(|| refused(ProofRefusal::Missing))?;
-    let checked = crate::proof::check(proof, &route.path(q), now_ms() / 1000).map_err(refused)?;
+    let checked = crate::proof::check(proof, route.method(), &route.path(q), now_ms() / 1000)
+        .map_err(refused)?;
     if let Some(place) = place {
         // A place that joined without a key (before the queue bound) cannot be proven.
         if gw.store().place_key(q, place).await?.as_ref() != Some(&checked.key) {

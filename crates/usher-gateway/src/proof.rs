@@ -5,8 +5,9 @@
 //! each request, as DPoP (RFC 9449) does:
 //!
 //! * header: `{"alg":"ES256","typ":"usher-pop+jwt","jwk":{"kty":"EC","crv":"P-256","x":…,"y":…}}`
-//! * payload: `{"jti":"<fresh, 1..=64 base64url characters>","iat":<seconds>,"htm":"GET","htu":"<the route's path>"}`
-//!   (`/api/queues/{queue}/stream` or `/api/queues/{queue}/status`, without query).
+//! * payload: `{"jti":"<fresh, 1..=64 base64url characters>","iat":<seconds>,"htm":"<method>","htu":"<the route's path>"}`
+//!   (`GET` `/api/queues/{queue}/stream` or `…/status`, `DELETE` `…/tickets/{ticket}`, without
+//!   query).
 //!
 //! This module checks everything that needs no Redis: the shape, the signature (ECDSA P-256
 //! with SHA-256), the route and the time (`iat` within [`PROOF_MAX_AGE_SECS`] of this clock).
@@ -56,8 +57,13 @@ struct Claims {
     htu: String,
 }
 
-/// Checks `proof` for a `GET` of `path` (the route's path, no query) at `now_secs`.
-pub(crate) fn check(proof: &str, path: &str, now_secs: u64) -> Result<Checked, ProofRefusal> {
+/// Checks `proof` for a `method` request to `path` (the route's path, no query) at `now_secs`.
+pub(crate) fn check(
+    proof: &str,
+    method: &str,
+    path: &str,
+    now_secs: u64,
+) -> Result<Checked, ProofRefusal> {
     let invalid = ProofRefusal::Invalid;
     if proof.len() > MAX_PROOF_LEN {
         return Err(invalid);
@@ -88,7 +94,7 @@ pub(crate) fn check(proof: &str, path: &str, now_secs: u64) -> Result<Checked, P
     let signed = &proof[..h.len() + 1 + c.len()];
     key.verify(signed.as_bytes(), &sig).map_err(|_| invalid)?;
     let claims: Claims = decode_json(c).ok_or(invalid)?;
-    if claims.htm != "GET" || claims.htu != path || !jti_ok(&claims.jti) {
+    if claims.htm != method || claims.htu != path || !jti_ok(&claims.jti) {
         return Err(invalid);
     }
     if claims.iat.abs_diff(now_secs) > PROOF_MAX_AGE_SECS {
@@ -149,20 +155,27 @@ mod tests {
         let path = "/api/queues/q1/stream";
         let claims = |jti: &str, iat: u64, htu: &str| serde_json::json!({"jti": jti, "iat": iat, "htm": "GET", "htu": htu});
         let good = proof(&key, claims("abc_1", 1000, path));
-        let ok = check(&good, path, 1010).expect("a good proof");
+        let ok = check(&good, "GET", path, 1010).expect("a good proof");
         assert_eq!(ok.jti, "abc_1");
         assert_eq!(ok.key.as_str().len(), 43);
         assert_eq!(
-            check(&good, "/api/queues/q2/stream", 1010),
+            check(&good, "GET", "/api/queues/q2/stream", 1010),
             Err(ProofRefusal::Invalid)
         );
-        assert_eq!(check(&good, path, 1061), Err(ProofRefusal::Expired));
+        assert_eq!(check(&good, "GET", path, 1061), Err(ProofRefusal::Expired));
+        assert_eq!(
+            check(&good, "DELETE", path, 1010),
+            Err(ProofRefusal::Invalid)
+        );
         let bad_jti = proof(&key, claims("a.b", 1000, path));
-        assert_eq!(check(&bad_jti, path, 1000), Err(ProofRefusal::Invalid));
+        assert_eq!(
+            check(&bad_jti, "GET", path, 1000),
+            Err(ProofRefusal::Invalid)
+        );
         let mut tampered = good.clone();
         tampered.insert(good.len() - 5, 'A');
-        assert!(check(&tampered, path, 1000).is_err());
-        assert_eq!(check("x.y", path, 1000), Err(ProofRefusal::Invalid));
+        assert!(check(&tampered, "GET", path, 1000).is_err());
+        assert_eq!(check("x.y", "GET", path, 1000), Err(ProofRefusal::Invalid));
     }
 
     /// RFC 9449's example key (section 6.1: a DPoP proof's `jwk` and the `cnf.jkt` of the

@@ -132,6 +132,12 @@ async fn challenge_handler(
 }
 
 #[derive(Debug, Deserialize)]
+struct ProofQuery {
+    /// A binding queue's proof of the browser key (`htm` `DELETE`, `htu`: this route's path).
+    proof: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
 struct TicketQuery {
     ticket: Option<String>,
     /// A binding queue's proof of the browser key (`htu`: this route's path).
@@ -246,10 +252,12 @@ fn proof_required(reason: ProofRefusal) -> ApiError {
     params(
         ("queue" = QueueId, Path, description = "The queue id."),
         ("ticket" = crate::openapi::Ticket, Path, description = "The place's ticket."),
+        ("proof" = Option<String>, Query, description = "On a queue with `bind: \"browser_key\"`: a fresh proof of possession of the key the place joined with (`htm` `DELETE`, `htu` this route's path with the ticket; docs/security.md). Required there, ignored elsewhere."),
     ),
     responses(
         (status = 204, description = "Left the line (idempotent): everyone behind moves up, and the place's stream ends with `closed` `left`. An admitted ticket gives up its session (it ends like a release)."),
         (status = 400, description = "A malformed queue id, a forged or foreign ticket.", body = ErrorBody),
+        (status = 403, description = "A queue with `bind: \"browser_key\"` and no good proof of the place's key (`proof_required: <reason>`): a copied ticket cannot make its owner leave.", body = ErrorBody),
         (status = 404, description = "Unknown queue.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
@@ -257,9 +265,17 @@ fn proof_required(reason: ProofRefusal) -> ApiError {
 async fn leave_handler(
     State(gw): State<Arc<Gateway>>,
     Path((raw, ticket)): Path<(String, String)>,
+    query: Result<Query<ProofQuery>, QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let q = parse_queue(&raw)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
+    let route = Route::Leave(&ticket);
+    match prove(&gw, &q, Some(place), query.proof.as_deref(), route).await {
+        Ok(_) => {}
+        Err(Unproven::Refused(reason)) => return Err(proof_required(reason)),
+        Err(Unproven::Store(e)) => return Err(redis_unavailable(e)),
+    }
     let store = gw.store();
     if store
         .queue_config(&q)

@@ -187,6 +187,16 @@ def main():
         code, body = status(ticket, key.proof("GET", STATUS))
         assert code == 200 and body["state"] == "waiting", (code, body)
 
+    @scenario("a copied ticket cannot make its owner leave")
+    def leave():
+        path = f"/api/queues/{Q}/tickets/" + held["ticket"]
+        for proof, reason in [(None, "missing"), (thief.proof("DELETE", path), "wrong_key"),
+                              (key.proof("GET", path), "invalid")]:
+            query = "?proof=" + proof if proof else ""
+            code, raw = call("DELETE", GW + path + query)
+            assert code == 403 and reason in json.loads(raw)["error"], (code, raw)
+        assert admin("GET", f"/admin/queues/{Q}")["waiting"] == 1, "still in line"
+
     @scenario("admitted: the token carries the key's thumbprint, shown only with a proof")
     def admitted():
         ticket = held["ticket"]
@@ -227,6 +237,10 @@ def main():
         ]:
             code, raw = call("POST", url, form=dict(form, **({"proof": proof} if proof else {})))
             assert code == want, (proof is not None, code, raw[:200])
+        # Its own browser ends the session with a proof (DELETE the ticket): 204.
+        path = f"/api/queues/{Q}/tickets/" + held["ticket"]
+        code, _ = call("DELETE", GW + path + "?proof=" + key.proof("DELETE", path))
+        assert code == 204, code
         # The docs' check for any language agrees: the good proof passes, the thief's fails.
         claims = jwt.decode(token, options={"verify_signature": False})
         good = key.proof("POST", url, ath=ath)
@@ -242,6 +256,7 @@ def main():
     join()
     resume()
     polls()
+    leave()
     admitted()
     booking()
     print("RESULT ok " + json.dumps(passed), flush=True)

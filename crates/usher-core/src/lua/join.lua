@@ -58,27 +58,13 @@ if challenge[1] == 'pow' then
   if accepted == 0 then return {PLACE_CHALLENGED, verdicts} end
   n = accepted
 end
--- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
--- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
--- (below) admits nobody: this block comes first and returns.
-if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
-  local last = redis.call('INCRBY', KEYS[2], n)
-  local pre = {}
-  for seq = last - n + 1, last do
-    pre[#pre + 1] = seq
-    pre[#pre + 1] = member_of(seq, gw)
-  end
-  redis.call('ZADD', KEYS[8], unpack(pre))
-  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), verdicts}
-end
-local last = redis.call('INCRBY', KEYS[2], n)
-local first = last - n + 1
-
 -- >>> browser binding (meta `bind` = `browser_key`; docs/security.md)
--- Each place taken (the accepted joins', in batch order) records its browser key's thumbprint
--- in `bound` in this very call, before passthrough below or any tick can admit it: no entry
--- token is ever minted for a bound place without its key (`cnf.jkt`).
-if (ARGV[6] or '') ~= '' then
+-- Each place taken (the accepted joins', in batch order, from `first`) records its browser
+-- key's thumbprint in `bound` in this very call, before passthrough below or any tick can
+-- admit it: no entry token is ever minted for a bound place without its key (`cnf.jkt`).
+-- A pre-queue place records it under its pre-queue id, which its ticket keeps naming.
+local function bind_keys(first, n)
+  if (ARGV[6] or '') == '' then return end
   local taken, i = {}, 0
   for t in string.gmatch(ARGV[6] .. ',', '([^,]*),') do
     i = i + 1
@@ -94,6 +80,24 @@ if (ARGV[6] or '') ~= '' then
   if #fields > 0 then redis.call('HSET', KEYS[10], unpack(fields)) end
 end
 -- <<< browser binding
+-- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
+-- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
+-- (below) admits nobody: this block comes first and returns.
+if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
+  local last = redis.call('INCRBY', KEYS[2], n)
+  bind_keys(last - n + 1, n)
+  local pre = {}
+  for seq = last - n + 1, last do
+    pre[#pre + 1] = seq
+    pre[#pre + 1] = member_of(seq, gw)
+  end
+  redis.call('ZADD', KEYS[8], unpack(pre))
+  return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), verdicts}
+end
+local last = redis.call('INCRBY', KEYS[2], n)
+local first = last - n + 1
+bind_keys(first, n)
+
 
 local now_admitted = 0
 local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucket_ms',

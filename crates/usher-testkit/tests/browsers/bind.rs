@@ -54,6 +54,7 @@ async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
             "a join with a proof takes a place bound to the key",
             "a resume needs a fresh proof by the same key",
             "the status route answers only with a proof by the key",
+            "a copied ticket cannot make its owner leave",
             "admitted: the token carries the key's thumbprint, shown only with a proof",
             "the booking site takes the token only with a proof by the key",
         ],
