@@ -3,13 +3,9 @@
 //
 // One tab per browser holds the stream (Web Locks API); the others mirror its state over a
 // BroadcastChannel, and one of them takes over (resuming with the stored ticket) when the
-// holder closes. The ticket is kept in localStorage per queue, so a reload resumes the place;
-// it is forgotten at admission, so a reload never replays an entry (shared computers).
-//
-// A queue with `bind: "browser_key"` (cfg.bind): the page makes a non-extractable ECDSA P-256
-// key (WebCrypto, kept in IndexedDB) when it joins, and every stream request and status poll
-// carries a fresh proof of it (`?proof=`). EventSource would replay the same URL, so there the
-// page reopens the stream itself, with a fresh proof, after cfg.retry_ms.
+// holder closes. The ticket is kept in localStorage per queue (a reload resumes the place)
+// until admission (a reload never replays an entry). cfg.bind: every request carries a proof
+// of a non-extractable WebCrypto key; the page reopens the stream itself, after cfg.retry_ms.
 "use strict";
 (() => {
   const cfg = JSON.parse(document.getElementById("usher-config").textContent);
@@ -31,36 +27,29 @@
   const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
   const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
 
-  // ---- the entry, after admission: this tab only (sessionStorage), until the booking form was
-  // sent; a reload then offers to send it again, never sends it by itself ----
+  // ---- the entry after admission: this tab only, until the booking form was sent ----
   const ENTRY = STORE + ":entry";
-  const entry = () => {
-    try { return JSON.parse(sessionStorage.getItem(ENTRY)); } catch { return null; }
-  };
-  const keepEntry = (v) => { try { sessionStorage.setItem(ENTRY, JSON.stringify(v)); } catch { /* private mode */ } };
-  const dropEntry = () => { try { sessionStorage.removeItem(ENTRY); } catch { /* ignore */ } };
+  const entry = () => { try { return JSON.parse(sessionStorage.getItem(ENTRY)); } catch { return null; } };
+  const keepEntry = (v) => { try { sessionStorage.setItem(ENTRY, JSON.stringify(v)); } catch { /**/ } };
+  const dropEntry = () => { try { sessionStorage.removeItem(ENTRY); } catch { /**/ } };
 
-  // ---- the browser key (bind queues): docs/security.md, "Places and tokens bound to the browser" ----
+  // ---- the browser key (docs/security.md, "Places and tokens bound to the browser") ----
   const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
     .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
   const utf8 = (text) => new TextEncoder().encode(text);
   let keyPair = null;
-  function keyStore(mode, use) {
-    return new Promise((resolve, reject) => {
-      const req = indexedDB.open("usher-keys", 1);
-      req.onupgradeneeded = () => req.result.createObjectStore("keys");
-      req.onerror = () => reject(req.error);
-      req.onsuccess = () => {
-        const tx = req.result.transaction("keys", mode);
-        const r = use(tx.objectStore("keys"));
-        tx.oncomplete = () => resolve(r.result);
-        tx.onerror = () => reject(tx.error);
-      };
-    });
-  }
-  // This browser's key for the queue: the stored one, or a new one, stored (one per queue, so
-  // every tab, the entry kept in a tab and a later join all prove the same key). The private
-  // key is not extractable: script can sign with it, nothing can copy it out.
+  const keyStore = (mode, use) => new Promise((ok, fail) => {
+    const req = indexedDB.open("usher-keys", 1);
+    req.onupgradeneeded = () => req.result.createObjectStore("keys");
+    req.onerror = () => fail(req.error);
+    req.onsuccess = () => {
+      const tx = req.result.transaction("keys", mode), r = use(tx.objectStore("keys"));
+      tx.oncomplete = () => ok(r.result);
+      tx.onerror = () => fail(tx.error);
+    };
+  });
+  // One key per queue (every tab and a kept entry prove the same); its private half cannot be
+  // read out, only used to sign.
   async function browserKey() {
     keyPair = keyPair || (await keyStore("readonly", (st) => st.get(Q))) || null;
     if (keyPair) return keyPair;
@@ -68,7 +57,7 @@
     await keyStore("readwrite", (st) => st.put(keyPair, Q));
     return keyPair;
   }
-  // A compact JWS (ES256) over `claims` with a fresh jti and iat, the public key in its header.
+  // An ES256 compact JWS over `claims`, fresh jti and iat, the public key in its header.
   async function proof(claims) {
     const pair = await browserKey();
     const { kty, crv, x, y } = await crypto.subtle.exportKey("jwk", pair.publicKey);
@@ -78,7 +67,7 @@
     const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, pair.privateKey, utf8(signed));
     return signed + "." + b64url(sig);
   }
-  const routeProof = (path) => proof({ htm: "GET", htu: path });
+  const routeProof = (htu) => proof({ htm: "GET", htu });
 
   // ---- rendering: one state object, drawn by every tab ----
   let state = { phase: "connecting" };
@@ -176,12 +165,10 @@
     const params = new URLSearchParams();
     if (ticket) params.set("ticket", ticket);
     else if (solution) params.set("pow", solution);
-    if (cfg.bind) {
-      try {
-        params.set("proof", await routeProof(cfg.stream));
-      } catch {
-        return closed("no_key");
-      }
+    try {
+      if (cfg.bind) params.set("proof", await routeProof(cfg.stream));
+    } catch {
+      return closed("no_key");
     }
     const query = params.toString();
     setConn("connecting");
@@ -191,8 +178,7 @@
     es.onerror = () => {
       if (source.readyState === EventSource.CLOSED) return permanentError();
       setConn("reconnecting"); // EventSource retries by itself, with Last-Event-ID = ticket
-      // ... but its URL's proof is spent: in a bind queue the page reopens with a fresh one.
-      if (cfg.bind) { source.close(); again(); }
+      if (cfg.bind) { source.close(); again(); } // ... with a spent proof: reopen with a fresh one
     };
     es.addEventListener("proof_required", (e) => {
       source.close();
@@ -301,7 +287,6 @@
   }
   function stopCountdown() { if (countdown) { clearInterval(countdown); countdown = null; } }
 
-  // Reopens the stream (bind queues), with a fresh proof, after about cfg.retry_ms.
   function again() {
     clearTimeout(reopen);
     reopen = setTimeout(() => open(), cfg.retry_ms * (0.5 + Math.random()));
@@ -309,9 +294,7 @@
 
   function admitted(d) {
     setConn("connected");
-    // The ticket is spent: a reload must not replay the entry (on a shared computer, the next
-    // person's), so it leaves localStorage now. The token waits in this tab only, below.
-    forget();
+    forget(); // a reload must not replay the entry (a shared computer's next user)
     const embedded = window.parent !== window;
     if (embedded && cfg.embed_origin) {
       // Only the configured origin receives the token (targetOrigin pinned).
@@ -330,20 +313,15 @@
     setState({ phase: "admitted", message: t("admitted_here", { time }) });
   }
 
-  // Sends the entry to the booking page: a POST form, so the token never sits in a URL
-  // (Referer, history, logs); in a bind queue with a fresh proof over the token and the URL
-  // (`ath`, `htu`), which the booking service checks against the token's `cnf.jkt`.
+  // A POST form, so the token never sits in a URL (Referer, history, logs); in a bind queue
+  // with a proof over the token and the URL (`ath`, `htu`) for the token's `cnf.jkt`.
   async function book() {
     const e = entry();
     if (!e) return;
     const fields = [["token", e.token], ["queue", Q], ["expires_at", e.expires_at]];
     if (cfg.bind) {
-      try {
-        const ath = b64url(await crypto.subtle.digest("SHA-256", utf8(e.token)));
-        fields.push(["proof", await proof({ htm: "POST", htu: cfg.booking_url, ath })]);
-      } catch {
-        return closed("no_key");
-      }
+      const ath = b64url(await crypto.subtle.digest("SHA-256", utf8(e.token)));
+      fields.push(["proof", await proof({ htm: "POST", htu: cfg.booking_url, ath })]);
     }
     const f = document.createElement("form");
     f.method = "post";
@@ -358,14 +336,14 @@
     f.submit();
   }
 
-  // An entry kept in this tab (a reload, or back from a booking page that failed): an unsent
-  // one is sent; a sent one is offered again, never replayed by itself; an expired one dropped.
-  let holdsEntry = false; // this tab shows its own entry: it mirrors no other tab's line
+  // An entry kept in this tab: sent if it was not, offered again (never sent by itself) if it
+  // was, dropped once expired. Such a tab mirrors no other tab.
+  let holdsEntry = false;
   function resumeEntry() {
     const e = entry();
     if (!e || !cfg.booking_url) return false;
-    holdsEntry = true;
     if (Date.parse(e.expires_at) <= Date.now()) { dropEntry(); return false; }
+    holdsEntry = true;
     if (!e.sent) { setState({ phase: "admitted", message: t("admitted") }); book(); return true; }
     setState({ phase: "admitted", message: t("admitted_sent") });
     button("primary", t("admitted_continue"), () => book());

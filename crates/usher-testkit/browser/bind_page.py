@@ -150,7 +150,7 @@ def main():
             page.reload()
             wait_state(page, "admitted")
             until(page, "!document.getElementById('primary').hidden")
-            assert "sent to the booking page" in page.text_content("#message")
+            assert "Your entry was sent" in page.text_content("#message")
             assert len(posted) == 1, "a reload replayed the entry"
             # The next person on this computer opens the page in a new tab: a new place.
             fresh = page.context.new_page()
