@@ -85,11 +85,16 @@ def admin(method, path, body=None):
 
 
 def first_event(until=None, **params):
+    return first_event_of(Q, until, **params)
+
+
+def first_event_of(queue, until=None, **params):
     """Opens the stream with `params` and returns its first event (name, id, data), or with
     `until` the first event of that name, then hangs up (a held place is marked away, as when
     a browser goes; an away place is not admitted until its browser is back)."""
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    with urllib.request.urlopen(GW + STREAM + ("?" + query if query else ""), timeout=30) as r:
+    stream = f"/api/queues/{queue}/stream"
+    with urllib.request.urlopen(GW + stream + ("?" + query if query else ""), timeout=30) as r:
         assert r.status == 200, r.status
         event = {}
         for raw in r:
@@ -112,20 +117,18 @@ def status(ticket, proof=None):
     return code, json.loads(raw)
 
 
-# docs/booking-services.md, "Tokens bound to the browser": the check, as printed there.
-def b64(raw): return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-def check_proof(token, token_claims, proof, method, url):
-    if "cnf" not in token_claims:
-        return None                                     # not bound: no proof needed
-    jwk = jwt.get_unverified_header(proof)["jwk"]
-    canonical = json.dumps({k: jwk[k] for k in ("crv", "kty", "x", "y")}, separators=(",", ":"))
-    assert b64(hashlib.sha256(canonical.encode()).digest()) == token_claims["cnf"]["jkt"]
-    key = jwt.algorithms.ECAlgorithm.from_jwk(json.dumps(jwk))
-    p = jwt.decode(proof, key, algorithms=["ES256"])
-    assert p["htm"] == method and p["htu"] == url
-    assert p["ath"] == b64(hashlib.sha256(token.encode()).digest())
-    assert abs(time.time() - p["iat"]) <= 60
-    return p["jti"]                                     # refuse it if seen in the last 60 s
+DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs")
+
+
+def doc_python(page, heading):
+    """The first ```python block after `heading` in docs/<page>: run as printed."""
+    text = open(os.path.join(DOCS, page), encoding="utf-8").read()
+    after = text[text.index(heading):]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+# docs/booking-services.md, "Tokens bound to the browser": the booking side's check.
+exec(doc_python("booking-services.md", "## Tokens bound to the browser"))
 
 
 def scenario(name):
@@ -252,6 +255,14 @@ def main():
         except AssertionError:
             pass
 
+    @scenario("the docs' client example joins as printed")
+    def docs_client():
+        admin("PUT", "/admin/queues/concert", {"paused": True, "bind": "browser_key"})
+        scope = {}
+        exec(doc_python("security.md", "## Places and tokens bound to the browser"), scope)
+        name, _, data = first_event_of("concert", proof=scope["proof"])
+        assert name == "waiting", (name, data)
+
     join_without()
     join()
     resume()
@@ -259,6 +270,7 @@ def main():
     leave()
     admitted()
     booking()
+    docs_client()
     print("RESULT ok " + json.dumps(passed), flush=True)
 
 

@@ -57,6 +57,7 @@ async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
             "a copied ticket cannot make its owner leave",
             "admitted: the token carries the key's thumbprint, shown only with a proof",
             "the booking site takes the token only with a proof by the key",
+            "the docs' client example joins as printed",
         ],
         "every scenario ran and passed"
     );
