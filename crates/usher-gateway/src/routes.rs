@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use usher_core::binding::ProofRefusal;
 use usher_core::challenge::Challenge;
-use usher_core::ids::QueueId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, AdmittedEvent, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
@@ -192,11 +192,7 @@ async fn status_handler(
         .ticket
         .ok_or_else(|| ApiError::bad_request("the ticket query parameter is required"))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
-    match prove(&gw, &q, Some(place), query.proof.as_deref(), Route::Status).await {
-        Ok(_) => {}
-        Err(Unproven::Refused(reason)) => return Err(proof_required(reason)),
-        Err(Unproven::Store(e)) => return Err(redis_unavailable(e)),
-    }
+    proven(&gw, &q, place, query.proof.as_deref(), Route::Status).await?;
     let state = gw
         .store()
         .status(&q, place, now_ms())
@@ -232,7 +228,23 @@ async fn status_handler(
     Ok(([("cache-control", "no-store")], Json(body)).into_response())
 }
 
-/// `403`: a binding queue's status poll without a good proof of the place's key.
+/// A binding queue's request for `place` proves the place's key (other queues: always `Ok`);
+/// `403` naming the reason otherwise.
+async fn proven(
+    gw: &Gateway,
+    q: &QueueId,
+    place: PlaceId,
+    proof: Option<&str>,
+    route: Route<'_>,
+) -> Result<(), ApiError> {
+    match prove(gw, q, Some(place), proof, route).await {
+        Ok(_) => Ok(()),
+        Err(Unproven::Refused(reason)) => Err(proof_required(reason)),
+        Err(Unproven::Store(e)) => Err(redis_unavailable(e)),
+    }
+}
+
+/// `403`: no good proof of the place's key.
 fn proof_required(reason: ProofRefusal) -> ApiError {
     let why = serde_json::to_value(reason)
         .ok()
@@ -270,12 +282,14 @@ async fn leave_handler(
     let q = parse_queue(&raw)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
-    let route = Route::Leave(&ticket);
-    match prove(&gw, &q, Some(place), query.proof.as_deref(), route).await {
-        Ok(_) => {}
-        Err(Unproven::Refused(reason)) => return Err(proof_required(reason)),
-        Err(Unproven::Store(e)) => return Err(redis_unavailable(e)),
-    }
+    proven(
+        &gw,
+        &q,
+        place,
+        query.proof.as_deref(),
+        Route::Leave(&ticket),
+    )
+    .await?;
     let store = gw.store();
     if store
         .queue_config(&q)
