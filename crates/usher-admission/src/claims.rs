@@ -28,6 +28,11 @@ pub struct Claims {
     pub exp: u64,
     /// The session id (`<queue>.<place>`).
     pub jti: String,
+    /// In a queue that binds tokens to the browser's key: that key's RFC 7638 thumbprint
+    /// (`{"jkt": …}`, RFC 7800). Such a token is accepted only with a proof of the key:
+    /// [`crate::check_proof`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<crate::proof::Confirmation>,
 }
 
 /// Why a token is not accepted offline.

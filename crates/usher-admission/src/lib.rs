@@ -24,6 +24,10 @@
 //! forgetting a line. A handle with only a service token still builds: it reports load and
 //! judges no token.
 //!
+//! A queue with `bind: "browser_key"` binds its tokens to the browser's key (`cnf.jkt`): such a
+//! token is accepted only with a proof of that key ([`check_proof`], [`Admission::verify_bound`]),
+//! so a copied token is useless.
+//!
 //! [`Admission::layer`] does both for every request to the routes it guards, and
 //! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate.
 //!
@@ -71,6 +75,7 @@
 mod claims;
 mod keys;
 mod layer;
+mod proof;
 mod session;
 
 use std::sync::Arc;
@@ -82,6 +87,10 @@ use url::Url;
 pub use claims::{Claims, VerifyError};
 pub use keys::{KeyError, DEFAULT_JWKS_MAX_AGE, DEFAULT_JWKS_MIN_GAP};
 pub use layer::{AdmissionGuard, AdmissionLayer};
+pub use proof::{
+    check_proof, check_proof_at, BoundError, Confirmation, ProofClaims, ProofError,
+    PROOF_MAX_AGE_SECS,
+};
 pub use session::{ActiveSession, Consumption, SessionStatus};
 
 use keys::{Keys, Refresh};

@@ -36,7 +36,9 @@ use axum::{Extension, Form, Json, Router};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use usher_admission::{Admission, Claims, Consumption, SessionStatus, VerifyError};
+use usher_admission::{
+    Admission, BoundError, Claims, Consumption, SessionStatus, VerifyError,
+};
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
@@ -244,20 +246,37 @@ pub struct EntryForm {
     pub token: String,
     pub queue: String,
     pub expires_at: Option<String>,
+    /// A queue with `bind: "browser_key"`: the page's proof of the browser key the token names
+    /// (`cnf.jkt`), over this URL and the token.
+    pub proof: Option<String>,
 }
 
 /// `POST /entry`: a browser arriving from the waiting-room page. The token is checked like a
 /// booking's (offline, then the session); the answer is the booking site's landing page.
 async fn entry(
     State(app): State<Arc<App>>,
+    headers: HeaderMap,
     form: Result<Form<EntryForm>, FormRejection>,
 ) -> Result<Response, ApiError> {
     let Form(f) = form.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let claims = app
+    // A bound token's proof names the URL the page posted to: this demo's own (a real service
+    // uses its configured public URL rather than the Host header).
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let url = format!("http://{host}/entry");
+    let (claims, _proof) = app
         .admission
-        .verify_for(&f.token, &f.queue)
+        .verify_bound(&f.token, &f.queue, f.proof.as_deref(), "POST", &url)
         .await
-        .map_err(refused)?;
+        .map_err(|e| match e {
+            BoundError::Token(e) => refused(e),
+            BoundError::Proof(e) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("no proof of the browser key: {e}"),
+            ),
+        })?;
     require_active(&app, &f.token, &f.queue).await?;
     tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
     // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).

@@ -18,6 +18,8 @@
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
 //! | `usher:{q:<id>}:spent` | zset | proof of work (meta `challenge` = `pow`, `pow_difficulty`): the id of each puzzle whose solution took a place → until when to remember it (ms: the puzzle's expiry + 60 s, so gateways whose clocks differ by up to a minute still refuse it); `join.lua` adds with `ZADD NX` (one solution, one place) and first trims what is past (`ZREMRANGEBYSCORE`), so it holds the solutions of the last puzzle lifetime only |
+//! | `usher:{q:<id>}:bound` | hash | browser binding (meta `bind` = `browser_key`): place id → the RFC 7638 thumbprint of the browser key it joined with (43 base64url characters; about 100 bytes per place with the field and the hash's overhead: 9.8 MB for 100,000 places, Redis 7.0), written by `join.lua` with the place; read by the gateway at each resume and status poll and by the dispatcher when it mints (`cnf.jkt`); never changed, and not pruned yet (a known limit: docs/security.md) |
+//! | `usher:{q:<id>}:proof:<jti>` | string | browser binding: a spent proof of possession's `jti` (1..=64 base64url characters), `SET NX PX` for 130 s (past it the proof's `iat` is too old): one proof, one request |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -129,6 +131,8 @@ pub struct QueueKeys {
     pub passed: String,
     /// Proof of work: the spent solutions (see the table above).
     pub spent: String,
+    /// Browser binding (see the table above).
+    pub bound: String,
     /// Scheduled sale (see the table above).
     pub pre: String,
     pub entrants: String,
@@ -156,6 +160,7 @@ impl QueueKeys {
             ended: k("ended"),
             passed: k("passed"),
             spent: k("spent"),
+            bound: k("bound"),
             pre: k("pre"),
             entrants: k("entrants"),
             drawn: k("drawn"),
@@ -164,6 +169,14 @@ impl QueueKeys {
             pre_away: k("pre_away"),
             absent: k("absent"),
         }
+    }
+}
+
+impl QueueKeys {
+    /// The key remembering a spent proof of possession's `jti` (see the table above).
+    pub fn used_proof(&self, jti: &str) -> String {
+        let prefix = self.meta.strip_suffix("meta").unwrap_or(&self.meta);
+        format!("{prefix}proof:{jti}")
     }
 }
 
@@ -298,6 +311,8 @@ mod tests {
                 &k.absent,
                 &k.passed,
                 &k.spent,
+                &k.bound,
+                &k.used_proof("a-jti_1"),
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

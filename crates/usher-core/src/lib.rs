@@ -7,6 +7,8 @@
 //! * [`keys`] — the Redis key schema: every key name of a queue, of a gateway, of the system.
 //! * [`store`] — every Redis operation, over the scripts in `src/lua/`: the only code that
 //!   knows key names and Lua.
+//! * [`binding`] — a queue's `bind` setting, key thumbprints and why a proof of possession was
+//!   refused (places and tokens bound to the browser's key).
 //! * [`challenge`] — a queue's proof-of-work setting, why a join was refused, and the checked
 //!   proof the join script spends (the puzzles themselves are `usher-pow`'s).
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
@@ -18,6 +20,7 @@
 //! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
 //! `{q:<id>}`, and every Lua script touches the keys of exactly one hash tag.
 
+pub mod binding;
 pub mod challenge;
 pub mod draw;
 pub mod ids;

@@ -3,7 +3,9 @@
 //
 // One tab per browser holds the stream (Web Locks API); the others mirror its state over a
 // BroadcastChannel, and one of them takes over (resuming with the stored ticket) when the
-// holder closes. The ticket is kept in localStorage per queue, so a reload resumes the place.
+// holder closes. The ticket is kept in localStorage per queue (a reload resumes the place)
+// until admission (a reload never replays an entry). cfg.bind: every request carries a proof
+// of a non-extractable WebCrypto key; the page reopens the stream itself, after cfg.retry_ms.
 "use strict";
 (() => {
   const cfg = JSON.parse(document.getElementById("usher-config").textContent);
@@ -24,6 +26,48 @@
   };
   const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
   const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
+
+  // ---- the entry after admission: this tab only, until the booking form was sent ----
+  const ENTRY = STORE + ":entry";
+  const entry = () => { try { return JSON.parse(sessionStorage.getItem(ENTRY)); } catch { return null; } };
+  const keepEntry = (v) => { try { sessionStorage.setItem(ENTRY, JSON.stringify(v)); } catch { /**/ } };
+  const dropEntry = () => { try { sessionStorage.removeItem(ENTRY); } catch { /**/ } };
+
+  // ---- the browser key (docs/security.md, "Places and tokens bound to the browser") ----
+  const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
+    .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const utf8 = (text) => new TextEncoder().encode(text);
+  let keyPair = null;
+  const keyStore = (mode, use) => new Promise((ok, fail) => {
+    const req = indexedDB.open("usher-keys", 1);
+    req.onupgradeneeded = () => req.result.createObjectStore("keys");
+    req.onerror = () => fail(req.error);
+    req.onsuccess = () => {
+      const tx = req.result.transaction("keys", mode), r = use(tx.objectStore("keys"));
+      tx.oncomplete = () => ok(r.result);
+      tx.onerror = () => fail(tx.error);
+    };
+  });
+  // One key per queue (every tab and a kept entry prove the same); its private half cannot be
+  // read out, only used to sign.
+  async function browserKey() {
+    keyPair = keyPair || (await keyStore("readonly", (st) => st.get(Q))) || null;
+    if (keyPair) return keyPair;
+    keyPair = await crypto.subtle.generateKey({ name: "ECDSA", namedCurve: "P-256" }, false, ["sign", "verify"]);
+    await keyStore("readwrite", (st) => st.put(keyPair, Q));
+    return keyPair;
+  }
+  // An ES256 compact JWS over `claims`, fresh jti and iat, the public key in its header.
+  async function proof(claims) {
+    const pair = await browserKey();
+    const { kty, crv, x, y } = await crypto.subtle.exportKey("jwk", pair.publicKey);
+    const header = { alg: "ES256", typ: "usher-pop+jwt", jwk: { kty, crv, x, y } };
+    const body = { jti: b64url(crypto.getRandomValues(new Uint8Array(16))), iat: Math.floor(Date.now() / 1000), ...claims };
+    const signed = b64url(utf8(JSON.stringify(header))) + "." + b64url(utf8(JSON.stringify(body)));
+    const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, pair.privateKey, utf8(signed));
+    return signed + "." + b64url(sig);
+  }
+  const routeProof = (htu) => proof({ htm: "GET", htu });
 
   // ---- rendering: one state object, drawn by every tab ----
   let state = { phase: "connecting" };
@@ -112,19 +156,35 @@
   // ---- the stream (only in the tab that holds the lock) ----
   let es = null, countdown = null;
 
+  let reopen = null;
   // `solution`: a solved proof-of-work puzzle for a join (a resume never needs one).
-  function open(solution) {
+  async function open(solution) {
     if (es) es.close();
+    clearTimeout(reopen);
     const { ticket } = saved();
-    const url = cfg.stream + (ticket ? "?ticket=" + encodeURIComponent(ticket)
-      : solution ? "?pow=" + encodeURIComponent(solution) : "");
+    const params = new URLSearchParams();
+    if (ticket) params.set("ticket", ticket);
+    else if (solution) params.set("pow", solution);
+    try {
+      if (cfg.bind) params.set("proof", await routeProof(cfg.stream));
+    } catch {
+      return closed("no_key");
+    }
+    const query = params.toString();
     setConn("connecting");
-    es = new EventSource(url);
+    const source = new EventSource(cfg.stream + (query ? "?" + query : ""));
+    es = source;
     es.onopen = () => setConn("connected");
     es.onerror = () => {
-      if (es.readyState === EventSource.CLOSED) return permanentError();
+      if (source.readyState === EventSource.CLOSED) return permanentError();
       setConn("reconnecting"); // EventSource retries by itself, with Last-Event-ID = ticket
+      if (cfg.bind) { source.close(); again(); } // ... with a spent proof: reopen with a fresh one
     };
+    es.addEventListener("proof_required", (e) => {
+      source.close();
+      if (JSON.parse(e.data).reason === "wrong_key") return closed("wrong_key");
+      again();
+    });
     es.addEventListener("waiting", (e) => {
       const d = JSON.parse(e.data);
       const s = saved();
@@ -236,8 +296,14 @@
   }
   function stopCountdown() { if (countdown) { clearInterval(countdown); countdown = null; } }
 
+  function again() {
+    clearTimeout(reopen);
+    reopen = setTimeout(() => open(), cfg.retry_ms * (0.5 + Math.random()));
+  }
+
   function admitted(d) {
     setConn("connected");
+    forget(); // a reload must not replay the entry (a shared computer's next user)
     const embedded = window.parent !== window;
     if (embedded && cfg.embed_origin) {
       // Only the configured origin receives the token (targetOrigin pinned).
@@ -249,29 +315,58 @@
     }
     if (cfg.booking_url) {
       setState({ phase: "admitted", message: t("admitted") });
-      // A POST form: the token never sits in a URL (Referer, history, logs).
-      const f = document.createElement("form");
-      f.method = "post";
-      f.action = cfg.booking_url;
-      for (const [k, v] of [["token", d.token], ["queue", Q], ["expires_at", d.expires_at]]) {
-        const i = document.createElement("input");
-        i.type = "hidden"; i.name = k; i.value = v;
-        f.append(i);
-      }
-      document.body.append(f);
-      return f.submit();
+      keepEntry({ token: d.token, expires_at: d.expires_at, sent: false });
+      return book();
     }
     const time = new Date(d.expires_at).toLocaleTimeString(cfg.lang);
     setState({ phase: "admitted", message: t("admitted_here", { time }) });
+  }
+
+  // A POST form, so the token never sits in a URL (Referer, history, logs); in a bind queue
+  // with a proof over the token and the URL (`ath`, `htu`) for the token's `cnf.jkt`.
+  async function book() {
+    const e = entry();
+    if (!e) return;
+    const fields = [["token", e.token], ["queue", Q], ["expires_at", e.expires_at]];
+    if (cfg.bind) {
+      const ath = b64url(await crypto.subtle.digest("SHA-256", utf8(e.token)));
+      fields.push(["proof", await proof({ htm: "POST", htu: cfg.booking_url, ath })]);
+    }
+    const f = document.createElement("form");
+    f.method = "post";
+    f.action = cfg.booking_url;
+    for (const [k, v] of fields) {
+      const i = document.createElement("input");
+      i.type = "hidden"; i.name = k; i.value = v;
+      f.append(i);
+    }
+    document.body.append(f);
+    keepEntry({ ...e, sent: true });
+    f.submit();
+  }
+
+  // An entry kept in this tab: sent if it was not, offered again (never sent by itself) if it
+  // was, dropped once expired. Such a tab mirrors no other tab.
+  let holdsEntry = false;
+  function resumeEntry() {
+    const e = entry();
+    if (!e || !cfg.booking_url) return false;
+    if (Date.parse(e.expires_at) <= Date.now()) { dropEntry(); return false; }
+    holdsEntry = true;
+    if (!e.sent) { setState({ phase: "admitted", message: t("admitted") }); book(); return true; }
+    setState({ phase: "admitted", message: t("admitted_sent") });
+    button("primary", t("admitted_continue"), () => book());
+    return true;
   }
 
   function closed(reason) {
     stopCountdown();
     setConn("connected");
     if (reason !== "resumed_elsewhere") forget();
+    clearTimeout(reopen);
     setState({ phase: "closed", reason, message: t("closed_" + reason) });
     if (reason === "resumed_elsewhere") button("primary", t("continue_here"), () => open());
-    else if (["left", "place_lost", "session_ended"].includes(reason)) {
+    else if (["left", "place_lost", "session_ended", "wrong_key"].includes(reason)) {
       button("primary", t("join_again"), () => { forget(); open(); });
     }
   }
@@ -282,10 +377,14 @@
     let reason = "queue_closed";
     if (ticket) {
       try {
-        const r = await fetch(cfg.status + "?ticket=" + encodeURIComponent(ticket), { cache: "no-store" });
+        const params = new URLSearchParams({ ticket });
+        if (cfg.bind) params.set("proof", await routeProof(cfg.status));
+        const r = await fetch(cfg.status + "?" + params, { cache: "no-store" });
         const body = await r.json().catch(() => ({}));
         if (r.status === 410) reason = "place_lost";
         else if (r.status === 400) { forget(); return open(); } // a ticket this queue cannot use
+        else if (r.status === 403 && /wrong_key/.test(body.error || "")) reason = "wrong_key";
+        else if (r.status === 403) return again();
         else if (r.ok && body.reason) reason = body.reason;
         else if (r.ok) return open();
         else if (/sold_out/.test(body.error || "")) reason = "sold_out";
@@ -303,7 +402,9 @@
       dlg.close();
       const { ticket } = saved();
       try {
-        const r = await fetch(cfg.tickets + encodeURIComponent(ticket), { method: "DELETE" });
+        const path = cfg.tickets + encodeURIComponent(ticket);
+        const proven = cfg.bind ? "?proof=" + encodeURIComponent(await proof({ htm: "DELETE", htu: path })) : "";
+        const r = await fetch(path + proven, { method: "DELETE" });
         if (!r.ok && r.status !== 410) throw new Error(String(r.status));
         if (es) es.close();
         closed("left");
@@ -320,6 +421,7 @@
   const stopWaiting = new AbortController();
   if (channel) {
     channel.onmessage = ({ data }) => {
+      if (holdsEntry) return;
       if (leading) {
         if (data.type === "hello") channel.postMessage({ type: "state", state });
         return;
@@ -354,6 +456,7 @@
       showNotice(t("no_storage"));
     }
     if (cfg.closed) return closed(cfg.closed);
+    if (resumeEntry()) return;
     if (navigator.locks) {
       navigator.locks
         .request("usher-stream:" + Q, { signal: stopWaiting.signal }, lead)

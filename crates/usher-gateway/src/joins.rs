@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::ticket::Ticket;
 use crate::ticket::TicketKey;
 use tokio::sync::oneshot;
+use usher_core::binding::Thumbprint;
 use usher_core::challenge::{Proof, Refusal};
 use usher_core::draw::EntrantHash;
 use usher_core::ids::{PlaceId, QueueId};
@@ -48,8 +49,16 @@ pub(crate) enum JoinError {
 /// A join's answer.
 type Reply = Result<PlaceState, JoinError>;
 
-/// A join waiting for the next call: its proof of work, and where its answer goes.
-type Waiter = (Option<Proof>, oneshot::Sender<Reply>);
+/// A join waiting for the next call: its proof of work, its browser key (in a queue that
+/// binds places to it), and where its answer goes.
+type Waiter = (Join, oneshot::Sender<Reply>);
+
+/// What one join brings: its checked proof of work and browser key, when it has them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Join {
+    pub(crate) pow: Option<Proof>,
+    pub(crate) key: Option<Thumbprint>,
+}
 
 struct Shared {
     store: Store,
@@ -82,8 +91,8 @@ impl Joiner {
     }
 
     /// Takes a new place in `q` for a browser held here; in a proof-of-work queue only with
-    /// a `proof` that is good and not spent yet.
-    pub(crate) async fn join(&self, q: &QueueId, proof: Option<Proof>) -> Reply {
+    /// a proof that is good and not spent yet. A browser key is recorded with the place.
+    pub(crate) async fn join(&self, q: &QueueId, proof: Join) -> Reply {
         let (waiting, proof) = {
             let mut queues = self.shared.lock();
             match queues.get_mut(q) {
@@ -94,7 +103,7 @@ impl Joiner {
                 }
                 None => {
                     queues.insert(q.clone(), Vec::new());
-                    (None, proof)
+                    (None, Some(proof))
                 }
             }
         };
@@ -108,7 +117,7 @@ impl Joiner {
             q: q.clone(),
         };
         self.shared
-            .call(q, vec![proof])
+            .call(q, proof.into_iter().collect())
             .await
             .and_then(|b| answer(&b, 0))
     }
@@ -128,8 +137,8 @@ impl Shared {
     /// work). When Redis fails it, every join waiting for `q` is answered "try later" now,
     /// instead of one batch after another each waiting for its own failure (up to the
     /// response timeout each, behind a Redis that hangs).
-    async fn call(&self, q: &QueueId, proofs: Vec<Option<Proof>>) -> Result<JoinBatch, JoinError> {
-        match self.take(q, &proofs).await {
+    async fn call(&self, q: &QueueId, joins: Vec<Join>) -> Result<JoinBatch, JoinError> {
+        match self.take(q, joins).await {
             Ok(j) => {
                 if let Some(Joined::Places {
                     admitted_now: 1.., ..
@@ -167,9 +176,13 @@ impl Shared {
     /// before any ticket goes out, so every ticket a browser holds takes part in the draw (a
     /// place whose hashes failed to record goes in line after the drawn ones, and its browser
     /// is told to try again).
-    async fn take(&self, q: &QueueId, proofs: &[Option<Proof>]) -> Result<JoinBatch, StoreError> {
+    async fn take(&self, q: &QueueId, joins: Vec<Join>) -> Result<JoinBatch, StoreError> {
         let index = self.index.load(Ordering::Relaxed);
-        let joined = self.store.join_proven(q, index, now_ms(), proofs).await?;
+        let (proofs, keys): (Vec<_>, Vec<_>) = joins.into_iter().map(|j| (j.pow, j.key)).unzip();
+        let joined = self
+            .store
+            .join_bound(q, index, now_ms(), &proofs, &keys)
+            .await?;
         if let Some(Joined::Scheduled { last, count, .. }) = joined.joined {
             let entrants: Vec<_> = (last + 1 - count..=last)
                 .map(|p| {

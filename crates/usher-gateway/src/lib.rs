@@ -20,10 +20,13 @@
 //! * `joins` — joins batched per queue (one Redis call for the joins that arrive together).
 //! * `pow_gate` — the proof-of-work gate: puzzles issued, a join's solution checked before
 //!   Redis is asked anything.
+//! * `proof` — a proof of possession of the browser's key (queues with `bind:
+//!   "browser_key"`): checked before Redis is asked anything.
 //! * `recovery` — after Redis lost data: which queues' places to put back, and when to stop.
 //! * `draw` — `GET /api/queues/{queue}/draw`: a scheduled sale's public draw record.
 //! * `shared` — `Gateway`, the state every task reaches: identity, Redis,
 //!   and the above.
+//! * `binding` — a binding queue's checks: the request's proof, the place's key, one use.
 //! * `inbox` — this gateway's Redis Stream, read and applied to the browsers held here.
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
@@ -42,6 +45,7 @@ pub mod position;
 mod ticket;
 
 mod away;
+mod binding;
 mod client;
 mod draw;
 mod errors;
@@ -54,6 +58,7 @@ mod limits;
 mod metrics;
 mod openapi;
 mod pow_gate;
+mod proof;
 mod recovery;
 mod request;
 mod respond;

@@ -57,6 +57,9 @@ pub(crate) enum Refusal {
     Sockets,
     /// A proof-of-work queue's join came without a good, unspent solution (`event: challenge`).
     Challenge,
+    /// A binding queue's request came without a good proof of the browser key
+    /// (`event: proof_required`, or `403` from the status route).
+    Proof,
 }
 
 impl Refusal {
@@ -70,6 +73,7 @@ impl Refusal {
             Refusal::IpPlaces => "ip_places",
             Refusal::Sockets => "sockets",
             Refusal::Challenge => "challenge",
+            Refusal::Proof => "proof",
         }
     }
 }

@@ -8,6 +8,7 @@
 //! comment). An event added to the stream is a variant added to [`StreamEvent`].
 
 use serde::Serialize;
+use usher_core::binding::ProofRequiredEvent;
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::QueueId;
 use usher_core::messages::{
@@ -77,6 +78,12 @@ pub(crate) enum StreamEvent {
     /// was taken, no `id:`. Solve `puzzle` and join again with `?pow=<puzzle>.<nonce>`. The
     /// stream ends with a `retry:` ten times `USHER_RETRY_MS`. Never sent to a resume.
     Challenge { data: ChallengeEvent },
+    /// The queue binds places to the browser's key (`bind: "browser_key"`) and this request
+    /// brought no good proof of it (`reason`: `missing`, `invalid`, `expired`, `replayed`,
+    /// `wrong_key`); no `id:`. A join took no place; a resume left the place as it was (its
+    /// own browser resumes it with a fresh proof). The stream ends with a `retry:` ten times
+    /// `USHER_RETRY_MS`; the page reconnects by itself with a fresh `proof`.
+    ProofRequired { data: ProofRequiredEvent },
 }
 
 /// A `retry:` field: how long `EventSource` waits before it reconnects once the stream ends.
@@ -118,10 +125,11 @@ pub(crate) enum StreamItem {
         ("queue" = QueueId, Path, description = "The queue id."),
         ("ticket" = Option<Ticket>, Query, description = "Resume this place (as `Last-Event-ID` does). Without a ticket (or `Last-Event-ID`) the request joins the line: a new place at its tail."),
         ("pow" = Option<String>, Query, description = "On a queue with `challenge: \"pow\"`: a solved puzzle, `<puzzle>.<nonce>`, where SHA-256 of that string has at least the puzzle's difficulty in leading zero bits. Needed to join (not to resume); a missing, stale, forged or spent one is answered with `event: challenge`. Given twice → `400`."),
+        ("proof" = Option<String>, Query, description = "On a queue with `bind: \"browser_key\"`: a fresh proof of possession of the browser's key, required to join and to resume (an ES256 compact JWS whose header carries the public `jwk` and whose payload is `{\"jti\", \"iat\", \"htm\": \"GET\", \"htu\": \"/api/queues/{queue}/stream\"}`; `iat` within 60 s, each `jti` once; docs/security.md). A join binds its place to the key; a resume must prove the key its place joined with, so `Last-Event-ID` alone does not resume there: the page reopens the stream itself with a fresh proof. A missing or bad one is answered with `event: proof_required`. Given twice → `400`."),
         ("Last-Event-ID" = Option<Ticket>, Header, description = "Sent by `EventSource` itself when it reconnects: the ticket of the last event, which resumes the place (same position, never a second place), on any gateway."),
     ),
     responses(
-        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `pre_queue_full` (no `id:`): the scheduled sale's pre-queue holds its `max_entrants`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
+        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `proof_required` (no `id:`): the queue binds places to the browser's key and the request brought no good proof of it (`reason`); the stream ends, nothing changed.\n- `pre_queue_full` (no `id:`): the scheduled sale's pre-queue holds its `max_entrants`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
             content_type = "text/event-stream", body = StreamItem,
             headers(("Cache-Control" = String, description = "`no-cache`"), ("X-Accel-Buffering" = String, description = "`no`: proxies must not buffer the stream"))),
         (status = 400, description = "A malformed queue id, a forged ticket or a ticket of another queue (final: `EventSource` stops).", body = ErrorBody),

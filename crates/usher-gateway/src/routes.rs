@@ -9,8 +9,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use usher_core::binding::ProofRefusal;
 use usher_core::challenge::Challenge;
-use usher_core::ids::QueueId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, AdmittedEvent, CloseReason, ScheduledEvent, WaitingEvent};
 use usher_core::store::{LeaveOutcome, PlaceState};
 use usher_core::time::now_ms;
@@ -19,6 +20,7 @@ use usher_http::ApiError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::binding::{prove, Route, Unproven};
 use crate::errors::{
     check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
 };
@@ -130,8 +132,16 @@ async fn challenge_handler(
 }
 
 #[derive(Debug, Deserialize)]
+struct ProofQuery {
+    /// A binding queue's proof of the browser key (`htm` `DELETE`, `htu`: this route's path).
+    proof: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
 struct TicketQuery {
     ticket: Option<String>,
+    /// A binding queue's proof of the browser key (`htu`: this route's path).
+    proof: Option<String>,
 }
 
 /// `GET /api/queues/{queue}/status` answer: where a place stands, as the stream's events say
@@ -160,10 +170,12 @@ pub(crate) enum PlaceStatus {
     params(
         ("queue" = QueueId, Path, description = "The queue id."),
         ("ticket" = crate::openapi::Ticket, Query, description = "The place's ticket."),
+        ("proof" = Option<String>, Query, description = "On a queue with `bind: \"browser_key\"`: a fresh proof of possession of the key the place joined with (ES256 compact JWS, `htu` = this route's path; docs/security.md). Required there, ignored elsewhere."),
     ),
     responses(
         (status = 200, description = "Where the place stands (`Cache-Control: no-store`), for clients that poll.", body = PlaceStatus),
         (status = 400, description = "A malformed queue id, a missing, forged or foreign ticket.", body = ErrorBody),
+        (status = 403, description = "A queue with `bind: \"browser_key\"` and no good proof of the place's key (the error names why: `proof_required: missing`, `invalid`, `expired`, `replayed`, `wrong_key`): a copied ticket tells nothing, and the entry token is never handed out again without the key.", body = ErrorBody),
         (status = 404, description = "Unknown or closed queue (the error names a reason other than `queue_closed`).", body = ErrorBody),
         (status = 410, description = "The place no longer exists.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
@@ -180,6 +192,7 @@ async fn status_handler(
         .ticket
         .ok_or_else(|| ApiError::bad_request("the ticket query parameter is required"))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
+    proven(&gw, &q, place, query.proof.as_deref(), Route::Status).await?;
     let state = gw
         .store()
         .status(&q, place, now_ms())
@@ -216,6 +229,34 @@ async fn status_handler(
     Ok(([("cache-control", "no-store")], Json(body)).into_response())
 }
 
+/// A binding queue's request for `place` proves the place's key (other queues: always `Ok`);
+/// `403` naming the reason otherwise.
+async fn proven(
+    gw: &Gateway,
+    q: &QueueId,
+    place: PlaceId,
+    proof: Option<&str>,
+    route: Route<'_>,
+) -> Result<(), ApiError> {
+    match prove(gw, q, Some(place), proof, route).await {
+        Ok(_) => Ok(()),
+        Err(Unproven::Refused(reason)) => Err(proof_required(reason)),
+        Err(Unproven::Store(e)) => Err(redis_unavailable(e)),
+    }
+}
+
+/// `403`: no good proof of the place's key.
+fn proof_required(reason: ProofRefusal) -> ApiError {
+    let why = serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!("proof_required: {why} (this queue binds places to the browser's key)"),
+    )
+}
+
 /// `DELETE /api/queues/{queue}/tickets/{ticket}`
 #[utoipa::path(
     delete,
@@ -224,10 +265,12 @@ async fn status_handler(
     params(
         ("queue" = QueueId, Path, description = "The queue id."),
         ("ticket" = crate::openapi::Ticket, Path, description = "The place's ticket."),
+        ("proof" = Option<String>, Query, description = "On a queue with `bind: \"browser_key\"`: a fresh proof of possession of the key the place joined with (`htm` `DELETE`, `htu` this route's path with the ticket; docs/security.md). Required there, ignored elsewhere."),
     ),
     responses(
         (status = 204, description = "Left the line (idempotent): everyone behind moves up, and the place's stream ends with `closed` `left`. An admitted ticket gives up its session (it ends like a release)."),
         (status = 400, description = "A malformed queue id, a forged or foreign ticket.", body = ErrorBody),
+        (status = 403, description = "A queue with `bind: \"browser_key\"` and no good proof of the place's key (`proof_required: <reason>`): a copied ticket cannot make its owner leave.", body = ErrorBody),
         (status = 404, description = "Unknown queue.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
@@ -235,9 +278,19 @@ async fn status_handler(
 async fn leave_handler(
     State(gw): State<Arc<Gateway>>,
     Path((raw, ticket)): Path<(String, String)>,
+    query: Result<Query<ProofQuery>, QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
     let q = parse_queue(&raw)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
+    proven(
+        &gw,
+        &q,
+        place,
+        query.proof.as_deref(),
+        Route::Leave(&ticket),
+    )
+    .await?;
     let store = gw.store();
     if store
         .queue_config(&q)

@@ -384,20 +384,21 @@ impl ClientConn {
             let q = parse_queue(&percent_decode(r.raw_queue).unwrap_or_default())?;
             let from_query = ticket_param(r.query)?;
             let pow = query_param(r.query, "pow")?;
+            let proof = query_param(r.query, "proof")?;
             let ticket = r.last_event_id.filter(|t| !t.is_empty()).or(from_query);
             let place = ticket
                 .as_deref()
                 .map(|t| check_ticket(gw.ticket_key(), &q, t))
                 .transpose()?;
-            Ok::<_, ApiError>((q, place, ticket, pow))
+            Ok::<_, ApiError>((q, place, ticket, pow, proof))
         })();
         let setup = match parsed {
             Ok(_) if self.reserve => {
                 metrics::refused(Refusal::Sockets);
                 Setup::TryLater
             }
-            Ok((q, place, ticket, pow)) => {
-                Box::pin(stream::open(gw, q, place, ticket, pow, r.client)).await
+            Ok((q, place, ticket, pow, proof)) => {
+                Box::pin(stream::open(gw, q, place, ticket, pow, proof, r.client)).await
             }
             Err(e) => Setup::Failed(e),
         };

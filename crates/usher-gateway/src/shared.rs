@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use crate::ticket::TicketKey;
 use tokio_util::sync::CancellationToken;
-use usher_core::challenge::Proof;
 use usher_core::ids::{PlaceId, QueueId, ServerId};
 use usher_core::messages::{CloseReason, StreamMessage};
 use usher_core::store::{PlaceState, Store};
@@ -179,11 +178,12 @@ impl Gateway {
     }
 
     /// Takes a new place in `q` for a browser held here (batched with the other joins of `q`).
-    /// Takes a new place in `q`, spending `proof` in a proof-of-work queue.
+    /// Takes a new place in `q`, spending the join's proof of work in a proof-of-work queue and
+    /// recording its browser key in a queue that binds places to it.
     pub(crate) async fn join(
         &self,
         q: &QueueId,
-        proof: Option<Proof>,
+        proof: crate::joins::Join,
     ) -> Result<PlaceState, JoinError> {
         self.joins.join(q, proof).await
     }

@@ -1,7 +1,8 @@
 //! Entry tokens: JWTs signed with Ed25519 (`alg: EdDSA`) by the dispatcher.
 //!
 //! Claims: `sub` = place id, `aud` = queue id, `iat`, `exp` (session TTL), `jti` = the
-//! active-session id (`<queue>.<n>`, where `n` counts the queue's admissions). Ed25519
+//! active-session id (`<queue>.<n>`, where `n` counts the queue's admissions); in a queue
+//! that binds places to the browser's key, also `cnf.jkt` ([`BoundClaims`]). Ed25519
 //! signatures are deterministic, so minting the same admission twice yields the very same
 //! token: re-delivery after a crash can never hand out a second, different token.
 //!
@@ -55,6 +56,23 @@ pub struct Claims {
     pub exp: u64,
     /// Active-session id.
     pub jti: String,
+}
+
+/// The claims of an entry token bound to the browser's key (a queue with `bind:
+/// "browser_key"`): the [`Claims`], then `cnf` (RFC 7800) naming the key by its RFC 7638
+/// thumbprint, `{"jkt": "<thumbprint>"}` as DPoP (RFC 9449) writes it. A booking service
+/// accepts the token only with a proof signed by that key (`usher-admission`'s `proof`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundClaims {
+    #[serde(flatten)]
+    pub claims: Claims,
+    pub cnf: Confirmation,
+}
+
+/// RFC 7800's confirmation claim, with the key's thumbprint (`jkt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confirmation {
+    pub jkt: String,
 }
 
 /// Why a token is not a genuine entry token of this key.
@@ -125,8 +143,8 @@ impl SigningKey {
         jwk_of(&self.key.verifying_key())
     }
 
-    /// Signs `claims` as a compact JWS.
-    pub fn mint(&self, claims: &Claims) -> String {
+    /// Signs `claims` (an entry token's [`Claims`], or [`BoundClaims`]) as a compact JWS.
+    pub fn mint(&self, claims: &impl Serialize) -> String {
         let header = Header {
             alg: "EdDSA",
             typ: "JWT",

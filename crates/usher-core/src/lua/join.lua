@@ -1,9 +1,12 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent   (one hash tag: {q:<id>})
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound
+--       (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, n (joins in the batch, 1..JOIN_BATCH_MAX),
 --       the joins' proofs of work: n entries joined by ',', each '' (none) or
---       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash)
+--       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash),
+--       the joins' browser-key thumbprints: n entries joined by ',', each '' (none) or the
+--       43-character RFC 7638 thumbprint (checked by the gateway); '' when none has one
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
@@ -57,6 +60,28 @@ if challenge[1] == 'pow' then
   if accepted == 0 then return {PLACE_CHALLENGED, verdicts} end
   n = accepted
 end
+-- >>> browser binding (meta `bind` = `browser_key`; docs/security.md)
+-- Each place taken (the accepted joins', in batch order, from `first`) records its browser
+-- key's thumbprint in `bound` in this very call, before passthrough below or any tick can
+-- admit it: no entry token is ever minted for a bound place without its key (`cnf.jkt`).
+-- A pre-queue place records it under its pre-queue id, which its ticket keeps naming.
+local function bind_keys(first, n)
+  if (ARGV[6] or '') == '' then return end
+  local taken, i = {}, 0
+  for t in string.gmatch(ARGV[6] .. ',', '([^,]*),') do
+    i = i + 1
+    if not verdicts or verdicts[i] == POW_ACCEPTED then taken[#taken + 1] = t end
+  end
+  local fields = {}
+  for j = 1, n do
+    if taken[j] and taken[j] ~= '' then
+      fields[#fields + 1] = fmt(first + j - 1)
+      fields[#fields + 1] = taken[j]
+    end
+  end
+  if #fields > 0 then redis.call('HSET', KEYS[10], unpack(fields)) end
+end
+-- <<< browser binding
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
 -- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
 -- (below) admits nobody: this block comes first and returns.
@@ -67,6 +92,7 @@ if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
   if cap then taken = math.max(math.min(n, cap - redis.call('ZCARD', KEYS[8])), 0) end
   if taken == 0 then return {PLACE_PRE_QUEUE_FULL, cap, verdicts} end
   local last = redis.call('INCRBY', KEYS[2], taken)
+  bind_keys(last - taken + 1, taken)
   local pre = {}
   for seq = last - taken + 1, last do
     pre[#pre + 1] = seq
@@ -78,6 +104,8 @@ if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
 end
 local last = redis.call('INCRBY', KEYS[2], n)
 local first = last - n + 1
+bind_keys(first, n)
+
 
 local now_admitted = 0
 local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucket_ms',

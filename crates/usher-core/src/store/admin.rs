@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scripts::SCRIPTS;
 use super::{Result, Store};
+use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
@@ -60,6 +61,10 @@ pub struct QueueConfig {
     /// Leading zero bits a proof-of-work solution's hash must have (used with `pow`).
     #[serde(default = "default_pow_difficulty")]
     pub pow_difficulty: u8,
+    /// What places and entry tokens are bound to: nothing (the ticket alone resumes, the
+    /// token alone enters), or the browser's key (`browser_key`: docs/security.md).
+    #[serde(default)]
+    pub bind: Bind,
 }
 
 fn default_pow_difficulty() -> u8 {
@@ -83,6 +88,7 @@ impl Default for QueueConfig {
             adaptive: None,
             challenge: Challenge::None,
             pow_difficulty: DEFAULT_POW_DIFFICULTY,
+            bind: Bind::None,
         }
     }
 }
@@ -150,6 +156,10 @@ impl Store {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_default(),
             pow_difficulty: parsed_or(&v, "pow_difficulty", d.pow_difficulty),
+            bind: v
+                .get("bind")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_default(),
         }))
     }
 
@@ -179,6 +189,8 @@ impl Store {
             .arg(cfg.challenge.as_str())
             .arg("pow_difficulty")
             .arg(cfg.pow_difficulty)
+            .arg("bind")
+            .arg(cfg.bind.as_str())
             .query_async(&mut c)
             .await?;
         // Optional settings: stored when set, deleted when `null`.

@@ -6,6 +6,8 @@
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
 //! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `binding` — the browser key a place joined with, and spent proofs of possession (the
+//!   gateways; the dispatcher reads the keys to mint `cnf.jkt`);
 //! * `queue_meta` — a queue's page and proof-of-work settings (the admin API writes the page's,
 //!   gateways read both);
 //! * `sessions` — an admitted place's session: status, touch, release (the dispatcher's
@@ -31,6 +33,7 @@ use crate::keys;
 
 mod admin;
 mod audit;
+mod binding;
 mod connection;
 mod decode;
 mod dispatch;

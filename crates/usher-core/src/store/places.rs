@@ -9,6 +9,7 @@ use super::gateways::GWS_TTL_MS;
 use super::reply::{LeaveStatus, PlaceStatus, PowVerdict};
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
+use crate::binding::Thumbprint;
 use crate::challenge::{Proof, Refusal};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
@@ -217,7 +218,32 @@ impl Store {
         now_ms: u64,
         proofs: &[Option<Proof>],
     ) -> Result<JoinBatch> {
+        self.join_bound(q, gw, now_ms, proofs, &[]).await
+    }
+
+    /// [`Store::join_proven`], each join also with the thumbprint of the browser key it proved
+    /// (`keys`: one per join, or empty when none has one). A place taken records its key in the
+    /// same call (`bound`, see `keys.rs`), so it is never admitted without it.
+    pub async fn join_bound(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        now_ms: u64,
+        proofs: &[Option<Proof>],
+        keys: &[Option<Thumbprint>],
+    ) -> Result<JoinBatch> {
         let n = proofs.len();
+        if !keys.is_empty() && keys.len() != n {
+            return Err(protocol(format!("{} keys for {n} joins", keys.len())));
+        }
+        let key_arg = if keys.iter().any(Option::is_some) {
+            keys.iter()
+                .map(|k| k.as_ref().map_or("", Thumbprint::as_str))
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            String::new()
+        };
         if n == 0 || n > JOIN_BATCH_MAX {
             return Err(protocol(format!(
                 "a join batch takes 1 to {JOIN_BATCH_MAX} places, not {n}"
@@ -244,11 +270,13 @@ impl Store {
             .key(&k.away)
             .key(&k.pre)
             .key(&k.spent)
+            .key(&k.bound)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
             .arg(n)
             .arg(proof_arg)
+            .arg(key_arg)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

@@ -1,9 +1,11 @@
 //! What a gateway reads of a queue's settings, each from the queue's `meta` hash in one
 //! `HMGET`: its waiting-room page settings (the dispatcher's admin API writes them; gateways
 //! read them to serve `GET /q/{queue}`) and its proof-of-work setting (gateways read it to
-//! issue and check puzzles; the join script reads it again, and is the authority).
+//! issue and check puzzles; the join script reads it again, and is the authority), with its
+//! `bind` setting (gateways read it to ask every stream request for a proof of the browser's key).
 
 use super::{QueueConfig, Result, Store};
+use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
@@ -101,25 +103,36 @@ pub struct ChallengeSetting {
     /// The queue's grace period (`grace_seconds`): how long an away place stays in line. A
     /// gateway keeps counting such a place for the address that held it as long.
     pub grace_seconds: u64,
+    /// Whether every stream request and status poll must prove the browser's key (read in
+    /// the same `HMGET`: the gateway caches both together).
+    pub bind: Bind,
 }
 
 impl Store {
     /// `q`'s challenge setting; `None` for a queue never configured (one `HMGET`).
     pub async fn challenge_setting(&self, q: &QueueId) -> Result<Option<ChallengeSetting>> {
         let k = QueueKeys::new(q);
-        type Fields = (Option<String>, Option<String>, Option<u8>, Option<u64>);
-        let (open, challenge, difficulty, grace): Fields = redis::cmd("HMGET")
+        type Fields = (
+            Option<String>,
+            Option<String>,
+            Option<u8>,
+            Option<u64>,
+            Option<String>,
+        );
+        let (open, challenge, difficulty, grace, bind): Fields = redis::cmd("HMGET")
             .arg(&k.meta)
             .arg("open")
             .arg("challenge")
             .arg("pow_difficulty")
             .arg("grace_seconds")
+            .arg("bind")
             .query_async(&mut self.c())
             .await?;
         Ok(open.map(|_| ChallengeSetting {
             challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
             grace_seconds: grace.unwrap_or(QueueConfig::default().grace_seconds),
+            bind: bind.and_then(|b| b.parse().ok()).unwrap_or_default(),
         }))
     }
 }

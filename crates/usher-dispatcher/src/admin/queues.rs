@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use usher_core::binding::Bind;
 use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
@@ -93,6 +94,10 @@ pub struct QueueUpdate {
     pub challenge: Option<Challenge>,
     /// Leading zero bits of the proof of work (1..=32).
     pub pow_difficulty: Option<u8>,
+    /// What places and entry tokens are bound to: `"none"`, or `"browser_key"` (every stream
+    /// request carries a proof of the browser's key, and the entry token names it as
+    /// `cnf.jkt`: docs/security.md, "Places and tokens bound to the browser").
+    pub bind: Option<Bind>,
 }
 
 impl QueueUpdate {
@@ -281,6 +286,9 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(d) = u.pow_difficulty {
         cfg.pow_difficulty = d;
     }
+    if let Some(b) = u.bind {
+        cfg.bind = b;
+    }
     Ok(cfg)
 }
 
@@ -325,7 +333,7 @@ pub(crate) async fn put_queue(
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

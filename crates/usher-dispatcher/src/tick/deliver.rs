@@ -179,7 +179,7 @@ impl Courier<'_> {
     ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
         let q = self.q;
         let live = live_at(self.gateways, self.now);
-        let mut minted = tokens.take_for(self.key, q, entries).await;
+        let mut minted = tokens.take_for(self.store, self.key, q, entries).await?;
         let mut records = Vec::with_capacity(entries.len());
         let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
         // Places whose tokens the gateway already has: by gateway and (admitted, expires).

@@ -3,11 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::{GatewayInfo, Store, MAX_ADMIT_PER_TICK};
 use usher_core::time::now_ms;
-use usher_mint::token::{Claims, SigningKey};
+use usher_mint::token::{BoundClaims, Claims, Confirmation, SigningKey};
 
 use super::gateways::{in_messages, live_at};
 use super::timing::sleep_until_ms;
@@ -104,7 +105,13 @@ pub(super) fn spawn_premint(
             Err(_) => return,
         };
         for part in head.chunks(PREMINT_BATCH) {
-            let places: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
+            let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
+            // The browser keys the places joined with (a binding queue's): a place's key
+            // never changes, so the token is the one minting at admission would give.
+            let Ok(keys) = store.place_keys(&q, &ids).await else {
+                return;
+            };
+            let places: Vec<_> = ids.into_iter().zip(keys).collect();
             let (key2, q2) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || {
                 mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
@@ -138,11 +145,15 @@ pub(super) fn spawn_premint(
     }
 }
 
+/// A place to mint for, with the thumbprint of the browser key it joined with (a binding
+/// queue's place: its token carries `cnf.jkt`).
+pub(super) type ToMint = (PlaceId, Option<Thumbprint>);
+
 /// Mints tokens for `places` admitted at `at_ms` (tokens expiring at `exp_ms`), on every core.
 pub(super) fn mint_many(
     key: &SigningKey,
     q: &QueueId,
-    places: &[PlaceId],
+    places: &[ToMint],
     at_ms: u64,
     exp_ms: u64,
 ) -> Vec<(PlaceId, String)> {
@@ -155,7 +166,19 @@ pub(super) fn mint_many(
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|&p| (p, key.mint(&claims(q, p, at_ms, exp_ms))))
+                        .map(|(p, jkt)| {
+                            let c = claims(q, *p, at_ms, exp_ms);
+                            let token = match jkt {
+                                None => key.mint(&c),
+                                Some(jkt) => key.mint(&BoundClaims {
+                                    claims: c,
+                                    cnf: Confirmation {
+                                        jkt: jkt.to_string(),
+                                    },
+                                }),
+                            };
+                            (*p, token)
+                        })
                         .collect::<Vec<_>>()
                 })
             })

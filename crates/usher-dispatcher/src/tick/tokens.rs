@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::OutboxEntry;
+use usher_core::store::{OutboxEntry, Store, StoreError};
 use usher_mint::token::SigningKey;
 
 use super::premint::{mint_many, Batches, Minting, Pre, Premint};
@@ -60,10 +60,11 @@ impl TickTokens {
     /// every core).
     pub(super) async fn take_for(
         &mut self,
+        store: &Store,
         key: &Arc<SigningKey>,
         q: &QueueId,
         entries: &[OutboxEntry],
-    ) -> HashMap<PlaceId, Pre> {
+    ) -> Result<HashMap<PlaceId, Pre>, StoreError> {
         self.cover(entries).await;
         let mut out = HashMap::with_capacity(entries.len());
         let mut missing: HashMap<(u64, u64), Vec<PlaceId>> = HashMap::new();
@@ -89,7 +90,11 @@ impl TickTokens {
             now = missing.values().map(Vec::len).sum::<usize>(),
             "tokens: minted ahead / minted now"
         );
-        for ((at, exp), places) in missing {
+        for ((at, exp), ids) in missing {
+            // The browser keys of a binding queue's places (`cnf.jkt`), as the pre-mint read
+            // them: a place's key never changes.
+            let keys = store.place_keys(q, &ids).await?;
+            let places: Vec<_> = ids.into_iter().zip(keys).collect();
             let (key, q) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
                 .await
@@ -104,7 +109,7 @@ impl TickTokens {
                 )
             }));
         }
-        out
+        Ok(out)
     }
 
     /// Whether this pre-mint was for `e`'s admission (its tokens are exactly `e`'s).

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::ticket::Ticket;
 use tokio::sync::watch;
 use tracing::Instrument;
+use usher_core::binding::ProofRequiredEvent;
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{
@@ -23,11 +24,12 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
+use crate::binding::{prove, Route, Unproven};
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame};
 use crate::hub::{Attached, Reservation};
-use crate::joins::JoinError;
+use crate::joins::{Join, JoinError};
 use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
 use crate::pow_gate::Gate;
@@ -63,6 +65,9 @@ pub(crate) enum Setup {
     Failed(ApiError),
     /// `event: challenge` (a fresh puzzle, and why the join took no place), then the end.
     Challenge(ChallengeEvent),
+    /// `event: proof_required` (a binding queue's request without a good proof of the
+    /// browser key: why), then the end. A join took no place; a resume changed nothing.
+    ProofRequired(ProofRequiredEvent),
 }
 
 /// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
@@ -157,6 +162,7 @@ pub(crate) async fn open(
     place: Option<PlaceId>,
     ticket: Option<String>,
     pow: Option<String>,
+    proof: Option<String>,
     client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
@@ -178,7 +184,7 @@ pub(crate) async fn open(
         .map(|()| slot)
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, pow, client, slot).await,
+        Ok(slot) => setup(gw, q, place, ticket, (pow, proof), client, slot).await,
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
@@ -192,11 +198,20 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    pow: Option<String>,
+    (pow, proof): (Option<String>, Option<String>),
     client: IpKey,
     slot: StreamSlot,
 ) -> Setup {
     let idx = gw.index();
+    // A queue that binds places to the browser's key: a join records the key it proves, a
+    // resume must prove the key its place joined with (before anything is reserved).
+    let key = match prove(gw, &q, place, proof.as_deref(), Route::Stream).await {
+        Ok(key) => key,
+        Err(Unproven::Refused(reason)) => {
+            return Setup::ProofRequired(ProofRequiredEvent { queue: q, reason })
+        }
+        Err(Unproven::Store(e)) => return refused_by_redis(&logged(e)),
+    };
     let mut joined = None;
     // A resumed place that turns out to be over no longer counts for the address.
     let forget = |p: Option<PlaceId>| {
@@ -236,7 +251,8 @@ async fn setup(
             // The join's span (its queue; never its ticket, which is issued below).
             let span = tracing::info_span!("join", queue = %q);
             joined = SpanLink::of(&span);
-            match gw.join(&q, proof).instrument(span).await {
+            let join = Join { pow: proof, key };
+            match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
                         PlaceState::Waiting { place, .. }

@@ -131,6 +131,12 @@ pub(crate) async fn pump(
             retry_frame(jittered(retry * CHALLENGE_BACKOFF))
                 + &event_frame("challenge", None, &puzzle)
         }
+        // No `id:`: a join holds no ticket; a resume's browser keeps its own. The page
+        // reconnects by itself with a fresh proof; other clients wait as for a challenge.
+        Setup::ProofRequired(refusal) => {
+            retry_frame(jittered(retry * CHALLENGE_BACKOFF))
+                + &event_frame("proof_required", None, &refusal)
+        }
     };
     // A whole response in one write: head, its only chunk, the last chunk.
     chunk_with(sock, framing, framing.head(), &text, framing.last())

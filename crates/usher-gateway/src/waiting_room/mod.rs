@@ -114,8 +114,20 @@ async fn page_handler(
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| q.to_string());
+    // A queue that binds places to the browser's key: the page makes the key, proves it with
+    // every request, and reopens the stream itself after `retry_ms` (plain `EventSource`
+    // would replay the same URL, without a fresh proof).
+    let bind = st
+        .gw
+        .challenges()
+        .setting(st.gw.store(), &q)
+        .await
+        .map_err(redis_unavailable)?
+        .is_some_and(|s| s.bind.binds());
     let config = serde_json::json!({
         "queue": q,
+        "bind": bind,
+        "retry_ms": st.gw.config().retry_ms,
         "lang": lang,
         "title": title,
         "logo_url": settings.logo_url,

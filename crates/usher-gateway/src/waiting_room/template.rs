@@ -172,7 +172,8 @@ impl Template {
     }
 
     /// Total size of the files a browser loads (the page and its assets, strings of one
-    /// language): the built-in page keeps it under 30 KB.
+    /// language): the built-in page keeps it under 32 KB (30 KB before the browser-key code of
+    /// `bind` queues, issue 23).
     #[cfg(test)]
     pub fn weight(&self, lang: &str) -> usize {
         self.index.len()
@@ -273,11 +274,11 @@ mod tests {
     }
 
     #[test]
-    fn the_built_in_page_stays_under_30_kb() {
+    fn the_built_in_page_stays_under_32_kb() {
         let t = built_in();
         for lang in ["en", "ko"] {
             assert!(
-                t.weight(lang) < 30 * 1024,
+                t.weight(lang) < 32 * 1024,
                 "{lang}: {} bytes",
                 t.weight(lang)
             );

@@ -5,6 +5,7 @@
 //! One binary, one module per area: `cargo test -p usher-testkit --test browsers <area>::`.
 
 mod admission_tls;
+mod bind;
 mod browser;
 mod dashboard;
 mod docs;

@@ -1,0 +1,94 @@
+//! A binding queue's checks (`bind: "browser_key"`): the request's proof of possession, the
+//! key the place joined with, and the proof's one use. Used by the stream (join and resume),
+//! `GET /api/queues/{queue}/status` and `DELETE /api/queues/{queue}/tickets/{ticket}` (a copied
+//! ticket can neither resume, read the token, nor make its owner leave).
+//!
+//! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
+//! signature, route and time ([`crate::proof::check`]: no Redis), then the place's key (one
+//! `HGET`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
+
+use usher_core::binding::{ProofRefusal, Thumbprint};
+use usher_core::ids::{PlaceId, QueueId};
+use usher_core::store::StoreError;
+use usher_core::time::now_ms;
+
+use crate::metrics::{self, Refusal};
+use crate::shared::Gateway;
+
+/// Why a request to a binding queue goes no further.
+#[derive(Debug)]
+pub(crate) enum Unproven {
+    /// No good proof: the browser is told why.
+    Refused(ProofRefusal),
+    /// Redis did not answer.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Unproven {
+    fn from(e: StoreError) -> Self {
+        Unproven::Store(e)
+    }
+}
+
+/// The request a proof must name (`htm`, `htu`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Route<'a> {
+    /// `GET /api/queues/{queue}/stream`
+    Stream,
+    /// `GET /api/queues/{queue}/status`
+    Status,
+    /// `DELETE /api/queues/{queue}/tickets/{ticket}`
+    Leave(&'a str),
+}
+
+impl Route<'_> {
+    fn method(self) -> &'static str {
+        match self {
+            Route::Stream | Route::Status => "GET",
+            Route::Leave(_) => "DELETE",
+        }
+    }
+
+    fn path(self, q: &QueueId) -> String {
+        match self {
+            Route::Stream => format!("/api/queues/{q}/stream"),
+            Route::Status => format!("/api/queues/{q}/status"),
+            Route::Leave(ticket) => format!("/api/queues/{q}/tickets/{ticket}"),
+        }
+    }
+}
+
+/// Checks a request to `q` (for `place`, when it names one) against the queue's `bind`
+/// setting: `Ok(None)` when the queue binds nothing (or is unknown: the caller's own checks
+/// answer that), `Ok(Some(key))` when `proof` is a fresh, unspent proof by the place's key
+/// (for a join: by any key, which the place will be bound to). The proof is spent.
+pub(crate) async fn prove(
+    gw: &Gateway,
+    q: &QueueId,
+    place: Option<PlaceId>,
+    proof: Option<&str>,
+    route: Route<'_>,
+) -> Result<Option<Thumbprint>, Unproven> {
+    let setting = gw.challenges().setting(gw.store(), q).await?;
+    if !setting.is_some_and(|s| s.bind.binds()) {
+        return Ok(None);
+    }
+    let refused = |r: ProofRefusal| {
+        metrics::refused(Refusal::Proof);
+        tracing::debug!(queue = %q, reason = ?r, "request refused: no good proof of the browser key");
+        Unproven::Refused(r)
+    };
+    let proof = proof.ok_or_else(|| refused(ProofRefusal::Missing))?;
+    let checked = crate::proof::check(proof, route.method(), &route.path(q), now_ms() / 1000)
+        .map_err(refused)?;
+    if let Some(place) = place {
+        // A place that joined without a key (before the queue bound) cannot be proven.
+        if gw.store().place_key(q, place).await?.as_ref() != Some(&checked.key) {
+            return Err(refused(ProofRefusal::WrongKey));
+        }
+    }
+    if !gw.store().spend_proof(q, &checked.jti).await? {
+        return Err(refused(ProofRefusal::Replayed));
+    }
+    Ok(Some(checked.key))
+}

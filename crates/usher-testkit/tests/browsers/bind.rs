@@ -1,0 +1,87 @@
+//! Places and entry tokens bound to the browser's key (`bind: "browser_key"`), and what the
+//! page keeps after admission (issue 23, finding 10), on real processes:
+//!
+//! * a client that is not a browser makes its own key and ES256 proofs with PyJWT
+//!   (`crates/usher-testkit/browser/bind_client.py`): joins and resumes need a fresh proof by
+//!   the place's key, status polls too, and the entry token carries the key's thumbprint;
+//! * the waiting-room page in Chromium (`bind_page.py`): a ticket copied into a second browser
+//!   cannot resume, the same browser after a reload can, and after admission and the booking
+//!   POST nothing in `localStorage` can replay the entry (with and without `bind`).
+
+use std::time::Duration;
+
+use usher_testkit::procs::Proc;
+use usher_testkit::tools::{booking_demo, browser_venv, drive, page_driver_env, spawn_driver};
+use usher_testkit::RedisServer;
+
+/// Redis, a dispatcher, a gateway and the booking demo, as the drivers expect them.
+struct Stack {
+    _redis: RedisServer,
+    dispatcher: Proc,
+    gateway: Proc,
+    booking: Proc,
+}
+
+async fn stack() -> anyhow::Result<Stack> {
+    let redis = RedisServer::start()?;
+    let url = ("USHER_REDIS_URL", redis.url());
+    let dispatcher = Proc::start(
+        "usher-dispatcher",
+        &[url.clone(), ("USHER_TICK_MS", "200".into())],
+    )
+    .await?;
+    let gateway = Proc::start("usher-gateway", &[url, ("USHER_RETRY_MS", "1000".into())]).await?;
+    let booking = booking_demo(&dispatcher).await?;
+    Ok(Stack {
+        _redis: redis,
+        dispatcher,
+        gateway,
+        booking,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
+    let venv = browser_venv()?;
+    let s = stack().await?;
+    let env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    let driver = spawn_driver(&venv, "bind_client.py", &env)?;
+    let passed = drive(driver, &mut (), Duration::from_secs(120)).await?;
+    assert_eq!(
+        passed,
+        [
+            "a join without a proof takes no place",
+            "a join with a proof takes a place bound to the key",
+            "a resume needs a fresh proof by the same key",
+            "the status route answers only with a proof by the key",
+            "a copied ticket cannot make its owner leave",
+            "admitted: the token carries the key's thumbprint, shown only with a proof",
+            "the booking site takes the token only with a proof by the key",
+            "the docs' client example joins as printed",
+        ],
+        "every scenario ran and passed"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_binds_its_place_and_forgets_the_ticket_in_chromium() -> anyhow::Result<()> {
+    let _chromium = usher_testkit::solo::chromium_slot().await;
+    let venv = browser_venv()?;
+    let s = stack().await?;
+    let env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    let driver = spawn_driver(&venv, "bind_page.py", &env)?;
+    let passed = drive(driver, &mut (), Duration::from_secs(240)).await?;
+    assert_eq!(
+        passed,
+        [
+            "a bind queue: the page joins with a key it keeps in IndexedDB",
+            "a ticket copied into a second browser cannot resume",
+            "the same browser after a reload resumes its place",
+            "bind: admitted, the form carries a proof, the page forgets the ticket",
+            "no bind: after admission and the booking POST nothing is left to replay",
+        ],
+        "every scenario ran and passed"
+    );
+    Ok(())
+}
