@@ -16,6 +16,7 @@ mod draw_check;
 
 mod abuse;
 mod adaptive;
+mod away_wall;
 mod admin_auth;
 mod admission;
 mod capacity;
