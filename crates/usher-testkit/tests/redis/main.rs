@@ -16,9 +16,9 @@ mod draw_check;
 
 mod abuse;
 mod adaptive;
-mod away_wall;
 mod admin_auth;
 mod admission;
+mod away_wall;
 mod capacity;
 mod contract;
 mod data_loss;
