@@ -246,9 +246,14 @@ if not more then
   -- The exact window: the first `exact` places of the line, present or away (the heads of
   -- `waiting` and `parked`, merged by place id).
   local ids = {}
-  local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
+  local head
   if parked_n > 0 then
     local ph = redis.call('ZRANGE', KEYS[11], 0, exact - 1, 'WITHSCORES')
+    -- No present place after the exact-th away one is in the window: read up to it only
+    -- (behind a wall of away places, nothing).
+    local bound = '+inf'
+    if #ph >= 2 * exact then bound = ph[#ph] end
+    head = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', bound, 'WITHSCORES', 'LIMIT', 0, exact)
     local i, j = 2, 2
     while #ids < exact and (i <= #head or j <= #ph) do
       local a, b = tonumber(head[i]), tonumber(ph[j])
@@ -259,6 +264,7 @@ if not more then
       end
     end
   else
+    head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
     for i = 2, #head, 2 do ids[#ids + 1] = tonumber(head[i]) end
   end
   local start, count, last = nil, 0, nil
