@@ -465,32 +465,21 @@ impl Store {
 
     /// The gateway that holds `place` in Redis now: the one its waiting (or parked, or
     /// pre-queue) member names. `None` when the place is in none of them (admitted, gone, or
-    /// never taken). A
-    /// gateway told that its connection was taken over elsewhere asks this first: the news
-    /// may be older than its own newer connection for the place (the `redis` test `pow::` resumes a place
-    /// on one gateway right after another).
+    /// never taken). A gateway told that its connection was taken over elsewhere asks this
+    /// first: the news may be older than its own newer connection for the place (the `redis`
+    /// test `pow::` resumes a place on one gateway right after another).
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
         let k = QueueKeys::new(q);
         let seq = place.seq();
-        let (waiting, parked, pre): (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
-            .cmd("ZRANGEBYSCORE")
-            .arg(&k.waiting)
-            .arg(seq)
-            .arg(seq)
-            .cmd("ZRANGEBYSCORE")
-            .arg(&k.parked)
-            .arg(seq)
-            .arg(seq)
-            .cmd("ZRANGEBYSCORE")
-            .arg(&k.pre)
-            .arg(seq)
-            .arg(seq)
-            .query_async(&mut self.c())
-            .await?;
-        Ok(waiting
-            .first()
-            .or_else(|| parked.first())
-            .or_else(|| pre.first())
+        // The members of `place` in `waiting`, `parked` and `pre`, in that order.
+        let mut pipe = redis::pipe();
+        for set in [&k.waiting, &k.parked, &k.pre] {
+            pipe.cmd("ZRANGEBYSCORE").arg(set).arg(seq).arg(seq);
+        }
+        let found: Vec<Vec<Vec<u8>>> = pipe.query_async(&mut self.c()).await?;
+        Ok(found
+            .iter()
+            .find_map(|members| members.first())
             .and_then(|m| crate::keys::member_gateway(m)))
     }
 
