@@ -255,6 +255,16 @@ if redis:
                      f"p50 {big['tick_ms_p50']:.2f} ms (p99 {big['tick_ms_p99']:.2f})",
                      f"p50 {small['tick_ms_p50']:.2f} ms (p99 {small['tick_ms_p99']:.2f}) with 1,000 waiting",
                      ratio_text(ratio), verdict(ratio <= 2), redis_cmd))
+        away = redis.get("away")
+        if away:
+            alone, wall = away["present_only"], away["with_away"]
+            rows.append(("tick behind away places",
+                         f"p50 with {away['away']:,} away + {away['present']:,} waiting ≤ 2× the one with {away['present']:,} waiting",
+                         f"p50 {wall['tick_ms_p50']:.2f} ms (p99 {wall['tick_ms_p99']:.2f}), "
+                         f"{wall['bytes_per_away_place']:.1f} B per away place",
+                         f"p50 {alone['tick_ms_p50']:.2f} ms (p99 {alone['tick_ms_p99']:.2f}) with {away['present']:,} waiting",
+                         ratio_text(away["tick_ratio_p50"]), verdict(away["tick_ratio_p50"] <= 2),
+                         f"`usher-bench-redis --sizes 1000,1000000 --ticks 50 --away {away['away']}`"))
         rows.append(("Redis memory", "≤ 110 B per waiting place",
                      f"{big['bytes_per_place']:.1f} B at 1,000,000 waiting", "—", "—",
                      verdict(big["bytes_per_place"] <= 110), redis_cmd))

@@ -6,7 +6,8 @@
 # answers every stream with one fixed `waiting` event, no Redis, on the gateway's runtime
 # setup); then runs these scenarios with usher-loadgen (several worker processes, clients bound
 # to many 127.0.0.x source addresses):
-#   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting
+#   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting,
+#                and a tick of 1k waiting behind 1M away places vs the 1k alone (issue 23)
 #   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency;
 #                then the same load generator, rate and count against the six joins floors:
 #                this machine's floor for that join latency
@@ -33,7 +34,7 @@
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
-# ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_BASE_PORT (8200),
+# ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (8200),
 # USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
 # RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
@@ -197,8 +198,9 @@ admit_run() {
 }
 
 if want redis; then
-log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting"
-"$BIN/usher-bench-redis" --sizes "${USHER_BENCH_REDIS_SIZES:-1000,1000000}" --ticks 50 >"$OUT/redis.json"
+log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and behind 1,000,000 away"
+"$BIN/usher-bench-redis" --sizes "${USHER_BENCH_REDIS_SIZES:-1000,1000000}" --ticks 50 \
+    --away "${USHER_BENCH_AWAY:-1000000}" >"$OUT/redis.json"
 fi
 
 if want joins; then

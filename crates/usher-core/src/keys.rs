@@ -7,10 +7,11 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), `scan` (`<tick ms>\|<last place scanned>\|<away places passed over>`: where a tick's next call goes on when away places held its head), measured `rate`; waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), measured `rate` (a `scan` field, written by versions before `parked`, is deleted by the next tick); waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset) |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); starts at the queue's `epoch`, never reset; raised by `restore.lua` above the places gateways put back |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
+//! | `usher:{q:<id>}:parked` | zset | the away places, out of `waiting`: member and score as there (so a resume puts a place back at its exact spot), each with its `away` entry; the line is `waiting` and `parked` together (positions and `waiting` counts include both), and the tick reads only `waiting`, so its work never grows with away places. A place in `waiting` with an `away` entry (written before `parked` existed, or put in line by a scheduled sale's draw) is moved here when it reaches the head |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
 //! | `usher:{q:<id>}:ended` | zset | place id of an admitted place whose session ended (released or expired) → when to forget it (ms): the end + `max_session_seconds`, so past its token's cap |
@@ -126,6 +127,8 @@ pub struct QueueKeys {
     pub outbox: String,
     pub gws: String,
     pub away: String,
+    /// Away places, out of `waiting` (see the table above).
+    pub parked: String,
     pub lease: String,
     pub ended: String,
     pub passed: String,
@@ -156,6 +159,7 @@ impl QueueKeys {
             outbox: k("outbox"),
             gws: k("gws"),
             away: k("away"),
+            parked: k("parked"),
             lease: k("lease"),
             ended: k("ended"),
             passed: k("passed"),
@@ -300,6 +304,7 @@ mod tests {
                 &k.outbox,
                 &k.gws,
                 &k.away,
+                &k.parked,
                 &k.lease,
                 &k.ended,
                 &k.pre,

@@ -206,9 +206,21 @@ impl RedisProbe {
 
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
+        self.memory_usage(&QueueKeys::new(q).waiting).await
+    }
+
+    /// Bytes of Redis memory the away places of `q` take: `parked` (their members, out of the
+    /// line's waiting set) and `away` (their grace deadlines), each measured whole.
+    pub async fn away_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
+        let k = QueueKeys::new(q);
+        Ok(self.memory_usage(&k.parked).await? + self.memory_usage(&k.away).await?)
+    }
+
+    /// `MEMORY USAGE key SAMPLES 0` (every element counted); 0 for a missing key.
+    async fn memory_usage(&self, key: &str) -> redis::RedisResult<u64> {
         let v: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
-            .arg(QueueKeys::new(q).waiting)
+            .arg(key)
             .arg("SAMPLES")
             .arg(0)
             .query_async(&mut self.conn.clone())

@@ -1,4 +1,4 @@
--- Close a queue: nobody new may join, and every waiting place is dropped. Admitted sessions
+-- Close a queue: nobody new may join, and every waiting place (away ones too) is dropped. Admitted sessions
 -- stay valid until they expire. The place counter is kept so old tickets never name new places.
 -- The reason is kept in meta (`close_reason`) for browsers that resume later; reopening
 -- the queue (put_queue with open) deletes it.
@@ -6,14 +6,14 @@
 -- but once the draw's steps began (`drawing` exists) part of the pre-queue is in `waiting`
 -- already, so the rest of it is dropped too, and the draw record so far: every entrant is
 -- treated alike (all were told the queue closed), and a reopened queue draws afresh.
--- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent
+-- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent, parked
 -- ARGV: close reason (wire name, e.g. 'sold_out')
 -- Returns false when the queue is unknown, else 1.
 -- Deletes before it writes: with Redis out of memory (maxmemory, noeviction) a script's first
 -- write that may grow memory is refused, but once the script has written (a DEL counts) it
 -- may go on, so an operator can always close a queue to free its line.
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[10])
 if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('DEL', KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
   redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff', 'draw_absent')

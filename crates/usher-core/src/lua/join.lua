@@ -1,6 +1,6 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound, parked
 --       (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, n (joins in the batch, 1..JOIN_BATCH_MAX),
 --       the joins' proofs of work: n entries joined by ',', each '' (none) or
@@ -11,7 +11,7 @@
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
 -- were admitted in this call (passthrough), the others wait, and the last is at position
--- `waiting`; or {PLACE_SCHEDULED, last, opens_at ms, taken, max_entrants or 0} when they went
+-- `waiting` (the line: `waiting` and the away places in `parked`); or {PLACE_SCHEDULED, last, opens_at ms, taken, max_entrants or 0} when they went
 -- to a scheduled sale's pre-queue: the first `taken` joins of the batch took a place, the
 -- others found the pre-queue full (meta `max_entrants`); or {PLACE_PRE_QUEUE_FULL,
 -- max_entrants} when none did.
@@ -112,7 +112,7 @@ local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucke
   'bucket_rate', 'bucket_burst')
 -- bucket_ms is set by the first tick: until then there is no bucket to spend.
 if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
-    and redis.call('ZCARD', KEYS[7]) == 0 then
+    and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0 then
   local last_ms = tonumber(p[4])
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
@@ -147,6 +147,6 @@ if now_admitted < n then
   redis.call('ZADD', KEYS[3], unpack(args))
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
-local w = redis.call('ZCARD', KEYS[3])
+local w = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[11])
 local rate, configured = eta_rates(KEYS[1])
 return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

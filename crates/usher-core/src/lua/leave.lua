@@ -1,5 +1,5 @@
 -- A browser leaves the line (or gives up its admitted session).
--- KEYS: waiting, active, tokens, away, meta, ended, pre, drawn
+-- KEYS: waiting, active, tokens, away, meta, ended, pre, drawn, parked
 -- ARGV: place, now ms
 -- Returns {LEAVE_LEFT, gateway index, place id} when a waiting (or pre-queue) place was
 -- removed, {LEAVE_RELEASED} when an admitted session was released, {LEAVE_NOT_FOUND} when
@@ -13,8 +13,14 @@ if pre then
   return {LEAVE_LEFT, member_gateway(pre), place}
 end
 local found = find_member(KEYS[1], place)
+local from = KEYS[1]
+if not found then
+  -- An away place (its browser leaves from another tab, or through the API).
+  found = find_member(KEYS[9], place)
+  from = KEYS[9]
+end
 if found then
-  redis.call('ZREM', KEYS[1], found)
+  redis.call('ZREM', from, found)
   redis.call('ZREM', KEYS[4], place)
   return {LEAVE_LEFT, member_gateway(found), place}
 end

@@ -2,8 +2,9 @@
 -- empty, flushed) and the queue was configured again. Places keep their ids (so their tickets,
 -- and the order of the line: the score is the place id) and go to this gateway. A place
 -- waiting already moves to this gateway; one admitted (or whose session ended) since is left
--- alone. The place counter is raised above every id put back, so no id is handed out twice.
--- KEYS: meta, seq, waiting, active, ended, tokens, gws, away   (one hash tag: {q:<id>})
+-- alone. A place parked (away) since is held here again: it goes back to `waiting`. The
+-- place counter is raised above every id put back, so no id is handed out twice.
+-- KEYS: meta, seq, waiting, active, ended, tokens, gws, away, parked   (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, then the place ids, in the line's order
 -- Returns {RESTORE_UNKNOWN} when the queue is not configured (yet), {RESTORE_CLOSED, reason or
 -- false} when it is closed, else {RESTORE_DONE, places put back, epoch or false}.
@@ -18,7 +19,11 @@ for i = 4, #ARGV do
   local place = tonumber(ARGV[i])
   if place > highest then highest = place end
   local member = find_member(KEYS[3], place)
-  if member then
+  local parked = find_member(KEYS[9], place)
+  if parked then
+    redis.call('ZREM', KEYS[9], parked)
+    add[#add + 1] = place; add[#add + 1] = member_of(place, gw)
+  elseif member then
     if member_gateway(member) ~= ARGV[1] then
       redis.call('ZREM', KEYS[3], member)
       add[#add + 1] = place; add[#add + 1] = member_of(place, gw)

@@ -1,5 +1,5 @@
 -- Resume the place a ticket names, for a browser now held by this gateway.
--- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away
+-- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away, parked
 --       (one hash tag)
 -- ARGV: place, gateway index, now ms, gws ttl ms
 -- Returns
@@ -11,6 +11,8 @@
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
 --    the bucket's rate (see eta_rates in prelude.lua), place id}
 --   {PLACE_SCHEDULED, opens_at ms, gateway that held it before or false}   in a pre-queue
+-- An away place comes back from `parked` to its spot in `waiting` (same score); its position
+-- counts the places ahead of it in both sets.
 -- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
 -- to the place's id in the line (the id returned).
 local now = tonumber(ARGV[3])
@@ -37,12 +39,19 @@ local mine = member_of(seq, tonumber(ARGV[2]))
 local found = find_member(KEYS[3], seq)
 local before = false
 if not found then
-  -- A ticket is signed, so its place existed. If it is past the counter, Redis lost it
-  -- (restarted from an AOF that ended before this join): restore it where it stood.
-  local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if seq <= counter then return {PLACE_GONE} end
-  redis.call('SET', KEYS[2], fmt(seq))
-  redis.call('ZADD', KEYS[3], seq, mine)
+  local parked = find_member(KEYS[12], seq)
+  if parked then
+    if parked ~= mine then before = member_gateway(parked) end
+    redis.call('ZREM', KEYS[12], parked)
+    redis.call('ZADD', KEYS[3], seq, mine)
+  else
+    -- A ticket is signed, so its place existed. If it is past the counter, Redis lost it
+    -- (restarted from an AOF that ended before this join): restore it where it stood.
+    local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+    if seq <= counter then return {PLACE_GONE} end
+    redis.call('SET', KEYS[2], fmt(seq))
+    redis.call('ZADD', KEYS[3], seq, mine)
+  end
 elseif found ~= mine then
   before = member_gateway(found)
   redis.call('ZREM', KEYS[3], found)
@@ -50,7 +59,7 @@ elseif found ~= mine then
 end
 redis.call('ZREM', KEYS[7], place)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
-local rank = redis.call('ZRANK', KEYS[3], mine)
-local w = redis.call('ZCARD', KEYS[3])
+local rank = redis.call('ZRANK', KEYS[3], mine) + redis.call('ZCOUNT', KEYS[12], '-inf', '(' .. fmt(seq))
+local w = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[12])
 local rate, configured = eta_rates(KEYS[1])
 return {PLACE_WAITING, rank + 1, w, before, rate, configured, place}

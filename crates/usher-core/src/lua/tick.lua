@@ -16,13 +16,18 @@
 -- With `max_active` set, a call admits at most the free slots: sessions are counted in this
 -- same script, so the cap holds whatever replicas, joins and releases run around it.
 --
--- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended   (one hash tag)
--- Away places (in `away`: their browser disconnected and the grace period is not over) are
--- not admitted: they keep their position in `waiting` and the call admits the present places
--- behind them; a resumed place is no longer away and is admitted at its turn. While any place
--- is away, the head is read with ZRANGEBYSCORE from a cursor (meta `scan`, valid for the calls
--- of one tick) instead of popped, so a tick's next call goes on after the away places its
--- previous call passed over.
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked
+--       (one hash tag)
+-- Away places (their browser disconnected and the grace period is not over: an entry in
+-- `away`) wait in `parked`, with the same member and score as in `waiting` (away.lua moves
+-- them there, resume.lua and back.lua put them back at their exact spot), so the tick never
+-- reads them: a call's work grows with its admissions, never with the away places, and a
+-- wall of them cannot hold the line. They still count: the line is `waiting` and `parked`
+-- together, for `waiting` in the outcome and for the snapshot's positions (a position
+-- shown never goes up when a place ahead comes back). A place in `waiting` that has an
+-- `away` entry (written by a version before `parked`, or placed by a scheduled sale's
+-- draw, which puts its places in line away) is moved to `parked` when it reaches the head:
+-- once, so no place is passed over twice.
 --
 -- ARGV: 1 now ms, 2 elapsed ms to assume on the first tick, 3 longest elapsed ms to count,
 --       4 exact places, 5 largest interpolation error (fraction, e.g. 0.01),
@@ -49,8 +54,8 @@
 --   gateways = indexes (text) of gateways holding browsers of this queue
 --   fresh   = this call's outbox entries
 --   more    = true when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places
---             of dead gateways or away places passed) with budget and places left: call
---             again; never after ARGV[12] away places were passed over in this tick
+--             of dead gateways dropped or away places moved to `parked`) with budget and
+--             present places left: call again
 -- cjson writes an empty list as {} and numbers with 14 significant digits: exact for place ids
 -- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
@@ -97,18 +102,39 @@ else
 end
 if m[6] == '1' or drawing then budget = 0 end
 
--- Browsers that did not come back within the grace period: removed, never admitted.
+-- Browsers that did not come back within the grace period: removed, never admitted (from
+-- `parked`, or from `waiting` for a place that never reached the head since it went away).
 local dropped = 0
 local gone = {}
 if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000) end
 for _, p in ipairs(gone) do
-  local mem = find_member(KEYS[2], p)
-  if mem then
-    redis.call('ZREM', KEYS[2], mem)
+  local parked = find_member(KEYS[11], p)
+  if parked then
+    redis.call('ZREM', KEYS[11], parked)
     dropped = dropped + 1
+  else
+    local mem = find_member(KEYS[2], p)
+    if mem then
+      redis.call('ZREM', KEYS[2], mem)
+      dropped = dropped + 1
+    end
   end
 end
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
+-- Every parked place has an `away` entry (the scripts write both together). One without
+-- (its entry expired by a dispatcher of the version before `parked`, during a rolling
+-- upgrade) would count in positions forever: the first few parked places are checked on
+-- each call and such a place is dropped. Parked places leave within their grace period, so
+-- any such place reaches the head of `parked` in time.
+if not drawing then
+  local first = redis.call('ZRANGE', KEYS[11], 0, 7, 'WITHSCORES')
+  for i = 1, #first, 2 do
+    if not redis.call('ZSCORE', KEYS[7], first[i + 1]) then
+      redis.call('ZREM', KEYS[11], first[i])
+      dropped = dropped + 1
+    end
+  end
+end
 
 -- Gateways that died longer than the grace period ago: their browsers that did not resume
 -- elsewhere are dropped when they reach the head of the line.
@@ -127,10 +153,6 @@ local capped = false
 local admitted = 0
 -- This call's outbox entries, also returned for immediate delivery.
 local fresh = {}
--- Away places (browser disconnected, grace not over) passed over by this tick's calls: they
--- keep their place in `waiting` and are admitted at their turn once their browser is back.
-local skipped_tick = 0
-local away_capped = false
 if n > 0 then
   local exp = fmt(now + ttl_ms)
   local head = ARGV[1] .. '|' .. exp .. '|'
@@ -138,44 +160,36 @@ if n > 0 then
   -- the three-field form keep working for other queues).
   local tail = ''
   if sliding then tail = '|' .. fmt(now + max_ms) end
+  -- While any place is away, a place at the head may still be away (see the top): the head
+  -- is read, checked against `away`, and what the call took (admitted, dropped or moved to
+  -- `parked`) removed. Otherwise it is popped.
   local any_away = redis.call('ZCARD', KEYS[7]) > 0
-  -- With away places, the head is read (not popped) from where this tick's previous call
-  -- stopped: the away places before that stay where they are.
-  local from = '-inf'
-  if any_away then
-    local cur = redis.call('HGET', KEYS[1], 'scan')
-    local t, s, k = string.match(cur or '', '^(%d+)|(%d+)|(%d+)$')
-    if t == ARGV[1] then from, skipped_tick = '(' .. s, tonumber(k) end
-  end
   local gw_of = {}
   local popped_total = 0
-  -- Places of dead gateways and away places: at most ARGV[13] of them per call, and at most
-  -- ARGV[12] away places per tick.
+  -- Places of dead gateways and away places: at most ARGV[13] of them per call.
   local pop_cap = n + per_call
-  local last_seen = nil
-  while admitted < n and popped_total < pop_cap and skipped_tick < max_per_tick do
+  while admitted < n and popped_total < pop_cap do
     local popped
     if any_away then
-      -- Read ahead, as far as this call may pass over places; stop at its admissions.
-      local want = math.min(pop_cap - popped_total, max_per_tick - skipped_tick, 1000)
-      popped = redis.call('ZRANGEBYSCORE', KEYS[2], from, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
+      -- Read a little past what is left to admit, for the away places it may meet.
+      local want = math.min(pop_cap - popped_total, 1000, 2 * (n - admitted) + 16)
+      popped = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
     else
       popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
     end
     if #popped == 0 then break end
     -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
     -- '<admitted at>|<expires>|<place>:<gateway>,...[|<token exp>]' per chunk.
-    local zadd, items, taken = {}, {}, {}
+    local zadd, items, taken, park = {}, {}, {}, {}
     for i = 1, #popped, 2 do
       if admitted >= n then break end
       local member = popped[i]
       local place = popped[i + 1]
-      last_seen = place
       popped_total = popped_total + 1
+      if any_away then taken[#taken + 1] = member end
       if any_away and redis.call('ZSCORE', KEYS[7], place) then
-        skipped_tick = skipped_tick + 1
+        park[#park + 1] = place; park[#park + 1] = member
       else
-        if any_away then taken[#taken + 1] = member end
         local tag = string.sub(member, 5, 6)
         local gw = gw_of[tag]
         if not gw then
@@ -192,31 +206,33 @@ if n > 0 then
       end
     end
     if #taken > 0 then redis.call('ZREM', KEYS[2], unpack(taken)) end
+    if #park > 0 then redis.call('ZADD', KEYS[11], unpack(park)) end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
       local entry = head .. table.concat(items, ',') .. tail
       redis.call('RPUSH', KEYS[5], entry)
       fresh[#fresh + 1] = entry
     end
-    from = '(' .. last_seen
   end
   capped = popped_total >= pop_cap
-  away_capped = skipped_tick >= max_per_tick
-  if any_away and last_seen then
-    redis.call('HSET', KEYS[1], 'scan', ARGV[1] .. '|' .. last_seen .. '|' .. fmt(skipped_tick))
-  end
   if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
 end
 if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
-local w = redis.call('ZCARD', KEYS[2])
+-- The line: present places (`waiting`) and away ones (`parked`).
+local present = redis.call('ZCARD', KEYS[2])
+local parked_n = redis.call('ZCARD', KEYS[11])
+local w = present + parked_n
 local carry = budget - admitted
 if w == 0 and m[7] ~= '1' then
   carry = 0
 elseif w == 0 or slot_bound then
   carry = math.min(carry, burst)
 end
-local more = carry >= 1 and w > 0 and (admitted >= per_call or capped) and not away_capped
+local more = carry >= 1 and present > 0 and (admitted >= per_call or capped)
+-- `scan`: the cursor of the version before `parked` (a tick's calls went on after the away
+-- places they passed over); nothing reads it now.
+redis.call('HDEL', KEYS[1], 'scan')
 redis.call('HSET', KEYS[1], 'bucket', tostring(carry), 'bucket_ms', fmt(math.max(now, last_ms)),
   'bucket_rate', tostring(rate), 'bucket_burst', tostring(burst))
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
@@ -227,10 +243,32 @@ local runs, samples, last_place = {}, {}, 0
 if not more then
   last_place = tonumber(redis.call('GET', KEYS[9])) or 0
   local exact = tonumber(ARGV[4])
-  local head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
+  -- The exact window: the first `exact` places of the line, present or away (the heads of
+  -- `waiting` and `parked`, merged by place id).
+  local ids = {}
+  local head
+  if parked_n > 0 then
+    local ph = redis.call('ZRANGE', KEYS[11], 0, exact - 1, 'WITHSCORES')
+    -- No present place after the exact-th away one is in the window: read up to it only
+    -- (behind a wall of away places, nothing).
+    local bound = '+inf'
+    if #ph >= 2 * exact then bound = ph[#ph] end
+    head = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', bound, 'WITHSCORES', 'LIMIT', 0, exact)
+    local i, j = 2, 2
+    while #ids < exact and (i <= #head or j <= #ph) do
+      local a, b = tonumber(head[i]), tonumber(ph[j])
+      if b == nil or (a ~= nil and a < b) then
+        ids[#ids + 1] = a; i = i + 2
+      else
+        ids[#ids + 1] = b; j = j + 2
+      end
+    end
+  else
+    head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
+    for i = 2, #head, 2 do ids[#ids + 1] = tonumber(head[i]) end
+  end
   local start, count, last = nil, 0, nil
-  for i = 2, #head, 2 do
-    local s = tonumber(head[i])
+  for _, s in ipairs(ids) do
     if last ~= nil and s == last + 1 then
       count = count + 1
     else
@@ -241,38 +279,56 @@ if not more then
   end
   if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
 
-  -- Samples beyond the exact window. Between two samples (r1, s1) and (r2, s2), interpolation is
-  -- off by at most the number of holes (places that left) in between, (s2 - s1) - (r2 - r1). Start
-  -- from coarse geometric samples and bisect only intervals with more holes than `step` x r1 allows,
-  -- so a line with few leavers costs a few dozen lookups, and the worst case about log(w/exact)/step.
+  -- Samples beyond the exact window: (place, position) pairs, positions counting the away
+  -- places. Between two samples (s1, p1) and (s2, p2), interpolation is off by at most the
+  -- number of holes (places that left) in between, (s2 - s1) - (p2 - p1). Samples are taken
+  -- at present places (the ones whose browsers read positions), by their rank r in
+  -- `waiting`; a place's position is r plus the parked places ahead of it (ZCOUNT, O(log n)).
+  -- Start from coarse geometric samples and bisect only intervals with more holes than
+  -- `step` x p1 allows, so a line with few leavers costs a few dozen lookups, and the worst
+  -- case about log(w/exact)/step, however many places are away.
   if w > exact then
     local step = tonumber(ARGV[5])
     local coarse = tonumber(ARGV[8])
-    local function seq_at(r)
-      local at = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
-      return tonumber(at[2])
+    local function ahead_parked(s)
+      if parked_n == 0 then return 0 end
+      return redis.call('ZCOUNT', KEYS[11], '-inf', '(' .. fmt(s))
     end
-    local function emit(s, r)
-      samples[#samples + 1] = s; samples[#samples + 1] = r
+    -- The place id and position of the present place of rank r.
+    local function at(r)
+      local x = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
+      local s = tonumber(x[2])
+      return s, r + ahead_parked(s)
     end
-    local function refine(r1, s1, r2, s2)
+    local function emit(s, p)
+      samples[#samples + 1] = s; samples[#samples + 1] = p
+    end
+    local function refine(r1, s1, p1, r2, s2, p2)
       if r2 - r1 <= 1 then return end
-      if (s2 - s1) - (r2 - r1) <= math.floor(r1 * step) then return end
+      if (s2 - s1) - (p2 - p1) <= math.floor(p1 * step) then return end
       local rm = math.floor((r1 + r2) / 2)
-      local sm = seq_at(rm)
-      refine(r1, s1, rm, sm)
-      emit(sm, rm)
-      refine(rm, sm, r2, s2)
+      local sm, pm = at(rm)
+      refine(r1, s1, p1, rm, sm, pm)
+      emit(sm, pm)
+      refine(rm, sm, pm, r2, s2, p2)
     end
+    -- The first sample is the last place of the exact window; r counts the present places
+    -- up to it.
+    local s, p = ids[exact], exact
     local r = exact
-    local sr = seq_at(r)
-    emit(sr, r)
-    while r < w do
-      local r2 = math.min(w, r + math.max(1, math.floor(r * coarse)))
-      local s2 = seq_at(r2)
-      refine(r, sr, r2, s2)
-      emit(s2, r2)
-      r, sr = r2, s2
+    if parked_n > 0 then r = redis.call('ZCOUNT', KEYS[2], '-inf', fmt(s)) end
+    emit(s, p)
+    while r < present do
+      local r2 = math.min(present, r + math.max(1, math.floor(p * coarse)))
+      local s2, p2 = at(r2)
+      refine(r, s, p, r2, s2, p2)
+      emit(s2, p2)
+      r, s, p = r2, s2, p2
+    end
+    -- The last sample is the tail of the line, which may be an away place.
+    if p < w then
+      local t = redis.call('ZRANGE', KEYS[11], -1, -1, 'WITHSCORES')
+      emit(tonumber(t[2]), w)
     end
   end
 end

@@ -264,26 +264,35 @@ impl Store {
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (waiting, away, active, total, dropped): (u64, u64, u64, Option<u64>, Option<u64>) =
-            redis::pipe()
-                .cmd("ZCARD")
-                .arg(&k.waiting)
-                .cmd("ZCARD")
-                .arg(&k.away)
-                .cmd("ZCOUNT")
-                .arg(&k.active)
-                .arg(now_ms)
-                .arg("+inf")
-                .cmd("HGET")
-                .arg(&k.meta)
-                .arg("admitted_total")
-                .cmd("HGET")
-                .arg(&k.meta)
-                .arg("dropped_total")
-                .query_async(&mut self.c())
-                .await?;
+        let (present, parked, away, active, total, dropped): (
+            u64,
+            u64,
+            u64,
+            u64,
+            Option<u64>,
+            Option<u64>,
+        ) = redis::pipe()
+            .cmd("ZCARD")
+            .arg(&k.waiting)
+            .cmd("ZCARD")
+            .arg(&k.parked)
+            .cmd("ZCARD")
+            .arg(&k.away)
+            .cmd("ZCOUNT")
+            .arg(&k.active)
+            .arg(now_ms)
+            .arg("+inf")
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("admitted_total")
+            .cmd("HGET")
+            .arg(&k.meta)
+            .arg("dropped_total")
+            .query_async(&mut self.c())
+            .await?;
         Ok(QueueStats {
-            waiting,
+            // The line counts its away places, which wait in `parked`.
+            waiting: present + parked,
             away,
             active,
             admitted_total: total.unwrap_or(0),
@@ -320,6 +329,7 @@ impl Store {
             .key(&k.drawing)
             .key(&k.pre_away)
             .key(&k.absent)
+            .key(&k.parked)
             .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;

@@ -271,6 +271,7 @@ impl Store {
             .key(&k.pre)
             .key(&k.spent)
             .key(&k.bound)
+            .key(&k.parked)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
@@ -368,6 +369,7 @@ impl Store {
             .key(&k.pre)
             .key(&k.drawn)
             .key(&k.pre_away)
+            .key(&k.parked)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -389,6 +391,7 @@ impl Store {
             .key(&k.ended)
             .key(&k.pre)
             .key(&k.drawn)
+            .key(&k.parked)
             .arg(place.0)
             .arg(now_ms)
             .invoke_async(&mut self.c())
@@ -470,6 +473,7 @@ impl Store {
             .key(&k.ended)
             .key(&k.pre)
             .key(&k.drawn)
+            .key(&k.parked)
             .arg(place.0)
             .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())
@@ -500,7 +504,8 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.away.key(&k.meta);
-            inv.key(&k.waiting).key(&k.away).arg(gw).arg(now_ms);
+            inv.key(&k.waiting).key(&k.away).key(&k.parked);
+            inv.arg(gw).arg(now_ms);
             for p in chunk {
                 inv.arg(p.0);
             }
@@ -521,28 +526,23 @@ impl Store {
         Ok(n)
     }
 
-    /// The gateway that holds `place` in Redis now: the one its waiting (or pre-queue) member
-    /// names. `None` when the place is in neither set (admitted, gone, or never taken). A
-    /// gateway told that its connection was taken over elsewhere asks this first: the news
-    /// may be older than its own newer connection for the place (the `redis` test `pow::` resumes a place
-    /// on one gateway right after another).
+    /// The gateway that holds `place` in Redis now: the one its waiting (or parked, or
+    /// pre-queue) member names. `None` when the place is in none of them (admitted, gone, or
+    /// never taken). A gateway told that its connection was taken over elsewhere asks this
+    /// first: the news may be older than its own newer connection for the place (the `redis`
+    /// test `pow::` resumes a place on one gateway right after another).
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
         let k = QueueKeys::new(q);
         let seq = place.seq();
-        let (waiting, pre): (Vec<Vec<u8>>, Vec<Vec<u8>>) = redis::pipe()
-            .cmd("ZRANGEBYSCORE")
-            .arg(&k.waiting)
-            .arg(seq)
-            .arg(seq)
-            .cmd("ZRANGEBYSCORE")
-            .arg(&k.pre)
-            .arg(seq)
-            .arg(seq)
-            .query_async(&mut self.c())
-            .await?;
-        Ok(waiting
-            .first()
-            .or_else(|| pre.first())
+        // The members of `place` in `waiting`, `parked` and `pre`, in that order.
+        let mut pipe = redis::pipe();
+        for set in [&k.waiting, &k.parked, &k.pre] {
+            pipe.cmd("ZRANGEBYSCORE").arg(set).arg(seq).arg(seq);
+        }
+        let found: Vec<Vec<Vec<u8>>> = pipe.query_async(&mut self.c()).await?;
+        Ok(found
+            .iter()
+            .find_map(|members| members.first())
             .and_then(|m| crate::keys::member_gateway(m)))
     }
 
@@ -554,7 +554,7 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.back.key(&k.waiting);
-            inv.key(&k.away).arg(gw);
+            inv.key(&k.away).key(&k.parked).arg(gw);
             for p in chunk {
                 inv.arg(p.0);
             }

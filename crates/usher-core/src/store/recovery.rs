@@ -56,6 +56,7 @@ impl Store {
                 .key(&k.tokens)
                 .key(&k.gws)
                 .key(&k.away)
+                .key(&k.parked)
                 .arg(gw)
                 .arg(now_ms)
                 .arg(GWS_TTL_MS);

@@ -18,6 +18,7 @@ mod abuse;
 mod adaptive;
 mod admin_auth;
 mod admission;
+mod away_wall;
 mod bind_store;
 mod capacity;
 mod contract;

@@ -1,8 +1,10 @@
 //! `usher-bench-redis`: measures the Redis side of a waiting room with large lines, against a
 //! `redis-server` it starts itself (or `--redis-url`): the memory a waiting place costs, and
 //! how long one dispatcher tick takes (its script calls: one per 1,000 admissions) with a
-//! short and with a very long line; with `--draw-entrants`, how long a scheduled sale's draw
-//! of that many entrants takes.
+//! short and with a very long line; with `--away`, how long a tick takes with that many away
+//! places ahead of a short line, against the same short line alone (away places wait out of
+//! the tick's way: issue 23); with `--draw-entrants`, how long a scheduled sale's draw of that
+//! many entrants takes.
 //! Prints one JSON object. Used by `make bench` (scripts/bench.sh).
 
 use std::time::{Duration, Instant};
@@ -43,6 +45,16 @@ struct Args {
     #[arg(long, env = "USHER_BENCH_ADMIT_PER_TICK", default_value_t = 100)]
     admit_per_tick: u64,
 
+    /// Away places (joined, then disconnected) ahead of a line of `--away-present` connected
+    /// places: their tick is timed against the tick of the present places alone, and the
+    /// Redis memory an away place costs is reported. 0 measures no wall.
+    #[arg(long, env = "USHER_BENCH_AWAY", default_value_t = 0)]
+    away: u64,
+
+    /// Connected places behind the `--away` wall (and in the line it is compared with).
+    #[arg(long, env = "USHER_BENCH_AWAY_PRESENT", default_value_t = 1000)]
+    away_present: u64,
+
     /// Entrants of a scheduled sale's pre-queue whose draw is timed: reading the pre-queue,
     /// computing the order, the draw's script calls (each holds Redis while it runs; the
     /// longest single Redis call is reported) and reading the published record. 0 times no
@@ -67,8 +79,22 @@ async fn main() -> anyhow::Result<()> {
     let probe = RedisProbe::connect(&url).await?;
     let mut results = Vec::new();
     for &n in &args.sizes {
-        results.push(measure(&store, &probe, n, &args).await?);
+        results.push(measure(&store, &probe, n, 0, &args).await?);
     }
+    let away = if args.away > 0 {
+        let alone = measure(&store, &probe, args.away_present, 0, &args).await?;
+        let wall = measure(&store, &probe, args.away_present, args.away, &args).await?;
+        let p50 = |r: &serde_json::Value| r["tick_ms_p50"].as_f64().unwrap_or(f64::NAN);
+        Some(serde_json::json!({
+            "away": args.away,
+            "present": args.away_present,
+            "tick_ratio_p50": p50(&wall) / p50(&alone),
+            "present_only": alone,
+            "with_away": wall,
+        }))
+    } else {
+        None
+    };
     let draw = if args.draw_entrants > 0 {
         Some(measure_draw(&store, &probe, args.draw_entrants).await?)
     } else {
@@ -76,25 +102,34 @@ async fn main() -> anyhow::Result<()> {
     };
     println!(
         "{}",
-        serde_json::json!({ "redis_url": url, "results": results, "draw": draw })
+        serde_json::json!({ "redis_url": url, "results": results, "away": away, "draw": draw })
     );
     Ok(())
 }
 
+/// Tick time with a line of `n` connected places, behind `away` places whose browsers
+/// disconnected (kept for an hour: none expires during the measurement).
 async fn measure(
     store: &Store,
     probe: &RedisProbe,
     n: u64,
+    away: u64,
     args: &Args,
 ) -> anyhow::Result<serde_json::Value> {
-    let q = QueueId::new(format!("bench-{n}"))?;
+    let q = QueueId::new(format!("bench-{n}-away-{away}"))?;
     // Paused while filling; admission per tick is set below.
     let mut cfg = QueueConfig {
         admit_per_second: 1.0,
         paused: true,
+        grace_seconds: 3600,
         ..QueueConfig::default()
     };
     store.put_queue(&q, &cfg).await?;
+    let away_bytes = if away > 0 {
+        wall(store, probe, &q, away).await?
+    } else {
+        0
+    };
     let fill = Instant::now();
     // In join calls of JOIN_BATCH_MAX places, as gateways send a burst of joins, each call
     // for one of six gateways in turn.
@@ -133,7 +168,7 @@ async fn measure(
     for k in 1..=u64::from(args.ticks) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Keep the line at `n`: replace what the previous tick admitted (not timed).
-        let refill = n.saturating_sub(store.queue_stats(&q, now_ms()).await?.waiting);
+        let refill = (n + away).saturating_sub(store.queue_stats(&q, now_ms()).await?.waiting);
         for (k, len) in batches(refill) {
             store
                 .join_many(&q, (k % 6 + 1) as u16, now_ms(), len)
@@ -159,7 +194,7 @@ async fn measure(
     }
     times.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
-    Ok(serde_json::json!({
+    let mut row = serde_json::json!({
         "waiting": n,
         "fill_joins_per_second": n as f64 / fill_secs,
         "waiting_set_bytes": bytes,
@@ -171,7 +206,29 @@ async fn measure(
         "admitted": admitted,
         "script_calls": calls,
         "snapshot_entries": samples,
-    }))
+    });
+    if away > 0 {
+        row["away"] = away.into();
+        row["away_bytes"] = away_bytes.into();
+        row["bytes_per_away_place"] = (away_bytes as f64 / away as f64).into();
+    }
+    Ok(row)
+}
+
+/// `n` places joined on gateway 1 and marked away, as a gateway marks the places of browsers
+/// that disconnected; returns the Redis memory an away place takes (its member in `parked`
+/// and its grace deadline in `away`, both measured whole).
+async fn wall(store: &Store, probe: &RedisProbe, q: &QueueId, n: u64) -> anyhow::Result<u64> {
+    let mut places = Vec::with_capacity(n as usize);
+    for (_, len) in batches(n) {
+        let Joined::Places { last, count, .. } = store.join_many(q, 1, now_ms(), len).await? else {
+            anyhow::bail!("joins did not take places");
+        };
+        places.extend((last + 1 - count..=last).map(PlaceId));
+    }
+    let marked = store.mark_away(q, &places, 1, now_ms()).await?;
+    anyhow::ensure!(marked == n, "only {marked} of {n} places marked away");
+    Ok(probe.away_memory(q).await?)
 }
 
 /// Times the draw of a scheduled sale with `n` entrants, and how long its longest single

@@ -127,6 +127,7 @@ impl Store {
             .key(&k.lease)
             .key(&k.seq)
             .key(&k.ended)
+            .key(&k.parked)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -159,7 +160,8 @@ impl Store {
         }
     }
 
-    /// The first `n` places in line: place id and the index of the gateway holding each.
+    /// The first `n` present places in line (away ones are parked: their browsers cannot take
+    /// a token now): place id and the index of the gateway holding each.
     pub async fn head(&self, q: &QueueId, n: usize) -> Result<Vec<(u64, u16)>> {
         if n == 0 {
             return Ok(Vec::new());
