@@ -36,9 +36,7 @@ use axum::{Extension, Form, Json, Router};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use usher_admission::{
-    Admission, BoundError, Claims, Consumption, SessionStatus, VerifyError,
-};
+use usher_admission::{Admission, BoundError, Claims, Consumption, SessionStatus, VerifyError};
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
