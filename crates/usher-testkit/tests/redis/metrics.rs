@@ -362,7 +362,7 @@ async fn metrics_count_what_browsers_did_and_name_no_ticket() -> anyhow::Result<
     redis.kill();
     let mut down = client.open("/api/queues/fast/stream", None).await?;
     assert!(down.next_event(T).await?.is_none(), "retry: only");
-    let g = scrape(&http, &gw).await?;
+    let g = scrape(&gw_http, &gw).await?;
     assert_eq!(
         value(
             &g.samples,
