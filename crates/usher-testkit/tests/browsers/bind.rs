@@ -56,7 +56,8 @@ async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
             "the status route answers only with a proof by the key",
             "a copied ticket cannot make its owner leave",
             "admitted: the token carries the key's thumbprint, shown only with a proof",
-            "the booking site takes the token only with a proof by the key",
+            "the booking site takes the token only with a proof by the key, once",
+            "a scheduled sale: the drawn place's token carries the key's thumbprint",
             "the docs' client example joins as printed",
         ],
         "every scenario ran and passed"
