@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -107,6 +108,14 @@ def first_event_of(queue, until=None, **params):
             name, _, value = line.partition(": ")
             event[name] = value
     raise AssertionError(f"the stream ended without the event: {params}")
+
+
+def bound_len():
+    """How many browser keys the queue's `bound` hash holds (redis-cli, from the test)."""
+    out = subprocess.run(os.environ["USHER_TEST_REDIS_CLI"].split()
+                         + ["HLEN", os.environ["USHER_TEST_BOUND_KEY"]],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
 
 
 def status(ticket, proof=None):
@@ -226,7 +235,8 @@ def main():
         assert name == "admitted" and data["token"] == token, (name, data)
         held["token"] = token
 
-    @scenario("the booking site takes the token only with a proof by the key, once")
+    @scenario("the booking site takes the token only with a proof by the key, once; "
+              "its ended place's key is forgotten")
     def booking():
         token, url = held["token"], BOOKING + "/entry"
         ath = b64url(hashlib.sha256(token.encode()).digest())
@@ -249,6 +259,14 @@ def main():
         path = f"/api/queues/{Q}/tickets/" + held["ticket"]
         code, _ = call("DELETE", GW + path + "?proof=" + key.proof("DELETE", path))
         assert code == 204, code
+        # The session ended: the dispatcher forgets the key (the queue's only place), and a
+        # resume by the key then hears the session ended, not `wrong_key`.
+        deadline = time.time() + 10
+        while bound_len() != 0:
+            assert time.time() < deadline, "the ended place's key forgotten in time"
+            time.sleep(0.1)
+        name, _, data = first_event(ticket=held["ticket"], proof=key.proof("GET", STREAM))
+        assert (name, data.get("reason")) == ("closed", "session_ended"), (name, data)
         # The docs' check for any language agrees: the good proof passes, the thief's fails.
         claims = jwt.decode(token, options={"verify_signature": False})
         good = key.proof("POST", url, ath=ath)
