@@ -188,7 +188,7 @@ fn bound_len(redis: &usher_testkit::RedisServer, q: &QueueId) -> anyhow::Result<
 }
 
 /// `bound` is pruned: the dispatcher driving a queue forgets the key of each place over for
-/// good (left, its session ended, its queue closed) and keeps the keys of live places
+/// good (left, dropped, its session ended, its queue closed) and keeps the keys of live places
 /// (waiting, admitted with a valid session), which resumes and the mint need. The gateway
 /// hears an over place is over, so its browser is told what happened (not `wrong_key`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,11 +211,11 @@ async fn keys_of_places_over_for_good_are_pruned() -> anyhow::Result<()> {
             .await?;
         Ok((0..keys.len()).map(|i| place(batch.outcome(i))).collect())
     };
-    let places = join(&q, "ABCDEF").await?;
+    let places = join(&q, "ABCDEFG").await?;
     let doomed = join(&closing, "XYZ").await?;
     assert_eq!(
         (bound_len(&redis, &q)?, bound_len(&redis, &closing)?),
-        (6, 3)
+        (7, 3)
     );
 
     let _dispatcher = Proc::start(
@@ -226,7 +226,8 @@ async fn keys_of_places_over_for_good_are_pruned() -> anyhow::Result<()> {
         ],
     )
     .await?;
-    // Two places leave the line; a queue closes with three places in it.
+    // Two places leave the line, one is dropped (its browser went away an hour ago, past
+    // its grace); a queue closes with three places in it.
     for p in &places[..2] {
         assert!(matches!(
             store.leave(&q, *p).await?,
@@ -234,14 +235,18 @@ async fn keys_of_places_over_for_good_are_pruned() -> anyhow::Result<()> {
         ));
     }
     store
+        .mark_away(&q, &places[6..], 0, now_ms() - 3_600_000)
+        .await?;
+    store
         .close_queue(&closing, usher_core::messages::CloseReason::SoldOut)
         .await?;
     eventually(
-        "the keys of the places that left are forgotten",
+        "the keys of the places that left or were dropped are forgotten",
         async || bound_len(&redis, &q).ok() == Some(4),
     )
     .await?;
     assert_eq!(store.ticket_key(&q, places[0]).await?, TicketKey::Over);
+    assert_eq!(store.ticket_key(&q, places[6]).await?, TicketKey::Over);
     eventually(
         "the keys of a closed queue's line are forgotten",
         async || bound_len(&redis, &closing).ok() == Some(0),
@@ -288,7 +293,7 @@ async fn keys_of_places_over_for_good_are_pruned() -> anyhow::Result<()> {
     .await?;
     assert_eq!(store.ticket_key(&q, places[2]).await?, TicketKey::Over);
     assert_eq!(
-        store.place_keys(&q, &places[3..]).await?,
+        store.place_keys(&q, &places[3..6]).await?,
         [Some(key('D')), Some(key('E')), Some(key('F'))],
         "the admitted places with valid sessions keep theirs"
     );
