@@ -17,9 +17,12 @@
 //!
 //! `POST /entry` is where usher's waiting-room page sends an admitted browser (the queue's
 //! `booking_url`): an auto-submitted form with the fields `token`, `queue` and `expires_at`.
-//! It verifies the token the same way and answers a small HTML page naming the place.
+//! It verifies the token the same way and answers a small HTML page naming the place. A
+//! token bound to the browser's key needs the form's `proof` too, each proof taken once
+//! ([`replay`]).
 
 pub mod load;
+pub mod replay;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,6 +44,7 @@ use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
 use load::RequestCounter;
+use replay::{Spend, SpentProofs};
 
 /// usher demo booking service — accepts bookings only with a valid entry token.
 ///
@@ -154,7 +158,12 @@ pub struct Booking {
 pub struct App {
     pub admission: Admission,
     pub requests: Arc<RequestCounter>,
+    /// The booking form's proofs taken already (`POST /entry`): one proof, one entry.
+    pub spent_proofs: SpentProofs,
 }
+
+/// The most booking-form proofs the demo remembers at once (about 100 bytes each).
+pub const SPENT_PROOFS_MAX: usize = 100_000;
 
 /// `401` for a token that does not verify, `503` when the keys cannot be fetched.
 fn refused(e: VerifyError) -> ApiError {
@@ -264,7 +273,7 @@ async fn entry(
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default();
     let url = format!("http://{host}/entry");
-    let (claims, _proof) = app
+    let (claims, proof) = app
         .admission
         .verify_bound(&f.token, &f.queue, f.proof.as_deref(), "POST", &url)
         .await
@@ -275,6 +284,26 @@ async fn entry(
                 format!("no proof of the browser key: {e}"),
             ),
         })?;
+    // One proof, one entry: its `jti` is remembered while the proof could pass.
+    if let Some(proof) = proof {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        match app.spent_proofs.spend(&proof.jti, now) {
+            Spend::First => {}
+            Spend::Replayed => {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "no proof of the browser key: this proof was used already",
+                ))
+            }
+            Spend::Full => {
+                return Err(ApiError::unavailable(
+                    "too many entries in the last minutes: try again",
+                ))
+            }
+        }
+    }
     require_active(&app, &f.token, &f.queue).await?;
     tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
     // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
@@ -360,6 +389,7 @@ pub async fn run(
     let app = Arc::new(App {
         admission: admission.build()?,
         requests: Arc::default(),
+        spent_proofs: SpentProofs::new(SPENT_PROOFS_MAX),
     });
     let reporter = cfg.load_backend.clone().map(|backend| {
         tracing::info!(%backend, every_seconds = cfg.load_report_seconds, "reporting load");

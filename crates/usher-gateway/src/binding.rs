@@ -5,11 +5,11 @@
 //!
 //! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
 //! signature, route and time ([`crate::proof::check`]: no Redis), then the place's key (one
-//! `HGET`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
+//! script call, `Store::ticket_key`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
 
 use usher_core::binding::{ProofRefusal, Thumbprint};
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::StoreError;
+use usher_core::store::{StoreError, TicketKey};
 use usher_core::time::now_ms;
 
 use crate::metrics::{self, Refusal};
@@ -82,9 +82,16 @@ pub(crate) async fn prove(
     let checked = crate::proof::check(proof, route.method(), &route.path(q), now_ms() / 1000)
         .map_err(refused)?;
     if let Some(place) = place {
-        // A place that joined without a key (before the queue bound) cannot be proven.
-        if gw.store().place_key(q, place).await?.as_ref() != Some(&checked.key) {
-            return Err(refused(ProofRefusal::WrongKey));
+        match gw.store().ticket_key(q, place).await? {
+            TicketKey::Bound(key) if key == checked.key => {}
+            // A place that joined without a key (before the queue bound) cannot be proven.
+            TicketKey::Bound(_) | TicketKey::Unbound => {
+                return Err(refused(ProofRefusal::WrongKey))
+            }
+            // Over for good (its key may be pruned): nothing of it can be had with the
+            // ticket, and its own answer (`session_ended`, the close reason, ...) is what
+            // the browser must hear.
+            TicketKey::Over => {}
         }
     }
     if !gw.store().spend_proof(q, &checked.jti).await? {

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -107,6 +108,14 @@ def first_event_of(queue, until=None, **params):
             name, _, value = line.partition(": ")
             event[name] = value
     raise AssertionError(f"the stream ended without the event: {params}")
+
+
+def bound_len():
+    """How many browser keys the queue's `bound` hash holds (redis-cli, from the test)."""
+    out = subprocess.run(os.environ["USHER_TEST_REDIS_CLI"].split()
+                         + ["HLEN", os.environ["USHER_TEST_BOUND_KEY"]],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
 
 
 def status(ticket, proof=None):
@@ -226,7 +235,8 @@ def main():
         assert name == "admitted" and data["token"] == token, (name, data)
         held["token"] = token
 
-    @scenario("the booking site takes the token only with a proof by the key")
+    @scenario("the booking site takes the token only with a proof by the key, once; "
+              "its ended place's key is forgotten")
     def booking():
         token, url = held["token"], BOOKING + "/entry"
         ath = b64url(hashlib.sha256(token.encode()).digest())
@@ -236,14 +246,27 @@ def main():
             (thief.proof("POST", url, ath=ath), 403),
             (key.proof("POST", url, ath=b64url(b"another token")), 403),
             (key.proof("POST", url + "x", ath=ath), 403),
-            (key.proof("POST", url, ath=ath), 200),
         ]:
             code, raw = call("POST", url, form=dict(form, **({"proof": proof} if proof else {})))
             assert code == want, (proof is not None, code, raw[:200])
+        # A good proof is taken once: the same form sent again (a replay) is refused.
+        once = key.proof("POST", url, ath=ath)
+        code, raw = call("POST", url, form=dict(form, proof=once))
+        assert code == 200, (code, raw[:200])
+        code, raw = call("POST", url, form=dict(form, proof=once))
+        assert code == 403 and b"used already" in raw, ("a replayed proof", code, raw[:200])
         # Its own browser ends the session with a proof (DELETE the ticket): 204.
         path = f"/api/queues/{Q}/tickets/" + held["ticket"]
         code, _ = call("DELETE", GW + path + "?proof=" + key.proof("DELETE", path))
         assert code == 204, code
+        # The session ended: the dispatcher forgets the key (the queue's only place), and a
+        # resume by the key then hears the session ended, not `wrong_key`.
+        deadline = time.time() + 10
+        while bound_len() != 0:
+            assert time.time() < deadline, "the ended place's key forgotten in time"
+            time.sleep(0.1)
+        name, _, data = first_event(ticket=held["ticket"], proof=key.proof("GET", STREAM))
+        assert (name, data.get("reason")) == ("closed", "session_ended"), (name, data)
         # The docs' check for any language agrees: the good proof passes, the thief's fails.
         claims = jwt.decode(token, options={"verify_signature": False})
         good = key.proof("POST", url, ath=ath)
@@ -254,6 +277,30 @@ def main():
             raise RuntimeError("the docs' check took another key's proof")
         except AssertionError:
             pass
+
+    @scenario("a scheduled sale: the drawn place's token carries the key's thumbprint")
+    def sale():
+        sale_q = "bound-sale"
+        stream = f"/api/queues/{sale_q}/stream"
+        opens = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
+        admin("PUT", f"/admin/queues/{sale_q}", {
+            "passthrough": False, "bind": "browser_key", "opens_at": opens})
+        name, ticket, data = first_event_of(sale_q, proof=key.proof("GET", stream))
+        assert name == "scheduled", (name, data)
+        # The draw gives the place a new id in line; the ticket keeps its pre-queue id.
+        deadline = time.time() + 30
+        while True:
+            code, raw = call("GET", GW + f"/api/queues/{sale_q}/draw")
+            if code == 200 and json.loads(raw).get("seed"):
+                break
+            assert time.time() < deadline, ("the draw in time", code, raw[:200])
+            time.sleep(0.1)
+        name, _, data = first_event_of(sale_q, ticket=ticket, proof=key.proof("GET", stream))
+        assert name in ("waiting", "admitted"), ("the resume after the draw", name, data)
+        name, _, data = first_event_of(
+            sale_q, until="admitted", ticket=ticket, proof=key.proof("GET", stream))
+        claims = jwt.decode(data["token"], options={"verify_signature": False})
+        assert claims.get("cnf") == {"jkt": key.thumbprint}, claims
 
     @scenario("the docs' client example joins as printed")
     def docs_client():
@@ -270,6 +317,7 @@ def main():
     leave()
     admitted()
     booking()
+    sale()
     docs_client()
     print("RESULT ok " + json.dumps(passed), flush=True)
 

@@ -104,15 +104,19 @@ end
 -- joins come after every one of them), `drawn` maps its pre-queue id to the new id, it starts
 -- away for `grace_ms` (its browser still holds a pre-queue stream; one gone for good is
 -- dropped, never admitted) and leaves the pre-queue. Returns the first new id.
-local function place_drawn(seq, pre, waiting, away, drawn, order, now, grace_ms)
+-- Browser binding: a place's key in `bound` moves from its pre-queue id to its new id, in the
+-- same call, so the dispatcher, which mints by the new id, puts it in the token (`cnf.jkt`);
+-- the gateway finds it from the ticket's pre-queue id through `drawn` (lua/place_key.lua).
+local function place_drawn(seq, pre, waiting, away, drawn, bound, order, now, grace_ms)
   local n = #order
   local first = tonumber(redis.call('GET', seq) or '0') + 1
   if n == 0 then return first end
   first = redis.call('INCRBY', seq, n) - n + 1
   -- In chunks: Lua's unpack takes a few thousand values at most.
   for c = 1, n, 1000 do
-    local zadd, map, gone, left = {}, {}, {}, {}
+    local zadd, map, gone, left, olds = {}, {}, {}, {}, {}
     for i = c, math.min(c + 999, n) do
+      olds[#olds + 1] = order[i][1]
       local new = first + i - 1
       local gw = tonumber(member_gateway(order[i][2]))
       zadd[#zadd + 1] = new; zadd[#zadd + 1] = member_of(new, gw)
@@ -124,6 +128,26 @@ local function place_drawn(seq, pre, waiting, away, drawn, order, now, grace_ms)
     redis.call('HSET', drawn, unpack(map))
     if grace_ms > 0 then redis.call('ZADD', away, unpack(gone)) end
     redis.call('ZREM', pre, unpack(left))
+    local keys, moved = redis.call('HMGET', bound, unpack(olds)), {}
+    for j, key in ipairs(keys) do
+      if key then moved[#moved + 1] = fmt(first + c + j - 2); moved[#moved + 1] = key end
+    end
+    if #moved > 0 then
+      redis.call('HSET', bound, unpack(moved))
+      redis.call('HDEL', bound, unpack(olds))
+    end
   end
   return first
+end
+
+-- Whether `place` (an id in line, not a pre-queue ticket's id) is still live: in the
+-- pre-queue, in line (`waiting` or away in `parked`), or admitted (`active`: a session
+-- being minted, valid, or expired and not yet ended by the tick). Any other place is over
+-- for good (left, dropped, closed, its session ended): lua/prune_bound.lua forgets its
+-- browser key and lua/place_key.lua tells the gateway so; the two agree by using this.
+local function place_live(waiting, parked, pre, active, place)
+  return redis.call('ZSCORE', active, place) ~= false
+    or redis.call('ZCOUNT', waiting, place, place) > 0
+    or redis.call('ZCOUNT', parked, place, place) > 0
+    or redis.call('ZCOUNT', pre, place, place) > 0
 end

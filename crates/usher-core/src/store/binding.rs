@@ -2,12 +2,82 @@
 //! proofs of possession already spent. The thumbprints are written by `join.lua` with the
 //! place ([`Store::join_bound`]); these are the reads and the one-use check around it.
 
-use super::{Result, Store};
+use redis::Value;
+
+use super::decode::{array, status, text};
+use super::reply::BoundStatus;
+use super::scripts::SCRIPTS;
+use super::{protocol, Result, Store};
 use crate::binding::{Thumbprint, PROOF_JTI_TTL_MS};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
 
+/// What a ticket's place is bound to ([`Store::ticket_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TicketKey {
+    /// The browser key the place joined with.
+    Bound(Thumbprint),
+    /// A live place that joined without a key (before its queue bound): it cannot be proven.
+    Unbound,
+    /// The place is over for good (left, dropped, closed, its session ended): its key may be
+    /// forgotten already ([`Store::prune_bound`]), and nothing of it can be had with its
+    /// ticket, so its own scripts answer the request.
+    Over,
+}
+
+/// How many `bound` fields one [`Store::prune_bound`] call looks at.
+pub const PRUNE_BOUND_COUNT: u32 = 500;
+
 impl Store {
+    /// What the place a ticket names (a scheduled sale's pre-queue id included: `drawn` maps
+    /// it to its place in line) is bound to: one script call (`lua/place_key.lua`).
+    pub async fn ticket_key(&self, q: &QueueId, place: PlaceId) -> Result<TicketKey> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .place_key
+            .key(&k.bound)
+            .key(&k.drawn)
+            .key(&k.waiting)
+            .key(&k.parked)
+            .key(&k.pre)
+            .key(&k.active)
+            .arg(place.0)
+            .invoke_async(&mut self.c())
+            .await?;
+        let a = array(v)?;
+        let bad = || protocol(format!("place_key reply {a:?}"));
+        match status(&a, BoundStatus::from_code) {
+            Some(BoundStatus::Key) => a
+                .get(1)
+                .and_then(text)
+                .as_deref()
+                .and_then(Thumbprint::parse)
+                .map(TicketKey::Bound)
+                .ok_or_else(bad),
+            Some(BoundStatus::None) => Ok(TicketKey::Unbound),
+            Some(BoundStatus::Over) => Ok(TicketKey::Over),
+            None => Err(bad()),
+        }
+    }
+
+    /// Forgets the keys of places over for good, [`PRUNE_BOUND_COUNT`] fields of `bound` a
+    /// call, going round the hash from call to call (`lua/prune_bound.lua`); called by the
+    /// replica driving the queue. Returns how many it forgot.
+    pub async fn prune_bound(&self, q: &QueueId) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        Ok(SCRIPTS
+            .prune_bound
+            .key(&k.meta)
+            .key(&k.bound)
+            .key(&k.waiting)
+            .key(&k.parked)
+            .key(&k.pre)
+            .key(&k.active)
+            .arg(PRUNE_BOUND_COUNT)
+            .invoke_async(&mut self.c())
+            .await?)
+    }
+
     /// The thumbprint of the browser key `place` joined with; `None` for a place that joined
     /// without one (or is unknown).
     pub async fn place_key(&self, q: &QueueId, place: PlaceId) -> Result<Option<Thumbprint>> {

@@ -326,6 +326,7 @@ impl Store {
                 .key(&k.entrants)
                 .key(&k.pre_away)
                 .key(&k.absent)
+                .key(&k.bound)
                 .arg(&cursor)
                 .invoke_async(&mut self.c())
                 .await?;
@@ -408,6 +409,7 @@ impl Store {
             now_ms,
             recorded,
         )
+        .key(&k.bound)
         .arg(ids)
         .arg(blob)
         .arg(absent)

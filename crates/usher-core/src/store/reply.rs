@@ -197,6 +197,17 @@ statuses! {
         Void = 5 => "PRE_RESTORE_VOID",
     }
 
+    /// What a ticket's place is bound to, for the gateway's proof check (see
+    /// `lua/place_key.lua`).
+    pub enum BoundStatus {
+        /// A live place without a key (it joined before the queue bound).
+        None = 0 => "BOUND_NONE",
+        /// The place's key; its thumbprint follows.
+        Key = 1 => "BOUND_KEY",
+        /// The place is over for good: its key may be forgotten already.
+        Over = 2 => "BOUND_OVER",
+    }
+
     /// What a `trim_outbox` call did.
     pub enum TrimStatus {
         /// Another replica holds the queue's lease: nothing was trimmed.

@@ -65,6 +65,8 @@ scripts!(
     draw_step,
     draw,
     beacon,
+    place_key,
+    prune_bound,
 );
 
 #[cfg(test)]

@@ -42,7 +42,13 @@ pub(super) struct Held {
     rate: MeasuredRate,
     /// Tokens minted ahead for the next tick's expected admissions.
     pub(super) premint: Option<Premint>,
+    /// When this replica last pruned the queue's browser keys (`Store::prune_bound`).
+    bound_pruned_ms: u64,
 }
+
+/// How often the replica driving a queue prunes the keys of places over for good: one call
+/// (a bounded slice of `bound`) at most this often, whatever the tick.
+const PRUNE_BOUND_EVERY_MS: u64 = 1_000;
 
 /// How one queue's tick ended.
 pub(super) enum Outcome {
@@ -99,9 +105,21 @@ impl QueueTick {
                     lease,
                     rate: MeasuredRate::default(),
                     premint: None,
+                    bound_pruned_ms: 0,
                 }
             }
         };
+        // Browser binding: forget the keys of places over for good, a slice at a time (a
+        // closed queue's too, so before the tick below returns for it). Best effort: a failed
+        // call is tried again a second later.
+        if self.now >= held.bound_pruned_ms + PRUNE_BOUND_EVERY_MS {
+            held.bound_pruned_ms = self.now;
+            match self.store.prune_bound(q).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(queue = %q, forgotten = n, "browser keys pruned"),
+                Err(e) => tracing::debug!(queue = %q, error = %e, "pruning browser keys failed"),
+            }
+        }
         // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
         if self.sale {
             let lease_ttl_ms = self.settings.lease_ttl.as_millis() as u64;

@@ -10,7 +10,10 @@
 
 use std::time::Duration;
 
+use usher_core::ids::QueueId;
+use usher_core::keys::QueueKeys;
 use usher_testkit::procs::Proc;
+use usher_testkit::redis_server::cli;
 use usher_testkit::tools::{booking_demo, browser_venv, drive, page_driver_env, spawn_driver};
 use usher_testkit::RedisServer;
 
@@ -44,7 +47,17 @@ async fn stack() -> anyhow::Result<Stack> {
 async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
     let venv = browser_venv()?;
     let s = stack().await?;
-    let env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    let mut env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    // To watch the pruning of its queue's keys: `redis-cli` and the key (only usher-core
+    // names keys).
+    env.push((
+        "USHER_TEST_REDIS_CLI",
+        format!("{} -h 127.0.0.1 -p {}", cli(), s._redis.port()),
+    ));
+    env.push((
+        "USHER_TEST_BOUND_KEY",
+        QueueKeys::new(&QueueId::new("bound-client")?).bound,
+    ));
     let driver = spawn_driver(&venv, "bind_client.py", &env)?;
     let passed = drive(driver, &mut (), Duration::from_secs(120)).await?;
     assert_eq!(
@@ -56,7 +69,9 @@ async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
             "the status route answers only with a proof by the key",
             "a copied ticket cannot make its owner leave",
             "admitted: the token carries the key's thumbprint, shown only with a proof",
-            "the booking site takes the token only with a proof by the key",
+            "the booking site takes the token only with a proof by the key, once; \
+             its ended place's key is forgotten",
+            "a scheduled sale: the drawn place's token carries the key's thumbprint",
             "the docs' client example joins as printed",
         ],
         "every scenario ran and passed"

@@ -1,0 +1,104 @@
+//! The proofs of possession `POST /entry` has taken already, so a proof is taken once.
+//!
+//! A bound token's form carries a proof made by the browser key (`usher-admission`'s
+//! `check_proof`); the proof is good for [`PROOF_MAX_AGE_SECS`] either side of its `iat`, so
+//! someone who saw the form (a proxy log, a shared machine) could send it again within that
+//! window. A booking service remembers each proof's `jti` as long as the proof could pass
+//! and refuses a second use, as docs/booking-services.md tells it to. This demo keeps them in
+//! memory (one process; a service behind several instances keeps them in a shared store,
+//! e.g. Redis `SET jti NX EX 120`).
+//!
+//! Bounded: at most [`SpentProofs::capacity`] proofs at once. Only a proof by the key a valid
+//! token names gets here, so filling it takes that many admitted browsers within two
+//! minutes; when full, a new proof is refused (fail closed: a `503` the page can retry) rather
+//! than an old `jti` forgotten early, which would let its replay through.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+
+use usher_admission::PROOF_MAX_AGE_SECS;
+
+/// How long a `jti` is remembered, in seconds: a proof made up to [`PROOF_MAX_AGE_SECS`]
+/// ahead of this clock stays good until that long after it.
+pub const REMEMBER_SECS: u64 = 2 * PROOF_MAX_AGE_SECS;
+
+/// The answer to [`SpentProofs::spend`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// The first use of this `jti`: go on.
+    First,
+    /// Taken already: a replay.
+    Replayed,
+    /// The cache holds as many proofs as it may: try again later.
+    Full,
+}
+
+/// The `jti`s of the proofs taken in the last [`REMEMBER_SECS`], oldest first.
+#[derive(Debug)]
+pub struct SpentProofs {
+    capacity: usize,
+    inner: Mutex<Spent>,
+}
+
+#[derive(Debug, Default)]
+struct Spent {
+    ids: HashSet<String>,
+    /// (forget at, jti), in the order taken: the times never decrease (a clock stepped back
+    /// only keeps an entry longer).
+    order: VecDeque<(u64, String)>,
+}
+
+impl SpentProofs {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            inner: Mutex::new(Spent::default()),
+        }
+    }
+
+    /// The most proofs remembered at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Takes proof `jti` at `now_secs` (Unix seconds), forgetting first those past their time.
+    pub fn spend(&self, jti: &str, now_secs: u64) -> Spend {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        while s.order.front().is_some_and(|(at, _)| *at <= now_secs) {
+            if let Some((_, old)) = s.order.pop_front() {
+                s.ids.remove(&old);
+            }
+        }
+        if s.ids.contains(jti) {
+            return Spend::Replayed;
+        }
+        if s.ids.len() >= self.capacity {
+            return Spend::Full;
+        }
+        let at = s
+            .order
+            .back()
+            .map_or(0, |(at, _)| *at)
+            .max(now_secs + REMEMBER_SECS);
+        s.ids.insert(jti.to_owned());
+        s.order.push_back((at, jti.to_owned()));
+        Spend::First
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_is_taken_once_while_it_could_pass() {
+        let spent = SpentProofs::new(2);
+        assert_eq!(spent.spend("a", 1000), Spend::First);
+        assert_eq!(spent.spend("a", 1000 + REMEMBER_SECS - 1), Spend::Replayed);
+        assert_eq!(spent.spend("b", 1001), Spend::First);
+        assert_eq!(spent.spend("c", 1001), Spend::Full, "bounded, fail closed");
+        // Past its time the first is forgotten (its proof is too old to pass anyway).
+        assert_eq!(spent.spend("c", 1000 + REMEMBER_SECS), Spend::First);
+        assert_eq!(spent.spend("a", 1000 + REMEMBER_SECS), Spend::Full);
+    }
+}
