@@ -2,12 +2,9 @@
 //! gateway and Redis: offline verification with its JWKS cache, the online session calls, and
 //! the tower layer that guards routes.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
@@ -16,6 +13,7 @@ use usher_admission::{
 };
 use usher_mint::token::{Claims, SigningKey};
 use usher_testkit::answers::json_error;
+use usher_testkit::jwks_relay::JwksRelay;
 use usher_testkit::line::{admitted, claims, dispatcher_key, T};
 use usher_testkit::procs::free_addr;
 use usher_testkit::stack::{Server, Stack, StackOptions};
@@ -141,58 +139,6 @@ async fn verify_accepts_genuine_tokens_and_names_what_is_wrong_with_others() -> 
     assert!(e.as_ref().is_some_and(VerifyError::is_unavailable), "{e:?}");
     assert!(!VerifyError::Expired.is_unavailable());
     Ok(())
-}
-
-/// A JWKS endpoint on a real socket in front of the dispatcher's: counts fetches, and while
-/// `hang` is set it takes requests and never answers (a black hole).
-#[derive(Clone)]
-struct JwksRelay {
-    fetches: Arc<AtomicUsize>,
-    hang: Arc<AtomicBool>,
-    upstream: String,
-    http: reqwest::Client,
-}
-
-impl JwksRelay {
-    async fn start(stack: &Stack) -> anyhow::Result<(Self, Server)> {
-        async fn serve(State(r): State<JwksRelay>) -> Result<Json<Value>, StatusCode> {
-            r.fetches.fetch_add(1, Ordering::SeqCst);
-            if r.hang.load(Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-            let got = r.http.get(&r.upstream).send().await;
-            match got {
-                Ok(resp) => resp
-                    .json()
-                    .await
-                    .map(Json)
-                    .map_err(|_| StatusCode::BAD_GATEWAY),
-                Err(_) => Err(StatusCode::BAD_GATEWAY),
-            }
-        }
-        let relay = Self {
-            fetches: Arc::default(),
-            hang: Arc::default(),
-            upstream: format!("{}/.well-known/jwks.json", stack.dispatcher.url()),
-            http: plain(),
-        };
-        let app = Router::new()
-            .route("/jwks", get(serve))
-            .with_state(relay.clone());
-        let server = Server::spawn(|l, rx| async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.await;
-                })
-                .await
-        })
-        .await?;
-        Ok((relay, server))
-    }
-
-    fn fetches(&self) -> usize {
-        self.fetches.load(Ordering::SeqCst)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,22 +3,18 @@
 //! good only for its own queue (`?queue=`), secrets shorter than 32 characters stop the
 //! dispatcher at start, and random key ids cannot keep a booking service fetching the JWKS.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
 use reqwest::Response;
 use serde_json::{json, Value};
 use usher_admission::{Admission, BuildError, Consumption, KeyError, SessionStatus, VerifyError};
 use usher_mint::token::SigningKey;
 use usher_testkit::answers::json_error;
+use usher_testkit::jwks_relay::JwksRelay;
 use usher_testkit::line::{admitted, claims};
 use usher_testkit::procs::{binary, free_addr};
-use usher_testkit::stack::{Server, Stack, StackOptions};
+use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::{eventually, within};
 use usher_testkit::RedisServer;
 
@@ -285,56 +281,6 @@ async fn a_secret_shorter_than_32_characters_stops_the_dispatcher_naming_it() ->
         assert!(text.contains("32"), "{env:?} says the rule: {text}");
     }
     Ok(())
-}
-
-/// A JWKS endpoint on a real socket in front of the dispatcher's: counts fetches, and serves
-/// an empty key set while `empty` is set (every key removed).
-#[derive(Clone)]
-struct JwksRelay {
-    fetches: Arc<AtomicUsize>,
-    empty: Arc<AtomicBool>,
-    upstream: String,
-}
-
-impl JwksRelay {
-    async fn start(stack: &Stack) -> anyhow::Result<(Self, Server)> {
-        async fn serve(State(r): State<JwksRelay>) -> Result<Json<Value>, StatusCode> {
-            r.fetches.fetch_add(1, Ordering::SeqCst);
-            if r.empty.load(Ordering::SeqCst) {
-                return Ok(Json(json!({"keys": []})));
-            }
-            let got = plain().get(&r.upstream).send().await;
-            match got {
-                Ok(resp) => resp
-                    .json()
-                    .await
-                    .map(Json)
-                    .map_err(|_| StatusCode::BAD_GATEWAY),
-                Err(_) => Err(StatusCode::BAD_GATEWAY),
-            }
-        }
-        let relay = Self {
-            fetches: Arc::default(),
-            empty: Arc::default(),
-            upstream: format!("{}/.well-known/jwks.json", stack.dispatcher.url()),
-        };
-        let app = Router::new()
-            .route("/jwks", get(serve))
-            .with_state(relay.clone());
-        let server = Server::spawn(|l, rx| async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.await;
-                })
-                .await
-        })
-        .await?;
-        Ok((relay, server))
-    }
-
-    fn fetches(&self) -> usize {
-        self.fetches.load(Ordering::SeqCst)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
