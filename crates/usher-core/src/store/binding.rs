@@ -90,7 +90,12 @@ impl Store {
         Ok(v.as_deref().and_then(Thumbprint::parse))
     }
 
-    /// The thumbprints of `places` (in order), one `HMGET`; nothing is asked for no places.
+    /// The thumbprints of `places` (in order): one `EXISTS`, then one `HMGET` where the queue
+    /// has any; nothing is asked for no places. The dispatcher asks for every batch it mints,
+    /// whether or not the queue binds browsers: a queue that never did has no `bound` hash,
+    /// and one integer is cheaper to send than a nil per place. (A place's key is written
+    /// with the place, and a place being minted is live, so its key is never pruned between
+    /// the two calls.)
     pub async fn place_keys(
         &self,
         q: &QueueId,
@@ -100,6 +105,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let k = QueueKeys::new(q);
+        let any: bool = redis::cmd("EXISTS")
+            .arg(&k.bound)
+            .query_async(&mut self.c())
+            .await?;
+        if !any {
+            return Ok(vec![None; places.len()]);
+        }
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(&k.bound);
         for p in places {
