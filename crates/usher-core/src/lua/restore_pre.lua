@@ -2,7 +2,7 @@
 -- by its browsers (they joined before the draw). The draw's published commitment is kept
 -- when the queue was configured again with the same seed (USHER_QUEUES_FILE's `draw_seed`);
 -- otherwise that draw is void, and the record says so, never silently.
--- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away, active, tokens, ended
+-- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away, active, tokens, ended, parked
 --       (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, the commitment the gateway saw published before
 --       ('' = unknown), the opens_at ms it saw ('' = unknown), the void reason, then pairs:
@@ -53,10 +53,24 @@ local function put_back(key, skip_admitted, skip_drawn)
     if place > highest then highest = place end
     local mine = member_of(place, gw)
     local found = find_member(key, place)
+    -- Into the line, a place that went away since a first restore is in `parked`: it is
+    -- taken out of there and put back like a resume does, not lined up a second time.
+    local was_parked = false
+    if skip_admitted and not found then
+      local parked = find_member(KEYS[12], place)
+      if parked then
+        redis.call('ZREM', KEYS[12], parked)
+        was_parked = true
+      end
+    end
     local skip = (skip_admitted and admitted_state(KEYS[9], KEYS[10], KEYS[11], id, now))
       or (skip_drawn and redis.call('HEXISTS', KEYS[6], id) == 1)
-    if found ~= mine and not skip then
-      if found then redis.call('ZREM', key, found) else restored = restored + 1 end
+    if (found ~= mine or was_parked) and not skip then
+      if found then
+        redis.call('ZREM', key, found)
+      elseif not was_parked then
+        restored = restored + 1
+      end
       add[#add + 1] = place; add[#add + 1] = mine
     end
   end

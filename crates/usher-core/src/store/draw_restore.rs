@@ -92,6 +92,7 @@ impl Store {
                 .key(&k.active)
                 .key(&k.tokens)
                 .key(&k.ended)
+                .key(&k.parked)
                 .arg(gw)
                 .arg(now_ms)
                 .arg(GWS_TTL_MS)

@@ -509,3 +509,55 @@ async fn naming_the_same_beacon_round_again_keeps_its_randomness() -> anyhow::Re
     assert_eq!(beacon.and_then(|b| b.randomness), None);
     Ok(())
 }
+
+/// A restore repeated after some of its places went away (a gateway retries a restore that
+/// failed half way, while its browsers come and go): the draw was void, so the places went
+/// into the line, and an away place is in `parked`. The repeat puts each place back once, in
+/// `waiting`: none is in the line twice, so nobody behind it moves back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_repeated_after_places_went_away_lines_each_up_once() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("void-again")?;
+    // Configured again without `opens_at`: the draw the browsers joined is void, and their
+    // places go into the line in join order.
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    let held: Vec<(PlaceId, EntrantHash)> = (1..=10)
+        .map(|p| (PlaceId(p), EntrantHash::of_ticket(&format!("{q}.{p}"))))
+        .collect();
+    let seen = SeenDraw {
+        commitment: None,
+        opens_at_ms: None,
+    };
+    let first = store
+        .restore_pre_queue(&q, 0, &held, seen, now_ms())
+        .await?;
+    assert!(
+        matches!(
+            first,
+            PreRestore::Done {
+                fate: PreQueueFate::Void,
+                restored: 10,
+                ..
+            }
+        ),
+        "{first:?}"
+    );
+    let away: Vec<PlaceId> = held[..3].iter().map(|(p, _)| *p).collect();
+    assert_eq!(store.mark_away(&q, &away, 0, now_ms()).await?, 3);
+    let again = store
+        .restore_pre_queue(&q, 0, &held, seen, now_ms())
+        .await?;
+    assert!(
+        matches!(again, PreRestore::Done { restored: 0, .. }),
+        "nothing was lost the second time: {again:?}"
+    );
+    for (i, (place, _)) in held.iter().enumerate() {
+        assert_eq!(
+            position(&store, &q, *place).await?,
+            i as u64 + 1,
+            "place {place:?}"
+        );
+    }
+    Ok(())
+}
