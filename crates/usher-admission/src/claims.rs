@@ -60,6 +60,11 @@ pub enum VerifyError {
     /// [`crate::Builder::any_queue`]): it only reports load, and judges no token.
     #[error("usher-admission is set up without an audience: name the queues this service sells")]
     NoAudience,
+    /// Genuine, but bound to a browser key (`cnf.jkt`: its queue has `bind: "browser_key"`):
+    /// a bearer route refuses it, since a copy of the token would pass there. Accept it only
+    /// with its proof ([`crate::Admission::verify_bound`]).
+    #[error("token is bound to a browser key: present it with its proof (verify_bound)")]
+    Bound,
     /// The signature or the claims do not verify.
     #[error("invalid token: {0}")]
     Invalid(#[source] jsonwebtoken::errors::Error),

@@ -326,17 +326,31 @@ impl Admission {
     /// Offline: is `token` a genuine usher entry token within its cap, for one of the
     /// configured [audiences](Builder::audiences)? Says nothing about whether the session is
     /// still active; see [`Admission::check`].
+    ///
+    /// A token bound to a browser key (`cnf`) is refused here ([`VerifyError::Bound`]): a
+    /// bearer check cannot tell its browser from a copy. Use [`Admission::verify_bound`].
     pub async fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
         let audiences = match &self.inner.audience {
             Audience::Queues(q) => Some(q.as_slice()),
             Audience::Any => None,
             Audience::LoadOnly => return Err(VerifyError::NoAudience),
         };
-        claims::verify(&self.inner.keys, token, audiences).await
+        unbound(claims::verify(&self.inner.keys, token, audiences).await?)
     }
 
-    /// [`Admission::verify`] for a token that must admit to `queue`.
+    /// [`Admission::verify`] for a token that must admit to `queue` (a bound token refused
+    /// alike).
     pub async fn verify_for(&self, token: &str, queue: &str) -> Result<Claims, VerifyError> {
+        unbound(self.verify_for_any_binding(token, queue).await?)
+    }
+
+    /// [`Admission::verify_for`] whether or not the token is bound: for
+    /// [`Admission::verify_bound`], which checks the proof next.
+    pub(crate) async fn verify_for_any_binding(
+        &self,
+        token: &str,
+        queue: &str,
+    ) -> Result<Claims, VerifyError> {
         if self.inner.audience == Audience::LoadOnly {
             return Err(VerifyError::NoAudience);
         }
@@ -455,6 +469,15 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let (scheme, token) = v.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Refuses a token bound to a browser key on a bearer path (see [`VerifyError::Bound`]).
+fn unbound(c: Claims) -> Result<Claims, VerifyError> {
+    if c.cnf.is_some() {
+        Err(VerifyError::Bound)
+    } else {
+        Ok(c)
+    }
 }
 
 #[cfg(test)]

@@ -150,7 +150,7 @@ impl Admission {
         htm: &str,
         htu: &str,
     ) -> Result<(Claims, Option<ProofClaims>), BoundError> {
-        let claims = self.verify_for(token, queue).await?;
+        let claims = self.verify_for_any_binding(token, queue).await?;
         let proof = check_proof(&claims, token, proof, htm, htu)?;
         Ok((claims, proof))
     }

@@ -240,6 +240,12 @@ def main():
     def booking():
         token, url = held["token"], BOOKING + "/entry"
         ath = b64url(hashlib.sha256(token.encode()).digest())
+        # A copied token alone books nothing: the bearer routes refuse a bound token.
+        bearer = {"authorization": "Bearer " + token}
+        code, raw = call("POST", BOOKING + "/api/bookings", body={"queue": Q}, headers=bearer)
+        assert code == 401 and b"bound" in raw, ("a bound token at a bearer route", code, raw[:200])
+        code, raw = call("GET", BOOKING + "/api/seats?queue=" + Q, headers=bearer)
+        assert code == 403 and b"bound" in raw, ("a bound token at the layer", code, raw[:200])
         form = {"token": token, "queue": Q}
         for proof, want in [
             (None, 403),
