@@ -289,12 +289,19 @@ async fn entry(
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        match app.spent_proofs.spend(&proof.jti, now) {
+        let jkt = claims.cnf.as_ref().map_or("", |c| c.jkt.as_str());
+        match app.spent_proofs.spend(jkt, &proof.jti, now) {
             Spend::First => {}
             Spend::Replayed => {
                 return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     "no proof of the browser key: this proof was used already",
+                ))
+            }
+            Spend::TooManyOfThisKey => {
+                return Err(ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many entries with this browser key in the last minutes: try again",
                 ))
             }
             Spend::Full => {

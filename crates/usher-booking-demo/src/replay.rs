@@ -8,12 +8,15 @@
 //! memory (one process; a service behind several instances keeps them in a shared store,
 //! e.g. Redis `SET jti NX EX 120`).
 //!
-//! Bounded: at most [`SpentProofs::capacity`] proofs at once. Only a proof by the key a valid
-//! token names gets here, so filling it takes that many admitted browsers within two
-//! minutes; when full, a new proof is refused (fail closed: a `503` the page can retry) rather
-//! than an old `jti` forgotten early, which would let its replay through.
+//! Bounded: at most [`SpentProofs::capacity`] proofs at once, and at most [`PER_KEY`] of one
+//! browser key (`cnf.jkt`). Only a proof by the key a valid token names gets here, and one
+//! admitted browser could sign fresh proofs as fast as it likes: the per-key cap stops it
+//! (that key is told to wait) long before it fills the cache for everyone. Filling it takes
+//! thousands of admitted browsers within two minutes; when full, a new proof is refused (fail
+//! closed: a `503` the page can retry) rather than an old `jti` forgotten early, which would
+//! let its replay through.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use usher_admission::PROOF_MAX_AGE_SECS;
@@ -21,6 +24,10 @@ use usher_admission::PROOF_MAX_AGE_SECS;
 /// How long a `jti` is remembered, in seconds: a proof made up to [`PROOF_MAX_AGE_SECS`]
 /// ahead of this clock stays good until that long after it.
 pub const REMEMBER_SECS: u64 = 2 * PROOF_MAX_AGE_SECS;
+
+/// The most proofs of one browser key remembered at once: a browser enters once, and sends
+/// the form again only when a post failed.
+pub const PER_KEY: usize = 16;
 
 /// The answer to [`SpentProofs::spend`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +38,8 @@ pub enum Spend {
     Replayed,
     /// The cache holds as many proofs as it may: try again later.
     Full,
+    /// This key has [`PER_KEY`] proofs remembered: it waits until the oldest is forgotten.
+    TooManyOfThisKey,
 }
 
 /// The `jti`s of the proofs taken in the last [`REMEMBER_SECS`], oldest first.
@@ -42,10 +51,13 @@ pub struct SpentProofs {
 
 #[derive(Debug, Default)]
 struct Spent {
-    ids: HashSet<String>,
-    /// (forget at, jti), in the order taken: the times never decrease (a clock stepped back
-    /// only keeps an entry longer).
-    order: VecDeque<(u64, String)>,
+    /// (key thumbprint, jti) of every proof remembered.
+    ids: HashSet<(String, String)>,
+    /// How many proofs of each key are remembered.
+    per_key: HashMap<String, usize>,
+    /// (forget at, key, jti), in the order taken: the times never decrease (a clock stepped
+    /// back only keeps an entry longer).
+    order: VecDeque<(u64, String, String)>,
 }
 
 impl SpentProofs {
@@ -61,16 +73,27 @@ impl SpentProofs {
         self.capacity
     }
 
-    /// Takes proof `jti` at `now_secs` (Unix seconds), forgetting first those past their time.
-    pub fn spend(&self, jti: &str, now_secs: u64) -> Spend {
+    /// Takes proof `jti` of the browser key `jkt` at `now_secs` (Unix seconds), forgetting
+    /// first those past their time.
+    pub fn spend(&self, jkt: &str, jti: &str, now_secs: u64) -> Spend {
         let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        while s.order.front().is_some_and(|(at, _)| *at <= now_secs) {
-            if let Some((_, old)) = s.order.pop_front() {
-                s.ids.remove(&old);
+        while s.order.front().is_some_and(|(at, _, _)| *at <= now_secs) {
+            if let Some((_, key, old)) = s.order.pop_front() {
+                if let Some(n) = s.per_key.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        s.per_key.remove(&key);
+                    }
+                }
+                s.ids.remove(&(key, old));
             }
         }
-        if s.ids.contains(jti) {
+        let id = (jkt.to_owned(), jti.to_owned());
+        if s.ids.contains(&id) {
             return Spend::Replayed;
+        }
+        if s.per_key.get(jkt).is_some_and(|n| *n >= PER_KEY) {
+            return Spend::TooManyOfThisKey;
         }
         if s.ids.len() >= self.capacity {
             return Spend::Full;
@@ -78,10 +101,11 @@ impl SpentProofs {
         let at = s
             .order
             .back()
-            .map_or(0, |(at, _)| *at)
+            .map_or(0, |(at, _, _)| *at)
             .max(now_secs + REMEMBER_SECS);
-        s.ids.insert(jti.to_owned());
-        s.order.push_back((at, jti.to_owned()));
+        *s.per_key.entry(jkt.to_owned()).or_insert(0) += 1;
+        s.ids.insert(id);
+        s.order.push_back((at, jkt.to_owned(), jti.to_owned()));
         Spend::First
     }
 }
@@ -93,12 +117,45 @@ mod tests {
     #[test]
     fn a_proof_is_taken_once_while_it_could_pass() {
         let spent = SpentProofs::new(2);
-        assert_eq!(spent.spend("a", 1000), Spend::First);
-        assert_eq!(spent.spend("a", 1000 + REMEMBER_SECS - 1), Spend::Replayed);
-        assert_eq!(spent.spend("b", 1001), Spend::First);
-        assert_eq!(spent.spend("c", 1001), Spend::Full, "bounded, fail closed");
+        assert_eq!(spent.spend("k", "a", 1000), Spend::First);
+        assert_eq!(
+            spent.spend("k", "a", 1000 + REMEMBER_SECS - 1),
+            Spend::Replayed
+        );
+        assert_eq!(spent.spend("k", "b", 1001), Spend::First);
+        assert_eq!(
+            spent.spend("k", "c", 1001),
+            Spend::Full,
+            "bounded, fail closed"
+        );
         // Past its time the first is forgotten (its proof is too old to pass anyway).
-        assert_eq!(spent.spend("c", 1000 + REMEMBER_SECS), Spend::First);
-        assert_eq!(spent.spend("a", 1000 + REMEMBER_SECS), Spend::Full);
+        assert_eq!(spent.spend("k", "c", 1000 + REMEMBER_SECS), Spend::First);
+        assert_eq!(spent.spend("k", "a", 1000 + REMEMBER_SECS), Spend::Full);
+    }
+
+    /// One admitted browser signing fresh proofs in a loop fills its own share, never the
+    /// cache: other browsers still enter.
+    #[test]
+    fn one_key_cannot_fill_the_cache_for_everyone() {
+        let spent = SpentProofs::new(100);
+        for i in 0..PER_KEY {
+            assert_eq!(spent.spend("bot", &format!("j{i}"), 1000), Spend::First);
+        }
+        for i in PER_KEY..1000 {
+            assert_eq!(
+                spent.spend("bot", &format!("j{i}"), 1000),
+                Spend::TooManyOfThisKey
+            );
+        }
+        assert_eq!(
+            spent.spend("browser", "j0", 1000),
+            Spend::First,
+            "its own jti space"
+        );
+        // Once its proofs are forgotten the key may enter again.
+        assert_eq!(
+            spent.spend("bot", "later", 1000 + REMEMBER_SECS),
+            Spend::First
+        );
     }
 }
