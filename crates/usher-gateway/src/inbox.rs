@@ -103,6 +103,9 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             }
         }
         StreamMessage::Closed { queue, reason } => {
+            // A pre-queue closed before its draw is over too: its entrants count for their
+            // address like ordinary places from now on, and are forgotten after the grace.
+            gw.ip_limits().drawn(&queue);
             hub.close_queue(&queue, reason);
         }
         StreamMessage::Notice { queue, message } => {

@@ -262,7 +262,8 @@ impl IpLimits {
         }
     }
 
-    /// `q`'s draw ran: its pre-queue entrants count as ordinary places from now on (until
+    /// `q`'s pre-queue is over (its draw ran, the queue closed, or a data loss voided the draw
+    /// and put the places in line): its entrants count as ordinary places from now on (until
     /// their queue's grace period after their last stream here ended).
     pub(crate) fn drawn(&self, q: &QueueId) {
         if self.limits.max_places == 0 {

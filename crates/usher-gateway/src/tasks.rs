@@ -266,6 +266,10 @@ async fn restore_pre_queue(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> 
             .hub()
             .void_scheduled(q, &frame, || gw.jittered_retry_ms());
         tracing::warn!(queue = %q, told, redrawn = ev.commitment.is_some(), "the draw published before redis lost the queue is void");
+        // Void with no new draw: the places went into the line, ordinary places from now on.
+        if fate == PreQueueFate::Void {
+            gw.ip_limits().drawn(q);
+        }
     } else if fate == PreQueueFate::Drawn {
         gw.ip_limits().drawn(q);
         gw.hub().end_scheduled(q, || gw.jittered_retry_ms());

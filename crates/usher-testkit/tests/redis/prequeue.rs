@@ -140,6 +140,67 @@ async fn an_entrant_counts_for_its_address_until_the_draw() -> anyhow::Result<()
     Ok(())
 }
 
+/// A pre-queue that ends without a draw (the queue closed) frees its entrants' count on the
+/// address: they become ordinary places, forgotten once the grace period has passed, and the
+/// address joins elsewhere again (a NAT's users are not locked out until the gateway
+/// restarts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entrants_of_a_closed_pre_queue_stop_counting_for_their_address() -> anyhow::Result<()> {
+    const Q: &str = "closing";
+    const CAP: u32 = 2;
+    let mut stack = Stack::start(StackOptions {
+        gateways: 0,
+        ..Default::default()
+    })
+    .await?;
+    let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
+    cfg.ip_max_places = CAP;
+    stack.gateways.push(stack::gateway_with(cfg).await?);
+    for q in [Q, "next"] {
+        let (status, v) = put(
+            &stack,
+            q,
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1, "passthrough": false}),
+        )
+        .await?;
+        anyhow::ensure!(status == 201, "{v}");
+    }
+    schedule(&stack, Q, 600_000).await?;
+    let nat = SseClient::from_address(
+        stack.gateway_url(0),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4)),
+        HeaderMap::new(),
+    )?;
+    for i in 0..CAP {
+        match open(&nat, Q, None).await? {
+            Answer::Event(e, _) if e.event == "scheduled" => {}
+            Answer::Event(e, _) => anyhow::bail!("join {i}: {} {}", e.event, e.data),
+            Answer::Retry => anyhow::bail!("join {i} of the cap was refused"),
+        }
+    }
+    assert!(
+        matches!(open(&nat, "next", None).await?, Answer::Retry),
+        "the entrants count for the address while the pre-queue stands"
+    );
+    let closed = stack
+        .http
+        .delete(format!("{}/admin/queues/{Q}", stack.dispatcher.url()))
+        .send()
+        .await?;
+    anyhow::ensure!(closed.status() == 200, "close answered {}", closed.status());
+    // Then, past the grace period, the address takes a place in another queue.
+    eventually(
+        "the closed pre-queue's entrants stop counting",
+        async || match open(&nat, "next", None).await? {
+            Answer::Event(e, _) if e.event == "waiting" => Ok(()),
+            Answer::Event(e, _) => anyhow::bail!("{} {}", e.event, e.data),
+            Answer::Retry => anyhow::bail!("still refused"),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 /// (b) The draw places the entrants whose browsers were there first, then those whose
 /// browsers had gone away; the record lists both groups, each in the committed order, and
 /// the docs' verifier checks it.
