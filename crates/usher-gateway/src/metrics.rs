@@ -15,6 +15,9 @@ pub(crate) const JOINS: &str = "usher_gateway_joins_total";
 pub(crate) const RESUMES: &str = "usher_gateway_resumes_total";
 /// Places left through `DELETE /api/queues/{queue}/tickets/{ticket}`.
 pub(crate) const LEAVES: &str = "usher_gateway_leaves_total";
+/// Rounds of the away flush done (every 50 ms): each writes the disconnects gathered since
+/// the one before. A round counted after a disconnect was seen has written it.
+pub(crate) const AWAY_FLUSHES: &str = "usher_gateway_away_flushes_total";
 /// `admitted` events written to browsers.
 pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivered_total";
 /// Streams answered with `retry:` only, by `reason`.
@@ -87,6 +90,10 @@ pub(crate) fn describe() {
     describe_counter!(JOINS, "New places taken in a line.");
     describe_counter!(RESUMES, "Streams opened with a ticket that Redis answered.");
     describe_counter!(LEAVES, "Places left through the leave route.");
+    describe_counter!(
+        AWAY_FLUSHES,
+        "Rounds of the away flush done: each writes the disconnects gathered since the last."
+    );
     describe_counter!(ADMISSIONS_DELIVERED, "Admitted events written to browsers.");
     describe_counter!(
         STREAMS_REFUSED,
@@ -140,6 +147,10 @@ pub(crate) fn joined() {
 
 pub(crate) fn resumed() {
     counter!(RESUMES).increment(1);
+}
+
+pub(crate) fn away_flushed() {
+    counter!(AWAY_FLUSHES).increment(1);
 }
 
 pub(crate) fn left() {

@@ -73,6 +73,7 @@ pub(crate) async fn flush_away(gw: Arc<Gateway>) {
                 }
             }
         }
+        metrics::away_flushed();
         if stopping {
             break;
         }

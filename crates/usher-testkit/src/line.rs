@@ -359,3 +359,41 @@ pub async fn heartbeats_done(store: &Store) -> anyhow::Result<()> {
     )
     .await
 }
+
+/// The gateway at `url`'s count of away-flush rounds done (`usher_gateway_away_flushes_total`
+/// on its `/metrics`).
+async fn away_flushes(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+    let text = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("usher_gateway_away_flushes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .ok_or_else(|| anyhow::anyhow!("no usher_gateway_away_flushes_total on {url}/metrics"))
+}
+
+/// Waits until the gateway at `url` has done `rounds` more rounds of its away flush than when
+/// called: every disconnect it had seen by then is written to Redis (or, for a browser back in
+/// time, not written). For checks that a disconnect did *not* change the line, which leave
+/// nothing else to wait for.
+pub async fn away_flushed(url: &str, rounds: u64) -> anyhow::Result<()> {
+    // Fresh connections: a gateway with a small stream cap closes idle keep-alive ones.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?;
+    let start = away_flushes(&http, url).await?;
+    eventually("the gateway's away flush to run", async || {
+        let now = away_flushes(&http, url).await?;
+        anyhow::ensure!(
+            now >= start + rounds,
+            "{now} rounds, waiting for {}",
+            start + rounds
+        );
+        Ok(())
+    })
+    .await
+}

@@ -37,9 +37,9 @@ async fn resume_by_last_event_id_keeps_the_place_and_takes_no_second_one<R: Back
     assert_eq!(stack.queue("res").await?["waiting"], 3, "no second place");
     // The older connection with the same ticket is ended, and its end releases nothing.
     eventually("the older stream to end", async || old.has_ended()).await?;
-    // A negative check, so a fixed window: the gateway flushes disconnects every 50 ms and
-    // signals nothing when it has; a wrongly released place would show within six flushes.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A negative check: a wrongly released place would be written by the gateway's next
+    // away flushes; wait for two.
+    usher_testkit::line::away_flushed(&stack.gateway_url(0), 2).await?;
     assert_eq!(stack.queue("res").await?["waiting"], 3);
     assert_eq!(position(&wc), Some(3));
 

@@ -146,9 +146,9 @@ async fn resuming_on_another_gateway_moves_the_place_and_ends_the_old_stream() -
         "resumed_elsewhere",
         "so the old tab does not reconnect and take the place back"
     );
-    // A negative check, so a fixed window: A's clean-up of the old stream, which signals
-    // nothing when it is done, must neither drop the place nor add one.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A negative check: A's clean-up of the old stream, written by its away flushes, must
+    // neither drop the place nor add one; wait for two of them.
+    usher_testkit::line::away_flushed(&stack.gateway_url(0), 2).await?;
     assert_eq!(
         stack.queue("move").await?["waiting"],
         2,

@@ -6,8 +6,6 @@
 //! place marked away although its browser was connected, and ticks pass away places over: the
 //! browser waited, connected, until its grace period ended.
 
-use std::time::Duration;
-
 use serde_json::json;
 use usher_testkit::line::{data, join, T};
 use usher_testkit::stack::{Stack, StackOptions};
@@ -39,10 +37,9 @@ async fn a_browser_back_at_once_on_the_same_gateway_is_admitted_at_its_turn() ->
         assert_eq!(w.id, ticket, "the resume keeps the place");
         resumed.push((ticket, again));
     }
-    // Every disconnect has been flushed by now (the flush runs every 50 ms). A fixed window:
-    // the flush signals nothing outside the gateway, and what it must not do (mark a resumed
-    // place away) leaves nothing to wait for.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every disconnect is flushed once the gateway's away flush has run twice more (what it
+    // must not do, mark a resumed place away, leaves nothing else to wait for).
+    usher_testkit::line::away_flushed(&stack.gateway_url(0), 2).await?;
     let q = stack.queue("reload").await?;
     assert_eq!(q["waiting"], BROWSERS, "{q}");
 
