@@ -223,9 +223,10 @@ async fn a_fixed_rate_holds_within_two_percent_over_a_long_drain() -> anyhow::Re
     }
     let _ = probe::join(&store, &q, 999, now_ms()).await?;
     stack.put_queue("rate", json!({"paused": false})).await?;
-    // The measurement's warm-up (wall-clock time, on purpose): the window starts on a drain
-    // that has run for a while, not on its first ticks.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The measurement's warm-up: the window starts on a drain that has run for a while (20
+    // ticks, 2 s at 100 ms), not on its first ticks.
+    let warm = probe::RedisProbe::connect(&stack.redis.url()).await?;
+    warm.ticks(&q, 20).await?;
     // Count on the dispatcher's clock: each tick writes its time and the admissions it made
     // together, so a slow read here cannot stretch or shrink the window.
     let redis = probe::RedisProbe::connect(&stack.redis.url()).await?;
