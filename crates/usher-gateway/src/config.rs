@@ -93,7 +93,7 @@ pub struct Config {
 
     /// Joins (streams without a ticket: each takes a new place) per second one client address
     /// may make, on average; `0` turns the limit off. Resumes draw nothing. Over it, the stream
-    /// answers `200` with a jittered `retry:`. An IPv6 address counts as its /64.
+    /// answers `200` with a jittered `retry:`. An IPv6 address counts as its prefix (`--ipv6-prefix`).
     #[arg(long, env = "USHER_IP_JOIN_RATE", default_value_t = 5)]
     pub ip_join_rate: u32,
 
