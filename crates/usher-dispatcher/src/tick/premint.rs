@@ -106,12 +106,9 @@ pub(super) fn spawn_premint(
         };
         for part in head.chunks(PREMINT_BATCH) {
             let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
-            // The browser keys the places joined with (a binding queue's): a place's key
-            // never changes, so the token is the one minting at admission would give.
-            let Ok(keys) = store.place_keys(&q, &ids).await else {
+            let Ok(places) = with_keys(&store, &q, ids).await else {
                 return;
             };
-            let places: Vec<_> = ids.into_iter().zip(keys).collect();
             let (key2, q2) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || {
                 mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
@@ -148,6 +145,18 @@ pub(super) fn spawn_premint(
 /// A place to mint for, with the thumbprint of the browser key it joined with (a binding
 /// queue's place: its token carries `cnf.jkt`).
 pub(super) type ToMint = (PlaceId, Option<Thumbprint>);
+
+/// `ids` with the browser key each joined with (a binding queue's; `None` elsewhere), read
+/// in one call. A place's key never changes, so a token minted ahead is the one minting at
+/// admission would give.
+pub(super) async fn with_keys(
+    store: &Store,
+    q: &QueueId,
+    ids: Vec<PlaceId>,
+) -> Result<Vec<ToMint>, usher_core::store::StoreError> {
+    let keys = store.place_keys(q, &ids).await?;
+    Ok(ids.into_iter().zip(keys).collect())
+}
 
 /// Mints tokens for `places` admitted at `at_ms` (tokens expiring at `exp_ms`), on every core.
 pub(super) fn mint_many(

@@ -8,7 +8,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{OutboxEntry, Store, StoreError};
 use usher_mint::token::SigningKey;
 
-use super::premint::{mint_many, Batches, Minting, Pre, Premint};
+use super::premint::{mint_many, with_keys, Batches, Minting, Pre, Premint};
 
 /// Pre-minted tokens for this tick: those received so far, and the rest still coming.
 #[derive(Debug, Default)]
@@ -92,9 +92,8 @@ impl TickTokens {
         );
         for ((at, exp), ids) in missing {
             // The browser keys of a binding queue's places (`cnf.jkt`), as the pre-mint read
-            // them: a place's key never changes.
-            let keys = store.place_keys(q, &ids).await?;
-            let places: Vec<_> = ids.into_iter().zip(keys).collect();
+            // them.
+            let places = with_keys(store, q, ids).await?;
             let (key, q) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
                 .await
