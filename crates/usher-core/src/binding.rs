@@ -9,8 +9,8 @@
 //! resume, a status poll and the entry token (its `cnf.jkt`, RFC 7800) all name that key, so
 //! a ticket or a token copied elsewhere is useless without it.
 //!
-//! The signature itself is checked by the gateway (`usher-gateway`'s `proof` module) and, for
-//! the booking form's proof, by `usher-admission`: this crate only names the setting, the
+//! The proof itself is checked by [`crate::proof`] (for the gateway and the dispatcher's session
+//! API) and, at a booking service, by `usher-admission`; this module names the setting, the
 //! thumbprint and the reasons a proof is refused.
 
 use std::str::FromStr;
@@ -94,22 +94,37 @@ impl std::fmt::Display for Thumbprint {
     }
 }
 
-/// Why a stream request or a status poll of a binding queue was refused.
+/// Why a request that needs a proof of the browser's key was refused: a stream request, a
+/// status poll or a leave of a binding queue (gateway), or a session call with a bound entry
+/// token (dispatcher).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProofRefusal {
-    /// No `proof` parameter.
+    /// No proof (the `proof` parameter at the gateway, the `DPoP` header at the session API).
     Missing,
     /// Not a compact ES256 JWS with a P-256 `jwk` header, a bad signature, or claims for
-    /// another queue.
+    /// another request (`htm`, `htu`) or another token (`ath`).
     Invalid,
-    /// `iat` more than 60 s away from the gateway's clock.
+    /// `iat` more than 60 s away from the checking server's clock.
     Expired,
     /// Its `jti` was already used: every request needs a fresh proof.
     Replayed,
     /// A good proof, but by another key than the one the place was joined with (a copied
     /// ticket).
     WrongKey,
+}
+
+impl ProofRefusal {
+    /// Its name, as `event: proof_required` and the `403`/`401` answers write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProofRefusal::Missing => "missing",
+            ProofRefusal::Invalid => "invalid",
+            ProofRefusal::Expired => "expired",
+            ProofRefusal::Replayed => "replayed",
+            ProofRefusal::WrongKey => "wrong_key",
+        }
+    }
 }
 
 /// The payload of `event: proof_required`: the request of a queue that binds places to the
@@ -133,5 +148,14 @@ mod tests {
         assert!(Thumbprint::parse(&"a".repeat(43)).is_some());
         assert!(Thumbprint::parse(&"a".repeat(42)).is_none());
         assert!(Thumbprint::parse(&format!("{}=", "a".repeat(42))).is_none());
+        for r in [
+            ProofRefusal::Missing,
+            ProofRefusal::Invalid,
+            ProofRefusal::Expired,
+            ProofRefusal::Replayed,
+            ProofRefusal::WrongKey,
+        ] {
+            assert_eq!(serde_json::to_value(r).ok(), Some(r.as_str().into()));
+        }
     }
 }

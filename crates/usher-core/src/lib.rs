@@ -9,6 +9,8 @@
 //!   knows key names and Lua.
 //! * [`binding`] — a queue's `bind` setting, key thumbprints and why a proof of possession was
 //!   refused (places and tokens bound to the browser's key).
+//! * [`proof`] — checks a proof of possession of the browser's key (signature, request, token,
+//!   time), for the gateway and the dispatcher's session API.
 //! * [`challenge`] — a queue's proof-of-work setting, why a join was refused, and the checked
 //!   proof the join script spends (the puzzles themselves are `usher-pow`'s).
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
@@ -28,6 +30,7 @@ pub mod keys;
 pub mod messages;
 pub mod page_settings;
 pub mod policy;
+pub mod proof;
 pub mod store;
 pub mod time;
 

@@ -10,7 +10,8 @@
 //! * `admin` — the admin API (queues, scheduled sales, gateways, audit trail, its errors and
 //!   descriptions) and the operator dashboard.
 //! * `queues_file` — `USHER_QUEUES_FILE`: queues configured again after a Redis data loss.
-//! * `sessions` — the session API booking services call with an entry token.
+//! * `sessions` — the session API booking services call with an entry token;
+//!   `session_proof` — the proof of the browser's key a bound token needs there.
 //! * `backends` — booking backends' load reports, which adaptive queues follow.
 //! * `openapi` — the API description's frame (`GET /openapi.json`); the routes describe
 //!   themselves.
@@ -27,6 +28,7 @@ mod metrics;
 mod openapi;
 mod queues_file;
 mod routes;
+mod session_proof;
 mod sessions;
 mod state;
 pub mod tick;

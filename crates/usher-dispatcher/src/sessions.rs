@@ -16,6 +16,10 @@
 //!   call ended it (`200`) or it had ended already (`410`); one Redis script decides, so of any
 //!   number of concurrent calls exactly one gets `200`.
 //!   (`session_trust::consume_ends_a_session_once_whoever_asks_at_the_same_time`)
+//! * **Bound to the browser.** A token with `cnf.jkt` (a queue with `bind: "browser_key"`) is
+//!   answered only with a fresh, single-use proof of that key for the request the browser
+//!   made (`DPoP`, `X-Original-Method`, `X-Original-URL`; [`crate::session_proof`]), so a
+//!   copied token alone neither books nor browses.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -109,9 +113,9 @@ async fn bearer(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
-    let claims = st
+    let usher_mint::token::Verified { claims, cnf } = st
         .keys
-        .verify(token)
+        .verify_bound(token)
         .map_err(|e| ApiError::unauthorized(format!("not an entry token: {e}")))?;
     let not_ours = || ApiError::unauthorized("the token names no session of a configured queue");
     let queue = QueueId::new(&claims.aud).map_err(|_| not_ours())?;
@@ -138,6 +142,9 @@ async fn bearer(
     let cap_ms = claims.exp.saturating_mul(1000);
     if cap_ms <= now_ms() {
         return Err(ended_error());
+    }
+    if let Some(cnf) = cnf {
+        crate::session_proof::require(st, &queue, token, &cnf.jkt, headers).await?;
     }
     Ok(Bearer {
         queue,

@@ -4,7 +4,7 @@
 //! ticket can neither resume, read the token, nor make its owner leave).
 //!
 //! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
-//! signature, route and time ([`crate::proof::check`]: no Redis), then the place's key (one
+//! signature, route and time ([`usher_core::proof::check`]: no Redis), then the place's key (one
 //! script call, `Store::ticket_key`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
 
 use usher_core::binding::{ProofRefusal, Thumbprint};
@@ -79,8 +79,9 @@ pub(crate) async fn prove(
         Unproven::Refused(r)
     };
     let proof = proof.ok_or_else(|| refused(ProofRefusal::Missing))?;
-    let checked = crate::proof::check(proof, route.method(), &route.path(q), now_ms() / 1000)
-        .map_err(refused)?;
+    let checked =
+        usher_core::proof::check(proof, route.method(), &route.path(q), None, now_ms() / 1000)
+            .map_err(refused)?;
     if let Some(place) = place {
         match gw.store().ticket_key(q, place).await? {
             TicketKey::Bound(key) if key == checked.key => {}

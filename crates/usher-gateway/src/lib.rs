@@ -58,7 +58,6 @@ mod limits;
 mod metrics;
 mod openapi;
 mod pow_gate;
-mod proof;
 mod recovery;
 mod request;
 mod respond;

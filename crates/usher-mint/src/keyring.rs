@@ -16,7 +16,9 @@ use std::sync::Arc;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use ed25519_dalek::VerifyingKey;
 
-use crate::token::{jwk_of, kid_of, verify_with, Claims, KeyError, SigningKey, VerifyError};
+use crate::token::{
+    jwk_of, kid_of, verify_as, Claims, KeyError, SigningKey, Verified, VerifyError,
+};
 
 /// The signing key and the verify-only keys, in the order they were given.
 #[derive(Debug, Clone)]
@@ -100,8 +102,17 @@ impl KeyRing {
     /// The claims of `token` if any key of the ring signed it: a token signed by a verify-only
     /// key (a retired signing key) is as genuine as one signed by the current key.
     pub fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
+        self.verify_as(token)
+    }
+
+    /// [`KeyRing::verify`], with the token's `cnf` when it is bound to a browser key.
+    pub fn verify_bound(&self, token: &str) -> Result<Verified, VerifyError> {
+        self.verify_as(token)
+    }
+
+    fn verify_as<T: serde::de::DeserializeOwned>(&self, token: &str) -> Result<T, VerifyError> {
         for key in &self.public {
-            match verify_with(key, token) {
+            match verify_as(key, token) {
                 Err(VerifyError::Signature) => continue,
                 result => return result,
             }

@@ -175,6 +175,24 @@ impl SigningKey {
 /// The claims of `token` if `key` signed it (EdDSA over `<header>.<claims>`). Expiry and
 /// audience are the caller's to check.
 pub fn verify_with(key: &ed25519_dalek::VerifyingKey, token: &str) -> Result<Claims, VerifyError> {
+    verify_as(key, token)
+}
+
+/// A verified token's claims and, for a token bound to a browser key, its `cnf`: whoever
+/// answers for such a token must also check a proof of that key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Verified {
+    #[serde(flatten)]
+    pub claims: Claims,
+    #[serde(default)]
+    pub cnf: Option<Confirmation>,
+}
+
+/// [`verify_with`], into `T`: [`Claims`] or [`Verified`].
+pub(crate) fn verify_as<T: serde::de::DeserializeOwned>(
+    key: &ed25519_dalek::VerifyingKey,
+    token: &str,
+) -> Result<T, VerifyError> {
     let (signed, sig) = token.rsplit_once('.').ok_or(VerifyError::Malformed)?;
     let (_, claims) = signed.split_once('.').ok_or(VerifyError::Malformed)?;
     let sig: [u8; 64] = URL_SAFE_NO_PAD
@@ -216,6 +234,31 @@ pub fn jwk_of(key: &ed25519_dalek::VerifyingKey) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bound token's `cnf` is read with its claims; an unbound token has none.
+    #[test]
+    fn a_bound_tokens_key_is_read_with_its_claims() {
+        let key = SigningKey::from_pkcs8_pem(&SigningKey::generate_pem().expect("generate"))
+            .expect("parse");
+        let claims = Claims {
+            sub: "4".into(),
+            aud: "show".into(),
+            iat: 1_700_000_000,
+            exp: 4_000_000_000,
+            jti: "show.4".into(),
+        };
+        let cnf = Confirmation {
+            jkt: "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I".into(),
+        };
+        let bound = key.mint(&BoundClaims {
+            claims: claims.clone(),
+            cnf: cnf.clone(),
+        });
+        let v: Verified = verify_as(&key.key.verifying_key(), &bound).expect("verifies");
+        assert_eq!((v.claims, v.cnf), (claims.clone(), Some(cnf)));
+        let v: Verified = verify_as(&key.key.verifying_key(), &key.mint(&claims)).expect("plain");
+        assert_eq!((v.claims, v.cnf), (claims, None));
+    }
 
     #[test]
     fn tokens_verify_with_a_stock_jwt_library_and_are_deterministic() {

@@ -10,6 +10,7 @@ pub mod answers;
 pub mod browser;
 pub mod config;
 pub mod docs;
+pub mod dpop;
 pub mod jwks_relay;
 pub mod line;
 pub mod nginx;

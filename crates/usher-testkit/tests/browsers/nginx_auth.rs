@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use usher_mint::token::{Claims, SigningKey};
 use usher_testkit::answers::json_error;
+use usher_testkit::dpop::{bound_token, BrowserKey};
 use usher_testkit::line::{admitted, claims, dispatcher_key};
 use usher_testkit::nginx::{deploy_config, substitute, Nginx};
 use usher_testkit::procs::free_addr;
@@ -213,6 +214,92 @@ async fn nginx_refuses_other_queues_tokens_and_lets_one_booking_through() -> any
     assert_eq!(seen_len(), 2, "one browse and one booking reached it");
     // The session ended with the booking.
     json_error(seats(&token).await?, 403).await?;
+    drop(nginx);
+    upstream.stop().await
+}
+
+/// A token bound to the browser's key (`cnf.jkt`, a queue with `bind: "browser_key"`) passes
+/// only with a fresh proof of that key in the `DPoP` header, made for the request the browser
+/// sent (nginx passes its method and URL, without query, to the dispatcher): a copied token
+/// alone reaches nothing, and its own browser browses and books once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_refuses_a_copied_bound_token_and_books_once_with_its_proof() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    let (upstream, seen) = upstream().await?;
+    let listen = free_addr()?;
+    let nginx = Nginx::start(
+        &config(stack.dispatcher.addr, upstream.addr, listen)?,
+        listen,
+    )
+    .await?;
+    let (key, thief) = (BrowserKey::generate(), BrowserKey::generate());
+    let (_, token) = admitted(&stack, "show").await?;
+    let bound = bound_token(&dispatcher_key(&stack).await?, &token, &key.thumbprint())?;
+    let http = reqwest::Client::new();
+    let (seats_url, book_url) = (
+        format!("{}/api/seats", nginx.url()),
+        format!("{}/api/bookings", nginx.url()),
+    );
+    let seats = |proof: Option<String>| {
+        let mut r = http
+            .get(format!("{seats_url}?queue=show"))
+            .bearer_auth(&bound);
+        if let Some(p) = proof {
+            r = r.header("dpop", p);
+        }
+        r.send()
+    };
+    let book = |proof: Option<String>| {
+        let mut r = http
+            .post(&book_url)
+            .bearer_auth(&bound)
+            .json(&json!({"queue": "show", "seat": "A1"}));
+        if let Some(p) = proof {
+            r = r.header("dpop", p);
+        }
+        r.send()
+    };
+    let seen_len = || seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+
+    // The copied token alone, or with a thief's proof, or with its key's proof for another
+    // request: 401, nothing reaches the booking service.
+    json_error(book(None).await?, 401).await?;
+    json_error(seats(None).await?, 401).await?;
+    json_error(
+        book(Some(thief.proof("POST", &book_url, Some(&bound)))).await?,
+        401,
+    )
+    .await?;
+    json_error(
+        book(Some(key.proof("GET", &book_url, Some(&bound)))).await?,
+        401,
+    )
+    .await?;
+    json_error(
+        book(Some(key.proof("POST", &seats_url, Some(&bound)))).await?,
+        401,
+    )
+    .await?;
+    assert_eq!(seen_len(), 0, "nothing got through: {}", nginx.log());
+
+    // Its browser browses (the proof's URL has no query) and books, each request with its
+    // own proof; the booking service gets the proof too.
+    let r = seats(Some(key.proof("GET", &seats_url, Some(&bound)))).await?;
+    assert_eq!(r.status(), 200, "{}", nginx.log());
+    let once = key.proof("POST", &book_url, Some(&bound));
+    let r = book(Some(once.clone())).await?;
+    assert_eq!(r.status(), 200, "{}", nginx.log());
+    assert_eq!(r.json::<Value>().await?["booked"], true);
+    assert_eq!(seen_len(), 2, "one browse and one booking reached it");
+    // The same proof again is a replay (401); a fresh one finds the session consumed (403).
+    json_error(book(Some(once)).await?, 401).await?;
+    json_error(
+        book(Some(key.proof("POST", &book_url, Some(&bound)))).await?,
+        403,
+    )
+    .await?;
+    assert_eq!(seen_len(), 2, "one booking");
     drop(nginx);
     upstream.stop().await
 }

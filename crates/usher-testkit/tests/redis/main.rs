@@ -47,6 +47,7 @@ mod reconnect;
 mod redis_acl;
 mod rotation;
 mod scale;
+mod session_dpop;
 mod session_trust;
 mod sessions;
 mod slow_clients;

@@ -1,26 +1,32 @@
-//! Proofs of possession of the browser's key, for queues that bind places to it (`bind:
-//! "browser_key"`; docs/security.md, "Places and tokens bound to the browser").
+//! Proofs of possession of the browser's key, for entry tokens and places bound to it (`bind:
+//! "browser_key"`; docs/security.md, "Places and tokens bound to the browser"): checked here,
+//! once, for the gateway (joins, resumes, status polls, leaves) and for the dispatcher's
+//! session API (a token with `cnf.jkt`, whatever route a booking service or proxy calls).
 //!
 //! A proof is a compact JWS the page makes with its non-extractable WebCrypto key just before
 //! each request, as DPoP (RFC 9449) does:
 //!
 //! * header: `{"alg":"ES256","typ":"usher-pop+jwt","jwk":{"kty":"EC","crv":"P-256","x":…,"y":…}}`
-//! * payload: `{"jti":"<fresh, 1..=64 base64url characters>","iat":<seconds>,"htm":"<method>","htu":"<the route's path>"}`
-//!   (`GET` `/api/queues/{queue}/stream` or `…/status`, `DELETE` `…/tickets/{ticket}`, without
-//!   query).
+//! * payload: `{"jti":"<fresh, 1..=64 base64url characters>","iat":<seconds>,"htm":"<method>","htu":"<URL>"}`,
+//!   and `"ath":"<base64url SHA-256 of the entry token>"` when it presents a token. At the
+//!   gateway `htu` is the route's path (`GET` `/api/queues/{queue}/stream` or `…/status`,
+//!   `DELETE` `…/tickets/{ticket}`); at a booking site it is the URL the browser requested;
+//!   either way without query.
 //!
 //! This module checks everything that needs no Redis: the shape, the signature (ECDSA P-256
-//! with SHA-256), the route and the time (`iat` within [`PROOF_MAX_AGE_SECS`] of this clock).
-//! The caller then compares the key's RFC 7638 thumbprint with the place's and spends the `jti`
-//! in Redis (one proof, one request).
+//! with SHA-256), the request, the token and the time (`iat` within [`PROOF_MAX_AGE_SECS`] of
+//! this clock). The caller then compares the key's RFC 7638 thumbprint with the place's or the
+//! token's (`cnf.jkt`) and spends the `jti` in Redis (`Store::spend_proof`: one proof, one
+//! request). `usher-admission`, the booking service's crate, which links no usher crate, has
+//! its own check of the same proof over `jsonwebtoken`.
 
+use crate::binding::{ProofRefusal, Thumbprint, PROOF_MAX_AGE_SECS};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, VerifyingKey};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use usher_core::binding::{ProofRefusal, Thumbprint, PROOF_MAX_AGE_SECS};
 
 /// Longest proof accepted (a P-256 proof is about 450 characters).
 const MAX_PROOF_LEN: usize = 2048;
@@ -30,9 +36,11 @@ const MAX_JTI_LEN: usize = 64;
 /// A proof whose signature, route and time are good: the key it was made with, and the `jti`
 /// to spend.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Checked {
-    pub(crate) key: Thumbprint,
-    pub(crate) jti: String,
+pub struct Checked {
+    /// The key's RFC 7638 thumbprint: compare it with the place's or the token's `cnf.jkt`.
+    pub key: Thumbprint,
+    /// The proof's id: spend it (`Store::spend_proof`).
+    pub jti: String,
 }
 
 #[derive(Deserialize)]
@@ -55,13 +63,17 @@ struct Claims {
     iat: u64,
     htm: String,
     htu: String,
+    #[serde(default)]
+    ath: Option<String>,
 }
 
-/// Checks `proof` for a `method` request to `path` (the route's path, no query) at `now_secs`.
-pub(crate) fn check(
+/// Checks `proof` for a `method` request to `htu` (no query) at `now_secs`; with `token`, the
+/// proof must present it (`ath`, the token's [`token_hash`]).
+pub fn check(
     proof: &str,
     method: &str,
-    path: &str,
+    htu: &str,
+    token: Option<&str>,
     now_secs: u64,
 ) -> Result<Checked, ProofRefusal> {
     let invalid = ProofRefusal::Invalid;
@@ -94,7 +106,10 @@ pub(crate) fn check(
     let signed = &proof[..h.len() + 1 + c.len()];
     key.verify(signed.as_bytes(), &sig).map_err(|_| invalid)?;
     let claims: Claims = decode_json(c).ok_or(invalid)?;
-    if claims.htm != method || claims.htu != path || !jti_ok(&claims.jti) {
+    if claims.htm != method || claims.htu != htu || !jti_ok(&claims.jti) {
+        return Err(invalid);
+    }
+    if token.is_some_and(|t| claims.ath.as_deref() != Some(token_hash(t).as_str())) {
         return Err(invalid);
     }
     if claims.iat.abs_diff(now_secs) > PROOF_MAX_AGE_SECS {
@@ -108,9 +123,14 @@ pub(crate) fn check(
 
 /// RFC 7638: base64url of SHA-256 over the required members, in lexicographic order, without
 /// whitespace.
-pub(crate) fn thumbprint(x: &str, y: &str) -> Option<Thumbprint> {
+pub fn thumbprint(x: &str, y: &str) -> Option<Thumbprint> {
     let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
     Thumbprint::parse(&URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes())))
+}
+
+/// A proof's `ath` for `token`: base64url (no padding) of its SHA-256.
+pub fn token_hash(token: &str) -> String {
+    URL_SAFE_NO_PAD.encode(Sha256::digest(token.as_bytes()))
 }
 
 fn jti_ok(jti: &str) -> bool {
@@ -155,27 +175,58 @@ mod tests {
         let path = "/api/queues/q1/stream";
         let claims = |jti: &str, iat: u64, htu: &str| serde_json::json!({"jti": jti, "iat": iat, "htm": "GET", "htu": htu});
         let good = proof(&key, claims("abc_1", 1000, path));
-        let ok = check(&good, "GET", path, 1010).expect("a good proof");
+        let ok = check(&good, "GET", path, None, 1010).expect("a good proof");
         assert_eq!(ok.jti, "abc_1");
         assert_eq!(ok.key.as_str().len(), 43);
         assert_eq!(
-            check(&good, "GET", "/api/queues/q2/stream", 1010),
+            check(&good, "GET", "/api/queues/q2/stream", None, 1010),
             Err(ProofRefusal::Invalid)
         );
-        assert_eq!(check(&good, "GET", path, 1061), Err(ProofRefusal::Expired));
         assert_eq!(
-            check(&good, "DELETE", path, 1010),
+            check(&good, "GET", path, None, 1061),
+            Err(ProofRefusal::Expired)
+        );
+        assert_eq!(
+            check(&good, "DELETE", path, None, 1010),
             Err(ProofRefusal::Invalid)
         );
         let bad_jti = proof(&key, claims("a.b", 1000, path));
         assert_eq!(
-            check(&bad_jti, "GET", path, 1000),
+            check(&bad_jti, "GET", path, None, 1000),
             Err(ProofRefusal::Invalid)
         );
         let mut tampered = good.clone();
         tampered.insert(good.len() - 5, 'A');
-        assert!(check(&tampered, "GET", path, 1000).is_err());
-        assert_eq!(check("x.y", "GET", path, 1000), Err(ProofRefusal::Invalid));
+        assert!(check(&tampered, "GET", path, None, 1000).is_err());
+        assert_eq!(
+            check("x.y", "GET", path, None, 1000),
+            Err(ProofRefusal::Invalid)
+        );
+    }
+
+    /// A proof that presents a token (`ath`) passes only for that token; one without `ath`
+    /// passes only where no token is presented (the gateway's routes).
+    #[test]
+    fn a_proof_presents_its_token() {
+        let key = SigningKey::from_slice(&[9u8; 32]).expect("key");
+        let url = "https://tickets.example/api/bookings";
+        let with = |ath: Option<String>| {
+            proof(
+                &key,
+                serde_json::json!({"jti": "j1", "iat": 1000, "htm": "POST", "htu": url, "ath": ath}),
+            )
+        };
+        let tok = with(Some(token_hash("tok")));
+        assert!(check(&tok, "POST", url, Some("tok"), 1000).is_ok());
+        assert!(check(&tok, "POST", url, None, 1000).is_ok());
+        assert_eq!(
+            check(&tok, "POST", url, Some("another"), 1000),
+            Err(ProofRefusal::Invalid)
+        );
+        assert_eq!(
+            check(&with(None), "POST", url, Some("tok"), 1000),
+            Err(ProofRefusal::Invalid)
+        );
     }
 
     /// RFC 9449's example key (section 6.1: a DPoP proof's `jwk` and the `cnf.jkt` of the

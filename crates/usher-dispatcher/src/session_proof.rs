@@ -1,0 +1,104 @@
+//! The proof a token bound to the browser's key needs at the session API.
+//!
+//! A queue with `bind: "browser_key"` mints tokens that name the browser's key (`cnf.jkt`):
+//! the key never leaves the browser, so a copied token must be worth nothing on its own. The
+//! session routes therefore answer for such a token only with a fresh proof of that key, as
+//! DPoP (RFC 9449) asks of a resource server:
+//!
+//! * the proof travels in the `DPoP` header (a booking service or proxy passes on the one the
+//!   browser sent it);
+//! * it was made for the request the browser sent to the booking site, not for this call: the
+//!   caller names that request in `X-Original-Method` and `X-Original-URL` (what
+//!   `auth_request` setups pass; `htu` is the URL without query);
+//! * it presents this token (`ath`), it is fresh (`iat`), it is signed by the key the token
+//!   names, and its `jti` is spent in Redis, so one proof answers one call, here or at a
+//!   gateway.
+//!
+//! A refusal is `401` `proof_required: <reason>`, the reasons the gateway names
+//! ([`ProofRefusal`]). A token without `cnf` needs no proof, as before.
+//! (`session_dpop::a_bound_token_consumes_its_session_only_with_a_fresh_proof_of_its_key`)
+
+use axum::http::HeaderMap;
+use usher_core::binding::ProofRefusal;
+use usher_core::ids::QueueId;
+use usher_core::time::now_ms;
+use usher_http::ApiError;
+
+use crate::state::{redis_down, AppState};
+
+/// The header that carries the proof (RFC 9449's name).
+pub(crate) const DPOP: &str = "dpop";
+/// The method of the request the browser made (and signed as `htm`).
+pub(crate) const ORIGINAL_METHOD: &str = "x-original-method";
+/// The URL of the request the browser made (and signed, without query, as `htu`).
+pub(crate) const ORIGINAL_URL: &str = "x-original-url";
+
+/// Checks the proof that `token`, bound to the key whose thumbprint is `jkt`, needs for a call
+/// about `queue`'s session, and spends it: `Ok` once, `401` naming the reason otherwise.
+pub(crate) async fn require(
+    st: &AppState,
+    queue: &QueueId,
+    token: &str,
+    jkt: &str,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let proof = text(DPOP).ok_or_else(|| {
+        refused(
+            ProofRefusal::Missing,
+            "this entry token is bound to the browser's key (`cnf.jkt`): \
+             pass on a fresh proof of it in the `DPoP` header",
+        )
+    })?;
+    let (Some(method), Some(url)) = (text(ORIGINAL_METHOD), text(ORIGINAL_URL)) else {
+        return Err(refused(
+            ProofRefusal::Invalid,
+            "name the request the proof was made for in `X-Original-Method` and \
+             `X-Original-URL`",
+        ));
+    };
+    let htu = url.split(['?', '#']).next().unwrap_or_default();
+    let checked = usher_core::proof::check(proof, method, htu, Some(token), now_ms() / 1000)
+        .map_err(|r| refused(r, detail(r)))?;
+    if checked.key.as_str() != jkt {
+        return Err(refused(
+            ProofRefusal::WrongKey,
+            detail(ProofRefusal::WrongKey),
+        ));
+    }
+    if !st
+        .store
+        .spend_proof(queue, &checked.jti)
+        .await
+        .map_err(redis_down)?
+    {
+        return Err(refused(
+            ProofRefusal::Replayed,
+            detail(ProofRefusal::Replayed),
+        ));
+    }
+    Ok(())
+}
+
+/// What each refusal means, for whoever reads the answer.
+fn detail(r: ProofRefusal) -> &'static str {
+    match r {
+        ProofRefusal::Missing => "no proof",
+        ProofRefusal::Invalid => {
+            "not an ES256 proof with a P-256 `jwk`, a bad signature, or made for another \
+             request (`htm`, `htu`) or another token (`ath`)"
+        }
+        ProofRefusal::Expired => "its `iat` is more than 60 s from the dispatcher's clock",
+        ProofRefusal::Replayed => "its `jti` was used already: one proof, one request",
+        ProofRefusal::WrongKey => "signed by another key than the one the token names",
+    }
+}
+
+/// `401` `proof_required: <reason> (<detail>)`.
+fn refused(r: ProofRefusal, detail: &str) -> ApiError {
+    tracing::debug!(
+        reason = r.as_str(),
+        "session call refused: no good proof of the browser key"
+    );
+    ApiError::unauthorized(format!("proof_required: {} ({detail})", r.as_str()))
+}
