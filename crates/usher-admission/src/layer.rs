@@ -219,6 +219,11 @@ impl AdmissionLayer {
                 StatusCode::FORBIDDEN,
                 "the entry token admits to another queue",
             )),
+            // A bound token is refused by the offline check already; the dispatcher agrees.
+            Ok(SessionStatus::ProofRefused(reason)) => Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!("no proof of the browser key: {reason}"),
+            )),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check a session");
                 Err(Refusal::new(

@@ -26,7 +26,10 @@
 //!
 //! A queue with `bind: "browser_key"` binds its tokens to the browser's key (`cnf.jkt`): such a
 //! token is accepted only with a proof of that key ([`check_proof`], [`Admission::verify_bound`]),
-//! so a copied token is useless.
+//! so a copied token is useless. The dispatcher asks for the proof too: pass the browser's on
+//! with [`Admission::check_bound`], [`Admission::touch_bound`], [`Admission::consume_bound`]
+//! and [`Admission::release_bound`] ([`Proof`]); the plain calls get
+//! [`SessionStatus::ProofRefused`] for a bound token.
 //!
 //! [`Admission::layer`] does both for every request to the routes it guards, and
 //! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate.
@@ -91,7 +94,7 @@ pub use proof::{
     check_proof, check_proof_at, BoundError, Confirmation, ProofClaims, ProofError,
     PROOF_MAX_AGE_SECS,
 };
-pub use session::{ActiveSession, Consumption, SessionStatus};
+pub use session::{ActiveSession, Consumption, Proof, SessionStatus};
 
 use keys::{Keys, Refresh};
 use session::{Call, SessionApi};
@@ -361,23 +364,25 @@ impl Admission {
     /// Online: where the token's session stands (`GET /api/session?queue=`), for the queue of
     /// [`Builder::audiences`] (of several, the token's own when it is one of them).
     pub async fn check(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.session_call(Call::Check, token, None).await
+        self.session_call(Call::Check, token, None, None).await
     }
 
     /// [`Admission::check`] for a token that must admit to `queue`.
     pub async fn check_for(&self, token: &str, queue: &str) -> Result<SessionStatus, Error> {
-        self.session_call(Call::Check, token, Some(queue)).await
+        self.session_call(Call::Check, token, Some(queue), None)
+            .await
     }
 
     /// Online: keeps a sliding session alive, up to its cap (`POST /api/session/touch`); a
     /// fixed session is only checked.
     pub async fn touch(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.session_call(Call::Touch, token, None).await
+        self.session_call(Call::Touch, token, None, None).await
     }
 
     /// [`Admission::touch`] for a token that must admit to `queue`.
     pub async fn touch_for(&self, token: &str, queue: &str) -> Result<SessionStatus, Error> {
-        self.session_call(Call::Touch, token, Some(queue)).await
+        self.session_call(Call::Touch, token, Some(queue), None)
+            .await
     }
 
     /// Online: ends the session and says whether this call ended it
@@ -385,12 +390,15 @@ impl Admission {
     /// concurrent consumes with one token exactly one gets it, so one admission books once.
     /// The slot frees at once either way.
     pub async fn consume(&self, token: &str) -> Result<Consumption, Error> {
-        consumption(self.session_call(Call::Consume, token, None).await?)
+        consumption(self.session_call(Call::Consume, token, None, None).await?)
     }
 
     /// [`Admission::consume`] for a token that must admit to `queue`.
     pub async fn consume_for(&self, token: &str, queue: &str) -> Result<Consumption, Error> {
-        consumption(self.session_call(Call::Consume, token, Some(queue)).await?)
+        consumption(
+            self.session_call(Call::Consume, token, Some(queue), None)
+                .await?,
+        )
     }
 
     /// Ends the token's session (`DELETE /api/session`): the slot frees at once and the
@@ -398,15 +406,68 @@ impl Admission {
     /// [`SessionStatus::Invalid`] for a token the dispatcher does not accept. It does not say
     /// whether this call ended the session: to book once, [`Admission::consume`].
     pub async fn release(&self, token: &str) -> Result<SessionStatus, Error> {
-        self.session_call(Call::Release, token, None).await
+        self.session_call(Call::Release, token, None, None).await
     }
 
-    /// A session call, asking about `queue` or the configured one.
+    /// [`Admission::check_for`] for a token bound to the browser's key (`cnf.jkt`), with the
+    /// browser's `proof` for the request it sent: the dispatcher checks it and takes it once
+    /// (a second call needs the browser's next proof). [`SessionStatus::ProofRefused`] when
+    /// it is not good. A token without `cnf` is answered as by [`Admission::check_for`].
+    pub async fn check_bound(
+        &self,
+        token: &str,
+        queue: &str,
+        proof: Proof<'_>,
+    ) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Check, token, Some(queue), Some(&proof))
+            .await
+    }
+
+    /// [`Admission::touch_for`] with the browser's proof (see [`Admission::check_bound`]).
+    pub async fn touch_bound(
+        &self,
+        token: &str,
+        queue: &str,
+        proof: Proof<'_>,
+    ) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Touch, token, Some(queue), Some(&proof))
+            .await
+    }
+
+    /// [`Admission::consume_for`] with the browser's proof (see [`Admission::check_bound`]):
+    /// book only on [`Consumption::Consumed`]; a copied bound token alone gets
+    /// [`Consumption::ProofRefused`] and its session stays as it was.
+    pub async fn consume_bound(
+        &self,
+        token: &str,
+        queue: &str,
+        proof: Proof<'_>,
+    ) -> Result<Consumption, Error> {
+        consumption(
+            self.session_call(Call::Consume, token, Some(queue), Some(&proof))
+                .await?,
+        )
+    }
+
+    /// [`Admission::release`] with the browser's proof (see [`Admission::check_bound`]).
+    pub async fn release_bound(
+        &self,
+        token: &str,
+        queue: &str,
+        proof: Proof<'_>,
+    ) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Release, token, Some(queue), Some(&proof))
+            .await
+    }
+
+    /// A session call, asking about `queue` or the configured one, with the browser's proof
+    /// of its key when there is one.
     async fn session_call(
         &self,
         call: Call,
         token: &str,
         queue: Option<&str>,
+        proof: Option<&Proof<'_>>,
     ) -> Result<SessionStatus, Error> {
         let queue = match (queue, &self.inner.audience) {
             (_, Audience::LoadOnly) => return Err(Error::NoAudience),
@@ -424,7 +485,7 @@ impl Admission {
         };
         self.inner
             .sessions
-            .call(call, token, queue.as_deref())
+            .call(call, token, queue.as_deref(), proof)
             .await
     }
 
@@ -452,6 +513,7 @@ fn consumption(s: SessionStatus) -> Result<Consumption, Error> {
         SessionStatus::Ended => Consumption::Ended,
         SessionStatus::Invalid => Consumption::Invalid,
         SessionStatus::OtherQueue => Consumption::OtherQueue,
+        SessionStatus::ProofRefused(reason) => Consumption::ProofRefused(reason),
     })
 }
 

@@ -37,6 +37,11 @@ pub enum SessionStatus {
     /// A genuine token of another queue than the one asked about (`403`): refuse it, whatever
     /// its session's state.
     OtherQueue,
+    /// The token is bound to a browser key (`cnf.jkt`) and the call brought no good proof of
+    /// it (`401` `proof_required: <reason>`): the reason, one of `missing`, `invalid`,
+    /// `expired`, `replayed`, `wrong_key`. Pass the browser's proof on with the `*_bound`
+    /// calls ([`Proof`]).
+    ProofRefused(String),
 }
 
 /// What [`crate::Admission::consume`] did.
@@ -53,6 +58,24 @@ pub enum Consumption {
     Invalid,
     /// A genuine token of another queue (`403`); its session is left as it was.
     OtherQueue,
+    /// A token bound to a browser key without a good proof of it (see
+    /// [`SessionStatus::ProofRefused`]); its session is left as it was. Do not book.
+    ProofRefused(String),
+}
+
+/// The browser's proof of its key, passed on with a session call for a token bound to it
+/// (`cnf.jkt`, a queue with `bind: "browser_key"`): the dispatcher answers for such a token only
+/// with a fresh proof, made for the request the browser sent to this service, and takes each
+/// proof once. Sent as the `DPoP`, `X-Original-Method` and `X-Original-URL` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proof<'a> {
+    /// The proof the browser sent (the `DPoP` header, or the booking form's `proof` field).
+    pub jws: &'a str,
+    /// The method of the browser's request (`htm`), e.g. `POST`.
+    pub method: &'a str,
+    /// The URL of the browser's request as the browser signed it (`htu`): this service's
+    /// public URL; a query is ignored.
+    pub url: &'a str,
 }
 
 /// Which session call.
@@ -86,12 +109,14 @@ impl SessionApi {
         })
     }
 
-    /// One session call for `token`, with `?queue=` when `queue` is given.
+    /// One session call for `token`, with `?queue=` when `queue` is given and the browser's
+    /// `proof` when it has one.
     pub(crate) async fn call(
         &self,
         call: Call,
         token: &str,
         queue: Option<&str>,
+        proof: Option<&Proof<'_>>,
     ) -> Result<SessionStatus, Error> {
         let r = match call {
             Call::Check => self.http.get(self.session.clone()),
@@ -101,6 +126,13 @@ impl SessionApi {
         };
         let r = match queue {
             Some(q) => r.query(&[("queue", q)]),
+            None => r,
+        };
+        let r = match proof {
+            Some(p) => r
+                .header("dpop", p.jws)
+                .header("x-original-method", p.method)
+                .header("x-original-url", p.url),
             None => r,
         };
         status(r.bearer_auth(token)).await
@@ -153,10 +185,19 @@ async fn status(r: reqwest::RequestBuilder) -> Result<SessionStatus, Error> {
                 .map_err(|e| Error::BadReply(e.to_string()))
         }
         StatusCode::NO_CONTENT | StatusCode::GONE => Ok(SessionStatus::Ended),
-        StatusCode::UNAUTHORIZED => Ok(SessionStatus::Invalid),
+        StatusCode::UNAUTHORIZED => Ok(match proof_refusal(&error_text(r).await) {
+            Some(reason) => SessionStatus::ProofRefused(reason),
+            None => SessionStatus::Invalid,
+        }),
         StatusCode::FORBIDDEN => Ok(SessionStatus::OtherQueue),
         status => Err(Error::Unexpected { status }),
     }
+}
+
+/// The reason of a `401` `proof_required: <reason> (...)`: a bound token without a good proof.
+fn proof_refusal(error: &str) -> Option<String> {
+    let rest = error.strip_prefix("proof_required: ")?;
+    Some(rest.split(' ').next().unwrap_or_default().to_owned())
 }
 
 /// The `error` of a JSON error body, or the body itself.
@@ -171,6 +212,15 @@ async fn error_text(r: reqwest::Response) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_proof_is_told_from_a_refused_token() {
+        assert_eq!(
+            proof_refusal("proof_required: replayed (its `jti` was used already)").as_deref(),
+            Some("replayed")
+        );
+        assert_eq!(proof_refusal("not an entry token: not a compact JWS"), None);
+    }
 
     #[test]
     fn a_backend_name_is_one_encoded_segment_below_the_base_path() -> Result<(), Error> {

@@ -6,7 +6,10 @@
 //! the one that consumed its session ([`Admission::consume_for`]): the dispatcher ends the
 //! session and tells exactly one of any number of concurrent bookings that it did, so one
 //! admission books once (every other try gets `403`) and the slot frees at once. It holds no
-//! key that could mint tokens.
+//! key that could mint tokens. A token bound to the browser's key (`cnf.jkt`) books only with
+//! the browser's proof of that key in the `DPoP` header: checked here
+//! ([`Admission::verify_bound`]) and passed on to the dispatcher, which checks it again and
+//! takes it once ([`Admission::consume_bound`]).
 //!
 //! `GET /api/seats?queue=Q` shows the guard for whole routes: [`Admission::layer`], for the
 //! queue the request names, touching the session on each call so a browsing user's sliding
@@ -19,7 +22,8 @@
 //! `booking_url`): an auto-submitted form with the fields `token`, `queue` and `expires_at`.
 //! It verifies the token the same way and answers a small HTML page naming the place. A
 //! token bound to the browser's key needs the form's `proof` too, each proof taken once
-//! ([`replay`]).
+//! ([`replay`]) and passed on to the dispatcher with the session check
+//! ([`Admission::check_bound`]).
 
 pub mod load;
 pub mod replay;
@@ -39,7 +43,9 @@ use axum::{Extension, Form, Json, Router};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use usher_admission::{Admission, BoundError, Claims, Consumption, SessionStatus, VerifyError};
+use usher_admission::{
+    Admission, BoundError, Claims, Consumption, Proof, SessionStatus, VerifyError,
+};
 use usher_http::ApiError;
 use usher_runtime::LogFormat;
 
@@ -174,6 +180,17 @@ fn refused(e: VerifyError) -> ApiError {
     }
 }
 
+/// [`refused`] for the token, `403` for its proof of the browser's key.
+fn bound_refused(e: BoundError) -> ApiError {
+    match e {
+        BoundError::Token(e) => refused(e),
+        BoundError::Proof(e) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("no proof of the browser key: {e}"),
+        ),
+    }
+}
+
 fn unreachable(e: usher_admission::Error) -> ApiError {
     tracing::warn!(error = %e, "the dispatcher's session API failed");
     ApiError::unavailable("cannot reach the dispatcher")
@@ -194,20 +211,44 @@ fn unknown_token() -> ApiError {
     ApiError::unauthorized("the dispatcher does not know this entry token")
 }
 
-/// `Ok` while the token's session for `queue` is active: `403` once it has ended or for
-/// another queue's token, `401` when the dispatcher does not know the token.
-async fn require_active(app: &App, token: &str, queue: &str) -> Result<(), ApiError> {
-    match app
-        .admission
-        .check_for(token, queue)
-        .await
-        .map_err(unreachable)?
-    {
+/// `403`: the dispatcher took no proof of the browser's key for a bound token.
+fn no_proof(reason: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!("no proof of the browser key: the dispatcher says {reason}"),
+    )
+}
+
+/// `Ok` while the token's session for `queue` is active: `403` once it has ended, for another
+/// queue's token or a bound token without a good `proof`, `401` when the dispatcher does not
+/// know the token. A bound token's proof is passed on: the dispatcher checks it too.
+async fn require_active(
+    app: &App,
+    token: &str,
+    queue: &str,
+    proof: Option<Proof<'_>>,
+) -> Result<(), ApiError> {
+    let status = match proof {
+        Some(p) => app.admission.check_bound(token, queue, p).await,
+        None => app.admission.check_for(token, queue).await,
+    };
+    match status.map_err(unreachable)? {
         SessionStatus::Active(_) => Ok(()),
         SessionStatus::OtherQueue => Err(other_queue()),
         SessionStatus::Invalid => Err(unknown_token()),
+        SessionStatus::ProofRefused(reason) => Err(no_proof(&reason)),
         _ => Err(session_ended()),
     }
+}
+
+/// The public URL of this demo's `path`, as a browser's proof names it (`htu`): a real
+/// service uses its configured public URL rather than the Host header.
+fn own_url(headers: &HeaderMap, path: &str) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    format!("http://{host}{path}")
 }
 
 async fn book(
@@ -218,22 +259,43 @@ async fn book(
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let token = usher_admission::bearer_token(&headers)
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
-    let claims = app
-        .admission
-        .verify_for(token, &req.queue)
-        .await
-        .map_err(refused)?;
+    // A token bound to the browser's key comes with the browser's proof (`DPoP`), for this
+    // request; without one, a bound token is refused here (a bearer route).
+    let url = own_url(&headers, "/api/bookings");
+    let proof = headers
+        .get("dpop")
+        .and_then(|v| v.to_str().ok())
+        .map(|jws| Proof {
+            jws,
+            method: "POST",
+            url: &url,
+        });
+    let claims = match proof {
+        Some(p) => {
+            app.admission
+                .verify_bound(token, &req.queue, Some(p.jws), p.method, p.url)
+                .await
+                .map_err(bound_refused)?
+                .0
+        }
+        None => app
+            .admission
+            .verify_for(token, &req.queue)
+            .await
+            .map_err(refused)?,
+    };
     // One booking per admission: book only if this request ended the session. Of 30
-    // concurrent bookings with one token, the dispatcher tells exactly one it did.
-    match app
-        .admission
-        .consume_for(token, &req.queue)
-        .await
-        .map_err(unreachable)?
-    {
+    // concurrent bookings with one token, the dispatcher tells exactly one it did. A bound
+    // token's proof goes with it: the dispatcher checks it too and takes it once.
+    let consumed = match proof.filter(|_| claims.cnf.is_some()) {
+        Some(p) => app.admission.consume_bound(token, &req.queue, p).await,
+        None => app.admission.consume_for(token, &req.queue).await,
+    };
+    match consumed.map_err(unreachable)? {
         Consumption::Consumed(_) => {}
         Consumption::OtherQueue => return Err(other_queue()),
         Consumption::Invalid => return Err(unknown_token()),
+        Consumption::ProofRefused(reason) => return Err(no_proof(&reason)),
         _ => return Err(session_ended()),
     }
     let booking = Booking {
@@ -266,24 +328,13 @@ async fn entry(
     form: Result<Form<EntryForm>, FormRejection>,
 ) -> Result<Response, ApiError> {
     let Form(f) = form.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    // A bound token's proof names the URL the page posted to: this demo's own (a real service
-    // uses its configured public URL rather than the Host header).
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    let url = format!("http://{host}/entry");
+    // A bound token's proof names the URL the page posted to: this demo's own.
+    let url = own_url(&headers, "/entry");
     let (claims, proof) = app
         .admission
         .verify_bound(&f.token, &f.queue, f.proof.as_deref(), "POST", &url)
         .await
-        .map_err(|e| match e {
-            BoundError::Token(e) => refused(e),
-            BoundError::Proof(e) => ApiError::new(
-                StatusCode::FORBIDDEN,
-                format!("no proof of the browser key: {e}"),
-            ),
-        })?;
+        .map_err(bound_refused)?;
     // One proof, one entry: its `jti` is remembered while the proof could pass.
     if let Some(proof) = proof {
         let now = std::time::SystemTime::now()
@@ -311,7 +362,13 @@ async fn entry(
             }
         }
     }
-    require_active(&app, &f.token, &f.queue).await?;
+    let proof = f.proof.as_deref().filter(|_| claims.cnf.is_some());
+    let proof = proof.map(|jws| Proof {
+        jws,
+        method: "POST",
+        url: &url,
+    });
+    require_active(&app, &f.token, &f.queue, proof).await?;
     tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
     // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
     let html = format!(

@@ -26,12 +26,44 @@ use usher_http::ApiError;
 
 use crate::state::{redis_down, AppState};
 
-/// The header that carries the proof (RFC 9449's name).
-pub(crate) const DPOP: &str = "dpop";
-/// The method of the request the browser made (and signed as `htm`).
-pub(crate) const ORIGINAL_METHOD: &str = "x-original-method";
-/// The URL of the request the browser made (and signed, without query, as `htu`).
-pub(crate) const ORIGINAL_URL: &str = "x-original-url";
+/// The headers that carry a bound token's proof, as every session route describes them.
+#[derive(Debug, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub(crate) struct ProofHeaders {
+    /// For an entry token bound to the browser's key (`cnf.jkt`, a queue with `bind:
+    /// "browser_key"`): the browser's fresh proof of that key, as it sent it (an ES256 compact
+    /// JWS as RFC 9449's DPoP: `jwk` header; `jti`, `iat`, `htm`, `htu` of the request named
+    /// by `X-Original-Method` and `X-Original-URL`, `ath` = base64url SHA-256 of the token).
+    /// Required there (`401` `proof_required: missing` without it), each proof taken once;
+    /// ignored for a token without `cnf`.
+    #[param(rename = "DPoP")]
+    dpop: Option<String>,
+    /// With `DPoP`: the method of the request the browser made and signed (`htm`), e.g.
+    /// `POST` (an `auth_request` proxy passes the client's).
+    #[param(rename = "X-Original-Method")]
+    method: Option<String>,
+    /// With `DPoP`: the URL of the request the browser made and signed (`htu`), e.g.
+    /// `https://tickets.example/api/bookings`; a query is ignored.
+    #[param(rename = "X-Original-URL")]
+    url: Option<String>,
+}
+
+impl ProofHeaders {
+    /// The headers of a call (one that is not text counts as absent).
+    fn read(headers: &HeaderMap) -> Self {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        Self {
+            dpop: text("dpop"),
+            method: text("x-original-method"),
+            url: text("x-original-url"),
+        }
+    }
+}
 
 /// Checks the proof that `token`, bound to the key whose thumbprint is `jkt`, needs for a call
 /// about `queue`'s session, and spends it: `Ok` once, `401` naming the reason otherwise.
@@ -42,15 +74,15 @@ pub(crate) async fn require(
     jkt: &str,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let proof = text(DPOP).ok_or_else(|| {
+    let ProofHeaders { dpop, method, url } = ProofHeaders::read(headers);
+    let proof = dpop.ok_or_else(|| {
         refused(
             ProofRefusal::Missing,
             "this entry token is bound to the browser's key (`cnf.jkt`): \
              pass on a fresh proof of it in the `DPoP` header",
         )
     })?;
-    let (Some(method), Some(url)) = (text(ORIGINAL_METHOD), text(ORIGINAL_URL)) else {
+    let (Some(method), Some(url)) = (method, url) else {
         return Err(refused(
             ProofRefusal::Invalid,
             "name the request the proof was made for in `X-Original-Method` and \
@@ -58,7 +90,7 @@ pub(crate) async fn require(
         ));
     };
     let htu = url.split(['?', '#']).next().unwrap_or_default();
-    let checked = usher_core::proof::check(proof, method, htu, Some(token), now_ms() / 1000)
+    let checked = usher_core::proof::check(&proof, &method, htu, Some(token), now_ms() / 1000)
         .map_err(|r| refused(r, detail(r)))?;
     if checked.key.as_str() != jkt {
         return Err(refused(

@@ -35,6 +35,7 @@ use usher_http::ApiError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::session_proof::ProofHeaders;
 use crate::state::{redis_down, AppState};
 
 /// The routes, merged into the dispatcher's router.
@@ -160,10 +161,10 @@ async fn bearer(
     path = "/api/session",
     tag = "sessions",
     security(("entry_token" = [])),
-    params(ForQueue),
+    params(ForQueue, ProofHeaders),
     responses(
         (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
-        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
@@ -191,10 +192,10 @@ async fn status(
     path = "/api/session/touch",
     tag = "sessions",
     security(("entry_token" = [])),
-    params(ForQueue),
+    params(ForQueue, ProofHeaders),
     responses(
         (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
-        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
@@ -233,10 +234,10 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
     path = "/api/session/consume",
     tag = "sessions",
     security(("entry_token" = [])),
-    params(ForQueue),
+    params(ForQueue, ProofHeaders),
     responses(
         (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended.", body = SessionView),
-        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
@@ -269,10 +270,10 @@ async fn consume(
     path = "/api/session",
     tag = "sessions",
     security(("entry_token" = [])),
-    params(ForQueue),
+    params(ForQueue, ProofHeaders),
     responses(
         (status = 204, description = "The session has ended (idempotent): its slot is free, and a resume of its place gets `closed` `session_ended`."),
-        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue.", body = ErrorBody),
+        (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),

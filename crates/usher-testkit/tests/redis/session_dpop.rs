@@ -9,6 +9,7 @@
 //! judges the token's claims, not the queue's setting).
 
 use reqwest::{Method, Response};
+use usher_admission::{Admission, Consumption, Proof, SessionStatus};
 use usher_testkit::answers::json_error;
 use usher_testkit::dpop::{bound_token, BrowserKey};
 use usher_testkit::line::{admitted, dispatcher_key};
@@ -168,5 +169,84 @@ async fn every_session_route_asks_a_bound_token_for_its_proof() -> anyhow::Resul
         .await?;
         refused(r, "replayed").await?;
     }
+    Ok(())
+}
+
+/// `usher-admission` passes the browser's proof on (`check_bound`, `consume_bound`): the
+/// plain calls hear why a bound token is refused, and the demo booking service books a bound
+/// token once, with the browser's `DPoP` proof, which it checks and then hands to the
+/// dispatcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usher_admission_and_the_demo_pass_the_browsers_proof_on() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        booking: true,
+        ..Default::default()
+    })
+    .await?;
+    stack.create_queue("show", 50.0).await?;
+    let (key, thief) = (BrowserKey::generate(), BrowserKey::generate());
+    let (_, token) = admitted(&stack, "show").await?;
+    let bound = bound_token(&dispatcher_key(&stack).await?, &token, &key.thumbprint())?;
+    let admission = Admission::builder(stack.dispatcher.url())
+        .any_queue()
+        .build()?;
+    let seats = "https://tickets.example/api/seats";
+    let proof = |jws| Proof {
+        jws,
+        method: "GET",
+        url: seats,
+    };
+
+    // The plain call, and a thief's proof: refused, with the reason.
+    assert_eq!(
+        admission.check_for(&bound, "show").await?,
+        SessionStatus::ProofRefused("missing".into())
+    );
+    let thiefs = thief.proof("GET", seats, Some(&bound));
+    assert_eq!(
+        admission
+            .consume_bound(&bound, "show", proof(&thiefs))
+            .await?,
+        Consumption::ProofRefused("wrong_key".into())
+    );
+    // Its browser's proof answers once.
+    let good = key.proof("GET", seats, Some(&bound));
+    assert!(matches!(
+        admission.check_bound(&bound, "show", proof(&good)).await?,
+        SessionStatus::Active(_)
+    ));
+    assert_eq!(
+        admission.check_bound(&bound, "show", proof(&good)).await?,
+        SessionStatus::ProofRefused("replayed".into())
+    );
+
+    // The demo books it only with the browser's proof of this booking request, once.
+    let booking = stack.booking.as_ref().map(|b| b.url()).unwrap_or_default();
+    let url = format!("{booking}/api/bookings");
+    let book = |dpop: Option<String>| {
+        let mut r = reqwest::Client::new()
+            .post(&url)
+            .bearer_auth(&bound)
+            .json(&serde_json::json!({"queue": "show"}));
+        if let Some(p) = dpop {
+            r = r.header("dpop", p);
+        }
+        r.send()
+    };
+    let msg = json_error(book(None).await?, 401).await?;
+    assert!(msg.contains("bound"), "{msg}");
+    json_error(
+        book(Some(thief.proof("POST", &url, Some(&bound)))).await?,
+        403,
+    )
+    .await?;
+    let r = book(Some(key.proof("POST", &url, Some(&bound)))).await?;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let msg = json_error(
+        book(Some(key.proof("POST", &url, Some(&bound)))).await?,
+        403,
+    )
+    .await?;
+    assert!(msg.contains("ended"), "{msg}");
     Ok(())
 }
