@@ -261,6 +261,22 @@ def main():
         assert code == 200, (code, raw[:200])
         code, raw = call("POST", url, form=dict(form, proof=once))
         assert code == 403 and b"used already" in raw, ("a replayed proof", code, raw[:200])
+        # The dispatcher's session API asks for the proof too: the browser's, passed on (`DPoP`)
+        # with the request it was made for (`X-Original-*`; the query is not signed), once.
+        session = DISPATCHER + "/api/session?queue=" + Q
+        code, raw = call("GET", session, headers=bearer)
+        assert code == 401 and b"proof_required: missing" in raw, ("token alone", code, raw)
+        seats = BOOKING + "/api/seats"
+        passed_on = dict(bearer, **{"dpop": key.proof("GET", seats, ath=ath),
+                                    "x-original-method": "GET",
+                                    "x-original-url": seats + "?queue=" + Q})
+        code, raw = call("GET", session, headers=passed_on)
+        assert code == 200, ("the browser's proof passed on", code, raw[:200])
+        code, raw = call("GET", session, headers=passed_on)
+        assert code == 401 and b"proof_required: replayed" in raw, ("passed on twice", code, raw)
+        thiefs = dict(passed_on, dpop=thief.proof("GET", seats, ath=ath))
+        code, raw = call("GET", session, headers=thiefs)
+        assert code == 401 and b"proof_required: wrong_key" in raw, ("a thief's", code, raw)
         # Its own browser ends the session with a proof (DELETE the ticket): 204.
         path = f"/api/queues/{Q}/tickets/" + held["ticket"]
         code, _ = call("DELETE", GW + path + "?proof=" + key.proof("DELETE", path))
