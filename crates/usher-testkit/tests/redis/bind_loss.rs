@@ -17,19 +17,21 @@ use p256::ecdsa::signature::Signer;
 use p256::ecdsa::{Signature, SigningKey};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use usher_core::ids::QueueId;
+use usher_core::binding::{Bind, Thumbprint};
+use usher_core::draw::{EntrantHash, Seed};
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::keys::QueueKeys;
-use usher_core::store::Store;
+use usher_core::store::{PlaceState, PreQueueFate, PreRestore, QueueConfig, SeenDraw, Store, Tick};
 use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
 use usher_testkit::line::{
-    data, heartbeats_done, jwks_at, place_of, queue_view, verify_token, wait_waiting,
+    data, heartbeats_done, jwks_at, place_of, queue_view, take_lease, verify_token, wait_waiting,
 };
 use usher_testkit::procs::Proc;
 use usher_testkit::redis_server::redis_cli;
 use usher_testkit::sse::{SseConn, Watcher};
 use usher_testkit::wait::{eventually, eventually_within};
-use usher_testkit::{RedisServer, SseClient};
+use usher_testkit::{tick_args, tick_calls, RedisServer, SseClient};
 
 const Q: &str = "bound-loss";
 const STREAM: &str = "/api/queues/bound-loss/stream";
@@ -342,5 +344,128 @@ async fn a_copied_ticket_of_a_place_nobody_held_is_refused_after_a_loss() -> any
         },
     )
     .await?;
+    Ok(())
+}
+
+/// A thumbprint made of one character (what Redis stores; the store tests need no real key).
+fn thumbprint(c: char) -> Thumbprint {
+    Thumbprint::parse(&format!("{}A", c.to_string().repeat(Thumbprint::LEN - 1)))
+        .expect("43 base64url characters")
+}
+
+/// The dispatcher mints by the keys in `bound`: the tick never admits a binding queue's place
+/// that has none (put back without it, or joined before the queue bound), since its token
+/// would carry no `cnf`. It is dropped at the head; the place with its key is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_without_its_key_is_never_admitted_on_a_binding_queue() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("keyless")?;
+    let config = QueueConfig {
+        admit_per_second: 100.0,
+        passthrough: false,
+        bind: Bind::BrowserKey,
+        ..QueueConfig::default()
+    };
+    store.put_queue(&q, &config).await?;
+    let key = thumbprint('k');
+    let batch = store
+        .join_bound(&q, 0, now_ms(), &[None, None], &[None, Some(key.clone())])
+        .await?;
+    let waiting = |i| match batch.outcome(i) {
+        Ok(PlaceState::Waiting { place, .. }) => Ok(place),
+        other => Err(anyhow::anyhow!("a waiting place expected, got {other:?}")),
+    };
+    let (keyless, bound) = (waiting(0)?, waiting(1)?);
+    assert_eq!(
+        store.place_keys(&q, &[keyless, bound]).await?,
+        [None, Some(key)]
+    );
+
+    let lease = take_lease(&store, &q).await?;
+    let calls = tick_calls(&store, &q, &tick_args(&lease, now_ms() + 1_000)).await?;
+    let (admitted, dropped) = calls.iter().fold((0, 0), |(a, d), t| match t {
+        Tick::Ticked(o) => (a + o.admitted, d + o.dropped),
+        _ => (a, d),
+    });
+    assert_eq!(
+        (admitted, dropped),
+        (1, 1),
+        "the keyed place admitted, the keyless one dropped: {calls:?}"
+    );
+    assert_eq!(
+        store.status(&q, keyless, now_ms()).await?,
+        PlaceState::Gone,
+        "the keyless place is gone, not admitted"
+    );
+    assert_ne!(store.status(&q, bound, now_ms()).await?, PlaceState::Gone);
+    Ok(())
+}
+
+/// A scheduled sale's pre-queue places put back after a loss get their keys back in the same
+/// call, under the id they are put back with: into the pre-queue of a pending draw, and into
+/// the line when no draw is held (the draw void).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_queue_places_are_put_back_with_their_keys() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let config = QueueConfig {
+        paused: true,
+        bind: Bind::BrowserKey,
+        ..QueueConfig::default()
+    };
+    let held = |p: u64| (PlaceId(p), EntrantHash([p as u8; 32]));
+    let places = [held(3), held(4)];
+    let keys = [Some(thumbprint('a')), None];
+
+    // A pending draw: back in the pre-queue, with the key.
+    let pending = QueueId::new("pending-sale")?;
+    store.put_queue(&pending, &config).await?;
+    store
+        .schedule(&pending, Some(now_ms() + 3_600_000), &Seed::generate())
+        .await?;
+    let r = store
+        .restore_pre_queue_bound(&pending, 0, &places, &keys, SeenDraw::default(), now_ms())
+        .await?;
+    assert!(
+        matches!(
+            r,
+            PreRestore::Done {
+                fate: PreQueueFate::Kept,
+                restored: 2,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        store
+            .place_keys(&pending, &[PlaceId(3), PlaceId(4)])
+            .await?,
+        keys,
+        "each place with the key its gateway checked, none for the one it had none for"
+    );
+
+    // No draw held any more: the places go into the line, with their keys.
+    let void = QueueId::new("void-sale")?;
+    store.put_queue(&void, &config).await?;
+    let r = store
+        .restore_pre_queue_bound(&void, 0, &places, &keys, SeenDraw::default(), now_ms())
+        .await?;
+    assert!(
+        matches!(
+            r,
+            PreRestore::Done {
+                fate: PreQueueFate::Void,
+                restored: 2,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        store.place_keys(&void, &[PlaceId(3), PlaceId(4)]).await?,
+        keys
+    );
     Ok(())
 }
