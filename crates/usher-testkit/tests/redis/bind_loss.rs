@@ -25,7 +25,8 @@ use usher_core::store::{PlaceState, PreQueueFate, PreRestore, QueueConfig, SeenD
 use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
 use usher_testkit::line::{
-    data, heartbeats_done, jwks_at, place_of, queue_view, take_lease, verify_token, wait_waiting,
+    away_flushed, data, heartbeats_done, jwks_at, place_of, queue_view, take_lease, verify_token,
+    wait_waiting,
 };
 use usher_testkit::procs::Proc;
 use usher_testkit::redis_server::redis_cli;
@@ -317,6 +318,8 @@ async fn a_copied_ticket_of_a_place_nobody_held_is_refused_after_a_loss() -> any
         Ok(())
     })
     .await?;
+    // Its disconnect written to Redis before the loss, not after.
+    away_flushed(&s.gateway.url(), 2).await?;
     s.lose_join(place_of(&away_ticket))?;
 
     let (code, first, _) = s.resume(&away_ticket, &thief).await?;
