@@ -21,7 +21,9 @@ use usher_core::binding::{Bind, Thumbprint};
 use usher_core::draw::{EntrantHash, Seed};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::keys::QueueKeys;
-use usher_core::store::{PlaceState, PreQueueFate, PreRestore, QueueConfig, SeenDraw, Store, Tick};
+use usher_core::store::{
+    DrawOutcome, DrawPrep, PlaceState, PreQueueFate, PreRestore, QueueConfig, SeenDraw, Store, Tick,
+};
 use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
 use usher_testkit::line::{
@@ -406,8 +408,9 @@ async fn a_place_without_its_key_is_never_admitted_on_a_binding_queue() -> anyho
 }
 
 /// A scheduled sale's pre-queue places put back after a loss get their keys back in the same
-/// call, under the id they are put back with: into the pre-queue of a pending draw, and into
-/// the line when no draw is held (the draw void).
+/// call, under the id they are put back with: into the pre-queue of a pending draw, into the
+/// line when no draw is held (the draw void), and at the tail of the line under new ids when
+/// the new draw ran already.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_queue_places_are_put_back_with_their_keys() -> anyhow::Result<()> {
     let redis = RedisServer::start()?;
@@ -470,5 +473,52 @@ async fn pre_queue_places_are_put_back_with_their_keys() -> anyhow::Result<()> {
         store.place_keys(&void, &[PlaceId(3), PlaceId(4)]).await?,
         keys
     );
+
+    // The new draw ran before this gateway put its places back: they go to the tail of the
+    // line under new ids (`drawn` maps them), and the key goes with the new id.
+    let done = QueueId::new("done-sale")?;
+    store.put_queue(&done, &config).await?;
+    let seed = Seed::generate();
+    assert!(store.schedule(&done, Some(now_ms()), &seed).await?);
+    let lease = take_lease(&store, &done).await?;
+    let DrawPrep::Ready(due) = store.prepare_draw(&done, &lease, 60_000, now_ms()).await? else {
+        anyhow::bail!("the draw is not ready");
+    };
+    let recorded = due.recorded;
+    let order = due.order();
+    let outcome = store
+        .run_draw(
+            &done,
+            &lease,
+            60_000,
+            now_ms(),
+            recorded,
+            &order.entrants,
+            order.absent,
+        )
+        .await?;
+    assert!(matches!(outcome, DrawOutcome::Done { .. }), "{outcome:?}");
+    let r = store
+        .restore_pre_queue_bound(&done, 0, &places, &keys, SeenDraw::default(), now_ms())
+        .await?;
+    assert!(
+        matches!(
+            r,
+            PreRestore::Done {
+                fate: PreQueueFate::Drawn,
+                restored: 2,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let k = QueueKeys::new(&done);
+    let new_id = |p: u64| -> anyhow::Result<PlaceId> {
+        let id = redis_cli(redis.port(), &["HGET", &k.drawn, &p.to_string()])?;
+        Ok(PlaceId(id.trim().parse()?))
+    };
+    let moved = [new_id(3)?, new_id(4)?];
+    assert!(moved[0].0 > 4 && moved[1].0 > 4, "new ids: {moved:?}");
+    assert_eq!(store.place_keys(&done, &moved).await?, keys);
     Ok(())
 }
