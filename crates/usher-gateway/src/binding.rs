@@ -85,11 +85,12 @@ pub(crate) async fn prove(
     route: Route<'_>,
 ) -> Result<Option<Proven>, Unproven> {
     let setting = gw.challenges().setting(gw.store(), q).await?;
+    if setting.as_ref().is_some_and(|s| !s.bind.binds()) {
+        return Ok(None);
+    }
     let held = place.and_then(|p| gw.hub().held_key(q, p));
-    match setting {
-        Some(s) if !s.bind.binds() => return Ok(None),
-        None if held.is_none() => return Ok(None),
-        _ => {}
+    if setting.is_none() && held.is_none() {
+        return Ok(None);
     }
     let refused = |r: ProofRefusal| {
         metrics::refused(Refusal::Proof);
