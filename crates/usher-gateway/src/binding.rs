@@ -58,19 +58,38 @@ impl Route<'_> {
     }
 }
 
+/// What a request to a binding queue proved.
+#[derive(Debug, Clone)]
+pub(crate) struct Proven {
+    /// The key the proof was made with: a join's place is bound to it.
+    pub(crate) key: Thumbprint,
+    /// The ticket's place's own key, as Redis (`bound`) or a stream held here knows it:
+    /// `None` for a join, and for a place over for good that no stream here holds.
+    pub(crate) place_key: Option<Thumbprint>,
+}
+
 /// Checks a request to `q` (for `place`, when it names one) against the queue's `bind`
 /// setting: `Ok(None)` when the queue binds nothing (or is unknown: the caller's own checks
-/// answer that), `Ok(Some(key))` when `proof` is a fresh, unspent proof by the place's key
+/// answer that), `Ok(Some(proven))` when `proof` is a fresh, unspent proof by the place's key
 /// (for a join: by any key, which the place will be bound to). The proof is spent.
+///
+/// A place held here with a key is bound whatever Redis says: after a data loss (the queue's
+/// setting, the place and its key gone until the gateways put them back) its proof is checked
+/// against the key of the stream held here, so a copied ticket can neither resume the place
+/// nor take it from its browser.
 pub(crate) async fn prove(
     gw: &Gateway,
     q: &QueueId,
     place: Option<PlaceId>,
     proof: Option<&str>,
     route: Route<'_>,
-) -> Result<Option<Thumbprint>, Unproven> {
+) -> Result<Option<Proven>, Unproven> {
     let setting = gw.challenges().setting(gw.store(), q).await?;
-    if !setting.is_some_and(|s| s.bind.binds()) {
+    if setting.as_ref().is_some_and(|s| !s.bind.binds()) {
+        return Ok(None);
+    }
+    let held = place.and_then(|p| gw.hub().held_key(q, p));
+    if setting.is_none() && held.is_none() {
         return Ok(None);
     }
     let refused = |r: ProofRefusal| {
@@ -82,21 +101,34 @@ pub(crate) async fn prove(
     let checked =
         usher_core::proof::check(proof, route.method(), &route.path(q), None, now_ms() / 1000)
             .map_err(refused)?;
+    let mut place_key = None;
     if let Some(place) = place {
-        match gw.store().ticket_key(q, place).await? {
-            TicketKey::Bound(key) if key == checked.key => {}
-            // A place that joined without a key (before the queue bound) cannot be proven.
-            TicketKey::Bound(_) | TicketKey::Unbound => {
-                return Err(refused(ProofRefusal::WrongKey))
+        let known = match gw.store().ticket_key(q, place).await? {
+            TicketKey::Bound(key) => Some(key),
+            // Redis has no key for the place (lost with a data loss), the stream held here
+            // has: the place is bound to that one.
+            TicketKey::Unbound | TicketKey::Over if held.is_some() => held,
+            // A live place without a key (it joined before the queue bound, or was put back
+            // without it) cannot be proven.
+            TicketKey::Unbound => return Err(refused(ProofRefusal::WrongKey)),
+            // Over for good (its key may be pruned), or lost with its key and held nowhere
+            // here: nothing of it can be had with the ticket (`lua/resume.lua` does not put a
+            // lost place back without its key), and its own answer (`session_ended`, the
+            // close reason, gone) is what the browser must hear.
+            TicketKey::Over => None,
+        };
+        if let Some(key) = known {
+            if key != checked.key {
+                return Err(refused(ProofRefusal::WrongKey));
             }
-            // Over for good (its key may be pruned): nothing of it can be had with the
-            // ticket, and its own answer (`session_ended`, the close reason, ...) is what
-            // the browser must hear.
-            TicketKey::Over => {}
+            place_key = Some(key);
         }
     }
     if !gw.store().spend_proof(q, &checked.jti).await? {
         return Err(refused(ProofRefusal::Replayed));
     }
-    Ok(Some(checked.key))
+    Ok(Some(Proven {
+        key: checked.key,
+        place_key,
+    }))
 }

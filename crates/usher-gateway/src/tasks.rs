@@ -188,10 +188,12 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
 
 /// Puts the places of `q`'s browsers held here back into Redis (see [`crate::recovery`]).
 async fn restore(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
-    let places = gw.hub().places_in_line_order(q);
+    // With each place, the browser key its stream was proven with (a binding queue's): the
+    // place goes back with its key, in the same script call.
+    let (places, keys): (Vec<_>, Vec<_>) = gw.hub().places_in_line_order(q).into_iter().unzip();
     match gw
         .store()
-        .restore_places(q, gw.index(), &places, now_ms())
+        .restore_places_bound(q, gw.index(), &places, &keys, now_ms())
         .await?
     {
         Restore::Unknown => gw.recovery().still_missing(q, Instant::now()),
@@ -215,10 +217,11 @@ async fn restore(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
 /// the draw they joined is kept when the queue came back with its seed; otherwise each of
 /// them is told (`draw_void`) and resumes into the new draw's pre-queue or its place in line.
 async fn restore_pre_queue(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> {
-    let (places, opens_at_ms) = gw.hub().scheduled_places(q);
-    if places.is_empty() {
+    let (held, opens_at_ms) = gw.hub().scheduled_places(q);
+    if held.is_empty() {
         return Ok(());
     }
+    let (places, keys): (Vec<_>, Vec<_>) = held.into_iter().unzip();
     let entrants: Vec<_> = places
         .iter()
         .map(|&p| {
@@ -233,7 +236,7 @@ async fn restore_pre_queue(gw: &Gateway, q: &QueueId) -> Result<(), StoreError> 
     };
     let store = gw.store();
     let fate = match store
-        .restore_pre_queue(q, gw.index(), &entrants, draw, now_ms())
+        .restore_pre_queue_bound(q, gw.index(), &entrants, &keys, draw, now_ms())
         .await?
     {
         PreRestore::Unknown => return Ok(()),

@@ -2,11 +2,16 @@
 -- by its browsers (they joined before the draw). The draw's published commitment is kept
 -- when the queue was configured again with the same seed (USHER_QUEUES_FILE's `draw_seed`);
 -- otherwise that draw is void, and the record says so, never silently.
--- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away, active, tokens, ended, parked
---       (one hash tag: {q:<id>})
+-- Browser binding: each place put back gets back, in this same call, the browser key the
+-- gateway checked at its join or resume (`bound`), under the id it is put back with (a new id
+-- at the tail of the line included), so no place is live without its key. A key already
+-- there is kept.
+-- KEYS: meta, seq, pre, entrants, waiting, drawn, gws, away, active, tokens, ended, parked,
+--       bound   (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, the commitment the gateway saw published before
---       ('' = unknown), the opens_at ms it saw ('' = unknown), the void reason, then pairs:
---       place id, its entrant hash (32 raw bytes), in join order
+--       ('' = unknown), the opens_at ms it saw ('' = unknown), the void reason, then triples:
+--       place id, its entrant hash (32 raw bytes), the thumbprint of its browser key ('' =
+--       none), in join order
 -- By the queue's draw as configured again:
 -- * pending, same commitment (or the gateway saw none): the places go back into the pre-queue
 --   with their entrant hashes, and the draw verifies against the commitment published before
@@ -31,8 +36,17 @@ local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 local known = ARGV[4]
 local restored, highest = 0, 0
-local ids = {}
-for i = 7, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+local ids, key_of = {}, {}
+for i = 7, #ARGV, 3 do
+  ids[#ids + 1] = ARGV[i]
+  if ARGV[i + 2] ~= '' then key_of[ARGV[i]] = ARGV[i + 2] end
+end
+
+-- Gives place `id` the key its gateway checked, under the id `as` it lives by now.
+local function bind(id, as)
+  local key = key_of[id]
+  if key then redis.call('HSETNX', KEYS[13], as, key) end
+end
 
 local function void()
   if not m[6] then
@@ -73,6 +87,7 @@ local function put_back(key, skip_admitted, skip_drawn)
       end
       add[#add + 1] = place; add[#add + 1] = mine
     end
+    if not skip then bind(id, id) end
   end
   if #add > 0 then redis.call('ZADD', key, unpack(add)) end
 end
@@ -82,7 +97,7 @@ if m[4] == 'pending' then
   put_back(KEYS[3], false, true)
   if #ids > 0 then
     local hashes = {}
-    for i = 7, #ARGV, 2 do hashes[#hashes + 1] = ARGV[i]; hashes[#hashes + 1] = ARGV[i + 1] end
+    for i = 7, #ARGV, 3 do hashes[#hashes + 1] = ARGV[i]; hashes[#hashes + 1] = ARGV[i + 1] end
     redis.call('HSET', KEYS[4], unpack(hashes))
   end
   if known ~= '' and known ~= m[5] then
@@ -98,6 +113,7 @@ elseif m[4] == 'done' then
       local new = redis.call('INCR', KEYS[2])
       add[#add + 1] = new; add[#add + 1] = member_of(new, gw)
       map[#map + 1] = id; map[#map + 1] = fmt(new)
+      bind(id, fmt(new))
       restored = restored + 1
     end
   end

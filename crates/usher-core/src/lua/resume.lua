@@ -1,7 +1,9 @@
 -- Resume the place a ticket names, for a browser now held by this gateway.
--- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away, parked
---       (one hash tag)
--- ARGV: place, gateway index, now ms, gws ttl ms
+-- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away, parked,
+--       bound   (one hash tag)
+-- ARGV: place, gateway index, now ms, gws ttl ms, the thumbprint of the place's browser key as
+--       the gateway knows it ('' = none: from `bound`, or from the stream it held the place
+--       with; never merely the key of the request's proof)
 -- Returns
 --   {PLACE_ADMITTED, record}     admitted, the session still valid (record = tokens value)
 --   {PLACE_ADMISSION_PENDING}    admitted a moment ago, token being minted (ask again shortly)
@@ -15,6 +17,14 @@
 -- counts the places ahead of it in both sets.
 -- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
 -- to the place's id in the line (the id returned).
+-- Browser binding (meta `bind` = `browser_key`): a place resumed live gets the key the gateway
+-- names if it has none (a place put back without it); a place Redis lost is put back only
+-- with its key, else it is gone: its key is lost with it, and a place in line without a key
+-- could be resumed with a copied ticket and minted a token without `cnf`.
+local key = ARGV[5] or ''
+local function bind(id)
+  if key ~= '' then redis.call('HSETNX', KEYS[13], id, key) end
+end
 local now = tonumber(ARGV[3])
 local place = redis.call('HGET', KEYS[10], ARGV[1]) or ARGV[1]
 local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], place, now)
@@ -33,6 +43,7 @@ if pre then
   end
   -- Its browser is back: present at the draw (pre_away.lua).
   redis.call('SREM', KEYS[11], ARGV[1])
+  bind(place)
   return {PLACE_SCHEDULED, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), held_by}
 end
 local mine = member_of(seq, tonumber(ARGV[2]))
@@ -49,6 +60,9 @@ if not found then
     -- (restarted from an AOF that ended before this join): restore it where it stood.
     local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
     if seq <= counter then return {PLACE_GONE} end
+    if key == '' and redis.call('HGET', KEYS[1], 'bind') == 'browser_key' then
+      return {PLACE_GONE}
+    end
     redis.call('SET', KEYS[2], fmt(seq))
     redis.call('ZADD', KEYS[3], seq, mine)
   end
@@ -57,6 +71,7 @@ elseif found ~= mine then
   redis.call('ZREM', KEYS[3], found)
   redis.call('ZADD', KEYS[3], seq, mine)
 end
+bind(place)
 redis.call('ZREM', KEYS[7], place)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
 local rank = redis.call('ZRANK', KEYS[3], mine) + redis.call('ZCOUNT', KEYS[12], '-inf', '(' .. fmt(seq))

@@ -16,7 +16,11 @@
 -- With `max_active` set, a call admits at most the free slots: sessions are counted in this
 -- same script, so the cap holds whatever replicas, joins and releases run around it.
 --
--- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked
+-- Browser binding (meta `bind` = `browser_key`): a place without its browser key in `bound`
+-- (put back after a Redis data loss by a gateway that did not know it, or that joined before
+-- the queue bound) is dropped when it reaches the head, never admitted: its token would carry
+-- no `cnf`, a bearer credential on a queue that promises none.
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked, bound
 --       (one hash tag)
 -- Away places (their browser disconnected and the grace period is not over: an entry in
 -- `away`) wait in `parked`, with the same member and score as in `waiting` (away.lua moves
@@ -61,11 +65,12 @@
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
 local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'bucket', 'bucket_ms',
-  'grace_seconds', 'paused', 'passthrough', 'draw_began_ms')
+  'grace_seconds', 'paused', 'passthrough', 'draw_began_ms', 'bind')
 -- A scheduled sale's draw under way (draw_begin.lua .. draw.lua): part of the pre-queue is in
 -- the line already, its browsers not told yet. Nobody is admitted and no away place expires
 -- until the draw is done, whichever replica ticks (the dispatcher also waits for the draw).
 local drawing = m[8] and true or false
+local binds = m[9] == 'browser_key'
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[7])
 
@@ -196,7 +201,7 @@ if n > 0 then
           gw = member_gateway(member)
           gw_of[tag] = gw
         end
-        if dead_since[gw] then
+        if dead_since[gw] or (binds and redis.call('HEXISTS', KEYS[12], place) == 0) then
           dropped = dropped + 1
         else
           zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place

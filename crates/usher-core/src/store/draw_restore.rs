@@ -9,6 +9,7 @@ use super::recovery::RESTORE_BATCH;
 use super::reply::PreRestoreStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
+use crate::binding::Thumbprint;
 use crate::draw::{EntrantHash, VoidReason};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
@@ -71,15 +72,35 @@ impl Store {
         seen: SeenDraw<'_>,
         now_ms: u64,
     ) -> Result<PreRestore> {
+        self.restore_pre_queue_bound(q, gw, places, &[], seen, now_ms)
+            .await
+    }
+
+    /// [`Store::restore_pre_queue`] with the browser key of each place (`keys[i]` for
+    /// `places[i]`; missing or `None`: no key) as the gateway checked it: each place put back
+    /// gets its key back in the same call, under the id it is put back with (a binding queue).
+    pub async fn restore_pre_queue_bound(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        places: &[(PlaceId, EntrantHash)],
+        keys: &[Option<Thumbprint>],
+        seen: SeenDraw<'_>,
+        now_ms: u64,
+    ) -> Result<PreRestore> {
         let k = QueueKeys::new(q);
         let mut done = None;
         let mut restored = 0;
-        let batches: Vec<&[(PlaceId, EntrantHash)]> = if places.is_empty() {
-            vec![&[]]
+        let batches: Vec<(usize, &[(PlaceId, EntrantHash)])> = if places.is_empty() {
+            vec![(0, &[])]
         } else {
-            places.chunks(RESTORE_BATCH).collect()
+            places
+                .chunks(RESTORE_BATCH)
+                .enumerate()
+                .map(|(i, b)| (i * RESTORE_BATCH, b))
+                .collect()
         };
-        for batch in batches {
+        for (start, batch) in batches {
             let mut inv = SCRIPTS.restore_pre.prepare_invoke();
             inv.key(&k.meta)
                 .key(&k.seq)
@@ -93,14 +114,18 @@ impl Store {
                 .key(&k.tokens)
                 .key(&k.ended)
                 .key(&k.parked)
+                .key(&k.bound)
                 .arg(gw)
                 .arg(now_ms)
                 .arg(GWS_TTL_MS)
                 .arg(seen.commitment.unwrap_or_default())
                 .arg(seen.opens_at_ms.map(|t| t.to_string()).unwrap_or_default())
                 .arg(VoidReason::RedisDataLost.as_str());
-            for (p, h) in batch {
-                inv.arg(p.0).arg(&h.0[..]);
+            for (i, (p, h)) in batch.iter().enumerate() {
+                let key = keys.get(start + i).and_then(Option::as_ref);
+                inv.arg(p.0)
+                    .arg(&h.0[..])
+                    .arg(key.map_or("", Thumbprint::as_str));
             }
             let v: Value = inv.invoke_async(&mut self.c()).await?;
             let reply = array(v)?;

@@ -355,6 +355,21 @@ impl Store {
         gw: u16,
         now_ms: u64,
     ) -> Result<PlaceState> {
+        self.resume_bound(q, place, gw, now_ms, None).await
+    }
+
+    /// [`Store::resume`] on a binding queue, with the place's browser key as the gateway knows
+    /// it (from `bound`, or from the stream it held the place with; never merely the key of
+    /// the request's proof): a live place without a key gets it, and a place Redis lost is
+    /// put back only with one (without, it is gone: `lua/resume.lua`).
+    pub async fn resume_bound(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        gw: u16,
+        now_ms: u64,
+        key: Option<&Thumbprint>,
+    ) -> Result<PlaceState> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .resume
@@ -370,10 +385,12 @@ impl Store {
             .key(&k.drawn)
             .key(&k.pre_away)
             .key(&k.parked)
+            .key(&k.bound)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
+            .arg(key.map_or("", Thumbprint::as_str))
             .invoke_async(&mut self.c())
             .await?;
         Self::place_state(place, array(v)?, true)

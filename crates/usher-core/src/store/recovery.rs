@@ -8,6 +8,7 @@ use super::decode::{array, int, status, text};
 use super::reply::RestoreStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
+use crate::binding::Thumbprint;
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
 use crate::messages::CloseReason;
@@ -38,15 +39,33 @@ impl Store {
         places: &[PlaceId],
         now_ms: u64,
     ) -> Result<Restore> {
+        self.restore_places_bound(q, gw, places, &[], now_ms).await
+    }
+
+    /// [`Store::restore_places`] with the browser key of each place (`keys[i]` for
+    /// `places[i]`; missing or `None`: no key) as the gateway checked it at the place's join or
+    /// resume: each place left in line gets its key back in the same call (a binding queue).
+    pub async fn restore_places_bound(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        places: &[PlaceId],
+        keys: &[Option<Thumbprint>],
+        now_ms: u64,
+    ) -> Result<Restore> {
         let k = QueueKeys::new(q);
         let mut restored = 0;
         let mut epoch = None;
-        let batches: Vec<&[PlaceId]> = if places.is_empty() {
-            vec![&[]]
+        let batches: Vec<(usize, &[PlaceId])> = if places.is_empty() {
+            vec![(0, &[])]
         } else {
-            places.chunks(RESTORE_BATCH).collect()
+            places
+                .chunks(RESTORE_BATCH)
+                .enumerate()
+                .map(|(i, b)| (i * RESTORE_BATCH, b))
+                .collect()
         };
-        for batch in batches {
+        for (start, batch) in batches {
             let mut inv = SCRIPTS.restore.prepare_invoke();
             inv.key(&k.meta)
                 .key(&k.seq)
@@ -57,11 +76,13 @@ impl Store {
                 .key(&k.gws)
                 .key(&k.away)
                 .key(&k.parked)
+                .key(&k.bound)
                 .arg(gw)
                 .arg(now_ms)
                 .arg(GWS_TTL_MS);
-            for p in batch {
-                inv.arg(p.0);
+            for (i, p) in batch.iter().enumerate() {
+                let key = keys.get(start + i).and_then(Option::as_ref);
+                inv.arg(p.0).arg(key.map_or("", Thumbprint::as_str));
             }
             let v: Value = inv.invoke_async(&mut self.c()).await?;
             let reply = array(v)?;

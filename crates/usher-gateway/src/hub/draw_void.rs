@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::time::parse_rfc3339_ms;
 
@@ -10,9 +11,13 @@ use super::Hub;
 use crate::update::Update;
 
 impl Hub {
-    /// The pre-queue places of `queue` held here, in join order (place id), and the
-    /// `opens_at` (ms) their streams were told.
-    pub fn scheduled_places(&self, queue: &QueueId) -> (Vec<PlaceId>, Option<u64>) {
+    /// The pre-queue places of `queue` held here, in join order (place id), each with the
+    /// browser key it was proven with (a binding queue's), and the `opens_at` (ms) their
+    /// streams were told.
+    pub fn scheduled_places(
+        &self,
+        queue: &QueueId,
+    ) -> (Vec<(PlaceId, Option<Thumbprint>)>, Option<u64>) {
         let inner = self.lock();
         let mut opens_at_ms = None;
         let places = inner
@@ -27,7 +32,7 @@ impl Hub {
                             return None;
                         };
                         opens_at_ms = opens_at_ms.or_else(|| parse_rfc3339_ms(&e.opens_at));
-                        Some(PlaceId(p))
+                        Some((PlaceId(p), s.key.as_ref().and_then(|k| k.thumbprint())))
                     })
                     .collect()
             })

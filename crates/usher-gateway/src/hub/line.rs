@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::position::{Standing, Standings};
+use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{eta_seconds, CloseReason, QueueState, WaitingEvent};
 
@@ -234,22 +235,26 @@ impl Hub {
     }
 
     /// The places of `queue` held here, in the order of their last known positions (the
-    /// place id breaks ties): the order they are put back in after a Redis data loss.
+    /// place id breaks ties), each with the browser key it was proven with (a binding
+    /// queue's): the order they are put back in after a Redis data loss, with their keys.
     /// Pre-queue places are not in line: [`Hub::scheduled_places`] has them.
-    pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<PlaceId> {
+    pub fn places_in_line_order(&self, queue: &QueueId) -> Vec<(PlaceId, Option<Thumbprint>)> {
         let inner = self.lock();
-        let mut places: Vec<(u64, u64)> = inner
+        let mut places: Vec<(u64, u64, Option<Thumbprint>)> = inner
             .queues
             .get(queue)
             .map(|slots| {
                 slots
                     .iter()
                     .filter(|(_, s)| !s.is_scheduled())
-                    .map(|(p, s)| (s.position, *p))
+                    .map(|(p, s)| (s.position, *p, s.key.as_ref().and_then(|k| k.thumbprint())))
                     .collect()
             })
             .unwrap_or_default();
-        places.sort_unstable();
-        places.into_iter().map(|(_, p)| PlaceId(p)).collect()
+        places.sort_unstable_by_key(|&(position, p, _)| (position, p));
+        places
+            .into_iter()
+            .map(|(_, p, key)| (PlaceId(p), key))
+            .collect()
     }
 }

@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::watch;
+use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::CloseReason;
 
 use crate::update::Update;
 
+use held_key::HeldKey;
 use slots::{Inner, Slot};
 
 /// The connection registry: every place held here, and the admissions waiting for one.
@@ -65,8 +67,14 @@ impl Hub {
     /// Reserves `place` for a new connection. An older connection holding it here is ended
     /// with `closed` `resumed_elsewhere` (the newest connection owns a place; the old tab
     /// learns why, instead of reconnecting and taking the place back every `retry:` period)
-    /// and can no longer release it.
-    pub fn reserve(&self, queue: &QueueId, place: PlaceId) -> Reservation {
+    /// and can no longer release it. `key` is the browser key the place was proven with (a
+    /// binding queue's), kept while the place is held ([`Hub::held_key`]).
+    pub fn reserve(
+        &self,
+        queue: &QueueId,
+        place: PlaceId,
+        key: Option<&Thumbprint>,
+    ) -> Reservation {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
         let slot = Slot {
@@ -75,6 +83,7 @@ impl Hub {
             pending: None,
             position: u64::MAX,
             resyncing: false,
+            key: key.and_then(HeldKey::of),
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
             let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
@@ -89,6 +98,19 @@ impl Hub {
     /// Whether a connection here holds (or is resuming) `place`.
     pub fn holds(&self, queue: &QueueId, place: PlaceId) -> bool {
         self.lock().holds(queue, place)
+    }
+
+    /// The browser key `place` was proven with, while a connection here holds it (a binding
+    /// queue's): what the gateway checks a proof against when Redis lost the key.
+    pub fn held_key(&self, queue: &QueueId, place: PlaceId) -> Option<Thumbprint> {
+        let inner = self.lock();
+        inner
+            .queues
+            .get(queue)?
+            .get(&place.0)?
+            .key
+            .as_ref()?
+            .thumbprint()
     }
 
     /// Gives up a reservation that never became a connection. Returns `true` when it still
@@ -186,6 +208,7 @@ impl Hub {
 
 mod admissions;
 mod draw_void;
+mod held_key;
 mod line;
 mod slots;
 #[cfg(test)]

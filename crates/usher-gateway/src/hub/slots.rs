@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
 
+use super::held_key::HeldKey;
 #[cfg(doc)]
 use super::Hub;
 use crate::update::{Admitted, Update};
@@ -23,6 +24,9 @@ pub(super) struct Slot {
     pub(super) position: u64,
     /// A re-check against Redis is under way (see [`Hub::apply_state`]).
     pub(super) resyncing: bool,
+    /// The browser key the place was proven with (a binding queue's; `None` elsewhere): put
+    /// back with the place after a Redis data loss.
+    pub(super) key: Option<HeldKey>,
 }
 
 impl Slot {

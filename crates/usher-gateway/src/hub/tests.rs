@@ -24,7 +24,7 @@ fn place(seq: u64) -> PlaceId {
 }
 
 fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update>) {
-    let r = hub.reserve(&q(), p);
+    let r = hub.reserve(&q(), p, None);
     hub.attach(r, Update::Waiting(waiting(pos)))
         .expect("attached")
 }
@@ -33,7 +33,7 @@ fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update
 fn newest_connection_owns_the_place() {
     let hub = Hub::new();
     let (a1, rx1) = connect(&hub, place(5), 5);
-    let r2 = hub.reserve(&q(), place(5));
+    let r2 = hub.reserve(&q(), place(5), None);
     assert_eq!(
         *rx1.borrow(),
         Update::closed(&q(), CloseReason::ResumedElsewhere),
@@ -54,12 +54,12 @@ fn newest_connection_owns_the_place() {
 #[test]
 fn an_abandoned_reservation_reports_ownership_once() {
     let hub = Hub::new();
-    let r = hub.reserve(&q(), place(1));
+    let r = hub.reserve(&q(), place(1), None);
     assert!(hub.unreserve(&r));
     assert!(!hub.unreserve(&r));
     assert_eq!(hub.connections(), 0);
-    let r1 = hub.reserve(&q(), place(2));
-    let _r2 = hub.reserve(&q(), place(2));
+    let r1 = hub.reserve(&q(), place(2), None);
+    let _r2 = hub.reserve(&q(), place(2), None);
     assert!(!hub.unreserve(&r1), "a newer reservation owns it");
     assert!(hub.attach(r1, Update::Waiting(waiting(1))).is_none());
 }
@@ -102,13 +102,13 @@ fn admissions_reach_reserved_and_not_yet_attached_places() {
     };
     // Arrives before the reservation: kept as an orphan.
     assert_eq!(hub.admit(&q(), &[adm(place(4))], None), 0);
-    let r = hub.reserve(&q(), place(4));
+    let r = hub.reserve(&q(), place(4), None);
     let (_a, rx) = hub
         .attach(r, Update::Waiting(waiting(1)))
         .expect("attached");
     assert!(matches!(&*rx.borrow(), Update::Admitted(e) if e.token == "t"));
     // Arrives while reserved: kept in the slot.
-    let r = hub.reserve(&q(), place(5));
+    let r = hub.reserve(&q(), place(5), None);
     assert_eq!(hub.admit(&q(), &[adm(place(5))], None), 1);
     let (_a, rx) = hub
         .attach(r, Update::Waiting(waiting(1)))
@@ -251,16 +251,23 @@ fn pre_queue_places_are_restored_apart_and_told_of_a_void_draw() {
     let (_w, rx_waiting) = connect(&hub, place(3), 1);
     let opens_at_ms = 1_900_000_000_000;
     let mut pre = Vec::new();
-    for p in [9, 7] {
-        let r = hub.reserve(&q(), place(p));
+    // A binding queue's places keep the key they were proven with, to be put back with it.
+    let key = |c: char| Thumbprint::parse(&format!("{}A", c.to_string().repeat(42)));
+    for (p, c) in [(9, 'x'), (7, 'y')] {
+        let r = hub.reserve(&q(), place(p), key(c).as_ref());
         let first = Update::Scheduled(ScheduledEvent::new(q(), opens_at_ms));
         pre.push(hub.attach(r, first).expect("attached").1);
     }
-    assert_eq!(hub.places_in_line_order(&q()), vec![place(3)]);
+    assert!(key('x').is_some());
+    assert_eq!(hub.places_in_line_order(&q()), vec![(place(3), None)]);
+    assert_eq!(hub.held_key(&q(), place(9)), key('x'));
     assert_eq!(
         hub.scheduled_places(&q()),
-        (vec![place(7), place(9)], Some(opens_at_ms)),
-        "in join order, with the opens_at their streams were told"
+        (
+            vec![(place(7), key('y')), (place(9), key('x'))],
+            Some(opens_at_ms)
+        ),
+        "in join order with their keys, and the opens_at their streams were told"
     );
     let frame: Arc<str> = "event: draw_void\ndata: {}\n\n".into();
     assert_eq!(hub.void_scheduled(&q(), &frame, || 1500), 2);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::ticket::Ticket;
 use tokio::sync::watch;
 use tracing::Instrument;
-use usher_core::binding::ProofRequiredEvent;
+use usher_core::binding::{ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{
@@ -79,10 +79,11 @@ struct Reserved {
 }
 
 impl Reserved {
-    fn new(gw: &Arc<Gateway>, q: &QueueId, place: PlaceId) -> Self {
+    /// `key`: the browser key the place was proven with (a binding queue's).
+    fn new(gw: &Arc<Gateway>, q: &QueueId, place: PlaceId, key: Option<&Thumbprint>) -> Self {
         Self {
             gw: gw.clone(),
-            r: Some(gw.hub().reserve(q, place)),
+            r: Some(gw.hub().reserve(q, place, key)),
         }
     }
 
@@ -205,8 +206,8 @@ async fn setup(
     let idx = gw.index();
     // A queue that binds places to the browser's key: a join records the key it proves, a
     // resume must prove the key its place joined with (before anything is reserved).
-    let key = match prove(gw, &q, place, proof.as_deref(), Route::Stream).await {
-        Ok(key) => key,
+    let proven = match prove(gw, &q, place, proof.as_deref(), Route::Stream).await {
+        Ok(proven) => proven,
         Err(Unproven::Refused(reason)) => {
             return Setup::ProofRequired(ProofRequiredEvent { queue: q, reason })
         }
@@ -229,12 +230,15 @@ async fn setup(
     let grace = Duration::from_secs(
         setting.map_or(QueueConfig::default().grace_seconds, |s| s.grace_seconds),
     );
+    // The resumed place's own key (a binding queue's), kept with the stream: after a Redis
+    // data loss the place is put back with it.
+    let place_key = proven.as_ref().and_then(|p| p.place_key.clone());
     let (state, reserved) = match place {
         Some(place) => {
             // Reserve first: from now on an older connection's disconnect cannot mark the
             // place away while it is being resumed.
-            let reserved = Reserved::new(gw, &q, place);
-            match resume(gw, &q, place, idx).await {
+            let reserved = Reserved::new(gw, &q, place, place_key.as_ref());
+            match resume(gw, &q, place, idx, place_key.as_ref()).await {
                 Ok(s) => {
                     metrics::resumed();
                     (s, Some(reserved))
@@ -251,7 +255,11 @@ async fn setup(
             // The join's span (its queue; never its ticket, which is issued below).
             let span = tracing::info_span!("join", queue = %q);
             joined = SpanLink::of(&span);
-            let join = Join { pow: proof, key };
+            let key = proven.map(|p| p.key);
+            let join = Join {
+                pow: proof,
+                key: key.clone(),
+            };
             match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
@@ -259,7 +267,7 @@ async fn setup(
                         | PlaceState::Scheduled { place, .. }
                         | PlaceState::AdmittedNow { place } => {
                             metrics::joined();
-                            Some(Reserved::new(gw, &q, *place))
+                            Some(Reserved::new(gw, &q, *place, key.as_ref()))
                         }
                         _ => None,
                     };
@@ -339,7 +347,7 @@ async fn setup(
                 // A pre-queue ticket resumed after the draw: its place has a new id in line.
                 Some(r) if r.place() != Some(place) => {
                     r.disarm();
-                    Reserved::new(gw, &q, place)
+                    Reserved::new(gw, &q, place, place_key.as_ref())
                 }
                 Some(r) => r,
                 None => return Setup::TryLater,
@@ -436,17 +444,19 @@ fn refused_by_redis(e: &StoreError) -> Setup {
     }
 }
 
-/// Resumes a place; an admission whose token is still being minted is awaited briefly.
+/// Resumes a place (`key`: its own browser key, a binding queue's); an admission whose
+/// token is still being minted is awaited briefly.
 async fn resume(
     gw: &Gateway,
     q: &QueueId,
     place: PlaceId,
     idx: u16,
+    key: Option<&Thumbprint>,
 ) -> Result<PlaceState, StoreError> {
     for _ in 0..20 {
         let s = gw
             .store()
-            .resume(q, place, idx, now_ms())
+            .resume_bound(q, place, idx, now_ms(), key)
             .await
             .map_err(logged)?;
         if s != PlaceState::AdmissionPending {

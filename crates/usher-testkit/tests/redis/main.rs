@@ -19,6 +19,7 @@ mod adaptive;
 mod admin_auth;
 mod admission;
 mod away_wall;
+mod bind_loss;
 mod bind_store;
 mod capacity;
 mod contract;

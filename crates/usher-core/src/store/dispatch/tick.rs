@@ -128,6 +128,7 @@ impl Store {
             .key(&k.seq)
             .key(&k.ended)
             .key(&k.parked)
+            .key(&k.bound)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
