@@ -6,6 +6,14 @@
 //! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
 //! signature, route and time ([`crate::proof::check`]: no Redis), then the place's key (one
 //! script call, `Store::ticket_key`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
+//! A place over for good spends none: its answer (`410`, the close reason) is the same however
+//! often it is asked, so replaying the proof gains nothing, and such requests write nothing.
+//!
+//! Each spent `jti` stays in Redis for 130 s, so what a place may spend is bounded twice: per
+//! client address on the routes that name a ticket outside the stream (`--ip-poll-rate`,
+//! before any of this), and per place here ([`PLACE_PROOFS`](crate::proof::PLACE_PROOFS), after the key check, so only
+//! the key's holder draws from its place's bucket): many addresses sharing one place and its
+//! key spend no more than one.
 
 use usher_core::binding::{ProofRefusal, Thumbprint};
 use usher_core::ids::{PlaceId, QueueId};
@@ -20,6 +28,8 @@ use crate::shared::Gateway;
 pub(crate) enum Unproven {
     /// No good proof: the browser is told why.
     Refused(ProofRefusal),
+    /// A good proof, but its place spent `proof::PLACE_PROOFS` already: try again this much later.
+    Throttled(std::time::Duration),
     /// Redis did not answer.
     Store(StoreError),
 }
@@ -90,8 +100,12 @@ pub(crate) async fn prove(
             }
             // Over for good (its key may be pruned): nothing of it can be had with the
             // ticket, and its own answer (`session_ended`, the close reason, ...) is what
-            // the browser must hear.
-            TicketKey::Over => {}
+            // the browser must hear. That answer is harmless to repeat: no `jti` is spent.
+            TicketKey::Over => return Ok(Some(checked.key)),
+        }
+        if let Err(wait) = gw.place_proofs().take((q.clone(), place)) {
+            metrics::refused(Refusal::PlaceProofs);
+            return Err(Unproven::Throttled(wait));
         }
     }
     if !gw.store().spend_proof(q, &checked.jti).await? {

@@ -22,6 +22,17 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use usher_core::binding::{ProofRefusal, Thumbprint, PROOF_MAX_AGE_SECS};
 
+use crate::bucket::Rate;
+
+/// Proofs one place may spend on one gateway (`binding`): a browser spends one a stream
+/// resume, status poll or leave, far fewer than one a second; the burst covers a reconnecting
+/// tab's retries. A place's spent proofs in Redis (each kept 130 s) stay under 130 + 30 per
+/// gateway it reaches, however many addresses share its key.
+pub(crate) const PLACE_PROOFS: Rate = Rate {
+    per_second: 1,
+    burst: 30,
+};
+
 /// Longest proof accepted (a P-256 proof is about 450 characters).
 const MAX_PROOF_LEN: usize = 2048;
 /// Longest `jti` accepted (it becomes part of a Redis key name).
