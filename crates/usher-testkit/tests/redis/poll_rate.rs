@@ -99,6 +99,20 @@ async fn join(
     Ok((waiting.id, conn))
 }
 
+/// The gateway's count of requests refused for `reason` (`/metrics`).
+async fn refusals(gw: &Proc, reason: &str) -> anyhow::Result<u64> {
+    let text = reqwest::get(format!("{}/metrics", gw.url()))
+        .await?
+        .text()
+        .await?;
+    let series = format!("usher_gateway_streams_refused_total{{reason=\"{reason}\"}} ");
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64))
+}
+
 /// The spent proofs the queue's slot holds now.
 async fn spent_proofs(redis: &RedisServer) -> anyhow::Result<usize> {
     let pattern = QueueKeys::new(&QueueId::new(Q)?).used_proof("*");
@@ -197,6 +211,8 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(leave.status().as_u16(), 429, "the leave");
+    let counted = refusals(&gw, "ip_polls").await?;
+    assert_eq!(counted as usize, POLLS - served + 1, "refusals on /metrics");
     // Another address has a bucket of its own.
     let other = reqwest::Client::builder()
         .local_address(loopback(3))
@@ -314,6 +330,11 @@ async fn one_place_polled_from_many_addresses_spends_a_bounded_number_of_proofs(
     assert!(
         retry_after.is_some_and(|s| s >= 1),
         "Retry-After: {retry_after:?}"
+    );
+    assert_eq!(
+        refusals(&gw, "place_proofs").await? as usize,
+        200 - served,
+        "refusals on /metrics"
     );
     let spent = spent_proofs(&redis).await?;
     assert!(
