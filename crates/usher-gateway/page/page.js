@@ -385,6 +385,7 @@
         else if (r.status === 400) { forget(); return open(); } // a ticket this queue cannot use
         else if (r.status === 403 && /wrong_key/.test(body.error || "")) reason = "wrong_key";
         else if (r.status === 403) return again();
+        else if (r.status === 429) return again(); // this address polls too fast: the stream is not metered
         else if (r.ok && body.reason) reason = body.reason;
         else if (r.ok) return open();
         else if (/sold_out/.test(body.error || "")) reason = "sold_out";

@@ -6,20 +6,40 @@
 //! The order keeps Redis out of a flood of bad proofs: the cached setting, then the proof's
 //! signature, route and time ([`usher_core::proof::check`]: no Redis), then the place's key (one
 //! script call, `Store::ticket_key`), and last the `jti` (one `SET NX`), so only a proof by the right key is spent.
+//! A place over for good spends none: its answer (`410`, the close reason) is the same however
+//! often it is asked, so replaying the proof gains nothing, and such requests write nothing.
+//!
+//! Each spent `jti` stays in Redis for 130 s, so what a place may spend is bounded twice: per
+//! client address on the routes that name a ticket outside the stream (`--ip-poll-rate`,
+//! before any of this), and per place here ([`PLACE_PROOFS`], after the key check, so only
+//! the key's holder draws from its place's bucket): many addresses sharing one place and its
+//! key spend no more than one.
 
 use usher_core::binding::{ProofRefusal, Thumbprint};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{StoreError, TicketKey};
 use usher_core::time::now_ms;
 
+use crate::bucket::Rate;
 use crate::metrics::{self, Refusal};
 use crate::shared::Gateway;
+
+/// Proofs one place may spend on one gateway (`binding`): a browser spends one a stream
+/// resume, status poll or leave, far fewer than one a second; the burst covers a reconnecting
+/// tab's retries. A place's spent proofs in Redis (each kept 130 s) stay under 130 + 30 per
+/// gateway it reaches, however many addresses share its key.
+pub(crate) const PLACE_PROOFS: Rate = Rate {
+    per_second: 1,
+    burst: 30,
+};
 
 /// Why a request to a binding queue goes no further.
 #[derive(Debug)]
 pub(crate) enum Unproven {
     /// No good proof: the browser is told why.
     Refused(ProofRefusal),
+    /// A good proof, but its place spent `PLACE_PROOFS` already: try again this much later.
+    Throttled(std::time::Duration),
     /// Redis did not answer.
     Store(StoreError),
 }
@@ -117,11 +137,21 @@ pub(crate) async fn prove(
             // close reason, gone) is what the browser must hear.
             TicketKey::Over => None,
         };
-        if let Some(key) = known {
-            if key != checked.key {
-                return Err(refused(ProofRefusal::WrongKey));
-            }
-            place_key = Some(key);
+        let Some(key) = known else {
+            // Nothing of the place can be had with its ticket, and its answer is harmless to
+            // repeat: no `jti` is spent.
+            return Ok(Some(Proven {
+                key: checked.key,
+                place_key: None,
+            }));
+        };
+        if key != checked.key {
+            return Err(refused(ProofRefusal::WrongKey));
+        }
+        place_key = Some(key);
+        if let Err(wait) = gw.place_proofs().take((q.clone(), place)) {
+            metrics::refused(Refusal::PlaceProofs);
+            return Err(Unproven::Throttled(wait));
         }
     }
     if !gw.store().spend_proof(q, &checked.jti).await? {

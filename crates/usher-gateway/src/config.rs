@@ -103,6 +103,23 @@ pub struct Config {
     #[arg(long, env = "USHER_IP_JOIN_BURST", default_value_t = 100)]
     pub ip_join_burst: u32,
 
+    /// Status polls and leaves (`GET /api/queues/{queue}/status`,
+    /// `DELETE /api/queues/{queue}/tickets/{ticket}`) per second one client address may send,
+    /// on average; `0` turns the limit off. Over it they answer `429` with `Retry-After`,
+    /// before the ticket or a proof is looked at. On a queue with `bind: "browser_key"` each
+    /// one that is served keeps its proof's id in Redis for 130 s: this rate times 130, plus
+    /// the burst, bounds the proofs one address keeps there through this gateway. The page
+    /// uses the stream, not these routes: the default leaves room for about 100 clients
+    /// behind one address that poll every 5 s. An IPv6 address counts as its prefix
+    /// (`--ipv6-prefix`).
+    #[arg(long, env = "USHER_IP_POLL_RATE", default_value_t = 20)]
+    pub ip_poll_rate: u32,
+
+    /// Status polls and leaves one client address may send at once before the rate applies
+    /// (the token bucket's size); `0` turns the limit off.
+    #[arg(long, env = "USHER_IP_POLL_BURST", default_value_t = 200)]
+    pub ip_poll_burst: u32,
+
     /// Streams one client address may hold open on this gateway; `0` turns the limit off.
     #[arg(long, env = "USHER_IP_MAX_STREAMS", default_value_t = 1000)]
     pub ip_max_streams: u32,

@@ -4,13 +4,16 @@
 
 use crate::ticket::Ticket;
 use crate::ticket::TicketKey;
+use std::time::Duration;
+
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::CloseReason;
 use usher_core::store::{OomLog, StoreError};
 use usher_http::ApiError;
 
-use crate::metrics;
+use crate::metrics::{self, Refusal};
 
 /// The queue named in a path; a malformed name is a 400.
 pub(crate) fn parse_queue(raw: &str) -> Result<QueueId, ApiError> {
@@ -25,6 +28,54 @@ pub(crate) fn check_ticket(
 ) -> Result<PlaceId, ApiError> {
     // Malformed, forged, or another queue's: all 400.
     Ticket::verify(key, q, ticket).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// How a route other than the stream refuses: an error of the browser contract, or `429`
+/// with `Retry-After`.
+#[derive(Debug)]
+pub(crate) enum RouteError {
+    Api(ApiError),
+    /// A rate was used up: try again this much later (`Retry-After`, whole seconds, at
+    /// least 1); the message says which.
+    TooMany(Duration, &'static str),
+}
+
+impl From<ApiError> for RouteError {
+    fn from(e: ApiError) -> Self {
+        RouteError::Api(e)
+    }
+}
+
+impl IntoResponse for RouteError {
+    fn into_response(self) -> Response {
+        match self {
+            RouteError::Api(e) => e.into_response(),
+            RouteError::TooMany(wait, message) => {
+                let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+                let e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
+                ([("retry-after", secs.to_string())], e).into_response()
+            }
+        }
+    }
+}
+
+/// `429`: the client address sent status polls and leaves faster than `--ip-poll-rate`
+/// allows.
+pub(crate) fn too_many_polls(wait: Duration) -> RouteError {
+    metrics::refused(Refusal::IpPolls);
+    RouteError::TooMany(
+        wait,
+        "too many status polls and leaves from this address; try again after Retry-After",
+    )
+}
+
+/// `429`: a binding queue's place spent its proofs here (`binding::PLACE_PROOFS`; counted
+/// where refused).
+pub(crate) fn too_many_proofs(wait: Duration) -> RouteError {
+    RouteError::TooMany(
+        wait,
+        "too many requests for this place; try again after Retry-After",
+    )
 }
 
 /// 404: the queue does not exist (or no longer does).

@@ -10,7 +10,9 @@
 //! * `frames` — SSE text: events, comments, `retry:`.
 //! * `client` — who a client is: its address (socket, PROXY protocol, trusted
 //!   `X-Forwarded-For` hops) and the key its limits count under.
-//! * `limits` — per-IP limits: join token bucket, streams, places held.
+//! * `bucket` — a token bucket (burst, then a rate), refilled lazily.
+//! * `limits` — per-IP limits: token buckets for joins and for status polls and leaves,
+//!   streams, places held.
 //! * `request` — strict request-head parsing and error answers written without the router.
 //! * `errors` — the API errors of the browser contract and the checks that produce them.
 //! * `away` — disconnects waiting to be written to Redis in batches.
@@ -35,7 +37,8 @@
 //!   the router) and the schemas of every frame it writes.
 //! * `routes` — the other HTTP routes: status, leave, health, the page; one table that also
 //!   makes the API description (`GET /openapi.json`).
-//! * `server` — the HTTP/1.1 accept loop: streams served directly, the rest by `routes`.
+//! * `server` — the HTTP/1.1 accept loop: streams served directly, the rest by `routes`
+//!   (each request carrying its client's [`IpKey`](client::IpKey) as an extension).
 //! * this module — startup and shutdown ([`run`]).
 //!
 //! [`run`] is the whole server: tests call it with a listener on port 0.
@@ -46,6 +49,7 @@ mod ticket;
 
 mod away;
 mod binding;
+mod bucket;
 mod client;
 mod draw;
 mod errors;

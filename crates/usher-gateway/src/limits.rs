@@ -2,6 +2,9 @@
 //!
 //! * a token bucket for joins that create a place (resumes create none and draw nothing, so a
 //!   gateway restart or a deploy does not throttle the browsers coming back);
+//! * a token bucket for status polls and leaves, drawn before anything else is looked at (a
+//!   binding queue spends each good proof's `jti` in Redis for 130 s: without a rate, one
+//!   client with one place could fill the queue's Redis master by signing proofs quickly);
 //! * a cap on the streams it holds open here;
 //! * a cap on the places it holds through this gateway: a place counts from its join or
 //!   resume here until its stream ends for good (admitted, closed, gone), or until its
@@ -26,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use usher_core::ids::{PlaceId, QueueId};
 
+use crate::bucket::{Bucket, Rate};
 use crate::client::IpKey;
 use crate::metrics::Refusal;
 
@@ -35,10 +39,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// The limits, as configured; `0` turns one off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
-    /// Joins per second refilled into each address's bucket.
-    pub join_rate: u32,
-    /// The bucket's size: joins an address can make at once.
-    pub join_burst: u32,
+    /// Joins that take a new place.
+    pub joins: Rate,
+    /// Status polls and leaves.
+    pub polls: Rate,
     pub max_streams: u32,
     pub max_places: u32,
 }
@@ -64,9 +68,8 @@ impl Exceeded {
 
 #[derive(Default)]
 struct Entry {
-    /// Joins left in the bucket, as of `refilled`.
-    tokens: f64,
-    refilled: Option<Instant>,
+    joins: Bucket,
+    polls: Bucket,
     streams: u32,
     places: HashMap<(QueueId, PlaceId), PlaceUse>,
 }
@@ -121,28 +124,15 @@ impl IpLimits {
         s
     }
 
-    /// Drops expired places, and entries that hold nothing and whose bucket is full again
+    /// Drops expired places, and entries that hold nothing and whose buckets are full again
     /// (forgetting them changes no answer).
     fn sweep(&self, ips: &mut HashMap<IpKey, Entry>, now: Instant) {
-        let burst = f64::from(self.limits.join_burst);
+        let Limits { joins, polls, .. } = self.limits;
         ips.retain(|_, e| {
             e.places.retain(|_, p| p.counts(now));
-            let full = self.refill(e, now) >= burst;
+            let full = e.joins.is_full(joins, now) && e.polls.is_full(polls, now);
             e.streams > 0 || !e.places.is_empty() || !full
         });
-    }
-
-    /// The entry's tokens as of `now` (refilled, capped at the burst).
-    fn refill(&self, e: &mut Entry, now: Instant) -> f64 {
-        let burst = f64::from(self.limits.join_burst);
-        e.tokens = match e.refilled {
-            None => burst,
-            Some(t) => (e.tokens
-                + now.duration_since(t).as_secs_f64() * f64::from(self.limits.join_rate))
-            .min(burst),
-        };
-        e.refilled = Some(now);
-        e.tokens
     }
 
     /// Addresses with state here (for tests of the bound).
@@ -169,9 +159,7 @@ impl IpLimits {
 
     /// May `ip` take a new place? Draws a join from its bucket when it may.
     pub(crate) fn join(&self, ip: IpKey) -> Result<(), Exceeded> {
-        if self.limits.max_places == 0
-            && (self.limits.join_rate == 0 || self.limits.join_burst == 0)
-        {
+        if self.limits.max_places == 0 && !self.limits.joins.is_on() {
             return Ok(());
         }
         let now = Instant::now();
@@ -180,13 +168,25 @@ impl IpLimits {
         if self.limits.max_places > 0 && counted(e, now) >= self.limits.max_places {
             return Err(Exceeded::Places);
         }
-        if self.limits.join_rate > 0 && self.limits.join_burst > 0 {
-            if self.refill(e, now) < 1.0 {
-                return Err(Exceeded::Joins);
-            }
-            e.tokens -= 1.0;
+        e.joins
+            .take(self.limits.joins, now)
+            .map_err(|_| Exceeded::Joins)
+    }
+
+    /// May `ip` send a status poll or a leave now? Draws one from its poll bucket; when it is
+    /// empty, how long until it holds one again (`Retry-After`). Asked before the request's
+    /// ticket or proof is looked at, so a refused request costs no Redis call.
+    pub(crate) fn poll(&self, ip: IpKey) -> Result<(), Duration> {
+        if !self.limits.polls.is_on() {
+            return Ok(());
         }
-        Ok(())
+        let now = Instant::now();
+        self.lock()
+            .ips
+            .entry(ip)
+            .or_default()
+            .polls
+            .take(self.limits.polls, now)
     }
 
     /// May `ip` resume `place` here? Yes when it holds it already, or when it holds fewer
@@ -350,6 +350,15 @@ impl Drop for PlaceHold {
 mod tests {
     use super::*;
 
+    const OFF: Rate = Rate {
+        per_second: 0,
+        burst: 0,
+    };
+
+    fn rate(per_second: u32, burst: u32) -> Rate {
+        Rate { per_second, burst }
+    }
+
     fn key(last: u8) -> IpKey {
         IpKey::V4([192, 0, 2, last])
     }
@@ -364,8 +373,8 @@ mod tests {
     #[test]
     fn the_bucket_allows_a_burst_then_refuses() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 1,
-            join_burst: 3,
+            joins: rate(1, 3),
+            polls: OFF,
             max_streams: 0,
             max_places: 0,
         }));
@@ -377,10 +386,29 @@ mod tests {
     }
 
     #[test]
+    fn polls_have_their_own_bucket_and_say_when_to_come_back() {
+        let l = IpLimits::new(Limits {
+            joins: rate(1, 1),
+            polls: rate(2, 2),
+            max_streams: 0,
+            max_places: 0,
+        });
+        assert_eq!(l.poll(key(1)), Ok(()));
+        assert_eq!(l.poll(key(1)), Ok(()));
+        let wait = l.poll(key(1)).expect_err("past the burst");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(500),
+            "{wait:?}"
+        );
+        assert_eq!(l.join(key(1)), Ok(()), "joins draw from another bucket");
+        assert_eq!(l.poll(key(2)), Ok(()), "another address has its own bucket");
+    }
+
+    #[test]
     fn places_count_while_held_and_after_until_finished() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 0,
-            join_burst: 0,
+            joins: rate(0, 0),
+            polls: OFF,
             max_streams: 0,
             max_places: 2,
         }));
@@ -407,8 +435,8 @@ mod tests {
     #[test]
     fn a_place_keeps_counting_for_its_queues_grace_period() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 0,
-            join_burst: 0,
+            joins: rate(0, 0),
+            polls: OFF,
             max_streams: 0,
             max_places: 10,
         }));
@@ -434,8 +462,8 @@ mod tests {
     #[test]
     fn an_entrant_counts_until_the_draw_however_long_ago_its_stream_ended() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 0,
-            join_burst: 0,
+            joins: rate(0, 0),
+            polls: OFF,
             max_streams: 0,
             max_places: 2,
         }));
@@ -466,8 +494,8 @@ mod tests {
     #[test]
     fn streams_are_capped_and_released() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 0,
-            join_burst: 0,
+            joins: rate(0, 0),
+            polls: OFF,
             max_streams: 1,
             max_places: 0,
         }));
@@ -482,14 +510,15 @@ mod tests {
     #[test]
     fn idle_entries_are_swept() {
         let l = Arc::new(IpLimits::new(Limits {
-            join_rate: 1000,
-            join_burst: 1,
+            joins: rate(1000, 1),
+            polls: rate(1000, 1),
             max_streams: 5,
             max_places: 0,
         }));
         for i in 0..50 {
             drop(l.open_stream(key(i)));
             let _ = l.join(key(i));
+            let _ = l.poll(key(i));
         }
         let mut s = l.state.lock().unwrap_or_else(|p| p.into_inner());
         let later = Instant::now() + Duration::from_secs(1);

@@ -20,7 +20,8 @@ pub(crate) const LEAVES: &str = "usher_gateway_leaves_total";
 pub(crate) const AWAY_FLUSHES: &str = "usher_gateway_away_flushes_total";
 /// `admitted` events written to browsers.
 pub(crate) const ADMISSIONS_DELIVERED: &str = "usher_gateway_admissions_delivered_total";
-/// Streams answered with `retry:` only, by `reason`.
+/// Streams answered with `retry:` only, by `reason`; also status polls and leaves refused
+/// (`proof`: `403`, `ip_polls` and `place_proofs`: `429`).
 pub(crate) const STREAMS_REFUSED: &str = "usher_gateway_streams_refused_total";
 /// Client sockets closed, or requests refused, by a limit other than a stream's, by `reason`:
 /// `cap` (closed at accept: `--max-sockets` reached), `reserve` (a request other than a health
@@ -56,6 +57,12 @@ pub(crate) enum Refusal {
     IpStreams,
     /// The client address holds `--ip-max-places` places through this gateway.
     IpPlaces,
+    /// A status poll or leave: the client address used up its bucket (`--ip-poll-rate`,
+    /// `--ip-poll-burst`); answered `429`.
+    IpPolls,
+    /// A binding queue's place spent its proofs on this gateway (`proof::PLACE_PROOFS`):
+    /// a status poll or leave answered `429`, a stream `retry:`.
+    PlaceProofs,
     /// The socket is in the reserve kept for health checks (`--max-sockets`).
     Sockets,
     /// A proof-of-work queue's join came without a good, unspent solution (`event: challenge`).
@@ -74,6 +81,8 @@ impl Refusal {
             Refusal::IpJoins => "ip_joins",
             Refusal::IpStreams => "ip_streams",
             Refusal::IpPlaces => "ip_places",
+            Refusal::IpPolls => "ip_polls",
+            Refusal::PlaceProofs => "place_proofs",
             Refusal::Sockets => "sockets",
             Refusal::Challenge => "challenge",
             Refusal::Proof => "proof",
@@ -97,8 +106,9 @@ pub(crate) fn describe() {
     describe_counter!(ADMISSIONS_DELIVERED, "Admitted events written to browsers.");
     describe_counter!(
         STREAMS_REFUSED,
-        "Streams answered with retry only, by reason (cap, redis, draining, ip_joins, \
-         ip_streams, ip_places, sockets)."
+        "Streams answered with retry only, and status polls or leaves refused, by reason \
+         (cap, redis, draining, ip_joins, ip_streams, ip_places, sockets, challenge, proof, \
+         ip_polls, place_proofs)."
     );
     describe_counter!(
         SOCKETS_REFUSED,

@@ -7,6 +7,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use usher_core::binding::ProofRefusal;
@@ -21,8 +22,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::binding::{prove, Route, Unproven};
+use crate::client::IpKey;
 use crate::errors::{
-    check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, unknown_queue,
+    check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, too_many_polls,
+    too_many_proofs, unknown_queue, RouteError,
 };
 use crate::metrics;
 use crate::shared::Gateway;
@@ -178,14 +181,18 @@ pub(crate) enum PlaceStatus {
         (status = 403, description = "A queue with `bind: \"browser_key\"` and no good proof of the place's key (the error names why: `proof_required: missing`, `invalid`, `expired`, `replayed`, `wrong_key`): a copied ticket tells nothing, and the entry token is never handed out again without the key.", body = ErrorBody),
         (status = 404, description = "Unknown or closed queue (the error names a reason other than `queue_closed`).", body = ErrorBody),
         (status = 410, description = "The place no longer exists.", body = ErrorBody),
+        (status = 429, description = "Too many requests, with `Retry-After` (seconds): this client address sent status polls and leaves faster than the gateway's `USHER_IP_POLL_RATE` (after a burst of `USHER_IP_POLL_BURST`; nothing else about the request was looked at), or, on a queue with `bind: \"browser_key\"`, the place spent its proofs on this gateway (30 at once, then one a second).", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]
 async fn status_handler(
     State(gw): State<Arc<Gateway>>,
+    Extension(client): Extension<IpKey>,
     Path(raw): Path<String>,
     query: Result<Query<TicketQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, RouteError> {
+    // The address's rate first: a refused poll costs no Redis call and no signature check.
+    gw.ip_limits().poll(client).map_err(too_many_polls)?;
     let q = parse_queue(&raw)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let ticket = query
@@ -218,9 +225,9 @@ async fn status_handler(
         PlaceState::Scheduled { opens_at_ms, .. } => {
             PlaceStatus::Scheduled(ScheduledEvent::new(q, opens_at_ms))
         }
-        PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason)),
+        PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason).into()),
         // Only a join is answered "full"; a ticket names a place that was taken.
-        PlaceState::Gone | PlaceState::PreQueueFull { .. } => return Err(place_gone()),
+        PlaceState::Gone | PlaceState::PreQueueFull { .. } => return Err(place_gone().into()),
         PlaceState::SessionEnded => PlaceStatus::Closed {
             queue: q,
             reason: CloseReason::SessionEnded,
@@ -230,18 +237,19 @@ async fn status_handler(
 }
 
 /// A binding queue's request for `place` proves the place's key (other queues: always `Ok`);
-/// `403` naming the reason otherwise.
+/// `403` naming the reason otherwise, `429` when the place spent its proofs here.
 async fn proven(
     gw: &Gateway,
     q: &QueueId,
     place: PlaceId,
     proof: Option<&str>,
     route: Route<'_>,
-) -> Result<(), ApiError> {
+) -> Result<(), RouteError> {
     match prove(gw, q, Some(place), proof, route).await {
         Ok(_) => Ok(()),
-        Err(Unproven::Refused(reason)) => Err(proof_required(reason)),
-        Err(Unproven::Store(e)) => Err(redis_unavailable(e)),
+        Err(Unproven::Refused(reason)) => Err(proof_required(reason).into()),
+        Err(Unproven::Throttled(wait)) => Err(too_many_proofs(wait)),
+        Err(Unproven::Store(e)) => Err(redis_unavailable(e).into()),
     }
 }
 
@@ -272,14 +280,18 @@ fn proof_required(reason: ProofRefusal) -> ApiError {
         (status = 400, description = "A malformed queue id, a forged or foreign ticket.", body = ErrorBody),
         (status = 403, description = "A queue with `bind: \"browser_key\"` and no good proof of the place's key (`proof_required: <reason>`): a copied ticket cannot make its owner leave.", body = ErrorBody),
         (status = 404, description = "Unknown queue.", body = ErrorBody),
+        (status = 429, description = "Too many requests, with `Retry-After` (seconds): this client address sent status polls and leaves faster than the gateway's `USHER_IP_POLL_RATE` (after a burst of `USHER_IP_POLL_BURST`; nothing else about the request was looked at), or, on a queue with `bind: \"browser_key\"`, the place spent its proofs on this gateway (30 at once, then one a second).", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]
 async fn leave_handler(
     State(gw): State<Arc<Gateway>>,
+    Extension(client): Extension<IpKey>,
     Path((raw, ticket)): Path<(String, String)>,
     query: Result<Query<ProofQuery>, QueryRejection>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, RouteError> {
+    // As for status: the rate before anything else.
+    gw.ip_limits().poll(client).map_err(too_many_polls)?;
     let q = parse_queue(&raw)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
@@ -298,7 +310,7 @@ async fn leave_handler(
         .map_err(redis_unavailable)?
         .is_none()
     {
-        return Err(unknown_queue(&q));
+        return Err(unknown_queue(&q).into());
     }
     match store.leave(&q, place).await.map_err(redis_unavailable)? {
         LeaveOutcome::Left { gateway, place } => {

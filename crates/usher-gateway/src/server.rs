@@ -14,7 +14,14 @@
 //! first byte), and an idle keep-alive connection closes after `--idle-timeout-secs`. Sockets
 //! are capped ([`crate::sockets`]): all of them (`--max-sockets`, the last few kept for health
 //! checks), and those of one client address (`--ip-max-sockets`); when they run short, idle
-//! connections and old unfinished heads give way to streams.
+//! connections and old unfinished heads give way to streams. Behind `--proxy-protocol`, the
+//! wait for the PROXY header is part of the first head: it gives way the same way (one
+//! reader, [`ClientConn::read_head`], reads both), so connections that never send a header
+//! cannot keep browsers out.
+//!
+//! The routes learn who the client is from the request's [`IpKey`] extension, set here from
+//! the socket's peer, the PROXY header or the trusted `X-Forwarded-For` hops (the per-IP rate
+//! of status polls and leaves).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -123,16 +130,54 @@ pub(crate) async fn serve(
     tracker.wait().await;
 }
 
+/// What a connection is reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Awaited {
+    /// The PROXY protocol header that starts every connection (`--proxy-protocol`).
+    ProxyHeader,
+    /// A request head.
+    Head,
+}
+
+/// A new connection's start, and the deadline of its first head (and PROXY header).
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    at: Instant,
+    deadline: Instant,
+}
+
 enum Read {
     Head(Head),
+    /// The PROXY protocol header arrived: the client it names, when it names one.
+    Proxy(Option<IpAddr>),
     /// The connection ended, or sat idle past its timeout: close quietly.
     Closed,
     /// A request head did not arrive whole in time.
     TimedOut,
-    /// A head still arriving after [`HEAD_SHED_AGE`] gave way when sockets ran short.
+    /// A head (or PROXY header) still arriving [`HEAD_SHED_AGE`] after the connection's
+    /// start (or a later head's first byte) gave way when sockets ran short.
     Shed,
     /// Answer this error, then close.
     Bad(ApiError),
+    /// Not a PROXY protocol header: close without an answer (only a load balancer that
+    /// always sends one is in front).
+    BadProxy,
+}
+
+impl Read {
+    /// Counts why the connection ends here, and answers what takes an answer.
+    async fn refuse(self, sock: &mut TcpStream) {
+        match self {
+            Read::Head(_) | Read::Proxy(_) | Read::Closed => {}
+            Read::TimedOut => metrics::socket_refused(SocketRefusal::HeadTimeout),
+            Read::Shed => metrics::socket_refused(SocketRefusal::SlowHead),
+            Read::BadProxy => metrics::socket_refused(SocketRefusal::BadRequest),
+            Read::Bad(e) => {
+                metrics::socket_refused(SocketRefusal::BadRequest);
+                let _ = write_error(sock, &e, None).await;
+            }
+        }
+    }
 }
 
 /// One client connection.
@@ -157,13 +202,21 @@ impl ClientConn {
             cfg.header_timeout()
         };
         // The first head (and the PROXY protocol header before it) has this long from now.
-        let mut deadline = Some(Instant::now() + head_timeout);
+        let now = Instant::now();
+        let mut first = Some(Start {
+            at: now,
+            deadline: now + head_timeout,
+        });
         let mut buf = Vec::new();
         let mut peer_ip = self.peer.ip();
         if cfg.proxy_protocol {
-            match read_proxy_header(&mut sock, &mut buf, deadline).await {
-                Some(source) => peer_ip = source.unwrap_or(peer_ip),
-                None => return,
+            let sheds_seen = self.sockets.sheds();
+            match self
+                .read_head(&mut sock, &mut buf, Awaited::ProxyHeader, first, sheds_seen)
+                .await
+            {
+                Read::Proxy(source) => peer_ip = source.unwrap_or(peer_ip),
+                other => return other.refuse(&mut sock).await,
             }
             // The client is known now: count its sockets.
             if cfg.trusted_proxy_hops == 0 {
@@ -179,27 +232,14 @@ impl ClientConn {
         let mut sheds_seen = self.sockets.sheds();
         loop {
             let head = match self
-                .read_head(&mut sock, &mut buf, deadline, sheds_seen)
+                .read_head(&mut sock, &mut buf, Awaited::Head, first, sheds_seen)
                 .await
             {
                 Read::Head(h) => h,
-                Read::Closed => return,
-                Read::TimedOut => {
-                    metrics::socket_refused(SocketRefusal::HeadTimeout);
-                    return;
-                }
-                Read::Shed => {
-                    metrics::socket_refused(SocketRefusal::SlowHead);
-                    return;
-                }
-                Read::Bad(e) => {
-                    metrics::socket_refused(SocketRefusal::BadRequest);
-                    let _ = write_error(&mut sock, &e, None).await;
-                    return;
-                }
+                other => return other.refuse(&mut sock).await,
             };
             // Later heads: idle timeout first, then the head timeout from their first byte.
-            deadline = None;
+            first = None;
             sheds_seen = self.sockets.sheds();
             // No route takes a body (`request` refuses a head that announces one): the
             // request is its head.
@@ -263,7 +303,7 @@ impl ClientConn {
                 // Nothing of the next request yet: hold no buffer while waiting for it.
                 buf = Vec::new();
             }
-            let request = match build_request(&head) {
+            let request = match build_request(&head, client) {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = write_error(&mut sock, &e, None).await;
@@ -293,31 +333,39 @@ impl ClientConn {
         }
     }
 
-    /// Reads a request head into `buf`, by `deadline` (a new connection's), or — between
-    /// requests — within the idle timeout and then the head timeout from its first byte.
+    /// Reads what `awaited` names into `buf`: a new connection's PROXY header and first head
+    /// by its `first` deadline, or — between requests — a head within the idle timeout and
+    /// then the head timeout from its first byte. Bytes after a PROXY header stay in `buf`.
     /// Gives way when sockets run short ([`Sockets::shed`]): between requests at once, and
-    /// while a head is arriving once it has taken [`HEAD_SHED_AGE`].
+    /// while a head or PROXY header is arriving once [`HEAD_SHED_AGE`] has passed since the
+    /// connection's start (or the later head's first byte).
     async fn read_head(
         &self,
         sock: &mut TcpStream,
         buf: &mut Vec<u8>,
-        deadline: Option<Instant>,
+        awaited: Awaited,
+        first: Option<Start>,
         mut sheds_seen: u64,
     ) -> Read {
         let (gw, sockets) = (&self.gw, &self.sockets);
-        let between = deadline.is_none();
-        let mut deadline = deadline.unwrap_or_else(|| {
-            Instant::now()
-                + if buf.is_empty() {
-                    gw.config().idle_timeout()
-                } else {
-                    gw.config().header_timeout()
-                }
-        });
-        let mut idle = between && buf.is_empty();
-        // When this head began to arrive: a new connection's at its start, a later one's at
-        // its first byte.
-        let mut head_since = (!idle).then(Instant::now);
+        let mut deadline = first.map_or_else(
+            || {
+                Instant::now()
+                    + if buf.is_empty() {
+                        gw.config().idle_timeout()
+                    } else {
+                        gw.config().header_timeout()
+                    }
+            },
+            |f| f.deadline,
+        );
+        let mut idle = first.is_none() && buf.is_empty();
+        // When this head began to arrive: a new connection's at its start (its PROXY header's
+        // wait included), a later one's at its first byte.
+        let mut head_since = match first {
+            Some(f) => Some(f.at),
+            None => (!idle).then(Instant::now),
+        };
         let mut reader = HeadReader::default();
         let shed = sockets.shed_wakeup();
         tokio::pin!(shed);
@@ -329,10 +377,20 @@ impl ClientConn {
                     head_since = Some(Instant::now());
                     deadline = Instant::now() + gw.config().header_timeout();
                 }
-                match reader.feed(buf) {
-                    Ok(Parsed::Complete(h)) => return Read::Head(h),
-                    Ok(Parsed::Partial) => {}
-                    Err(e) => return Read::Bad(e),
+                match awaited {
+                    Awaited::ProxyHeader => match proxy_header(buf) {
+                        ProxyHeader::Complete { len, source } => {
+                            buf.drain(..len);
+                            return Read::Proxy(source);
+                        }
+                        ProxyHeader::Partial => {}
+                        ProxyHeader::Invalid => return Read::BadProxy,
+                    },
+                    Awaited::Head => match reader.feed(buf) {
+                        Ok(Parsed::Complete(h)) => return Read::Head(h),
+                        Ok(Parsed::Partial) => {}
+                        Err(e) => return Read::Bad(e),
+                    },
                 }
             }
             // Registered for the wake-up before the count is read (see `crate::sockets`).
@@ -343,7 +401,7 @@ impl ClientConn {
                     // Bytes that arrived but were not read yet count: a connection whose
                     // request is waiting in the kernel's buffer (a pooled connection reused
                     // at this moment, or a task that ran late) is served, not shed.
-                    buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+                    buf.reserve(chunk(buf));
                     match sock.try_read_buf(buf) {
                         Ok(n) if n > 0 => continue,
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -425,41 +483,6 @@ struct StreamRequest<'a> {
     framing: Framing,
 }
 
-/// Reads the PROXY protocol header that starts the connection, by `deadline`, and leaves any
-/// bytes after it in `buf`. `Some(source)` (the client, when the header names one); `None`
-/// when the connection must close: no valid header in time.
-async fn read_proxy_header(
-    sock: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    deadline: Option<Instant>,
-) -> Option<Option<IpAddr>> {
-    let deadline = deadline?;
-    loop {
-        if !buf.is_empty() {
-            match proxy_header(buf) {
-                ProxyHeader::Complete { len, source } => {
-                    buf.drain(..len);
-                    return Some(source);
-                }
-                ProxyHeader::Partial => {}
-                ProxyHeader::Invalid => {
-                    metrics::socket_refused(SocketRefusal::BadRequest);
-                    return None;
-                }
-            }
-        }
-        buf.reserve(256);
-        match tokio::time::timeout_at(deadline, sock.read_buf(buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => return None,
-            Err(_) => {
-                metrics::socket_refused(SocketRefusal::HeadTimeout);
-                return None;
-            }
-        }
-    }
-}
-
 /// The routes served in the sockets kept for health checks.
 fn is_health_check(target: &str) -> bool {
     let path = target.split_once('?').map_or(target, |(p, _)| p);
@@ -474,14 +497,22 @@ async fn read_some(sock: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u
     }
     // Straight into `buf`: a buffer on the stack here would be part of every connection's
     // task, for as long as the connection lives.
-    buf.reserve(READ_CHUNK.min(MAX_HEAD - buf.len()).max(1));
+    buf.reserve(chunk(buf));
     sock.read_buf(buf).await
 }
 
-fn build_request(head: &Head) -> Result<axum::http::Request<Body>, ApiError> {
+/// How much more to read into `buf`: a chunk, up to a whole head.
+fn chunk(buf: &[u8]) -> usize {
+    READ_CHUNK.min(MAX_HEAD.saturating_sub(buf.len())).max(1)
+}
+
+/// The request handed to the router, with its client's address as an extension (the routes'
+/// per-IP rate).
+fn build_request(head: &Head, client: IpKey) -> Result<axum::http::Request<Body>, ApiError> {
     let mut b = axum::http::Request::builder()
         .method(head.method.as_str())
-        .uri(head.target.as_str());
+        .uri(head.target.as_str())
+        .extension(client);
     for (k, v) in &head.headers {
         b = b.header(k.as_str(), v.as_slice());
     }

@@ -14,6 +14,7 @@ use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
 use crate::away::Away;
+use crate::bucket::{Buckets, Rate};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
@@ -55,6 +56,8 @@ pub(crate) struct Gateway {
     open_sockets: Arc<AtomicU64>,
     /// What each client address holds here, against the per-IP limits.
     ip_limits: Arc<IpLimits>,
+    /// A binding queue's proofs spent per place here (`binding::PLACE_PROOFS`).
+    place_proofs: Buckets<(QueueId, PlaceId)>,
     /// Proof-of-work puzzles: issued and checked here.
     challenges: Challenges,
 }
@@ -72,14 +75,21 @@ impl Gateway {
     ) -> Self {
         let away = Arc::new(Away::default());
         let ip_limits = Arc::new(IpLimits::new(Limits {
-            join_rate: config.ip_join_rate,
-            join_burst: config.ip_join_burst,
+            joins: Rate {
+                per_second: config.ip_join_rate,
+                burst: config.ip_join_burst,
+            },
+            polls: Rate {
+                per_second: config.ip_poll_rate,
+                burst: config.ip_poll_burst,
+            },
             max_streams: config.ip_max_streams,
             max_places: config.ip_max_places,
         }));
         let index = Arc::new(AtomicU16::new(index));
         Self {
             ip_limits,
+            place_proofs: Buckets::new(crate::binding::PLACE_PROOFS),
             joins: Joiner::new(
                 store.clone(),
                 index.clone(),
@@ -156,6 +166,10 @@ impl Gateway {
 
     pub(crate) fn ip_limits(&self) -> &Arc<IpLimits> {
         &self.ip_limits
+    }
+
+    pub(crate) fn place_proofs(&self) -> &Buckets<(QueueId, PlaceId)> {
+        &self.place_proofs
     }
 
     pub(crate) fn away(&self) -> &Away {

@@ -9,7 +9,11 @@
 //! * connections whose request head has been arriving for [`HEAD_SHED_AGE`] or longer close
 //!   too. A browser sends its head in one packet; a head still unfinished after a second is
 //!   a slow client's or an attacker's, who would otherwise hold the socket until the head
-//!   timeout (10 s by default, and renewable by reconnecting).
+//!   timeout (10 s by default, and renewable by reconnecting). Behind `--proxy-protocol` a
+//!   new connection's first head includes its PROXY header: one still waiting for the header
+//!   a second after the connection's start closes the same way. (Such sockets are not counted
+//!   per address while they wait: their peer is the load balancer, which may open
+//!   connections before its clients send anything.)
 //!
 //! Both are told through a counter and a wake-up ([`Sockets::shed`]): a connection registers
 //! for the wake-up before it reads the counter, so one that was not yet waiting when the

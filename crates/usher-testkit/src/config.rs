@@ -56,6 +56,8 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         proxy_protocol: false,
         ip_join_rate: 0,
         ip_join_burst: 0,
+        ip_poll_rate: 0,
+        ip_poll_burst: 0,
         ip_max_streams: 0,
         ip_max_places: 0,
         // Issue 23: sockets per address off too (tests connect from one address); IPv6 by

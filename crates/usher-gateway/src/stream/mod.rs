@@ -211,6 +211,8 @@ async fn setup(
         Err(Unproven::Refused(reason)) => {
             return Setup::ProofRequired(ProofRequiredEvent { queue: q, reason })
         }
+        // The place spent its proofs here (counted where refused): like a cap, try later.
+        Err(Unproven::Throttled(_)) => return Setup::TryLater,
         Err(Unproven::Store(e)) => return refused_by_redis(&logged(e)),
     };
     let mut joined = None;
