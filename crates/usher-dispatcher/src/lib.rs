@@ -131,6 +131,9 @@ pub async fn run(
         admin_tokens,
         service_token: cfg.service_token.as_deref().map(Arc::from),
         hints: hint_tx,
+        session_proofs: Arc::new(usher_http::bucket::Buckets::new(
+            session_proof::SESSION_PROOFS,
+        )),
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;

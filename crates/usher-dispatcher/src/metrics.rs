@@ -44,6 +44,10 @@ pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
 /// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
 pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 
+/// Session calls with a bound token refused because the session spent its proofs here
+/// (`session_proof::SESSION_PROOFS`).
+pub(crate) const SESSION_PROOFS_REFUSED: &str = "usher_session_proofs_refused_total";
+
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
     describe_histogram!(
@@ -79,6 +83,10 @@ pub(crate) fn describe() {
     describe_counter!(
         REDIS_OOM,
         "Redis requests refused because Redis is out of memory."
+    );
+    describe_counter!(
+        SESSION_PROOFS_REFUSED,
+        "Session calls with a bound token refused (429) because the session sent proofs faster than SESSION_PROOFS allows."
     );
     usher_core::store::describe_redis_metrics();
 }
@@ -122,4 +130,8 @@ pub(crate) fn redis_error() {
 
 pub(crate) fn redis_out_of_memory() {
     counter!(REDIS_OOM).increment(1);
+}
+
+pub(crate) fn session_proofs_refused() {
+    counter!(SESSION_PROOFS_REFUSED).increment(1);
 }

@@ -14,17 +14,31 @@
 //!   names, and its `jti` is spent in Redis, so one proof answers one call, here or at a
 //!   gateway.
 //!
+//! A session spends at most [`SESSION_PROOFS`] here (`429` with `Retry-After` past it, checked
+//! after the key and before Redis), so the key's holder cannot fill Redis with spent proofs.
+//! (`session_dpop::a_bound_session_spends_a_bounded_number_of_proofs`)
+//!
 //! A refusal is `401` `proof_required: <reason>`, the reasons the gateway names
 //! ([`ProofRefusal`]). A token without `cnf` needs no proof, as before.
 //! (`session_dpop::a_bound_token_consumes_its_session_only_with_a_fresh_proof_of_its_key`)
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use usher_core::binding::ProofRefusal;
-use usher_core::ids::QueueId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::time::now_ms;
+use usher_http::bucket::Rate;
 use usher_http::ApiError;
 
 use crate::state::{redis_down, AppState};
+
+/// Proofs one bound session may spend at this dispatcher: a booking page sends one with each
+/// request it makes through the booking site (a few a second while a buyer picks seats); the
+/// burst covers a page load's parallel requests. A session's spent proofs in Redis (each kept
+/// 130 s) stay under 5 × 130 + 60 per dispatcher replica.
+pub(crate) const SESSION_PROOFS: Rate = Rate {
+    per_second: 5,
+    burst: 60,
+};
 
 /// The headers that carry a bound token's proof, as every session route describes them.
 #[derive(Debug, Default, utoipa::IntoParams)]
@@ -70,6 +84,7 @@ impl ProofHeaders {
 pub(crate) async fn require(
     st: &AppState,
     queue: &QueueId,
+    place: PlaceId,
     token: &str,
     jkt: &str,
     headers: &HeaderMap,
@@ -97,6 +112,15 @@ pub(crate) async fn require(
             ProofRefusal::WrongKey,
             detail(ProofRefusal::WrongKey),
         ));
+    }
+    if let Err(wait) = st.session_proofs.take((queue.clone(), place)) {
+        crate::metrics::session_proofs_refused();
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "this session sent proofs faster than a booking page does; try again after Retry-After",
+        )
+        .retry_after(secs));
     }
     if !st
         .store

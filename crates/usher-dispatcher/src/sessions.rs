@@ -145,7 +145,7 @@ async fn bearer(
         return Err(ended_error());
     }
     if let Some(cnf) = cnf {
-        crate::session_proof::require(st, &queue, token, &cnf.jkt, headers).await?;
+        crate::session_proof::require(st, &queue, place, token, &cnf.jkt, headers).await?;
     }
     Ok(Bearer {
         queue,
@@ -167,6 +167,7 @@ async fn bearer(
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
+        (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
     ),
@@ -198,6 +199,7 @@ async fn status(
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
+        (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session has ended.", body = ErrorBody),
     ),
@@ -240,6 +242,7 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
+        (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
         (status = 410, description = "The session had ended already: consumed or released by another call, expired, or the token is past its `exp`. Do not book.", body = ErrorBody),
     ),
@@ -276,6 +279,7 @@ async fn consume(
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
+        (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]

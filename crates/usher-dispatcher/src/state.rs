@@ -7,8 +7,9 @@ use std::sync::Arc;
 use axum::http::{header, HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use usher_core::ids::QueueId;
+use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{OomLog, Store, StoreError};
+use usher_http::bucket::Buckets;
 use usher_http::ApiError;
 use usher_mint::keyring::KeyRing;
 
@@ -26,6 +27,8 @@ pub struct AppState {
     /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
     /// tick's tokens ahead of time.
     pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
+    /// The proofs each bound session spent here (`session_proof::SESSION_PROOFS`).
+    pub session_proofs: Arc<Buckets<(QueueId, PlaceId)>>,
 }
 
 /// Out-of-memory failures of this process, logged at most once per 10 s.

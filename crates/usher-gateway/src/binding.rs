@@ -20,9 +20,9 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{StoreError, TicketKey};
 use usher_core::time::now_ms;
 
-use crate::bucket::Rate;
 use crate::metrics::{self, Refusal};
 use crate::shared::Gateway;
+use usher_http::bucket::Rate;
 
 /// Proofs one place may spend on one gateway (`binding`): a browser spends one a stream
 /// resume, status poll or leave, far fewer than one a second; the burst covers a reconnecting

@@ -49,7 +49,6 @@ mod ticket;
 
 mod away;
 mod binding;
-mod bucket;
 mod client;
 mod draw;
 mod errors;

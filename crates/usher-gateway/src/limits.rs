@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use usher_core::ids::{PlaceId, QueueId};
 
-use crate::bucket::{Bucket, Rate};
 use crate::client::IpKey;
 use crate::metrics::Refusal;
+use usher_http::bucket::{Bucket, Rate};
 
 /// How often idle entries are swept out (on the next call after this long).
 const SWEEP_EVERY: Duration = Duration::from_secs(10);

@@ -14,7 +14,6 @@ use usher_core::store::{PlaceState, Store};
 use usher_core::time::now_ms;
 
 use crate::away::Away;
-use crate::bucket::{Buckets, Rate};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::joins::{JoinError, Joiner};
@@ -23,6 +22,7 @@ use crate::limits::{IpLimits, Limits};
 use crate::metrics;
 use crate::pow_gate::Challenges;
 use crate::recovery::Recovery;
+use usher_http::bucket::{Buckets, Rate};
 
 /// One gateway's shared state.
 pub(crate) struct Gateway {

@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// Seconds for a `Retry-After` header (a `429` or `503` that knows when to come back).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -15,7 +17,14 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
         }
+    }
+    /// The same error, answered with `Retry-After: secs` (at least 1).
+    #[must_use]
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs.max(1));
+        self
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, m)
@@ -34,13 +43,19 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             axum::Json(crate::openapi::ErrorBody {
                 error: self.message,
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

@@ -2,11 +2,12 @@
 //! serving a router until shutdown. Process set-up (runtime, logging, signals) lives in
 //! `usher-runtime`; this crate knows only HTTP.
 //!
-//! Layout: `error` (`ApiError`), `health` (`/healthz`, `/readyz`), `metrics` (the Prometheus
+//! Layout: `bucket` (token buckets: a rate per client or per key), `error` (`ApiError`), `health` (`/healthz`, `/readyz`), `metrics` (the Prometheus
 //! recorder and `/metrics`), `serve` (`listen`, `serve`), `limits` (`ServeLimits`: deadlines and connection caps,
 //! the whole-body deadline), `openapi` (what every server's API description shares: the error
 //! body, the security schemes, the health routes' descriptions, `GET /openapi.json`).
 
+pub mod bucket;
 mod error;
 mod health;
 mod limits;

@@ -24,15 +24,27 @@ impl BrowserKey {
         loop {
             // A random scalar is a valid key but for a vanishing few (zero, >= the order).
             if let Ok(key) = SigningKey::from_slice(&rand::random::<[u8; 32]>()) {
-                let point = key.verifying_key().to_encoded_point(false);
-                let coordinate = |c: Option<&p256::FieldBytes>| {
-                    c.map(|c| URL_SAFE_NO_PAD.encode(c)).unwrap_or_default()
-                };
-                let jwk = json!({"kty": "EC", "crv": "P-256",
-                    "x": coordinate(point.x()), "y": coordinate(point.y())});
-                return Self { key, jwk };
+                return Self::of(key);
             }
         }
+    }
+
+    /// The key whose secret scalar is `seed` repeated: the same key on every run (1 to 255;
+    /// each is a valid P-256 scalar).
+    pub fn from_seed(seed: u8) -> Self {
+        match SigningKey::from_slice(&[seed.max(1); 32]) {
+            Ok(key) => Self::of(key),
+            Err(_) => Self::generate(),
+        }
+    }
+
+    fn of(key: SigningKey) -> Self {
+        let point = key.verifying_key().to_encoded_point(false);
+        let coordinate =
+            |c: Option<&p256::FieldBytes>| c.map(|c| URL_SAFE_NO_PAD.encode(c)).unwrap_or_default();
+        let jwk = json!({"kty": "EC", "crv": "P-256",
+            "x": coordinate(point.x()), "y": coordinate(point.y())});
+        Self { key, jwk }
     }
 
     /// The key's RFC 7638 thumbprint: what a bound token carries as `cnf.jkt`.
@@ -67,6 +79,33 @@ impl BrowserKey {
         );
         let sig: Signature = self.key.sign(signed.as_bytes());
         format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+    }
+}
+
+/// The proofs spent in `queue`'s slot that Redis at `redis_url` holds now (each is kept
+/// 130 s: what a flood of proofs would grow).
+pub async fn spent_proofs(redis_url: &str, queue: &str) -> anyhow::Result<usize> {
+    let q = usher_core::ids::QueueId::new(queue)?;
+    let pattern = usher_core::keys::QueueKeys::new(&q).used_proof("*");
+    let mut c = redis::Client::open(redis_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut cursor = 0u64;
+    let mut found = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut c)
+            .await?;
+        found += keys.len();
+        if next == 0 {
+            return Ok(found);
+        }
+        cursor = next;
     }
 }
 

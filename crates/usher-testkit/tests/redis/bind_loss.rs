@@ -11,12 +11,7 @@
 
 use std::time::Duration;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use p256::ecdsa::signature::Signer;
-use p256::ecdsa::{Signature, SigningKey};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use usher_core::binding::{Bind, Thumbprint};
 use usher_core::draw::{EntrantHash, Seed};
 use usher_core::ids::{PlaceId, QueueId};
@@ -26,6 +21,7 @@ use usher_core::store::{
 };
 use usher_core::time::now_ms;
 use usher_testkit::config::admin_client;
+use usher_testkit::dpop::BrowserKey;
 use usher_testkit::line::{
     away_flushed, data, heartbeats_done, jwks_at, place_of, queue_view, take_lease, verify_token,
     wait_waiting,
@@ -40,47 +36,6 @@ const Q: &str = "bound-loss";
 const STREAM: &str = "/api/queues/bound-loss/stream";
 const STATUS: &str = "/api/queues/bound-loss/status";
 const T: Duration = Duration::from_secs(10);
-
-/// A browser's key pair: its public JWK members, its RFC 7638 thumbprint, and its proofs.
-struct BrowserKey {
-    key: SigningKey,
-    x: String,
-    y: String,
-    thumbprint: String,
-}
-
-impl BrowserKey {
-    /// A key from a fixed secret scalar (`seed` repeated): reproducible runs.
-    fn new(seed: u8) -> Self {
-        let key = SigningKey::from_slice(&[seed; 32]).expect("a valid P-256 scalar");
-        let point = key.verifying_key().to_encoded_point(false);
-        let x = URL_SAFE_NO_PAD.encode(point.x().expect("x"));
-        let y = URL_SAFE_NO_PAD.encode(point.y().expect("y"));
-        let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
-        let thumbprint = URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()));
-        Self {
-            key,
-            x,
-            y,
-            thumbprint,
-        }
-    }
-
-    /// A fresh proof of possession for `htm` `htu` (compact JWS, ES256).
-    fn proof(&self, htm: &str, htu: &str) -> String {
-        let header = json!({"alg": "ES256", "typ": "usher-pop+jwt",
-            "jwk": {"kty": "EC", "crv": "P-256", "x": self.x, "y": self.y}});
-        let claims = json!({"jti": format!("{:016x}", rand::random::<u64>()),
-            "iat": now_ms() / 1000, "htm": htm, "htu": htu});
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
-        );
-        let sig: Signature = self.key.sign(signed.as_bytes());
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
-    }
-}
 
 /// Redis, a dispatcher and a gateway, with the binding queue configured (paused).
 struct Stack {
@@ -149,7 +104,9 @@ impl Stack {
 
     /// Joins with `key`: (ticket, the stream held open).
     async fn join(&self, key: &BrowserKey) -> anyhow::Result<(String, Watcher)> {
-        let mut conn = self.open(None, Some(key.proof("GET", STREAM))).await?;
+        let mut conn = self
+            .open(None, Some(key.proof("GET", STREAM, None)))
+            .await?;
         anyhow::ensure!(conn.status == 200, "join: {}", conn.status);
         let e = conn.wait_for("waiting", T).await?;
         Ok((e.id.clone(), Watcher::spawn_with(conn, vec![e])))
@@ -162,7 +119,7 @@ impl Stack {
         key: &BrowserKey,
     ) -> anyhow::Result<(u16, Option<(String, serde_json::Value)>, SseConn)> {
         let mut conn = self
-            .open(Some(ticket), Some(key.proof("GET", STREAM)))
+            .open(Some(ticket), Some(key.proof("GET", STREAM, None)))
             .await?;
         if conn.status != 200 {
             return Ok((conn.status, None, conn));
@@ -179,7 +136,7 @@ impl Stack {
         let r = reqwest::get(format!(
             "{}{STATUS}?ticket={ticket}&proof={}",
             self.gateway.url(),
-            key.proof("GET", STATUS)
+            key.proof("GET", STATUS, None)
         ))
         .await?;
         Ok((r.status().as_u16(), r.text().await?))
@@ -241,7 +198,7 @@ impl Stack {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_held_through_a_loss_keeps_its_key() -> anyhow::Result<()> {
     let s = Stack::start().await?;
-    let (key, thief) = (BrowserKey::new(7), BrowserKey::new(9));
+    let (key, thief) = (BrowserKey::from_seed(7), BrowserKey::from_seed(9));
     let (ticket, held) = s.join(&key).await?;
     s.flush().await?;
     // Before the queue is back, a copied ticket can neither resume the place nor take it from
@@ -296,7 +253,7 @@ async fn a_browser_held_through_a_loss_keeps_its_key() -> anyhow::Result<()> {
     let claims = verify_token(&jwks, data(&admitted)["token"].as_str().unwrap_or(""), Q)?;
     assert_eq!(
         claims["cnf"],
-        json!({"jkt": key.thumbprint}),
+        json!({"jkt": key.thumbprint()}),
         "the token is bound to the browser's key: {claims}"
     );
     Ok(())
@@ -309,7 +266,11 @@ async fn a_browser_held_through_a_loss_keeps_its_key() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copied_ticket_of_a_place_nobody_held_is_refused_after_a_loss() -> anyhow::Result<()> {
     let s = Stack::start().await?;
-    let (held_key, away_key, thief) = (BrowserKey::new(3), BrowserKey::new(5), BrowserKey::new(9));
+    let (held_key, away_key, thief) = (
+        BrowserKey::from_seed(3),
+        BrowserKey::from_seed(5),
+        BrowserKey::from_seed(9),
+    );
     // One browser held, one that joined after it and went away: nobody holds that place when
     // Redis loses its join.
     let (_, _held) = s.join(&held_key).await?;

@@ -10,53 +10,16 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use p256::ecdsa::signature::Signer;
-use p256::ecdsa::{Signature, SigningKey};
 use usher_core::binding::Bind;
 use usher_core::ids::QueueId;
-use usher_core::keys::QueueKeys;
 use usher_core::store::{QueueConfig, Store};
+use usher_testkit::dpop::{spent_proofs, BrowserKey};
 use usher_testkit::line::T;
 use usher_testkit::procs::Proc;
 use usher_testkit::{RedisServer, SseClient};
 
 /// The queue every test here binds.
 const Q: &str = "bound";
-
-/// A client's P-256 key and the proofs of possession it signs (docs/security.md).
-struct Key(SigningKey);
-
-impl Key {
-    fn new(seed: u8) -> anyhow::Result<Self> {
-        Ok(Self(SigningKey::from_slice(&[seed; 32])?))
-    }
-
-    /// A fresh proof for `method` `path` (a new random `jti`, `iat` now).
-    fn proof(&self, method: &str, path: &str) -> anyhow::Result<String> {
-        let point = self.0.verifying_key().to_encoded_point(false);
-        let coordinate = |c: Option<&p256::FieldBytes>| {
-            c.map(|b| URL_SAFE_NO_PAD.encode(b))
-                .ok_or_else(|| anyhow::anyhow!("an uncompressed point"))
-        };
-        let (x, y) = (coordinate(point.x())?, coordinate(point.y())?);
-        let header = serde_json::json!({"alg": "ES256", "typ": "usher-pop+jwt",
-            "jwk": {"kty": "EC", "crv": "P-256", "x": x, "y": y}});
-        let claims = serde_json::json!({"jti": URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()),
-            "iat": usher_core::time::now_ms() / 1000, "htm": method, "htu": path});
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
-        );
-        let sig: Signature = self.0.sign(signed.as_bytes());
-        Ok(format!(
-            "{signed}.{}",
-            URL_SAFE_NO_PAD.encode(sig.to_bytes())
-        ))
-    }
-}
 
 fn loopback(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
@@ -86,11 +49,11 @@ async fn bound_gateway(env: &[(&str, &str)]) -> anyhow::Result<(RedisServer, Sto
 async fn join(
     gw: &Proc,
     from: u8,
-    key: &Key,
+    key: &BrowserKey,
 ) -> anyhow::Result<(String, usher_testkit::sse::SseConn)> {
     let stream = format!("/api/queues/{Q}/stream");
     let browser = SseClient::from_address(gw.url(), loopback(from), Default::default())?;
-    let proof = key.proof("GET", &stream)?;
+    let proof = key.proof("GET", &stream, None);
     let mut conn = browser
         .open(&format!("{stream}?proof={proof}"), None)
         .await?;
@@ -113,31 +76,6 @@ async fn refusals(gw: &Proc, reason: &str) -> anyhow::Result<u64> {
         .map_or(0, |v| v as u64))
 }
 
-/// The spent proofs the queue's slot holds now.
-async fn spent_proofs(redis: &RedisServer) -> anyhow::Result<usize> {
-    let pattern = QueueKeys::new(&QueueId::new(Q)?).used_proof("*");
-    let mut c = redis::Client::open(redis.url())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let mut cursor = 0u64;
-    let mut found = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut c)
-            .await?;
-        found += keys.len();
-        if next == 0 {
-            return Ok(found);
-        }
-        cursor = next;
-    }
-}
-
 /// One client with one live place sends status polls, each with a fresh proof, as fast as
 /// it can: past the burst it is answered `429` (JSON, `Retry-After`), its leave too, and the
 /// proofs Redis holds stay within the burst and the rate; another address is still served.
@@ -147,9 +85,9 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
     const POLLS: usize = 200;
     let (redis, _store, gw) =
         bound_gateway(&[("USHER_IP_POLL_RATE", "1"), ("USHER_IP_POLL_BURST", "10")]).await?;
-    let key = Key::new(7)?;
+    let key = BrowserKey::from_seed(7);
     let (ticket, _held) = join(&gw, 2, &key).await?;
-    let joined = spent_proofs(&redis).await?;
+    let joined = spent_proofs(&redis.url(), Q).await?;
     assert_eq!(joined, 1, "the join spent its proof");
 
     let client = reqwest::Client::builder()
@@ -157,7 +95,7 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
         .build()?;
     let status_path = format!("/api/queues/{Q}/status");
     let status = async |client: &reqwest::Client| -> anyhow::Result<reqwest::Response> {
-        let proof = key.proof("GET", &status_path)?;
+        let proof = key.proof("GET", &status_path, None);
         Ok(client
             .get(format!("{}{status_path}", gw.url()))
             .query(&[("ticket", ticket.as_str()), ("proof", proof.as_str())])
@@ -198,7 +136,7 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
     // The burst, and one a second since (a slow machine gets what its time allows).
     let allowed = BURST + elapsed.ceil() as usize;
     assert!(served <= allowed, "{served} polls served in {elapsed:.1} s");
-    let spent = spent_proofs(&redis).await?;
+    let spent = spent_proofs(&redis.url(), Q).await?;
     assert!(
         spent <= joined + allowed,
         "{spent} proofs in Redis after {served} polls served"
@@ -207,7 +145,7 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
     let leave_path = format!("/api/queues/{Q}/tickets/{ticket}");
     let leave = client
         .delete(format!("{}{leave_path}", gw.url()))
-        .query(&[("proof", key.proof("DELETE", &leave_path)?)])
+        .query(&[("proof", key.proof("DELETE", &leave_path, None))])
         .send()
         .await?;
     assert_eq!(leave.status().as_u16(), 429, "the leave");
@@ -227,14 +165,14 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_place_over_for_good_spends_no_proof() -> anyhow::Result<()> {
     let (redis, store, gw) = bound_gateway(&[]).await?;
-    let key = Key::new(9)?;
+    let key = BrowserKey::from_seed(9);
     let (ticket, held) = join(&gw, 2, &key).await?;
     drop(held);
     let http = reqwest::Client::new();
     let leave_path = format!("/api/queues/{Q}/tickets/{ticket}");
     let left = http
         .delete(format!("{}{leave_path}", gw.url()))
-        .query(&[("proof", key.proof("DELETE", &leave_path)?)])
+        .query(&[("proof", key.proof("DELETE", &leave_path, None))])
         .send()
         .await?;
     assert_eq!(left.status().as_u16(), 204);
@@ -243,7 +181,7 @@ async fn a_place_over_for_good_spends_no_proof() -> anyhow::Result<()> {
         1,
         "the key pruned"
     );
-    let before = spent_proofs(&redis).await?;
+    let before = spent_proofs(&redis.url(), Q).await?;
     assert_eq!(before, 2, "the join's proof and the leave's");
     let status_path = format!("/api/queues/{Q}/status");
     for _ in 0..5 {
@@ -251,14 +189,14 @@ async fn a_place_over_for_good_spends_no_proof() -> anyhow::Result<()> {
             .get(format!("{}{status_path}", gw.url()))
             .query(&[
                 ("ticket", ticket.as_str()),
-                ("proof", key.proof("GET", &status_path)?.as_str()),
+                ("proof", key.proof("GET", &status_path, None).as_str()),
             ])
             .send()
             .await?;
         assert_eq!(r.status().as_u16(), 410, "{}", r.text().await?);
     }
     assert_eq!(
-        spent_proofs(&redis).await?,
+        spent_proofs(&redis.url(), Q).await?,
         before,
         "a place over for good spent proofs"
     );
@@ -281,7 +219,7 @@ async fn one_place_polled_from_many_addresses_spends_a_bounded_number_of_proofs(
 ) -> anyhow::Result<()> {
     const PLACE_BURST: usize = 30;
     let (redis, _store, gw) = bound_gateway(&[("USHER_IP_POLL_RATE", "0")]).await?;
-    let key = Key::new(11)?;
+    let key = BrowserKey::from_seed(11);
     let (ticket, _held) = join(&gw, 2, &key).await?;
     let status_path = format!("/api/queues/{Q}/status");
     let clients = (10..20)
@@ -291,16 +229,17 @@ async fn one_place_polled_from_many_addresses_spends_a_bounded_number_of_proofs(
                 .build()
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let status = async |client: &reqwest::Client, key: &Key| -> anyhow::Result<reqwest::Response> {
-        let proof = key.proof("GET", &status_path)?;
-        Ok(client
-            .get(format!("{}{status_path}", gw.url()))
-            .query(&[("ticket", ticket.as_str()), ("proof", proof.as_str())])
-            .send()
-            .await?)
-    };
+    let status =
+        async |client: &reqwest::Client, key: &BrowserKey| -> anyhow::Result<reqwest::Response> {
+            let proof = key.proof("GET", &status_path, None);
+            Ok(client
+                .get(format!("{}{status_path}", gw.url()))
+                .query(&[("ticket", ticket.as_str()), ("proof", proof.as_str())])
+                .send()
+                .await?)
+        };
     // A copied ticket with another key: refused, and the owner's bucket untouched.
-    let thief = Key::new(12)?;
+    let thief = BrowserKey::from_seed(12);
     for client in clients.iter().cycle().take(2 * PLACE_BURST) {
         assert_eq!(status(client, &thief).await?.status().as_u16(), 403);
     }
@@ -336,7 +275,7 @@ async fn one_place_polled_from_many_addresses_spends_a_bounded_number_of_proofs(
         200 - served,
         "refusals on /metrics"
     );
-    let spent = spent_proofs(&redis).await?;
+    let spent = spent_proofs(&redis.url(), Q).await?;
     assert!(
         spent <= 1 + allowed,
         "{spent} proofs in Redis after {served} polls served"

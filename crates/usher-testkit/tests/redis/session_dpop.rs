@@ -250,3 +250,62 @@ async fn usher_admission_and_the_demo_pass_the_browsers_proof_on() -> anyhow::Re
     assert!(msg.contains("ended"), "{msg}");
     Ok(())
 }
+
+/// The holder of a bound token's key can sign fresh proofs without end, and each one spent
+/// is kept 130 s in Redis: the dispatcher spends at most `SESSION_PROOFS` (60 at once, then 5
+/// a second) of one session, answers `429` with `Retry-After` past it, and spends nothing for
+/// a refused call. Another session is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_session_spends_a_bounded_number_of_proofs() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    let key = BrowserKey::generate();
+    let signer = dispatcher_key(&stack).await?;
+    let (_, token) = admitted(&stack, "show").await?;
+    let bound = bound_token(&signer, &token, &key.thumbprint())?;
+    let seats = ("GET", "https://tickets.example/api/seats");
+
+    let started = std::time::Instant::now();
+    let (mut served, mut refused_at) = (0u64, None);
+    for _ in 0..150 {
+        let proof = key.proof(seats.0, seats.1, Some(&bound));
+        let r = call(&stack, Method::GET, "", &bound, Some(&proof), Some(seats)).await?;
+        match r.status().as_u16() {
+            200 => served += 1,
+            429 => {
+                let wait = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                assert!(wait.is_some_and(|s| s >= 1), "Retry-After: {wait:?}");
+                json_error(r, 429).await?;
+                refused_at.get_or_insert(served);
+            }
+            other => anyhow::bail!("unexpected {other}: {:?}", r.text().await),
+        }
+    }
+    let elapsed = started.elapsed().as_secs() + 1;
+    let refused_at = refused_at.ok_or_else(|| {
+        anyhow::anyhow!("150 calls in {elapsed} s: none was refused ({served} served)")
+    })?;
+    assert!(refused_at >= 60, "the burst is served first: {refused_at}");
+    let bound_served = 60 + 5 * elapsed;
+    assert!(
+        served <= bound_served,
+        "{served} served in {elapsed} s, at most {bound_served}"
+    );
+    let spent = usher_testkit::dpop::spent_proofs(&stack.redis.url(), "show").await?;
+    assert!(
+        spent as u64 <= served,
+        "only served calls spend a proof: {spent} spent, {served} served"
+    );
+
+    // Another session of the same queue has its own share.
+    let (_, other) = admitted(&stack, "show").await?;
+    let other = bound_token(&signer, &other, &key.thumbprint())?;
+    let proof = key.proof(seats.0, seats.1, Some(&other));
+    let r = call(&stack, Method::GET, "", &other, Some(&proof), Some(seats)).await?;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    Ok(())
+}

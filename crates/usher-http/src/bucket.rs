@@ -1,7 +1,7 @@
-//! A token bucket: `burst` requests at once, then `per_second` on average. The per-IP limits
-//! ([`crate::limits`]) keep one per client address for joins and one for status polls and
-//! leaves; [`Buckets`] keeps one per key of any kind (a binding queue's proofs spent per
-//! place: [`crate::binding`]).
+//! A token bucket: `burst` requests at once, then `per_second` on average. The gateway's
+//! per-IP limits keep one per client address for joins and one for status polls and leaves;
+//! [`Buckets`] keeps one per key of any kind (a binding queue's proofs spent per place, at a
+//! gateway and at the dispatcher's session API).
 //!
 //! A bucket is two numbers and is refilled lazily, when it is next drawn from: nothing runs
 //! per bucket between requests, and a full bucket can be forgotten (a new one starts full,
@@ -17,7 +17,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// A rate as configured; `0` for either number turns it off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Rate {
+pub struct Rate {
     /// Tokens refilled per second.
     pub per_second: u32,
     /// The bucket's size: requests at once before the rate applies.
@@ -25,21 +25,21 @@ pub(crate) struct Rate {
 }
 
 impl Rate {
-    pub(crate) fn is_on(self) -> bool {
+    pub fn is_on(self) -> bool {
         self.per_second > 0 && self.burst > 0
     }
 }
 
 /// One bucket's tokens, as of its last refill; a new one is full.
 #[derive(Debug, Default)]
-pub(crate) struct Bucket {
+pub struct Bucket {
     tokens: f64,
     refilled: Option<Instant>,
 }
 
 impl Bucket {
     /// The tokens as of `now` (refilled at `rate`, capped at its burst).
-    pub(crate) fn refill(&mut self, rate: Rate, now: Instant) -> f64 {
+    pub fn refill(&mut self, rate: Rate, now: Instant) -> f64 {
         let burst = f64::from(rate.burst);
         self.tokens = match self.refilled {
             None => burst,
@@ -52,13 +52,13 @@ impl Bucket {
     }
 
     /// Whether the bucket is full again at `now` (it can be forgotten).
-    pub(crate) fn is_full(&mut self, rate: Rate, now: Instant) -> bool {
+    pub fn is_full(&mut self, rate: Rate, now: Instant) -> bool {
         self.refill(rate, now) >= f64::from(rate.burst)
     }
 
     /// Takes one token at `now`; when none is left, how long until one is (the refusal's
     /// `Retry-After`). A rate that is off always gives one.
-    pub(crate) fn take(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
+    pub fn take(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
         if !rate.is_on() {
             return Ok(());
         }
@@ -75,13 +75,13 @@ impl Bucket {
 
 /// One bucket per key, all at one rate; a bucket full again is forgotten, so the map holds
 /// only the keys drawn from lately.
-pub(crate) struct Buckets<K> {
+pub struct Buckets<K> {
     rate: Rate,
     state: Mutex<(HashMap<K, Bucket>, Instant)>,
 }
 
 impl<K: Hash + Eq> Buckets<K> {
-    pub(crate) fn new(rate: Rate) -> Self {
+    pub fn new(rate: Rate) -> Self {
         Self {
             rate,
             state: Mutex::new((HashMap::new(), Instant::now())),
@@ -89,7 +89,7 @@ impl<K: Hash + Eq> Buckets<K> {
     }
 
     /// Takes one token from `key`'s bucket ([`Bucket::take`]).
-    pub(crate) fn take(&self, key: K) -> Result<(), Duration> {
+    pub fn take(&self, key: K) -> Result<(), Duration> {
         self.take_at(key, Instant::now())
     }
 
