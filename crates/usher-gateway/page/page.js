@@ -144,6 +144,17 @@
     if (leading && channel) channel.postMessage({ type: "state", state });
   }
 
+  // Maintenance (`event: status`, or the page's settings on load): a line above the position
+  // that stays until maintenance ends. The place is kept meanwhile.
+  function showStatus(d) {
+    const box = $("status");
+    if (!box) return;
+    const on = d.state === "maintenance";
+    box.hidden = !on;
+    box.textContent = on ? t("maintenance", { message: d.message || "" }) : "";
+    document.body.dataset.maintenance = on ? "1" : "";
+  }
+
   function showNotice(text) {
     $("notices-box").hidden = false;
     const li = document.createElement("li");
@@ -203,9 +214,15 @@
       showNotice(d.message);
       if (channel) channel.postMessage({ type: "notice", message: d.message });
     });
+    es.addEventListener("status", (e) => {
+      const d = JSON.parse(e.data);
+      showStatus(d);
+      if (channel) channel.postMessage({ type: "status", status: d });
+    });
     es.addEventListener("closed", (e) => {
       es.close();
-      closed(JSON.parse(e.data).reason);
+      const d = JSON.parse(e.data);
+      closed(d.reason, d.message);
     });
     es.addEventListener("scheduled", (e) => {
       if (e.lastEventId) save({ ...saved(), ticket: e.lastEventId });
@@ -273,6 +290,16 @@
       ? (d.opens_at < 1e12 ? d.opens_at * 1000 : d.opens_at)
       : Date.parse(d.opens_at);
     stopCountdown();
+    // The opening time in the browser's own time zone, and why arriving early does not help.
+    const opens = $("opens");
+    if (opens) {
+      let when = "";
+      try {
+        when = new Intl.DateTimeFormat(cfg.lang, { dateStyle: "full", timeStyle: "short" }).format(new Date(at));
+      } catch { when = new Date(at).toString(); }
+      opens.textContent = t("scheduled_at", { when }) + " " + t("scheduled_order");
+      opens.hidden = false;
+    }
     const tick = () => {
       const left = Math.max(0, Math.round((at - Date.now()) / 1000));
       if (left === 0) {
@@ -359,12 +386,15 @@
     return true;
   }
 
-  function closed(reason) {
+  // `message`: the operator's text of an ended sale.
+  function closed(reason, message) {
     stopCountdown();
     setConn("connected");
     if (reason !== "resumed_elsewhere") forget();
     clearTimeout(reopen);
-    setState({ phase: "closed", reason, message: t("closed_" + reason) });
+    if ($("opens")) $("opens").hidden = true;
+    showStatus({ state: "open" });
+    setState({ phase: "closed", reason, message: message || t("closed_" + reason) });
     if (reason === "resumed_elsewhere") button("primary", t("continue_here"), () => open());
     else if (["left", "place_lost", "session_ended", "wrong_key"].includes(reason)) {
       button("primary", t("join_again"), () => { forget(); open(); });
@@ -427,6 +457,7 @@
         return;
       }
       if (data.type === "notice") showNotice(data.message);
+      if (data.type === "status") showStatus(data.status);
       if (data.type !== "state") return;
       const st = data.state;
       if (st.phase === "admitted") st.message = t("admitted_other_tab");
@@ -455,7 +486,8 @@
     try { localStorage.setItem(STORE + ":probe", "1"); localStorage.removeItem(STORE + ":probe"); } catch {
       showNotice(t("no_storage"));
     }
-    if (cfg.closed) return closed(cfg.closed);
+    if (cfg.closed) return closed(cfg.closed, cfg.ended);
+    if (cfg.maintenance) showStatus({ state: "maintenance", message: cfg.maintenance });
     if (resumeEntry()) return;
     if (navigator.locks) {
       navigator.locks

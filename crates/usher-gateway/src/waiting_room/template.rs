@@ -12,6 +12,10 @@ use sha2::{Digest, Sha256};
 /// languages is available.
 pub const FALLBACK_LANG: &str = "en";
 
+/// What the page for an unknown queue says when the template has no `unknown_queue` string.
+const UNKNOWN_QUEUE: &str =
+    "There is no waiting line at this address. Please check the link you followed.";
+
 /// The built-in page: the documented example of a template directory.
 const BUILT_IN: &[(&str, &[u8])] = &[
     ("index.html", include_bytes!("../../page/index.html")),
@@ -169,6 +173,26 @@ impl Template {
             .replace("{{title}}", &escape_html(title))
             .replace("{{v}}", &self.version)
             .replace("{{config}}", &json)
+    }
+
+    /// The short page for a queue that does not exist: the language's `unknown_queue` string
+    /// (English when a template directory lacks it), with the page's stylesheet and no script.
+    pub fn render_unknown(&self, lang: &str) -> String {
+        let text = self
+            .strings(lang)
+            .get("unknown_queue")
+            .and_then(Value::as_str)
+            .unwrap_or(UNKNOWN_QUEUE);
+        format!(
+            "<!doctype html>\n<html lang=\"{lang}\">\n<head>\n<meta charset=\"utf-8\">\n\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+             <title>{text}</title>\n<link rel=\"stylesheet\" href=\"/q/assets/page.css?v={v}\">\n\
+             </head>\n<body data-state=\"unknown\">\n<main class=\"card\">\n\
+             <p id=\"message\" class=\"message\">{text}</p>\n</main>\n</body>\n</html>\n",
+            lang = escape_html(lang),
+            text = escape_html(text),
+            v = self.version,
+        )
     }
 
     /// Total size of the files a browser loads (the page and its assets, strings of one

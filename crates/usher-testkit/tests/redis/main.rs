@@ -52,6 +52,7 @@ mod session_trust;
 mod sessions;
 mod slow_clients;
 mod staging;
+mod states;
 mod stranded;
 mod strict_http;
 mod time_rules;
