@@ -129,6 +129,13 @@ pub struct Config {
     )]
     pub jwks_max_age_seconds: u64,
 
+    /// The waiting-room page this demo shop's landing page (`GET /`) links to, e.g.
+    /// `http://127.0.0.1:8080/q/demo`: a visitor goes from the shop to the line, and on
+    /// admission back to `POST /entry` and its "Book" button. Unset: the landing page says how
+    /// to set it. Must start with `http://` or `https://`.
+    #[arg(long, env = "USHER_QUEUE_PAGE_URL", value_parser = pages::page_url)]
+    pub queue_page_url: Option<String>,
+
     /// Deadlines and the connection cap for slow or idle clients.
     #[command(flatten)]
     pub serve: usher_http::ServeLimits,
@@ -165,6 +172,8 @@ pub struct Booking {
 /// What the routes share.
 pub struct App {
     pub admission: Admission,
+    /// `--queue-page-url`: where the landing page sends visitors.
+    pub queue_page_url: Option<String>,
     pub requests: Arc<RequestCounter>,
     /// The booking form's proofs taken already (`POST /entry`): one proof, one entry.
     pub spent_proofs: SpentProofs,
@@ -323,6 +332,14 @@ async fn book_seat(
     Ok(booking)
 }
 
+/// `GET /`: the shop's landing page, with a link to the waiting room.
+async fn landing(State(app): State<Arc<App>>) -> Response {
+    pages::html(
+        StatusCode::OK,
+        pages::landing(app.queue_page_url.as_deref()),
+    )
+}
+
 /// `POST /book`: the entry page's "Book" button (a plain form: `token`, `queue`, `seat`). Books
 /// like `POST /api/bookings` and answers a page with the booking.
 async fn book_form(
@@ -436,6 +453,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/bookings", post(book))
         .route("/entry", post(entry))
         .route("/book", post(book_form))
+        .route("/", get(landing))
         .merge(guarded)
         // Health probes are not load.
         .layer(middleware::from_fn_with_state(app.clone(), count))
@@ -467,6 +485,7 @@ pub async fn run(
     }
     let app = Arc::new(App {
         admission: admission.build()?,
+        queue_page_url: cfg.queue_page_url.clone(),
         requests: Arc::default(),
         spent_proofs: SpentProofs::new(SPENT_PROOFS_MAX),
     });

@@ -19,7 +19,8 @@ const HEAD: &str = "<!doctype html><html lang=en><head><meta charset=utf-8>\
 <style>body{font-family:system-ui,sans-serif;margin:0;padding:1rem;line-height:1.5;\
 max-width:30rem;margin-inline:auto}h1{font-size:1.4rem}label,button{display:block;\
 width:100%;margin:.75rem 0;font-size:1.1rem}select,button{font:inherit;width:100%;\
-min-height:2.75rem}button{background:#0b57b0;color:#fff;border:0;border-radius:.5rem}</style>\
+min-height:2.75rem}button,.button{background:#0b57b0;color:#fff;border:0;border-radius:.5rem}\
+.button{display:block;text-align:center;padding:.7rem;font-size:1.1rem;text-decoration:none}</style>\
 </head><body>";
 
 /// Only the characters of an id (and of a JWT): safe in HTML text and attributes.
@@ -40,6 +41,32 @@ pub fn html(status: StatusCode, body: String) -> Response {
         body,
     )
         .into_response()
+}
+
+/// `--queue-page-url`'s check: an `http://` or `https://` URL without characters that would
+/// need escaping in an HTML attribute.
+pub fn page_url(s: &str) -> Result<String, String> {
+    let ok = (s.starts_with("http://") || s.starts_with("https://"))
+        && !s
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || "\"'<>&".contains(c));
+    ok.then(|| s.to_owned())
+        .ok_or_else(|| "must be an http:// or https:// URL (no spaces, quotes, <, > or &)".into())
+}
+
+/// The shop's landing page: a link to the waiting room (`--queue-page-url`), or how to set it.
+pub fn landing(queue_page: Option<&str>) -> String {
+    let go = match queue_page {
+        Some(url) => format!(
+            "<p>Tickets go on sale through a waiting room: join the line, and when it is your \
+             turn you come back here to book.</p><a id=join class=button href=\"{url}\">Join \
+             the queue</a>"
+        ),
+        None => "<p id=unset>Set <code>USHER_QUEUE_PAGE_URL</code> to the waiting room's page \
+                 (e.g. <code>http://127.0.0.1:8080/q/demo</code>) to link it here.</p>"
+            .to_owned(),
+    };
+    format!("{HEAD}<h1>usher demo shop</h1>{go}</body></html>")
 }
 
 /// The page an admitted browser lands on: who it is, and a form that books a seat with its

@@ -125,7 +125,7 @@
       const pct = first <= 1 ? 100 : Math.round(((first - p) / (first - 1)) * 100);
       $("bar-fill").style.width = pct + "%";
       $("bar").setAttribute("aria-valuenow", String(pct));
-      const eta = etaWords(st.eta);
+      const eta = held ? t("eta_unknown") : etaWords(st.eta); // no ETA while admission holds
       $("eta").textContent = eta;
       const now = Date.now();
       if (now - announcedAt >= ANNOUNCE_EVERY_MS) {
@@ -144,15 +144,14 @@
     if (leading && channel) channel.postMessage({ type: "state", state });
   }
 
-  // Maintenance (`event: status`, or the page's settings on load): a line above the position
-  // that stays until maintenance ends. The place is kept meanwhile.
+  // Maintenance (`event: status`, or cfg on load): shown until it ends; the place is kept.
+  let held = false;
   function showStatus(d) {
-    const box = $("status");
+    const box = $("status"), on = (held = d.state === "maintenance");
+    draw();
     if (!box) return;
-    const on = d.state === "maintenance";
     box.hidden = !on;
-    box.textContent = on ? t("maintenance", { message: d.message || "" }) : "";
-    document.body.dataset.maintenance = on ? "1" : "";
+    box.textContent = on ? t("maintenance", { message: d.message }) : "";
   }
 
   function showNotice(text) {
@@ -290,13 +289,10 @@
       ? (d.opens_at < 1e12 ? d.opens_at * 1000 : d.opens_at)
       : Date.parse(d.opens_at);
     stopCountdown();
-    // The opening time in the browser's own time zone, and why arriving early does not help.
+    // The opening in the browser's time zone; arrival order does not matter (a draw).
     const opens = $("opens");
     if (opens) {
-      let when = "";
-      try {
-        when = new Intl.DateTimeFormat(cfg.lang, { dateStyle: "full", timeStyle: "short" }).format(new Date(at));
-      } catch { when = new Date(at).toString(); }
+      const when = new Intl.DateTimeFormat(cfg.lang, { dateStyle: "full", timeStyle: "short" }).format(at);
       opens.textContent = t("scheduled_at", { when }) + " " + t("scheduled_order");
       opens.hidden = false;
     }

@@ -273,6 +273,15 @@ async fn the_demo_entry_page_fits_a_phone_and_books_once() -> anyhow::Result<()>
     })
     .await?;
     let demo = stack.booking.as_ref().expect("booking demo").url();
+    // Without USHER_QUEUE_PAGE_URL the landing page says how to link the waiting room.
+    let r = reqwest::get(format!("{demo}/")).await?;
+    assert_eq!(r.status(), 200);
+    let html = r.text().await?;
+    assert!(html.contains("name=viewport"), "{html}");
+    assert!(
+        html.contains("Set <code>USHER_QUEUE_PAGE_URL</code>"),
+        "{html}"
+    );
     stack.create_queue("shop", 50.0).await?;
     let (_, token) = admitted(&stack, "shop").await?;
     let client = reqwest::Client::new();
