@@ -300,7 +300,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(b) = u.bind {
         cfg.bind = b;
     }
-    super::states::apply(&mut cfg, u);
+    super::states::apply(&mut cfg, u)?;
     Ok(cfg)
 }
 

@@ -4,7 +4,7 @@
 //! * **maintenance** — admission holds (`paused` is on while it lasts), every place is kept,
 //!   joins still take a place and wait, and every waiting browser hears `event: status` with
 //!   the text at once; `"maintenance": null` ends it and resumes admission (unless the same
-//!   request says `"paused": true`).
+//!   request says `"paused": true`); `"paused": false` alone is refused while it lasts.
 //! * **ended** — the queue closes like `open: false` does, with the reason `ended`: every
 //!   waiting browser hears `closed` with the text, and later joins are refused. `open: true`
 //!   reopens it and clears the text.
@@ -43,8 +43,9 @@ pub(crate) fn check(u: &QueueUpdate) -> Result<(), ApiError> {
 }
 
 /// Applies `u`'s states to `cfg` (after its other settings): maintenance pauses, and its end
-/// resumes unless `paused` was given; ended closes; an explicit reopen clears ended.
-pub(crate) fn apply(cfg: &mut QueueConfig, u: &QueueUpdate) {
+/// resumes unless `paused` was given; ended closes; an explicit reopen clears ended. A queue
+/// in maintenance stays paused: `"paused": false` alone is refused (end maintenance instead).
+pub(crate) fn apply(cfg: &mut QueueConfig, u: &QueueUpdate) -> Result<(), ApiError> {
     match &u.maintenance {
         Some(Some(text)) => {
             cfg.maintenance = Some(text.clone());
@@ -55,12 +56,18 @@ pub(crate) fn apply(cfg: &mut QueueConfig, u: &QueueUpdate) {
         }
         _ => {}
     }
+    if cfg.maintenance.is_some() && !cfg.paused {
+        return Err(ApiError::bad_request(
+            "the queue is in maintenance, which holds admission: end it with \"maintenance\": null",
+        ));
+    }
     if let Some(text) = &u.ended {
         cfg.ended = Some(text.clone());
         cfg.open = false;
     } else if u.open == Some(true) {
         cfg.ended = None;
     }
+    Ok(())
 }
 
 /// The `status` message for a maintenance change from `before` to `after`, if it changed.

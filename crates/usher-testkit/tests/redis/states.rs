@@ -114,6 +114,7 @@ async fn maintenance_holds_admission_keeps_places_and_reaches_every_browser_at_o
     // Contradictions and bad texts are refused, and change nothing.
     for body in [
         json!({"maintenance": text, "paused": false}),
+        json!({"paused": false}),
         json!({"maintenance": ""}),
         json!({"maintenance": "a\nb"}),
         json!({"maintenance": "x".repeat(501)}),
