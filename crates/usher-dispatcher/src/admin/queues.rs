@@ -111,6 +111,16 @@ pub struct QueueUpdate {
 }
 
 impl QueueUpdate {
+    /// What `super::states` reads of this body.
+    fn state_change(&self) -> super::states::StateChange<'_> {
+        super::states::StateChange {
+            maintenance: self.maintenance.as_ref().map(Option::as_deref),
+            ended: self.ended.as_deref(),
+            paused: self.paused,
+            open: self.open,
+        }
+    }
+
     /// `current` with this update's page settings applied (`""` unsets one), checked.
     fn page_settings(&self, mut current: PageSettings) -> Result<PageSettings, ApiError> {
         for (given, field) in [
@@ -245,7 +255,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(d) = u.pow_difficulty {
         check_difficulty(d).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
-    super::states::check(u)?;
+    super::states::check(u.state_change())?;
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -300,7 +310,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(b) = u.bind {
         cfg.bind = b;
     }
-    super::states::apply(&mut cfg, u)?;
+    super::states::apply(&mut cfg, u.state_change())?;
     Ok(cfg)
 }
 

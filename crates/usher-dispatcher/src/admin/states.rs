@@ -18,12 +18,21 @@ use usher_core::store::QueueConfig;
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
-use super::queues::QueueUpdate;
 use crate::state::{redis_down, AppState};
 
+/// The fields of a `PUT /admin/queues/{queue}` body (`queues::QueueUpdate`) the states read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StateChange<'a> {
+    /// Absent: unchanged; a text: maintenance; `null`: maintenance ends.
+    pub maintenance: Option<Option<&'a str>>,
+    pub ended: Option<&'a str>,
+    pub paused: Option<bool>,
+    pub open: Option<bool>,
+}
+
 /// Refuses texts that break the notice rules, and requests that contradict themselves.
-pub(crate) fn check(u: &QueueUpdate) -> Result<(), ApiError> {
-    if let Some(Some(text)) = &u.maintenance {
+pub(crate) fn check(u: StateChange<'_>) -> Result<(), ApiError> {
+    if let Some(Some(text)) = u.maintenance {
         check_notice(text).map_err(|e| ApiError::bad_request(format!("maintenance: {e}")))?;
         if u.paused == Some(false) {
             return Err(ApiError::bad_request(
@@ -31,7 +40,7 @@ pub(crate) fn check(u: &QueueUpdate) -> Result<(), ApiError> {
             ));
         }
     }
-    if let Some(text) = &u.ended {
+    if let Some(text) = u.ended {
         check_notice(text).map_err(|e| ApiError::bad_request(format!("ended: {e}")))?;
         if u.open == Some(true) {
             return Err(ApiError::bad_request(
@@ -45,10 +54,10 @@ pub(crate) fn check(u: &QueueUpdate) -> Result<(), ApiError> {
 /// Applies `u`'s states to `cfg` (after its other settings): maintenance pauses, and its end
 /// resumes unless `paused` was given; ended closes; an explicit reopen clears ended. A queue
 /// in maintenance stays paused: `"paused": false` alone is refused (end maintenance instead).
-pub(crate) fn apply(cfg: &mut QueueConfig, u: &QueueUpdate) -> Result<(), ApiError> {
-    match &u.maintenance {
+pub(crate) fn apply(cfg: &mut QueueConfig, u: StateChange<'_>) -> Result<(), ApiError> {
+    match u.maintenance {
         Some(Some(text)) => {
-            cfg.maintenance = Some(text.clone());
+            cfg.maintenance = Some(text.to_owned());
             cfg.paused = true;
         }
         Some(None) if cfg.maintenance.take().is_some() => {
@@ -61,8 +70,8 @@ pub(crate) fn apply(cfg: &mut QueueConfig, u: &QueueUpdate) -> Result<(), ApiErr
             "the queue is in maintenance, which holds admission: end it with \"maintenance\": null",
         ));
     }
-    if let Some(text) = &u.ended {
-        cfg.ended = Some(text.clone());
+    if let Some(text) = u.ended {
+        cfg.ended = Some(text.to_owned());
         cfg.open = false;
     } else if u.open == Some(true) {
         cfg.ended = None;
