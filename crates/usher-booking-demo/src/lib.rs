@@ -23,9 +23,11 @@
 //! It verifies the token the same way and answers a small HTML page naming the place. A
 //! token bound to the browser's key needs the form's `proof` too, each proof taken once
 //! ([`replay`]) and passed on to the dispatcher with the session check
-//! ([`Admission::check_bound`]).
+//! ([`Admission::check_bound`]). The page (phone-sized) has a "Book" button: `POST /book`, a
+//! plain form that books like `POST /api/bookings` and shows the booking ([`pages`]).
 
 pub mod load;
+mod pages;
 pub mod replay;
 
 use std::future::Future;
@@ -37,7 +39,7 @@ use axum::extract::rejection::{FormRejection, JsonRejection};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Form, Json, Router};
 use clap::Parser;
@@ -127,6 +129,13 @@ pub struct Config {
     )]
     pub jwks_max_age_seconds: u64,
 
+    /// The waiting-room page this demo shop's landing page (`GET /`) links to, e.g.
+    /// `http://127.0.0.1:8080/q/demo`: a visitor goes from the shop to the line, and on
+    /// admission back to `POST /entry` and its "Book" button. Unset: the landing page says how
+    /// to set it. Must start with `http://` or `https://`.
+    #[arg(long, env = "USHER_QUEUE_PAGE_URL", value_parser = pages::page_url)]
+    pub queue_page_url: Option<String>,
+
     /// Deadlines and the connection cap for slow or idle clients.
     #[command(flatten)]
     pub serve: usher_http::ServeLimits,
@@ -163,6 +172,8 @@ pub struct Booking {
 /// What the routes share.
 pub struct App {
     pub admission: Admission,
+    /// `--queue-page-url`: where the landing page sends visitors.
+    pub queue_page_url: Option<String>,
     pub requests: Arc<RequestCounter>,
     /// The booking form's proofs taken already (`POST /entry`): one proof, one entry.
     pub spent_proofs: SpentProofs,
@@ -259,9 +270,21 @@ async fn book(
     let Json(req) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let token = usher_admission::bearer_token(&headers)
         .ok_or_else(|| ApiError::unauthorized("Authorization: Bearer <entry token> required"))?;
+    let booking = book_seat(&app, &headers, token, req).await?;
+    Ok((StatusCode::CREATED, Json(booking)))
+}
+
+/// Books a seat with `token` for `req.queue`: checked offline, then the session consumed (a
+/// bound token with its `DPoP` proof, when the request carries one).
+async fn book_seat(
+    app: &App,
+    headers: &HeaderMap,
+    token: &str,
+    req: BookingRequest,
+) -> Result<Booking, ApiError> {
     // A token bound to the browser's key comes with the browser's proof (`DPoP`), for this
     // request; without one, a bound token is refused here (a bearer route).
-    let url = own_url(&headers, "/api/bookings");
+    let url = own_url(headers, "/api/bookings");
     let proof = headers
         .get("dpop")
         .and_then(|v| v.to_str().ok())
@@ -306,7 +329,34 @@ async fn book(
         seat: req.seat,
     };
     tracing::info!(queue = %booking.queue, place = %booking.place, "booked");
-    Ok((StatusCode::CREATED, Json(booking)))
+    Ok(booking)
+}
+
+/// `GET /`: the shop's landing page, with a link to the waiting room.
+async fn landing(State(app): State<Arc<App>>) -> Response {
+    pages::html(
+        StatusCode::OK,
+        pages::landing(app.queue_page_url.as_deref()),
+    )
+}
+
+/// `POST /book`: the entry page's "Book" button (a plain form: `token`, `queue`, `seat`). Books
+/// like `POST /api/bookings` and answers a page with the booking.
+async fn book_form(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    form: Result<Form<pages::BookForm>, FormRejection>,
+) -> Result<Response, ApiError> {
+    let Form(f) = form.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let req = BookingRequest {
+        queue: f.queue,
+        seat: f.seat,
+    };
+    let booking = book_seat(&app, &headers, &f.token, req).await?;
+    Ok(pages::html(
+        StatusCode::CREATED,
+        pages::booked(&booking.booking_id, &booking.queue, booking.seat.as_deref()),
+    ))
 }
 
 /// The form usher's waiting-room page POSTs to the queue's `booking_url` on admission.
@@ -370,29 +420,10 @@ async fn entry(
     });
     require_active(&app, &f.token, &f.queue, proof).await?;
     tracing::info!(queue = %f.queue, place = %claims.sub, "entered from the waiting room");
-    // Values shown are checked ids (the queue is the token's `aud`, the place its `sub`).
-    let html = format!(
-        "<!doctype html><meta charset=utf-8><title>Booking</title>\
-         <h1 id=entry data-queue=\"{q}\" data-place=\"{p}\">Welcome: entry verified for queue \
-         {q}, place {p}</h1>",
-        q = id_chars(&f.queue),
-        p = id_chars(&claims.sub),
-    );
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        html,
-    )
-        .into_response())
-}
-
-/// Only the characters of an id: safe in HTML text and attributes.
-fn id_chars(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .collect()
+    Ok(pages::html(
+        StatusCode::OK,
+        pages::entry(&f.queue, &claims.sub, &f.token, claims.cnf.is_some()),
+    ))
 }
 
 /// The seats of the queue the request names (pretend), behind the admission layer: the token
@@ -421,6 +452,8 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/api/bookings", post(book))
         .route("/entry", post(entry))
+        .route("/book", post(book_form))
+        .route("/", get(landing))
         .merge(guarded)
         // Health probes are not load.
         .layer(middleware::from_fn_with_state(app.clone(), count))
@@ -452,6 +485,7 @@ pub async fn run(
     }
     let app = Arc::new(App {
         admission: admission.build()?,
+        queue_page_url: cfg.queue_page_url.clone(),
         requests: Arc::default(),
         spent_proofs: SpentProofs::new(SPENT_PROOFS_MAX),
     });

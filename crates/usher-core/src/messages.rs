@@ -86,6 +86,9 @@ pub enum CloseReason {
     /// connection gets `closed` with this reason, so it does not reconnect and take the place
     /// back (two tabs sharing a ticket would otherwise take turns forever).
     ResumedElsewhere,
+    /// An admin ended the sale with a message to the line (`PUT /admin/queues/{queue}`
+    /// `{"ended": "…"}`): the line closes like `queue_closed`, and `closed` carries the text.
+    Ended,
 }
 
 impl CloseReason {
@@ -98,6 +101,7 @@ impl CloseReason {
             CloseReason::PlaceLost => "place_lost",
             CloseReason::SessionEnded => "session_ended",
             CloseReason::ResumedElsewhere => "resumed_elsewhere",
+            CloseReason::Ended => "ended",
         }
     }
 }
@@ -149,8 +153,22 @@ pub enum StreamMessage {
     },
     /// The line moved.
     State(QueueState),
-    /// The queue was closed: every browser waiting in it gets `closed`.
-    Closed { queue: QueueId, reason: CloseReason },
+    /// The queue was closed: every browser waiting in it gets `closed`, with the operator's
+    /// text when the sale was ended with one (absent in entries of earlier versions).
+    Closed {
+        queue: QueueId,
+        reason: CloseReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// The queue went into maintenance (with the operator's text) or came out of it: every
+    /// browser waiting in it gets `status`.
+    Status {
+        queue: QueueId,
+        state: LineStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// An operator's message to everyone waiting in the queue: each browser gets `notice`.
     Notice { queue: QueueId, message: String },
     /// A scheduled sale's draw ran: every pre-queue stream of the queue ends with a short
@@ -243,6 +261,34 @@ pub struct AdmittedEvent {
 pub struct ClosedEvent {
     pub queue: QueueId,
     pub reason: CloseReason,
+    /// The operator's text when the sale was ended with one (`reason` = `ended`); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What a queue's line is doing, as the page tells its browsers: open as usual, or held for
+/// maintenance (admission holds, places are kept, joins take a place and wait). An ended
+/// sale is a `closed` event with reason `ended`, not a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LineStatus {
+    /// Admitting as configured.
+    Open,
+    /// Held for maintenance: nobody is admitted until it ends, and everyone keeps their place.
+    Maintenance,
+}
+
+/// `event: status` payload: the queue went into maintenance (`message` is the operator's
+/// text) or came out of it (`state` = `open`, no message). No `id:` line: the browser's last
+/// event id stays its ticket. Sent to the streams of the line (a scheduled sale's pre-queue
+/// streams read it from the page on their next load).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct StatusEvent {
+    pub queue: QueueId,
+    pub state: LineStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// `event: notice` payload: an operator's message to the line ("Section A is sold out").
@@ -316,6 +362,7 @@ mod tests {
         let m = StreamMessage::Closed {
             queue: QueueId::new("q").expect("valid"),
             reason: CloseReason::QueueClosed,
+            message: None,
         };
         let s = serde_json::to_string(&m).expect("serialise");
         assert_eq!(
@@ -334,6 +381,7 @@ mod tests {
             (CloseReason::PlaceLost, "place_lost"),
             (CloseReason::ResumedElsewhere, "resumed_elsewhere"),
             (CloseReason::SessionEnded, "session_ended"),
+            (CloseReason::Ended, "ended"),
         ] {
             let json = format!("\"{wire}\"");
             assert_eq!(serde_json::to_string(&reason).expect("serialise"), json);

@@ -20,6 +20,7 @@ const ADAPTIVE_FIELDS = [
 ];
 const STATS = [
   ["waiting", "Waiting"],
+  ["entrants", "In the pre-queue (draw)"],
   ["away", "Away"],
   ["active", "Active"],
   ["max_active", "Max active"],
@@ -31,6 +32,8 @@ const STATS = [
   ["opens_at", "Opens at"],
   ["admitted_total", "Admitted in total"],
   ["dropped_total", "Dropped in total"],
+  ["maintenance", "Maintenance text"],
+  ["ended", "Ended text"],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -170,7 +173,9 @@ function opensAt(q) {
 }
 
 function state(q) {
+  if (!q.open && q.ended) return ["closed", "ended"];
   if (!q.open) return ["closed", "closed" + (q.close_reason ? " (" + q.close_reason + ")" : "")];
+  if (q.maintenance) return ["paused", "maintenance"];
   if (q.paused) return ["paused", "paused"];
   const o = opensAt(q);
   if (o && o > Date.now()) return ["scheduled", "scheduled"];
@@ -337,6 +342,17 @@ function card(id) {
       notice.value = "";
     }
   });
+  // Maintenance and the end of the sale, each with the text every waiting browser shows.
+  const stateText = el("input", { name: "state_text", maxlength: "500" });
+  const withText = (what, field) => {
+    if (!stateText.value.trim()) return setStatus("Write the text people will see first");
+    confirmCall(what + " " + id + ": \u201c" + stateText.value + "\u201d", "PUT", queuePath(id), { [field]: stateText.value });
+  };
+  const statesRow = el("div", { class: "row" },
+    el("label", {}, "Text for maintenance or the end of the sale", stateText),
+    button("Start maintenance…", () => withText("Hold admission for maintenance in", "maintenance")),
+    button("End maintenance…", () => confirmCall("End maintenance in " + id + " (admission resumes)", "PUT", queuePath(id), { maintenance: null })),
+    button("End the sale…", () => withText("End the sale (closes the line) in", "ended"), "danger"));
   const path = queuePath(id);
   entry.card = el("article", { class: "queue", "data-queue": id, "aria-labelledby": "q-" + id },
     el("header", {}, el("h3", { id: "q-" + id, text: id }), badge),
@@ -354,6 +370,7 @@ function card(id) {
         el("label", {}, "Reason", reason),
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
+      statesRow,
       el("details", {}, el("summary", { text: "Rate, capacity, adaptive rate and schedule" }), entry.settings)));
   return entry;
 }

@@ -125,7 +125,7 @@
       const pct = first <= 1 ? 100 : Math.round(((first - p) / (first - 1)) * 100);
       $("bar-fill").style.width = pct + "%";
       $("bar").setAttribute("aria-valuenow", String(pct));
-      const eta = etaWords(st.eta);
+      const eta = held ? t("eta_unknown") : etaWords(st.eta); // no ETA while admission holds
       $("eta").textContent = eta;
       const now = Date.now();
       if (now - announcedAt >= ANNOUNCE_EVERY_MS) {
@@ -142,6 +142,16 @@
     state = next;
     draw();
     if (leading && channel) channel.postMessage({ type: "state", state });
+  }
+
+  // Maintenance (`event: status`, or cfg on load): shown until it ends; the place is kept.
+  let held = false;
+  function showStatus(d) {
+    const box = $("status"), on = (held = d.state === "maintenance");
+    draw();
+    if (!box) return;
+    box.hidden = !on;
+    box.textContent = on ? t("maintenance", { message: d.message }) : "";
   }
 
   function showNotice(text) {
@@ -203,9 +213,15 @@
       showNotice(d.message);
       if (channel) channel.postMessage({ type: "notice", message: d.message });
     });
+    es.addEventListener("status", (e) => {
+      const d = JSON.parse(e.data);
+      showStatus(d);
+      if (channel) channel.postMessage({ type: "status", status: d });
+    });
     es.addEventListener("closed", (e) => {
       es.close();
-      closed(JSON.parse(e.data).reason);
+      const d = JSON.parse(e.data);
+      closed(d.reason, d.message);
     });
     es.addEventListener("scheduled", (e) => {
       if (e.lastEventId) save({ ...saved(), ticket: e.lastEventId });
@@ -273,6 +289,13 @@
       ? (d.opens_at < 1e12 ? d.opens_at * 1000 : d.opens_at)
       : Date.parse(d.opens_at);
     stopCountdown();
+    // The opening in the browser's time zone; arrival order does not matter (a draw).
+    const opens = $("opens");
+    if (opens) {
+      const when = new Intl.DateTimeFormat(cfg.lang, { dateStyle: "full", timeStyle: "short" }).format(at);
+      opens.textContent = t("scheduled_at", { when }) + " " + t("scheduled_order");
+      opens.hidden = false;
+    }
     const tick = () => {
       const left = Math.max(0, Math.round((at - Date.now()) / 1000));
       if (left === 0) {
@@ -359,12 +382,15 @@
     return true;
   }
 
-  function closed(reason) {
+  // `message`: the operator's text of an ended sale.
+  function closed(reason, message) {
     stopCountdown();
     setConn("connected");
     if (reason !== "resumed_elsewhere") forget();
     clearTimeout(reopen);
-    setState({ phase: "closed", reason, message: t("closed_" + reason) });
+    if ($("opens")) $("opens").hidden = true;
+    showStatus({ state: "open" });
+    setState({ phase: "closed", reason, message: message || t("closed_" + reason) });
     if (reason === "resumed_elsewhere") button("primary", t("continue_here"), () => open());
     else if (["left", "place_lost", "session_ended", "wrong_key"].includes(reason)) {
       button("primary", t("join_again"), () => { forget(); open(); });
@@ -428,6 +454,7 @@
         return;
       }
       if (data.type === "notice") showNotice(data.message);
+      if (data.type === "status") showStatus(data.status);
       if (data.type !== "state") return;
       const st = data.state;
       if (st.phase === "admitted") st.message = t("admitted_other_tab");
@@ -456,7 +483,8 @@
     try { localStorage.setItem(STORE + ":probe", "1"); localStorage.removeItem(STORE + ":probe"); } catch {
       showNotice(t("no_storage"));
     }
-    if (cfg.closed) return closed(cfg.closed);
+    if (cfg.closed) return closed(cfg.closed, cfg.ended);
+    if (cfg.maintenance) showStatus({ state: "maintenance", message: cfg.maintenance });
     if (resumeEntry()) return;
     if (navigator.locks) {
       navigator.locks

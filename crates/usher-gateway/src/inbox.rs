@@ -102,11 +102,23 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
                 tokio::spawn(fetch_admissions(gw.clone(), queue, missing));
             }
         }
-        StreamMessage::Closed { queue, reason } => {
+        StreamMessage::Closed {
+            queue,
+            reason,
+            message,
+        } => {
             // A pre-queue closed before its draw is over too: its entrants count for their
             // address like ordinary places from now on, and are forgotten after the grace.
             gw.ip_limits().drawn(&queue);
-            hub.close_queue(&queue, reason);
+            hub.close_queue_with(&queue, reason, message);
+        }
+        StreamMessage::Status {
+            queue,
+            state,
+            message,
+        } => {
+            let n = hub.announce(&queue, Update::status_frame(&queue, state, message));
+            tracing::info!(queue = %queue, ?state, browsers = n, "status passed on");
         }
         StreamMessage::Notice { queue, message } => {
             let n = hub.notify(&queue, &message);

@@ -13,7 +13,7 @@ use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::QueueId;
 use usher_core::messages::{
     AdmittedEvent, ClosedEvent, DrawVoidEvent, NoticeEvent, PreQueueFullEvent, ScheduledEvent,
-    WaitingEvent,
+    StatusEvent, WaitingEvent,
 };
 use usher_http::openapi::ErrorBody;
 use utoipa::{OpenApi, ToSchema};
@@ -63,6 +63,10 @@ pub(crate) enum StreamEvent {
     /// An operator's message to everyone waiting; no `id:` (the last event id stays the
     /// ticket); followed by the current `waiting` event. The stream continues.
     Notice { data: NoticeEvent },
+    /// The queue went into maintenance (`state` = `maintenance`, the operator's `message`:
+    /// admission holds, the place is kept) or came out of it (`state` = `open`); no `id:`;
+    /// followed by the current `waiting` event. The stream continues.
+    Status { data: StatusEvent },
     /// The stream ends for good (`reason`); no `id:`. `resumed_elsewhere`: a newer connection
     /// holds the ticket; do not reconnect by yourself.
     Closed { data: ClosedEvent },
@@ -129,7 +133,7 @@ pub(crate) enum StreamItem {
         ("Last-Event-ID" = Option<Ticket>, Header, description = "Sent by `EventSource` itself when it reconnects: the ticket of the last event, which resumes the place (same position, never a second place), on any gateway."),
     ),
     responses(
-        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `proof_required` (no `id:`): the queue binds places to the browser's key and the request brought no good proof of it (`reason`); the stream ends, nothing changed.\n- `pre_queue_full` (no `id:`): the scheduled sale's pre-queue holds its `max_entrants`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
+        (status = 200, description = "A Server-Sent Events stream (`Cache-Control: no-cache`, `X-Accel-Buffering: no`): a `retry:` line, then events (see `StreamItem`).\n\n- `waiting` (`id:` ticket): the position; sent on join and whenever it changes.\n- `scheduled` (`id:` ticket): in a scheduled sale's pre-queue until the draw.\n- `notice` (no `id:`): an operator's message, followed by the current `waiting`.\n- `status` (no `id:`): the queue went into maintenance (`state`: `maintenance`, with the operator's `message`: admission holds, the place is kept) or out of it (`state`: `open`), followed by the current `waiting`.\n- `admitted` (`id:` ticket): the entry token; the stream ends.\n- `closed` (no `id:`): the stream ends for good, with the reason (`queue_closed`, `sold_out`, `left`, `place_lost`, `session_ended`, `resumed_elsewhere`, `ended`: the operator ended the sale, with its `message`).\n- `draw_void` (no `id:`): the pre-queue's draw was voided by a Redis data loss; the stream ends with a short `retry:`.\n- `challenge` (no `id:`): the queue asks a proof of work and the join brought no good one; a fresh puzzle and the `reason`; the stream ends, no place taken.\n- `proof_required` (no `id:`): the queue binds places to the browser's key and the request brought no good proof of it (`reason`); the stream ends, nothing changed.\n- `pre_queue_full` (no `id:`): the scheduled sale's pre-queue holds its `max_entrants`; the stream ends, no place taken.\n- `: keepalive` comments on a silent stream, at least once per `USHER_KEEPALIVE_SECS`.\n\nA temporary problem (Redis away, the connection cap, a per-IP limit, a drain) is also `200`: a jittered `retry:` and the end of the stream, so `EventSource` tries again.",
             content_type = "text/event-stream", body = StreamItem,
             headers(("Cache-Control" = String, description = "`no-cache`"), ("X-Accel-Buffering" = String, description = "`no`: proxies must not buffer the stream"))),
         (status = 400, description = "A malformed queue id, a forged ticket or a ticket of another queue (final: `EventSource` stops).", body = ErrorBody),

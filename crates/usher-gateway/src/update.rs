@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use usher_core::ids::QueueId;
 use usher_core::messages::{
-    Admission, AdmittedEvent, CloseReason, ClosedEvent, NoticeEvent, ScheduledEvent, WaitingEvent,
+    Admission, AdmittedEvent, CloseReason, ClosedEvent, LineStatus, NoticeEvent, ScheduledEvent,
+    StatusEvent, WaitingEvent,
 };
 use usher_core::store::TokenRecord;
 
@@ -70,11 +71,28 @@ impl Update {
         event_frame("notice", None, &ev).into()
     }
 
+    /// The `status` frame of a queue going into maintenance or out of it: no `id:` line,
+    /// like a notice, and delivered the same way (it rides in [`Update::Notice`]).
+    pub fn status_frame(queue: &QueueId, state: LineStatus, message: Option<String>) -> Arc<str> {
+        let ev = StatusEvent {
+            queue: queue.clone(),
+            state,
+            message,
+        };
+        event_frame("status", None, &ev).into()
+    }
+
     /// `closed` with `reason`.
     pub fn closed(queue: &QueueId, reason: CloseReason) -> Self {
+        Self::closed_with(queue, reason, None)
+    }
+
+    /// `closed` with `reason` and the operator's text (an ended sale's).
+    pub fn closed_with(queue: &QueueId, reason: CloseReason, message: Option<String>) -> Self {
         Update::Closed(ClosedEvent {
             queue: queue.clone(),
             reason,
+            message,
         })
     }
 

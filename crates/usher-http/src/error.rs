@@ -62,7 +62,12 @@ impl IntoResponse for ApiError {
 /// Longest framework error text carried over into a JSON error.
 const MAX_ERROR_TEXT: usize = 4096;
 
-/// Middleware: an error answer (4xx, 5xx) that is not JSON already — the router's own 404 and
+/// A response extension: this error answer is a page for people on purpose (the waiting
+/// room's page for an unknown or closed queue), and [`json_errors`] leaves it as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct PageForPeople;
+
+/// Middleware: an error answer (4xx, 5xx) that is not JSON already (nor a [`PageForPeople`]) — the router's own 404 and
 /// 405, an extractor's rejection (plain text) — becomes `{"error": "..."}` with the same
 /// status and headers (e.g. `Allow`), its text (or the status's reason) as the message. So
 /// every error a client sees has the one shape docs/http-contract.md promises.
@@ -73,7 +78,8 @@ pub async fn json_errors(req: axum::extract::Request, next: axum::middleware::Ne
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    let for_people = response.extensions().get::<PageForPeople>().is_some();
+    if !(status.is_client_error() || status.is_server_error()) || is_json || for_people {
         return response;
     }
     let (mut parts, body) = response.into_parts();

@@ -15,7 +15,7 @@ pub mod metrics;
 pub mod openapi;
 mod serve;
 
-pub use error::{json_errors, ApiError};
+pub use error::{json_errors, ApiError, PageForPeople};
 pub use health::{health_routes, Readiness};
 pub use limits::{body_deadline, ServeLimits, MAX_BODY};
 pub use serve::{listen, serve};

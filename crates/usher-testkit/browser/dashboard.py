@@ -44,6 +44,15 @@ def admin(method, path):
         return json.loads(r.read())
 
 
+def admin_put(path, body):
+    """`PUT` with a JSON body through the admin API (set-up the dashboard does not do)."""
+    req = urllib.request.Request(DISPATCHER + path, method="PUT", data=json.dumps(body).encode(),
+                                 headers={"authorization": "Bearer " + TOKEN,
+                                          "content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
 def shot(page, name, **kw):
     page.screenshot(path=os.path.join(SHOTS, name + ".png"), **kw)
 
@@ -200,6 +209,26 @@ def main():
             page.click(f"{CARD} button:text('Send notice…')")
             assert confirm(page, f"POST /admin/queues/{Q}/notice") == {"message": "Section A is sold out"}
 
+        @scenario("maintenance with its text, and a scheduled sale's entrants")
+        def states():
+            page.fill(f"{CARD} [name=state_text]", "Back at ten")
+            page.click(f"{CARD} button:text('Start maintenance…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"maintenance": "Back at ten"}
+            until(page, f"document.querySelector(\"{CARD} [data-field='state']\").textContent === 'maintenance'")
+            assert field(page, "maintenance") == "Back at ten", field(page, "maintenance")
+            assert admin("GET", f"/admin/queues/{Q}")["maintenance"] == "Back at ten"
+            shot(page, "dashboard-maintenance")
+            page.click(f"{CARD} button:text('End maintenance…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"maintenance": None}
+            until(page, f"document.querySelector(\"{CARD} [data-field='maintenance']\").textContent === '—'")
+            # A scheduled sale: its pre-queue's people show before the draw, `waiting` stays 0.
+            admin_put("/admin/queues/drop", {"paused": True,
+                                             "opens_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 900))})
+            control("join drop 3")
+            drop = "[data-queue='drop']"
+            until(page, f"document.querySelector(\"{drop} [data-field='entrants']\")?.textContent === '3'")
+            assert page.inner_text(f"{drop} [data-field='waiting']") == "0"
+
         @scenario("change the rate: only the changed field is sent")
         def rate():
             page.click(f"{CARD} summary")
@@ -231,7 +260,7 @@ def main():
             assert page.evaluate("sessionStorage.length") == 0
             assert page.query_selector(CARD) is None
 
-        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, rate, resume,
+        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, states, rate, resume,
                   close, sign_out]:
             s()
         unexpected = [e for e in errors if "401" not in e]

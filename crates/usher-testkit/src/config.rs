@@ -117,6 +117,7 @@ pub fn booking(dispatcher_url: &str) -> usher_booking_demo::Config {
         load_report_seconds: 2,
         jwks_min_gap_seconds: 3,
         jwks_max_age_seconds: 300,
+        queue_page_url: None,
         log_format: Default::default(),
         serve: usher_http::ServeLimits::default(),
     }

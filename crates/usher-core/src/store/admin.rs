@@ -65,6 +65,15 @@ pub struct QueueConfig {
     /// token alone enters), or the browser's key (`browser_key`: docs/security.md).
     #[serde(default)]
     pub bind: Bind,
+    /// The operator's text while the queue is in maintenance (`null`: not in maintenance).
+    /// Maintenance holds admission (`paused` is on while it lasts), keeps every place, and
+    /// lets joins take a place and wait; every waiting browser hears `event: status`.
+    #[serde(default)]
+    pub maintenance: Option<String>,
+    /// The operator's text when the sale was ended (`null`: not ended). An ended queue is
+    /// closed (`open` is off, reason `ended`); reopening it clears the text.
+    #[serde(default)]
+    pub ended: Option<String>,
 }
 
 fn default_pow_difficulty() -> u8 {
@@ -89,6 +98,8 @@ impl Default for QueueConfig {
             challenge: Challenge::None,
             pow_difficulty: DEFAULT_POW_DIFFICULTY,
             bind: Bind::None,
+            maintenance: None,
+            ended: None,
         }
     }
 }
@@ -115,6 +126,10 @@ pub struct QueueStats {
     pub admitted_total: u64,
     /// Places removed without admission (browser away past the grace period, gateway gone).
     pub dropped_total: u64,
+    /// Entrants in a scheduled sale's pre-queue, waiting for the draw (not yet counted in
+    /// `waiting`); 0 once the draw has put them in line, and for an unscheduled queue.
+    #[serde(default)]
+    pub entrants: u64,
 }
 
 impl Store {
@@ -160,6 +175,8 @@ impl Store {
                 .get("bind")
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_default(),
+            maintenance: v.get("maintenance").cloned(),
+            ended: v.get("ended").cloned(),
         }))
     }
 
@@ -204,6 +221,8 @@ impl Store {
             ("max_active", cfg.max_active.map(|m| m.to_string())),
             ("max_entrants", cfg.max_entrants.map(|m| m.to_string())),
             ("adaptive", adaptive),
+            ("maintenance", cfg.maintenance.clone()),
+            ("ended", cfg.ended.clone()),
         ] {
             let cmd = match &value {
                 Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
@@ -264,13 +283,14 @@ impl Store {
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (present, parked, away, active, total, dropped): (
+        let (present, parked, away, active, total, dropped, entrants): (
             u64,
             u64,
             u64,
             u64,
             Option<u64>,
             Option<u64>,
+            u64,
         ) = redis::pipe()
             .cmd("ZCARD")
             .arg(&k.waiting)
@@ -288,6 +308,8 @@ impl Store {
             .cmd("HGET")
             .arg(&k.meta)
             .arg("dropped_total")
+            .cmd("ZCARD")
+            .arg(&k.pre)
             .query_async(&mut self.c())
             .await?;
         Ok(QueueStats {
@@ -297,6 +319,7 @@ impl Store {
             active,
             admitted_total: total.unwrap_or(0),
             dropped_total: dropped.unwrap_or(0),
+            entrants,
         })
     }
 

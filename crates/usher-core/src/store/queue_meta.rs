@@ -26,6 +26,10 @@ pub struct QueuePage {
     pub settings: PageSettings,
     /// Why the queue is closed, when it is.
     pub closed: Option<CloseReason>,
+    /// The operator's text while the queue is in maintenance.
+    pub maintenance: Option<String>,
+    /// The operator's text when the sale was ended.
+    pub ended: Option<String>,
 }
 
 impl Store {
@@ -36,7 +40,9 @@ impl Store {
         cmd.arg(&k.meta)
             .arg("open")
             .arg("close_reason")
-            .arg(&FIELDS);
+            .arg(&FIELDS)
+            .arg("maintenance")
+            .arg("ended");
         let v: Vec<Option<String>> = cmd.query_async(&mut self.c()).await?;
         let mut v = v.into_iter();
         let (Some(open), close_reason) = (v.next().flatten(), v.next().flatten()) else {
@@ -49,12 +55,18 @@ impl Store {
             title: next(),
             logo_url: next(),
         };
+        let (maintenance, ended) = (next(), next());
         let closed = (open != "1").then(|| {
             close_reason
                 .and_then(|r| r.parse().ok())
                 .unwrap_or(CloseReason::QueueClosed)
         });
-        Ok(Some(QueuePage { settings, closed }))
+        Ok(Some(QueuePage {
+            settings,
+            closed,
+            maintenance,
+            ended,
+        }))
     }
 
     /// A queue's page settings as the admin API shows them (no queue: all unset).

@@ -5,6 +5,8 @@
 //! * `audit` — the trail of admin changes (`GET /admin/audit`), recorded by a middleware.
 //! * `sale` — `opens_at` in `PUT /admin/queues/{queue}`: a scheduled sale, its seed, and
 //!   `POST /admin/queues/{queue}/beacon`. (The draw itself runs in the tick loop.)
+//! * `states` — `maintenance` and `ended` in `PUT /admin/queues/{queue}`: what each means
+//!   for the line, and the `status` message browsers hear.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
 //! * `openapi` — the queue handlers' descriptions (the other handlers carry their own).
 //! * `gateways` — `GET /admin/gateways`: the registered gateways and their queues.
@@ -21,6 +23,7 @@ mod gateways;
 mod openapi;
 pub(crate) mod queues;
 mod sale;
+mod states;
 
 use axum::middleware;
 use usher_http::openapi::route;

@@ -25,6 +25,9 @@ use crate::state::AppState;
 const MAX_SESSION_TTL: u64 = 86_400;
 /// Longest accepted `max_session_seconds`: three times the longest TTL.
 const MAX_MAX_SESSION: u64 = 3 * MAX_SESSION_TTL;
+/// Shortest accepted grace period for dropped connections: with 0 a reload, or a phone
+/// switching networks, would lose its place at the next sweep.
+const MIN_GRACE: u64 = 1;
 /// Longest accepted grace period for dropped connections (one hour).
 const MAX_GRACE: u64 = 3600;
 /// Highest accepted admission rate.
@@ -98,9 +101,26 @@ pub struct QueueUpdate {
     /// request carries a proof of the browser's key, and the entry token names it as
     /// `cnf.jkt`: docs/security.md, "Places and tokens bound to the browser").
     pub bind: Option<Bind>,
+    /// Absent: unchanged; a text: the queue goes into maintenance (admission holds, places
+    /// are kept, browsers hear `event: status` with the text); `null`: maintenance ends.
+    // `super::states` checks and applies it.
+    #[serde(default, deserialize_with = "present")]
+    pub maintenance: Option<Option<String>>,
+    /// A text: the sale is over; the queue closes with reason `ended` and the text.
+    pub ended: Option<String>,
 }
 
 impl QueueUpdate {
+    /// What `super::states` reads of this body.
+    fn state_change(&self) -> super::states::StateChange<'_> {
+        super::states::StateChange {
+            maintenance: self.maintenance.as_ref().map(Option::as_deref),
+            ended: self.ended.as_deref(),
+            paused: self.paused,
+            open: self.open,
+        }
+    }
+
     /// `current` with this update's page settings applied (`""` unsets one), checked.
     fn page_settings(&self, mut current: PageSettings) -> Result<PageSettings, ApiError> {
         for (given, field) in [
@@ -212,9 +232,9 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         }
     }
     if let Some(g) = u.grace_seconds {
-        if g > MAX_GRACE {
+        if !(MIN_GRACE..=MAX_GRACE).contains(&g) {
             return Err(ApiError::bad_request(format!(
-                "grace_seconds must be between 0 and {MAX_GRACE}"
+                "grace_seconds must be between {MIN_GRACE} and {MAX_GRACE}"
             )));
         }
     }
@@ -235,6 +255,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(d) = u.pow_difficulty {
         check_difficulty(d).map_err(|e| ApiError::bad_request(e.to_string()))?;
     }
+    super::states::check(u.state_change())?;
     let mut cfg = existing.unwrap_or_default();
     if let Some(r) = u.admit_per_second {
         cfg.admit_per_second = r;
@@ -289,6 +310,7 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(b) = u.bind {
         cfg.bind = b;
     }
+    super::states::apply(&mut cfg, u.state_change())?;
     Ok(cfg)
 }
 
@@ -317,13 +339,18 @@ pub(crate) async fn put_queue(
         // `open: false` closes the queue exactly like DELETE does; before the settings are
         // written, so a close that failed leaves the queue open and a retry closes it (the
         // other way round, a retry would find the queue closed already and skip the close).
-        close(&st, &q, CloseReason::QueueClosed).await?;
+        let reason = match cfg.ended {
+            Some(_) => CloseReason::Ended,
+            None => CloseReason::QueueClosed,
+        };
+        close(&st, &q, reason, cfg.ended.clone()).await?;
     }
     st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
     st.store
         .put_page_settings(&q, &page)
         .await
         .map_err(redis_down)?;
+    let status = super::states::status_change(before.as_ref(), &cfg);
     let admits_more = before.is_none_or(|b| {
         (b.paused && !cfg.paused)
             || (!b.open && cfg.open)
@@ -332,6 +359,9 @@ pub(crate) async fn put_queue(
     });
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
+    }
+    if let Some((state, message)) = status {
+        super::states::announce(&st, &q, state, message).await?;
     }
     tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), created, "queue configured");
     let v = view(&st, q)
@@ -374,7 +404,7 @@ pub(crate) async fn close_queue(
 ) -> Result<Json<QueueView>, ApiError> {
     let q = parse_queue(&raw)?;
     let reason = close_reason(query)?;
-    if !close(&st, &q, reason).await? {
+    if !close(&st, &q, reason, None).await? {
         return Err(ApiError::not_found(format!("no queue {raw:?}")));
     }
     view(&st, q)
@@ -385,7 +415,12 @@ pub(crate) async fn close_queue(
 
 /// Closes a queue for `reason` and tells every live gateway (cheap and rare), not only those
 /// registered as holding browsers of it. `false` when the queue is unknown.
-async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, ApiError> {
+async fn close(
+    st: &AppState,
+    q: &QueueId,
+    reason: CloseReason,
+    message: Option<String>,
+) -> Result<bool, ApiError> {
     if !st.store.close_queue(q, reason).await.map_err(redis_down)? {
         return Ok(false);
     }
@@ -393,6 +428,7 @@ async fn close(st: &AppState, q: &QueueId, reason: CloseReason) -> Result<bool, 
     let msg = StreamMessage::Closed {
         queue: q.clone(),
         reason,
+        message,
     };
     let batches: Vec<_> = live
         .into_values()

@@ -90,13 +90,24 @@ impl Hub {
 
     /// Ends every connection of a closed queue with `closed`.
     pub fn close_queue(&self, queue: &QueueId, reason: CloseReason) -> usize {
+        self.close_queue_with(queue, reason, None)
+    }
+
+    /// Ends every connection of a closed queue with `closed`, carrying the operator's text
+    /// when there is one (an ended sale).
+    pub fn close_queue_with(
+        &self,
+        queue: &QueueId,
+        reason: CloseReason,
+        message: Option<String>,
+    ) -> usize {
         let mut inner = self.lock();
         let places: Vec<u64> = inner
             .queues
             .get(queue)
             .map(|c| c.keys().copied().collect())
             .unwrap_or_default();
-        let update = Update::closed(queue, reason);
+        let update = Update::closed_with(queue, reason, message);
         for &p in &places {
             inner.deliver(queue, PlaceId(p), update.clone());
         }
@@ -108,7 +119,12 @@ impl Hub {
     /// never displaced, and a reserved connection (not streaming yet) gets none. Returns how
     /// many connections it went to.
     pub fn notify(&self, queue: &QueueId, message: &str) -> usize {
-        let frame = Update::notice_frame(queue, message);
+        self.announce(queue, Update::notice_frame(queue, message))
+    }
+
+    /// Sends a rendered frame without an `id:` line (a notice, a `status`) to every
+    /// connection of `queue`, as [`Hub::notify`] does.
+    pub fn announce(&self, queue: &QueueId, frame: Arc<str>) -> usize {
         let inner = self.lock();
         let Some(conns) = inner.queues.get(queue) else {
             return 0;

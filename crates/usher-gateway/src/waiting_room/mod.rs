@@ -13,7 +13,7 @@ mod template;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use usher_core::ids::QueueId;
@@ -21,13 +21,14 @@ use usher_core::page_settings::PageSettings;
 use usher_core::store::QueuePage;
 use usher_http::openapi::ErrorBody;
 use usher_http::ApiError;
+use usher_http::PageForPeople;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use template::PageError;
 use template::Template;
 
-use crate::errors::{parse_queue, redis_unavailable, unknown_queue};
+use crate::errors::{parse_queue, redis_unavailable};
 use crate::shared::Gateway;
 
 /// Assets carry a version in their URL (`?v=`), so browsers may keep them a day.
@@ -78,7 +79,8 @@ struct PageQuery {
     responses(
         (status = 200, description = "The waiting-room page (`Cache-Control: no-cache`, a strict `Content-Security-Policy` whose `frame-ancestors` is the queue's `embed_origin`, `Referrer-Policy: no-referrer`, `Vary: Accept-Language`).", content_type = "text/html", body = String),
         (status = 400, description = "A malformed queue id.", body = ErrorBody),
-        (status = 404, description = "Unknown queue.", body = ErrorBody),
+        (status = 404, description = "Unknown queue: a short HTML page that says so in the request's language (a person followed a wrong link), not JSON.", content_type = "text/html", body = String),
+        (status = 410, description = "The queue is closed (or its sale ended): the waiting-room page, which says why (the close reason, an ended sale's text).", content_type = "text/html", body = String),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
     ),
 )]
@@ -89,20 +91,26 @@ async fn page_handler(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let q = parse_queue(&raw)?;
-    let Some(QueuePage { settings, closed }) = st
+    let t = &st.page.template;
+    let accept = headers
+        .get(header::ACCEPT_LANGUAGE)
+        .and_then(|v| v.to_str().ok());
+    let lang = t.language(query.lang.as_deref(), accept);
+    let Some(QueuePage {
+        settings,
+        closed,
+        maintenance,
+        ended,
+    }) = st
         .gw
         .store()
         .queue_page(&q)
         .await
         .map_err(redis_unavailable)?
     else {
-        return Err(unknown_queue(&q));
+        // A person followed a wrong link: a page that says so, not the API's JSON.
+        return Ok(unknown_page(t, lang));
     };
-    let t = &st.page.template;
-    let accept = headers
-        .get(header::ACCEPT_LANGUAGE)
-        .and_then(|v| v.to_str().ok());
-    let lang = t.language(query.lang.as_deref(), accept);
     let strings = t.strings(lang);
     let title = settings
         .title
@@ -134,6 +142,8 @@ async fn page_handler(
         "booking_url": settings.booking_url,
         "embed_origin": settings.embed_origin,
         "closed": closed,
+        "maintenance": maintenance,
+        "ended": ended,
         "stream": format!("/api/queues/{q}/stream"),
         "tickets": format!("/api/queues/{q}/tickets/"),
         "status": format!("/api/queues/{q}/status"),
@@ -152,6 +162,11 @@ async fn page_handler(
         html,
     )
         .into_response();
+    if closed.is_some() {
+        // Still the page (it says why the line closed), with the status a closed line has.
+        *response.status_mut() = StatusCode::GONE;
+        response.extensions_mut().insert(PageForPeople);
+    }
     let h = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(lang) {
         h.insert(header::CONTENT_LANGUAGE, v);
@@ -164,6 +179,32 @@ async fn page_handler(
         h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     }
     Ok(response)
+}
+
+/// `404` with the short HTML page for an unknown queue.
+fn unknown_page(t: &Template, lang: &str) -> Response {
+    let mut response = (
+        StatusCode::NOT_FOUND,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::VARY, "accept-language"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        t.render_unknown(lang),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(lang) {
+        response.headers_mut().insert(header::CONTENT_LANGUAGE, v);
+    }
+    response.extensions_mut().insert(PageForPeople);
+    response
 }
 
 /// The page's policy: everything from this origin only; images also from the logo's origin;

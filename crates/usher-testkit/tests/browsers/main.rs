@@ -13,3 +13,4 @@ mod k6;
 mod nginx_auth;
 mod openapi;
 mod pow_page;
+mod states_page;

@@ -243,6 +243,19 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
     let path = "/admin/queues/{queue}/notice";
     assert_eq!(x.answer(D, "POST", path, notice).await?.0, 202);
     a.read_until(|f| has_event(f, "notice")).await?;
+    // Maintenance, then its end (staying paused): the stream's `status`, twice.
+    for (n, body) in [
+        json!({"maintenance": "Back at ten"}),
+        json!({"maintenance": null, "paused": true}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let put = admin.put(format!("{d}/admin/queues/oa")).json(&body);
+        assert_eq!(x.answer(D, "PUT", queue, put).await?.0, 200);
+        a.read_until(|f| f.iter().filter(|f| f["event"] == "status").count() > n)
+            .await?;
+    }
     let resume = admin
         .put(format!("{d}/admin/queues/oa"))
         .json(&json!({"paused": false}));
@@ -337,6 +350,7 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
     for name in [
         "waiting",
         "notice",
+        "status",
         "admitted",
         "closed",
         "scheduled",

@@ -55,6 +55,7 @@ mod session_trust;
 mod sessions;
 mod slow_clients;
 mod staging;
+mod states;
 mod stranded;
 mod strict_http;
 mod time_rules;

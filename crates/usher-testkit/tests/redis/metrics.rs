@@ -460,6 +460,7 @@ async fn stream_lag_and_trace_context_on_a_real_stream() -> anyhow::Result<()> {
     let msg = StreamMessage::Closed {
         queue: QueueId::new("q")?,
         reason: CloseReason::QueueClosed,
+        message: None,
     };
     let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     store
