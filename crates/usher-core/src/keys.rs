@@ -20,7 +20,7 @@
 //! | `usher:{q:<id>}:gws` | zset | gateway index → expiry (ms): gateways holding browsers of this queue |
 //! | `usher:{q:<id>}:spent` | zset | proof of work (meta `challenge` = `pow`, `pow_difficulty`): the id of each puzzle whose solution took a place → until when to remember it (ms: the puzzle's expiry + 60 s, so gateways whose clocks differ by up to a minute still refuse it); `join.lua` adds with `ZADD NX` (one solution, one place) and first trims what is past (`ZREMRANGEBYSCORE`), so it holds the solutions of the last puzzle lifetime only |
 //! | `usher:{q:<id>}:bound` | hash | browser binding (meta `bind` = `browser_key`): place id → the RFC 7638 thumbprint of the browser key it joined with (43 base64url characters; about 100 bytes per place with the field and the hash's overhead: 9.8 MB for 100,000 places, Redis 7.0), written by `join.lua` with the place; a scheduled sale's draw moves it to the place's new id in the same call (`place_drawn`, prelude.lua); read by the gateway at each resume, status poll and leave (`place_key.lua`, which follows `drawn` from a pre-queue ticket's id) and by the dispatcher when it mints (`cnf.jkt`); an entry is deleted once its place is over for good (not in `pre`, `waiting`, `parked` or `active`: left, dropped, closed, its session ended) by `prune_bound.lua`, which the replica driving the queue calls once a second over a slice of 500 fields (`HSCAN`, its cursor in meta `bound_cursor`) |
-//! | `usher:{q:<id>}:proof:<jti>` | string | browser binding: a spent proof of possession's `jti` (1..=64 base64url characters), `SET NX PX` for 130 s (past it the proof's `iat` is too old): one proof, one request |
+//! | `usher:{q:<id>}:proof:<key>:<jti>` | string | browser binding: a spent proof of possession's `jti` (1..=64 base64url characters) by the key whose thumbprint starts with `<key>` (16 characters), `SET NX PX` for 130 s (past it the proof's `iat` is too old): one proof, one request |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -177,12 +177,19 @@ impl QueueKeys {
 }
 
 impl QueueKeys {
-    /// The key remembering a spent proof of possession's `jti` (see the table above).
-    pub fn used_proof(&self, jti: &str) -> String {
+    /// The key remembering a spent proof of possession's `jti`, made by the browser key whose
+    /// thumbprint is `key` (see the table above): ids are spent per key, so one client cannot
+    /// spend ids another key's code might pick. The thumbprint's first 16 characters (96
+    /// bits) tell keys apart; a pattern may pass `*` for either part.
+    pub fn used_proof(&self, key: &str, jti: &str) -> String {
         let prefix = self.meta.strip_suffix("meta").unwrap_or(&self.meta);
-        format!("{prefix}proof:{jti}")
+        let key = key.get(..USED_PROOF_KEY_CHARS).unwrap_or(key);
+        format!("{prefix}proof:{key}:{jti}")
     }
 }
+
+/// The characters of a thumbprint that name its spent proofs ([`QueueKeys::used_proof`]).
+const USED_PROOF_KEY_CHARS: usize = 16;
 
 pub const QUEUES: &str = "usher:queues";
 pub const DRAWS: &str = "usher:draws";
@@ -317,7 +324,7 @@ mod tests {
                 &k.passed,
                 &k.spent,
                 &k.bound,
-                &k.used_proof("a-jti_1"),
+                &k.used_proof("NzbLsXh8uDCcd-6M", "a-jti_1"),
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }

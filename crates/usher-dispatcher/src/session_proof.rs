@@ -124,7 +124,7 @@ pub(crate) async fn require(
     }
     if !st
         .store
-        .spend_proof(queue, &checked.jti)
+        .spend_proof(queue, &checked.key, &checked.jti)
         .await
         .map_err(redis_down)?
     {

@@ -20,6 +20,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{StoreError, TicketKey};
 use usher_core::time::now_ms;
 
+use crate::client::IpKey;
 use crate::metrics::{self, Refusal};
 use crate::shared::Gateway;
 use usher_http::bucket::Rate;
@@ -103,6 +104,7 @@ pub(crate) async fn prove(
     place: Option<PlaceId>,
     proof: Option<&str>,
     route: Route<'_>,
+    client: Option<IpKey>,
 ) -> Result<Option<Proven>, Unproven> {
     let setting = gw.challenges().setting(gw.store(), q).await?;
     if setting.as_ref().is_some_and(|s| !s.bind.binds()) {
@@ -149,12 +151,29 @@ pub(crate) async fn prove(
             return Err(refused(ProofRefusal::WrongKey));
         }
         place_key = Some(key);
+        // A stream resume spends a proof like a status poll: it draws from the address's
+        // poll bucket too (status polls and leaves drew theirs before anything else).
+        if let Some(ip) = client {
+            if let Err(wait) = gw.ip_limits().poll(ip) {
+                metrics::refused(Refusal::IpPolls);
+                return Err(Unproven::Throttled(wait));
+            }
+        }
         if let Err(wait) = gw.place_proofs().take((q.clone(), place)) {
             metrics::refused(Refusal::PlaceProofs);
             return Err(Unproven::Throttled(wait));
         }
     }
-    if !gw.store().spend_proof(q, &checked.jti).await? {
+    if !gw
+        .store()
+        .spend_proof(q, &checked.key, &checked.jti)
+        .await?
+    {
+        // A replay writes nothing: it must not use up the place's share either (a copied
+        // URL carries a spent proof).
+        if let Some(place) = place {
+            gw.place_proofs().give_back(&(q.clone(), place));
+        }
         return Err(refused(ProofRefusal::Replayed));
     }
     Ok(Some(Proven {

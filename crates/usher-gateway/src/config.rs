@@ -107,8 +107,9 @@ pub struct Config {
     /// `DELETE /api/queues/{queue}/tickets/{ticket}`) per second one client address may send,
     /// on average; `0` turns the limit off. Over it they answer `429` with `Retry-After`,
     /// before the ticket or a proof is looked at. On a queue with `bind: "browser_key"` each
-    /// one that is served keeps its proof's id in Redis for 130 s: this rate times 130, plus
-    /// the burst, bounds the proofs one address keeps there through this gateway. The page
+    /// one that is served keeps its proof's id in Redis for 130 s, and a stream resume there
+    /// draws from this bucket too (after its proof's key is checked): this rate times 130,
+    /// plus the burst, bounds the proofs one address keeps there through this gateway. The page
     /// uses the stream, not these routes: the default leaves room for about 100 clients
     /// behind one address that poll every 5 s. An IPv6 address counts as its prefix
     /// (`--ipv6-prefix`).

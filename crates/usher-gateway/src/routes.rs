@@ -245,7 +245,7 @@ async fn proven(
     proof: Option<&str>,
     route: Route<'_>,
 ) -> Result<(), RouteError> {
-    match prove(gw, q, Some(place), proof, route).await {
+    match prove(gw, q, Some(place), proof, route, None).await {
         Ok(_) => Ok(()),
         Err(Unproven::Refused(reason)) => Err(proof_required(reason).into()),
         Err(Unproven::Throttled(wait)) => Err(too_many_proofs(wait)),

@@ -106,6 +106,19 @@ impl<K: Hash + Eq> Buckets<K> {
         buckets.entry(key).or_default().take(self.rate, now)
     }
 
+    /// Gives back the token a request took from `key`'s bucket when the request turned out
+    /// to cost nothing (e.g. a replayed proof, which writes nothing): a replay by someone
+    /// else does not use up the owner's share.
+    pub fn give_back(&self, key: &K) {
+        if !self.rate.is_on() {
+            return;
+        }
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = guard.0.get_mut(key) {
+            b.tokens = (b.tokens + 1.0).min(f64::from(self.rate.burst));
+        }
+    }
+
     /// Keys with a bucket (for tests of the bound).
     #[cfg(test)]
     fn tracked(&self) -> usize {
@@ -166,5 +179,28 @@ mod tests {
         // A sweep later, both are full again and forgotten.
         assert_eq!(buckets.take_at("c", t0 + SWEEP_EVERY * 2), Ok(()));
         assert_eq!(buckets.tracked(), 1, "only the bucket just drawn from");
+    }
+
+    #[test]
+    fn a_token_given_back_can_be_taken_again_up_to_the_burst() {
+        let buckets = Buckets::new(Rate {
+            per_second: 1,
+            burst: 2,
+        });
+        let t0 = Instant::now();
+        assert_eq!(buckets.take_at("a", t0), Ok(()));
+        assert_eq!(buckets.take_at("a", t0), Ok(()));
+        assert!(buckets.take_at("a", t0).is_err(), "the burst is used up");
+        buckets.give_back(&"a");
+        assert_eq!(buckets.take_at("a", t0), Ok(()), "the token given back");
+        buckets.give_back(&"a");
+        buckets.give_back(&"a");
+        buckets.give_back(&"a");
+        assert_eq!(buckets.take_at("a", t0), Ok(()));
+        assert_eq!(buckets.take_at("a", t0), Ok(()));
+        assert!(
+            buckets.take_at("a", t0).is_err(),
+            "never more than the burst"
+        );
     }
 }

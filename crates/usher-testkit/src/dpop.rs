@@ -86,7 +86,7 @@ impl BrowserKey {
 /// 130 s: what a flood of proofs would grow).
 pub async fn spent_proofs(redis_url: &str, queue: &str) -> anyhow::Result<usize> {
     let q = usher_core::ids::QueueId::new(queue)?;
-    let pattern = usher_core::keys::QueueKeys::new(&q).used_proof("*");
+    let pattern = usher_core::keys::QueueKeys::new(&q).used_proof("*", "*");
     let mut c = redis::Client::open(redis_url)?
         .get_multiplexed_async_connection()
         .await?;

@@ -124,12 +124,13 @@ impl Store {
     }
 
     /// Spends a proof of possession's `jti` (checked by the caller: 1..=64 base64url
-    /// characters): `true` the first time, `false` when it was spent already (a replay).
-    /// Remembered for [`PROOF_JTI_TTL_MS`], past which the proof is too old anyway.
-    pub async fn spend_proof(&self, q: &QueueId, jti: &str) -> Result<bool> {
+    /// characters) made by `key`: `true` the first time, `false` when it was spent already
+    /// (a replay). Remembered for [`PROOF_JTI_TTL_MS`], past which the proof is too old
+    /// anyway.
+    pub async fn spend_proof(&self, q: &QueueId, key: &Thumbprint, jti: &str) -> Result<bool> {
         let k = QueueKeys::new(q);
         let set: Option<String> = redis::cmd("SET")
-            .arg(k.used_proof(jti))
+            .arg(k.used_proof(key.as_str(), jti))
             .arg("1")
             .arg("NX")
             .arg("PX")

@@ -58,6 +58,8 @@ impl Drop for Minting {
 pub(super) struct Pre {
     pub(super) token: String,
     pub(super) staged_on: Option<u16>,
+    /// Minted with the place's browser key (`cnf.jkt`).
+    pub(super) keyed: bool,
 }
 
 /// What to mint ahead for one queue.
@@ -109,6 +111,10 @@ pub(super) fn spawn_premint(
             let Ok(places) = with_keys(&store, &q, ids).await else {
                 return;
             };
+            let keyed: HashSet<PlaceId> = places
+                .iter()
+                .filter_map(|(p, k)| k.as_ref().map(|_| *p))
+                .collect();
             let (key2, q2) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || {
                 mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
@@ -125,7 +131,15 @@ pub(super) fn spawn_premint(
                         .get(&place)
                         .copied()
                         .filter(|g| staged.contains(g));
-                    (place, Pre { token, staged_on })
+                    let keyed = keyed.contains(&place);
+                    (
+                        place,
+                        Pre {
+                            token,
+                            staged_on,
+                            keyed,
+                        },
+                    )
                 })
                 .collect();
             if tx.send(batch).await.is_err() {
@@ -147,8 +161,9 @@ pub(super) fn spawn_premint(
 pub(super) type ToMint = (PlaceId, Option<Thumbprint>);
 
 /// `ids` with the browser key each joined with (a binding queue's; `None` elsewhere), read
-/// in one call. A place's key never changes, so a token minted ahead is the one minting at
-/// admission would give.
+/// in one call. A place's key never changes once it has one, so a token minted ahead with a
+/// key is the one minting at admission would give; one minted without is checked again at
+/// admission (`TickTokens::take_for`).
 pub(super) async fn with_keys(
     store: &Store,
     q: &QueueId,

@@ -1,7 +1,7 @@
 //! The entry tokens of one tick's admissions: pre-minted ones where they match, the rest
 //! minted at admission.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use usher_core::ids::{PlaceId, QueueId};
@@ -83,6 +83,30 @@ impl TickTokens {
                     .push(e.place),
             }
         }
+        // A token minted ahead without `cnf` serves only a place that still has no key: a
+        // binding queue's place can gain its key between the pre-mint and the admission (put
+        // back after a Redis data loss), and its token must then carry it. One call, and on a
+        // queue that binds nothing an `EXISTS` (`Store::place_keys`).
+        let keyless: Vec<PlaceId> = out
+            .iter()
+            .filter(|(_, pre)| !pre.keyed)
+            .map(|(place, _)| *place)
+            .collect();
+        if !keyless.is_empty() {
+            let keys = store.place_keys(q, &keyless).await?;
+            let gained: HashSet<PlaceId> = keyless
+                .into_iter()
+                .zip(keys)
+                .filter_map(|(place, key)| key.map(|_| place))
+                .collect();
+            for e in entries.iter().filter(|e| gained.contains(&e.place)) {
+                out.remove(&e.place);
+                missing
+                    .entry((e.admitted_at_ms, e.token_exp_ms))
+                    .or_default()
+                    .push(e.place);
+            }
+        }
         tracing::debug!(
             queue = %q,
             ahead = out.len(),
@@ -94,6 +118,10 @@ impl TickTokens {
             // The browser keys of a binding queue's places (`cnf.jkt`), as the pre-mint read
             // them.
             let places = with_keys(store, q, ids).await?;
+            let keyed: HashSet<PlaceId> = places
+                .iter()
+                .filter_map(|(p, k)| k.as_ref().map(|_| *p))
+                .collect();
             let (key, q) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
                 .await
@@ -102,6 +130,7 @@ impl TickTokens {
                 (
                     place,
                     Pre {
+                        keyed: keyed.contains(&place),
                         token,
                         staged_on: None,
                     },
@@ -166,6 +195,7 @@ mod tests {
                     Pre {
                         token: format!("t{p}"),
                         staged_on: None,
+                        keyed: false,
                     },
                 )
             })

@@ -206,7 +206,8 @@ async fn setup(
     let idx = gw.index();
     // A queue that binds places to the browser's key: a join records the key it proves, a
     // resume must prove the key its place joined with (before anything is reserved).
-    let proven = match prove(gw, &q, place, proof.as_deref(), Route::Stream).await {
+    let resumer = place.is_some().then_some(client);
+    let proven = match prove(gw, &q, place, proof.as_deref(), Route::Stream, resumer).await {
         Ok(proven) => proven,
         Err(Unproven::Refused(reason)) => {
             return Setup::ProofRequired(ProofRequiredEvent { queue: q, reason })

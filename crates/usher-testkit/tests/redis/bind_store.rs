@@ -80,13 +80,19 @@ async fn a_join_batch_records_the_keys_of_the_places_it_takes() -> anyhow::Resul
     let plain = store.join_bound(&q, 1, now_ms(), &[pow("d")], &[]).await?;
     assert_eq!(store.place_key(&q, place(plain.outcome(0))).await?, None);
 
-    // A proof's jti is spent once, per queue.
-    assert!(store.spend_proof(&q, "jti-1").await?);
+    // A proof's jti is spent once, per queue and per key: one client cannot spend the ids
+    // another key's code might pick.
+    assert!(store.spend_proof(&q, &key('A'), "jti-1").await?);
     assert!(
-        !store.spend_proof(&q, "jti-1").await?,
+        !store.spend_proof(&q, &key('A'), "jti-1").await?,
         "a replay is refused"
     );
-    assert!(store.spend_proof(&QueueId::new("other")?, "jti-1").await?);
+    assert!(store.spend_proof(&q, &key('B'), "jti-1").await?);
+    assert!(
+        store
+            .spend_proof(&QueueId::new("other")?, &key('A'), "jti-1")
+            .await?
+    );
     Ok(())
 }
 

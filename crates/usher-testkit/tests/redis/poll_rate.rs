@@ -282,3 +282,88 @@ async fn one_place_polled_from_many_addresses_spends_a_bounded_number_of_proofs(
     );
     Ok(())
 }
+
+/// A spent proof travels in URLs (`?ticket=…&proof=…`): whoever copied one can replay it as
+/// often as they like. Each replay is refused and writes nothing, and it must not use up the
+/// place's share either: after 60 replays from many addresses the owner's next fresh proof
+/// is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_proofs_do_not_use_up_the_owners_share() -> anyhow::Result<()> {
+    let (_redis, _store, gw) = bound_gateway(&[("USHER_IP_POLL_RATE", "0")]).await?;
+    let key = BrowserKey::from_seed(13);
+    let (ticket, _held) = join(&gw, 2, &key).await?;
+    let status_path = format!("/api/queues/{Q}/status");
+    let status = async |client: &reqwest::Client, proof: &str| -> anyhow::Result<u16> {
+        Ok(client
+            .get(format!("{}{status_path}", gw.url()))
+            .query(&[("ticket", ticket.as_str()), ("proof", proof)])
+            .send()
+            .await?
+            .status()
+            .as_u16())
+    };
+    let owner = reqwest::Client::builder()
+        .local_address(loopback(2))
+        .build()?;
+    let copied = key.proof("GET", &status_path, None);
+    assert_eq!(status(&owner, &copied).await?, 200, "the owner's poll");
+    for last in (30..90).map(loopback) {
+        let thief = reqwest::Client::builder().local_address(last).build()?;
+        assert_eq!(status(&thief, &copied).await?, 403, "a replay");
+    }
+    let fresh = key.proof("GET", &status_path, None);
+    assert_eq!(
+        status(&owner, &fresh).await?,
+        200,
+        "the owner is served after 60 replays of its spent proof"
+    );
+    assert_eq!(refusals(&gw, "place_proofs").await?, 0);
+    Ok(())
+}
+
+/// A stream resume spends a proof too: one address resuming its place with fresh proofs as
+/// fast as it can draws from its poll bucket like status polls do, so what it can make Redis
+/// keep is bounded per address whichever route it uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_resumes_draw_from_the_addresss_poll_bucket() -> anyhow::Result<()> {
+    const BURST: usize = 5;
+    let (redis, _store, gw) =
+        bound_gateway(&[("USHER_IP_POLL_RATE", "1"), ("USHER_IP_POLL_BURST", "5")]).await?;
+    let key = BrowserKey::from_seed(14);
+    let (ticket, held) = join(&gw, 2, &key).await?;
+    drop(held);
+    let stream = format!("/api/queues/{Q}/stream");
+    let browser = SseClient::from_address(gw.url(), loopback(2), Default::default())?;
+    let started = std::time::Instant::now();
+    let (mut served, mut refused) = (0usize, 0usize);
+    for _ in 0..40 {
+        let proof = key.proof("GET", &stream, None);
+        let mut conn = browser
+            .open(&format!("{stream}?ticket={ticket}&proof={proof}"), None)
+            .await?;
+        anyhow::ensure!(conn.status == 200, "resume: {:?}", conn.error_body);
+        // A resume served says where the place stands; one refused carries `retry:` only.
+        match conn.next_event(T).await? {
+            Some(e) if e.event == "waiting" => served += 1,
+            None => refused += 1,
+            Some(e) => anyhow::bail!("a resume got {:?}: {}", e.event, e.data),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    assert!(
+        refused > 0,
+        "40 resumes in {elapsed:.1} s: none was refused"
+    );
+    let allowed = BURST + elapsed.ceil() as usize;
+    assert!(
+        served <= allowed,
+        "{served} resumes served in {elapsed:.1} s"
+    );
+    let spent = spent_proofs(&redis.url(), Q).await?;
+    assert!(
+        spent <= 1 + allowed,
+        "{spent} proofs in Redis after {served} resumes served"
+    );
+    assert!(refusals(&gw, "ip_polls").await? as usize >= refused);
+    Ok(())
+}
