@@ -68,10 +68,13 @@ class ApiFailure extends Error {
   }
 }
 
-async function api(method, path, body) {
+// `ifMatch`: the ETag of the settings a change was made from (a PUT is then refused with 412
+// if someone changed them since, instead of overwriting their change unseen).
+async function api(method, path, body, ifMatch) {
   const headers = {};
   const t = token();
   if (t) headers.authorization = "Bearer " + t;
+  if (ifMatch) headers["if-match"] = ifMatch;
   if (body !== undefined) headers["content-type"] = "application/json";
   let r;
   try {
@@ -98,8 +101,9 @@ async function api(method, path, body) {
   return json;
 }
 
-function describeCall(method, path, body) {
+function describeCall(method, path, body, ifMatch) {
   const lines = [method + " " + path, "Authorization: Bearer [redacted]"];
+  if (ifMatch) lines.push("If-Match: " + ifMatch);
   if (body !== undefined) lines.push("", JSON.stringify(body, null, 2));
   return lines.join("\n");
 }
@@ -112,11 +116,19 @@ function logCall(method, path, body, outcome, failed) {
   while ($("calls").children.length > 50) $("calls").lastElementChild.remove();
 }
 
-// Asks the operator, then makes the call and logs it. Returns whether it succeeded.
-function confirmCall(what, method, path, body) {
+// The If-Match of a change made from the settings last shown for a queue (`null` when none
+// were shown: a new queue).
+function versionOf(q) {
+  return q && typeof q.settings_version === "number" ? '"' + q.settings_version + '"' : null;
+}
+
+// Asks the operator, then makes the call and logs it. Returns whether it succeeded. A change
+// the API refuses without `"confirm": true` (409) is put to the operator again, with the
+// API's reason; `onStale` runs when someone else changed the settings since (412).
+function confirmCall(what, method, path, body, ifMatch, onStale) {
   const dialog = $("confirm");
   $("confirm-text").textContent = what;
-  $("confirm-call").textContent = describeCall(method, path, body);
+  $("confirm-call").textContent = describeCall(method, path, body, ifMatch);
   dialog.returnValue = "";
   return new Promise((resolve) => {
     dialog.addEventListener("close", async function onClose() {
@@ -126,7 +138,7 @@ function confirmCall(what, method, path, body) {
         return;
       }
       try {
-        await api(method, path, body);
+        await api(method, path, body, ifMatch);
         logCall(method, path, body, "ok", false);
         setStatus(what + ": done");
         resolve(true);
@@ -135,6 +147,15 @@ function confirmCall(what, method, path, body) {
         logCall(method, path, body, (e.status || "network") + " " + e.message, true);
         setStatus(what + " failed: " + e.message);
         if (e.status === 401) signOut("The dispatcher refused the token: " + e.message);
+        if (e.status === 412) {
+          setStatus(what + " failed: someone changed the settings since they were shown; the form now shows theirs: make your change again");
+          if (onStale) onStale();
+        }
+        if (e.status === 409 && method === "PUT" && body && !body.confirm) {
+          const again = Object.assign({}, body, { confirm: true });
+          resolve(await confirmCall(what + ". The dispatcher asks you to confirm: " + e.message, method, path, again, ifMatch, onStale));
+          return;
+        }
         resolve(false);
       }
     });
@@ -253,7 +274,8 @@ function settingsForm(id, entry) {
       setStatus("Nothing changed in " + id + "'s settings");
       return;
     }
-    if (await confirmCall("Change the settings of " + id, "PUT", queuePath(id), body)) {
+    const stale = async () => { await poll(); fillSettings(form, entry.last, true); };
+    if (await confirmCall("Change the settings of " + id, "PUT", queuePath(id), body, form.dataset.version, stale)) {
       fillSettings(form, entry.last, true);
     }
   });
@@ -292,6 +314,10 @@ function changedSettings(form) {
 // Fills the settings form from the queue's current view (all of it when `all`, else only the
 // fields the operator has not touched).
 function fillSettings(form, q, all) {
+  // The version a change is made from: the one shown when the operator began editing (a
+  // refresh while they edit keeps it, so a change someone made meanwhile is not overwritten).
+  const editing = Array.from(form.elements).some((i) => i.dataset.changed === "1");
+  if (all || !editing) form.dataset.version = versionOf(q) || "";
   const set = (name, value) => {
     const input = form.elements[name];
     if (!input || (!all && input.dataset.changed === "1")) return;
@@ -348,9 +374,9 @@ function card(id) {
           el("span", { class: "r", text: "— admissions/s (measured)" })))),
     el("div", { class: "controls" },
       el("div", { class: "row" },
-        button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true })),
-        button("Pause…", () => confirmCall("Pause admission in " + id + " (everyone keeps their place)", "PUT", path, { paused: true })),
-        button("Resume…", () => confirmCall("Resume admission in " + id, "PUT", path, { paused: false })),
+        button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true }, versionOf(entry.last))),
+        button("Pause…", () => confirmCall("Pause admission in " + id + " (everyone keeps their place)", "PUT", path, { paused: true }, versionOf(entry.last))),
+        button("Resume…", () => confirmCall("Resume admission in " + id, "PUT", path, { paused: false }, versionOf(entry.last))),
         el("label", {}, "Reason", reason),
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
@@ -510,8 +536,9 @@ function createQueue(e) {
   if (f.elements.max_active.value !== "") body.max_active = Number(f.elements.max_active.value);
   if (f.elements.opens_at.value !== "") body.opens_at = isoFromLocal(f.elements.opens_at.value);
   if (f.elements.paused.checked) body.paused = true;
-  const what = queues.has(id) ? "Update the existing queue " + id : "Create the queue " + id;
-  confirmCall(what, "PUT", queuePath(id), body).then((ok) => { if (ok) f.reset(); });
+  const known = queues.get(id);
+  const what = known ? "Update the existing queue " + id : "Create the queue " + id;
+  confirmCall(what, "PUT", queuePath(id), body, known ? versionOf(known.last) : null).then((ok) => { if (ok) f.reset(); });
 }
 
 document.addEventListener("DOMContentLoaded", () => {

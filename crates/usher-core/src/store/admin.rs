@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
+use super::decode::{array, status, u};
+use super::reply::SettingsStatus;
 use super::scripts::SCRIPTS;
 use super::{Result, Store};
 use crate::binding::Bind;
@@ -65,6 +67,11 @@ pub struct QueueConfig {
     /// token alone enters), or the browser's key (`browser_key`: docs/security.md).
     #[serde(default)]
     pub bind: Bind,
+    /// The settings' version: each write adds 1 (a queue stored before versions existed is
+    /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
+    /// version. Read-only: a `PUT` cannot set it.
+    #[serde(default)]
+    pub settings_version: u64,
 }
 
 fn default_pow_difficulty() -> u8 {
@@ -89,6 +96,7 @@ impl Default for QueueConfig {
             challenge: Challenge::None,
             pow_difficulty: DEFAULT_POW_DIFFICULTY,
             bind: Bind::None,
+            settings_version: 0,
         }
     }
 }
@@ -102,6 +110,16 @@ impl QueueConfig {
             self.session_ttl_seconds
         }
     }
+}
+
+/// What [`Store::put_queue_if`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionedWrite {
+    /// Written: the settings are at this version now.
+    Written(u64),
+    /// Not written: the settings are at this version, not the expected one (or the queue
+    /// does not exist: version 0).
+    Stale(u64),
 }
 
 /// Counters shown next to a queue's config.
@@ -160,64 +178,82 @@ impl Store {
                 .get("bind")
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_default(),
+            settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
 
-    /// Creates or updates a queue and registers it with the dispatcher.
+    /// Creates or updates a queue and registers it with the dispatcher, whatever version its
+    /// settings are at (a `PUT` without `If-Match`, `USHER_QUEUES_FILE`).
     pub async fn put_queue(&self, q: &QueueId, cfg: &QueueConfig) -> Result<()> {
+        self.put_queue_if(q, cfg, None).await.map(|_| ())
+    }
+
+    /// Creates or updates a queue, but only if its settings are still at version `expected`
+    /// when given (the `If-Match` of an admin `PUT`): the check and the write are one script
+    /// (`lua/put_settings.lua`), so of two editors who read the same version only one writes.
+    /// Returns the settings' version after the write, or [`VersionedWrite::Stale`] (nothing
+    /// written) with the version they are at.
+    pub async fn put_queue_if(
+        &self,
+        q: &QueueId,
+        cfg: &QueueConfig,
+        expected: Option<u64>,
+    ) -> Result<VersionedWrite> {
         let k = QueueKeys::new(q);
         let mut c = self.c();
-        let _: () = redis::cmd("HSET")
-            .arg(&k.meta)
-            .arg("admit_per_second")
-            .arg(cfg.admit_per_second)
-            .arg("session_ttl_seconds")
-            .arg(cfg.session_ttl_seconds)
-            .arg("sliding_session")
-            .arg(if cfg.sliding_session { "1" } else { "0" })
-            .arg("max_session_seconds")
-            .arg(cfg.max_session_seconds)
-            .arg("open")
-            .arg(if cfg.open { "1" } else { "0" })
-            .arg("grace_seconds")
-            .arg(cfg.grace_seconds)
-            .arg("paused")
-            .arg(if cfg.paused { "1" } else { "0" })
-            .arg("passthrough")
-            .arg(if cfg.passthrough { "1" } else { "0" })
-            .arg("challenge")
-            .arg(cfg.challenge.as_str())
-            .arg("pow_difficulty")
-            .arg(cfg.pow_difficulty)
-            .arg("bind")
-            .arg(cfg.bind.as_str())
-            .query_async(&mut c)
-            .await?;
-        // Optional settings: stored when set, deleted when `null`.
+        let flag = |b: bool| if b { "1" } else { "0" }.to_owned();
         let adaptive = cfg
             .adaptive
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        let mut set: Vec<(&str, String)> = vec![
+            ("admit_per_second", cfg.admit_per_second.to_string()),
+            ("session_ttl_seconds", cfg.session_ttl_seconds.to_string()),
+            ("sliding_session", flag(cfg.sliding_session)),
+            ("max_session_seconds", cfg.max_session_seconds.to_string()),
+            ("open", flag(cfg.open)),
+            ("grace_seconds", cfg.grace_seconds.to_string()),
+            ("paused", flag(cfg.paused)),
+            ("passthrough", flag(cfg.passthrough)),
+            ("challenge", cfg.challenge.as_str().to_owned()),
+            ("pow_difficulty", cfg.pow_difficulty.to_string()),
+            ("bind", cfg.bind.as_str().to_owned()),
+        ];
+        // Optional settings: stored when set, deleted when `null`.
+        let mut delete: Vec<&str> = Vec::new();
         for (field, value) in [
             ("max_active", cfg.max_active.map(|m| m.to_string())),
             ("max_entrants", cfg.max_entrants.map(|m| m.to_string())),
             ("adaptive", adaptive),
         ] {
-            let cmd = match &value {
-                Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
-                None => redis::cmd("HDEL").arg(&k.meta).arg(field).clone(),
-            };
-            let _: () = cmd.query_async(&mut c).await?;
+            match value {
+                Some(v) => set.push((field, v)),
+                None => delete.push(field),
+            }
         }
         if cfg.open {
             // Reopened (or open): the reason of an earlier close no longer applies.
-            let _: () = redis::cmd("HDEL")
-                .arg(&k.meta)
-                .arg("close_reason")
-                .query_async(&mut c)
-                .await?;
+            delete.push("close_reason");
+        }
+        let mut invocation = SCRIPTS.put_settings.key(&k.meta);
+        invocation
+            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(set.len());
+        for (field, value) in &set {
+            invocation.arg(*field).arg(value);
+        }
+        for field in &delete {
+            invocation.arg(*field);
+        }
+        let v: Value = invocation.invoke_async(&mut c).await?;
+        let a = array(v)?;
+        let version = a.get(1).map(u).transpose()?.unwrap_or(0);
+        match status(&a, SettingsStatus::from_code) {
+            Some(SettingsStatus::Written) => {}
+            Some(SettingsStatus::Stale) => return Ok(VersionedWrite::Stale(version)),
+            None => return Err(super::protocol(format!("put_settings reply {a:?}"))),
         }
         // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
         // place ids start above it: the epoch is the creation time in ms × 10, above every
@@ -241,7 +277,8 @@ impl Store {
             .await?;
         // The registry is another slot: its own command (a cluster refuses a pipeline that
         // spans slots).
-        self.register_queues(std::slice::from_ref(q)).await
+        self.register_queues(std::slice::from_ref(q)).await?;
+        Ok(VersionedWrite::Written(version))
     }
 
     /// Adds queues to the registry (`usher:queues`); already registered ones are unchanged.
@@ -298,6 +335,15 @@ impl Store {
             admitted_total: total.unwrap_or(0),
             dropped_total: dropped.unwrap_or(0),
         })
+    }
+
+    /// How many places a scheduled sale's pre-queue holds (0 without a sale).
+    pub async fn pre_queue_len(&self, q: &QueueId) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        Ok(redis::cmd("ZCARD")
+            .arg(&k.pre)
+            .query_async(&mut self.c())
+            .await?)
     }
 
     /// Every configured queue (open or closed), sorted.

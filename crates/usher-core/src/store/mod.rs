@@ -54,7 +54,7 @@ mod sessions;
 mod streams;
 mod timed;
 
-pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
+pub use admin::{QueueConfig, QueueStats, VersionedWrite, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
 pub use binding::{TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};

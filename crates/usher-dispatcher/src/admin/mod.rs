@@ -5,6 +5,8 @@
 //! * `audit` — the trail of admin changes (`GET /admin/audit`), recorded by a middleware.
 //! * `sale` — `opens_at` in `PUT /admin/queues/{queue}`: a scheduled sale, its seed, and
 //!   `POST /admin/queues/{queue}/beacon`. (The draw itself runs in the tick loop.)
+//! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
+//!   changes that need `"confirm": true`.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
 //! * `openapi` — the queue handlers' descriptions (the other handlers carry their own).
 //! * `gateways` — `GET /admin/gateways`: the registered gateways and their queues.
@@ -16,6 +18,7 @@
 pub(crate) mod audit;
 pub(crate) mod auth;
 mod dashboard;
+mod edits;
 mod errors;
 mod gateways;
 mod openapi;

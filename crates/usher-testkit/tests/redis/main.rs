@@ -26,6 +26,7 @@ mod data_loss;
 mod draw;
 mod draw_data_loss;
 mod draw_steps;
+mod edits;
 mod faults;
 mod flow;
 mod hard_limits;
