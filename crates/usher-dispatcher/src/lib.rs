@@ -80,6 +80,7 @@ pub async fn run(
         .transpose()?;
     let store = Store::open(&cfg.redis).await?;
     let (keys, dev_jwt_key) = keys::load(&cfg, &store).await?;
+    let dev_signing_key = dev_jwt_key.is_some();
     let keys = Arc::new(keys);
     let key = keys.signer().clone();
     let (admin_tokens, dev_admin_token) = admin_tokens(&cfg, &store).await?;
@@ -129,6 +130,8 @@ pub async fn run(
         admin_tokens,
         service_token: cfg.service_token.as_deref().map(Arc::from),
         hints: hint_tx,
+        dev_signing_key,
+        max_sockets: cfg.serve.max_sockets,
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;

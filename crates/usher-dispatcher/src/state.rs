@@ -26,6 +26,12 @@ pub struct AppState {
     /// Tells the admission loop that a queue can admit now (or faster), so it mints the next
     /// tick's tokens ahead of time.
     pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
+    /// Whether this dispatcher signs with the development key (none configured), for the
+    /// readiness report.
+    pub dev_signing_key: bool,
+    /// This dispatcher's cap on client connections (`USHER_MAX_SOCKETS`), for the readiness
+    /// report's open-files check.
+    pub max_sockets: u64,
 }
 
 /// Out-of-memory failures of this process, logged at most once per 10 s.

@@ -44,6 +44,7 @@ mod positions;
 mod pow;
 mod prequeue;
 mod process;
+mod readiness;
 mod reconnect;
 mod redis_acl;
 mod rotation;
