@@ -494,6 +494,34 @@ function renderGateways(list) {
   if (!list.length) body.append(el("tr", {}, el("td", { colspan: "7", text: "No gateway registered." })));
 }
 
+// ---- readiness ------------------------------------------------------------------------
+
+// Runs the readiness report for the crowd typed (none: the crowd checks warn) and shows it.
+async function checkReadiness(e) {
+  if (e) e.preventDefault();
+  const crowd = $("readiness-form").elements.crowd.value;
+  const path = "/admin/readiness" + (crowd === "" ? "" : "?crowd=" + encodeURIComponent(crowd));
+  let report;
+  try {
+    report = await api("GET", path);
+  } catch (err) {
+    if (err.status === 401) signOut("The dispatcher refused the token: " + err.message);
+    else setStatus("Cannot check readiness: " + err.message);
+    return;
+  }
+  const outcome = $("readiness-outcome");
+  outcome.className = "badge " + report.outcome;
+  outcome.textContent = report.outcome;
+  outcome.hidden = false;
+  const body = $("readiness").tBodies[0];
+  body.replaceChildren(...(report.checks || []).map((c) => el("tr", { "data-check": c.check },
+    el("td", { text: c.check }),
+    el("td", {}, el("span", { class: "badge " + c.outcome, "data-field": "outcome", text: c.outcome })),
+    el("td", { text: c.detail }),
+    el("td", { "data-field": "fix", text: c.fix || "—" }))));
+  $("readiness").hidden = false;
+}
+
 // ---- signing in and out -----------------------------------------------------------------
 
 async function signIn(t) {
@@ -551,6 +579,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("confirm-ok").addEventListener("click", () => $("confirm").close("ok"));
   $("confirm-cancel").addEventListener("click", () => $("confirm").close("cancel"));
   $("create-form").addEventListener("submit", createQueue);
+  $("readiness-form").addEventListener("submit", checkReadiness);
   $("window").addEventListener("change", () => {
     for (const entry of queues.values()) draw(entry, Date.now());
   });

@@ -44,6 +44,15 @@ def admin(method, path):
         return json.loads(r.read())
 
 
+def admin_put(path, body):
+    """A change made outside the dashboard: another operator's (no If-Match)."""
+    req = urllib.request.Request(DISPATCHER + path, method="PUT", data=json.dumps(body).encode(),
+                                 headers={"authorization": "Bearer " + TOKEN,
+                                          "content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
 def shot(page, name, **kw):
     page.screenshot(path=os.path.join(SHOTS, name + ".png"), **kw)
 
@@ -209,6 +218,35 @@ def main():
             assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 50
             until(page, f"document.querySelector(\"{CARD} [data-field='admit_per_second']\").textContent === '50'")
 
+        @scenario("a stale edit is refused with 412 and the form shows the settings now")
+        def stale_edit():
+            version = admin("GET", f"/admin/queues/{Q}")["settings_version"]
+            # The form was filled from that version (a poll after the last change).
+            until(page, f"document.querySelector(\"{CARD} form.controls\").dataset.version === '\"{version}\"'")
+            page.fill(f"{CARD} [name=admit_per_second]", "60")
+            admin_put(f"/admin/queues/{Q}", {"admit_per_second": 70})  # another operator
+            time.sleep(2.5)  # a poll while editing keeps the version the edit began from
+            page.click(f"{CARD} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            shown = page.inner_text("#confirm-call")
+            assert f'If-Match: "{version}"' in shown, shown
+            before = len(calls(page))
+            page.click("#confirm-ok")
+            until(page, f"document.querySelectorAll('#calls li').length > {before}")
+            last = calls(page)[0]
+            assert "412" in last, last
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 70
+            until(page, f"document.querySelector(\"{CARD} [name=admit_per_second]\").value === '70'")
+            # Made again from the settings shown now, it is written.
+            page.fill(f"{CARD} [name=admit_per_second]", "60")
+            page.click(f"{CARD} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            assert f'If-Match: "{version + 1}"' in page.inner_text("#confirm-call")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"admit_per_second": 60}
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 60
+            # The next control's If-Match is the version now (a poll after the change).
+            until(page, f"document.querySelector(\"{CARD} form.controls\").dataset.version === '\"{version + 2}\"'")
+
         @scenario("resume admits everyone")
         def resume():
             page.click(f"{CARD} button:text('Resume…')")
@@ -224,6 +262,25 @@ def main():
             until(page, f"document.querySelector(\"{CARD} [data-field='state']\").textContent.startsWith('closed')")
             assert admin("GET", f"/admin/queues/{Q}")["open"] is False
 
+        @scenario("the readiness panel shows each check and its fix")
+        def readiness():
+            page.fill("#readiness-form [name=crowd]", "1000")
+            page.click("#readiness-form button:text('Check')")
+            until(page, "!document.getElementById('readiness').hidden")
+            rows = page.eval_on_selector_all(
+                "#readiness tbody tr",
+                "rs => rs.map(r => [r.dataset.check, r.querySelector('[data-field=outcome]').textContent,"
+                " r.querySelector('[data-field=fix]').textContent])")
+            report = admin("GET", "/admin/readiness?crowd=1000")
+            assert [r[0] for r in rows] == [c["check"] for c in report["checks"]], rows
+            shown = {r[0]: (r[1], r[2]) for r in rows}
+            # This test's Redis has no AOF and there is one dispatcher.
+            assert shown["persistence"][0] == "fail" and "appendonly yes" in shown["persistence"][1], shown
+            assert shown["dispatcher_replicas"][0] == "fail", shown
+            assert shown["eviction"] == ("pass", "—"), shown
+            assert page.inner_text("#readiness-outcome") == "fail"
+            shot(page, "dashboard-readiness")
+
         @scenario("sign out forgets the token")
         def sign_out():
             page.click("#logout")
@@ -231,10 +288,11 @@ def main():
             assert page.evaluate("sessionStorage.length") == 0
             assert page.query_selector(CARD) is None
 
-        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, rate, resume,
-                  close, sign_out]:
+        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, rate, stale_edit,
+                  resume, close, readiness, sign_out]:
             s()
-        unexpected = [e for e in errors if "401" not in e]
+        # Chromium logs every refused call: the wrong token's 401 and the stale edit's 412.
+        unexpected = [e for e in errors if "401" not in e and "412" not in e]
         assert not unexpected, f"console errors: {unexpected}"
         browser.close()
     print("RESULT ok " + json.dumps(passed), flush=True)

@@ -101,6 +101,7 @@ pub struct Readiness {
 /// `GET /admin/readiness` query.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ReadinessQuery {
     /// The most people expected at once (waiting, in the pre-queue or connected): the memory
     /// and gateway checks are made for it.

@@ -17,7 +17,7 @@ use usher_testkit::{RedisServer, SseClient};
 const TOKEN: &str = "dashboard-test-admin-token-5c2e8a41f09b";
 
 /// Every scenario the driver must report as passed.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 13] = [
     "a wrong token shows an error",
     "sign in keeps the token in sessionStorage, no cookie",
     "create a queue through the UI",
@@ -26,8 +26,10 @@ const SCENARIOS: [&str; 11] = [
     "pause stops admission while the line keeps its place",
     "send a notice",
     "change the rate: only the changed field is sent",
+    "a stale edit is refused with 412 and the form shows the settings now",
     "resume admits everyone",
     "close with a reason",
+    "the readiness panel shows each check and its fix",
     "sign out forgets the token",
 ];
 
@@ -223,6 +225,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         "dashboard",
         "dashboard-confirm",
         "dashboard-paused",
+        "dashboard-readiness",
     ] {
         assert!(
             usher_testkit::tools::screenshot_since(shot, started),
