@@ -279,6 +279,7 @@ def main():
             assert shown["dispatcher_replicas"][0] == "fail", shown
             assert shown["eviction"] == ("pass", "—"), shown
             assert page.inner_text("#readiness-outcome") == "fail"
+            page.locator("#readiness").scroll_into_view_if_needed()
             shot(page, "dashboard-readiness")
 
         @scenario("sign out forgets the token")
