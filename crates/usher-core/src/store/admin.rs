@@ -188,6 +188,25 @@ impl Store {
         self.put_queue_if(q, cfg, None).await.map(|_| ())
     }
 
+    /// Raises a queue's settings version from `expected` to `expected + 1`, only if it is at
+    /// `expected` (the same script as [`Store::put_queue_if`], writing no field): the admin
+    /// API claims the version before a change it makes beside the settings.
+    pub async fn claim_settings_version(
+        &self,
+        q: &QueueId,
+        expected: u64,
+    ) -> Result<VersionedWrite> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .put_settings
+            .key(&k.meta)
+            .arg(expected)
+            .arg(0)
+            .invoke_async(&mut self.c())
+            .await?;
+        settings_reply(v)
+    }
+
     /// Creates or updates a queue, but only if its settings are still at version `expected`
     /// when given (the `If-Match` of an admin `PUT`): the check and the write are one script
     /// (`lua/put_settings.lua`), so of two editors who read the same version only one writes.
@@ -248,13 +267,10 @@ impl Store {
             invocation.arg(*field);
         }
         let v: Value = invocation.invoke_async(&mut c).await?;
-        let a = array(v)?;
-        let version = a.get(1).map(u).transpose()?.unwrap_or(0);
-        match status(&a, SettingsStatus::from_code) {
-            Some(SettingsStatus::Written) => {}
-            Some(SettingsStatus::Stale) => return Ok(VersionedWrite::Stale(version)),
-            None => return Err(super::protocol(format!("put_settings reply {a:?}"))),
-        }
+        let version = match settings_reply(v)? {
+            VersionedWrite::Written(version) => version,
+            stale @ VersionedWrite::Stale(_) => return Ok(stale),
+        };
         // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
         // place ids start above it: the epoch is the creation time in ms × 10, above every
         // place id the queue's earlier incarnation handed out unless it handed out more than
@@ -380,6 +396,17 @@ impl Store {
             .invoke_async(&mut self.c())
             .await?;
         Ok(!matches!(v, Value::Nil))
+    }
+}
+
+/// A `put_settings.lua` reply.
+fn settings_reply(v: Value) -> Result<VersionedWrite> {
+    let a = array(v)?;
+    let version = a.get(1).map(u).transpose()?.unwrap_or(0);
+    match status(&a, SettingsStatus::from_code) {
+        Some(SettingsStatus::Written) => Ok(VersionedWrite::Written(version)),
+        Some(SettingsStatus::Stale) => Ok(VersionedWrite::Stale(version)),
+        None => Err(super::protocol(format!("put_settings reply {a:?}"))),
     }
 }
 

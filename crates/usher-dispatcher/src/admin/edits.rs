@@ -6,14 +6,15 @@
 //!   settings are still at that version, else `412`: two operators editing at once cannot
 //!   overwrite each other unseen. The check and the write are one Lua script in usher-core
 //!   ([`usher_core::store::Store::put_queue_if`]); the check here only refuses a request that
-//!   is stale already before the `PUT` changes anything else (its schedule, a close). A `PUT`
+//!   is stale already; a `PUT` that also changes its schedule or closes the queue claims the
+//!   version first, atomically ([`claim`]), so a concurrent editor changes none of it. A `PUT`
 //!   without `If-Match` writes whatever the version, as before versions existed.
 //! * A few changes hurt people who are waiting, so an operator must say they mean it: without
 //!   `"confirm": true` they answer `409` naming the reason (see [`unconfirmed`]).
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use usher_core::ids::QueueId;
-use usher_core::store::{QueueConfig, Store};
+use usher_core::store::{QueueConfig, Store, VersionedWrite};
 use usher_http::ApiError;
 
 use crate::state::redis_down;
@@ -80,6 +81,22 @@ pub(crate) fn expected_version(
         Ok(Some(now_at))
     } else {
         Err(stale(now_at))
+    }
+}
+
+/// Claims version `v` for a `PUT` that changes more than the settings (its schedule, a
+/// close), before it changes them: the version moves to `v + 1` at once, so a concurrent
+/// editor of `v` is refused before touching anything. Returns the version the settings' write
+/// must then find (it raises it once more, so anyone who read the settings in between holds
+/// a stale version).
+pub(crate) async fn claim(store: &Store, q: &QueueId, v: u64) -> Result<u64, ApiError> {
+    match store
+        .claim_settings_version(q, v)
+        .await
+        .map_err(redis_down)?
+    {
+        VersionedWrite::Written(now) => Ok(now),
+        VersionedWrite::Stale(now) => Err(stale(now)),
     }
 }
 

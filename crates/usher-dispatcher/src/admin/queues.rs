@@ -312,7 +312,7 @@ pub(crate) async fn put_queue(
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
     // Refused before anything is changed when the editor's version is already stale; the
     // write below checks it again, atomically.
-    let expected = edits::expected_version(if_match, existing.as_ref())?;
+    let mut expected = edits::expected_version(if_match, existing.as_ref())?;
     let scheduling =
         super::sale::check(&st.store, &q, u.opens_at.as_ref(), u.draw_seed.as_ref()).await?;
     let created = existing.is_none();
@@ -324,6 +324,14 @@ pub(crate) async fn put_queue(
         edits::unconfirmed(&st.store, &q, before.as_ref(), &cfg, discards_draw).await?;
     }
     let closing = !cfg.open && existing_open;
+    let side_effects = !matches!(scheduling, super::sale::Scheduling::Unchanged)
+        || u.draw_beacon.is_some()
+        || closing;
+    if let (Some(v), true) = (expected, side_effects) {
+        // The schedule and a close are written before the settings: the version is claimed
+        // first, so an editor who lost the race changes none of them.
+        expected = Some(edits::claim(&st.store, &q, v).await?);
+    }
     // Before the settings: a new queue must not take joins into its line before its schedule.
     super::sale::apply(&st.store, &q, scheduling).await?;
     super::sale::apply_beacon(&st.store, &q, u.draw_beacon).await?;

@@ -399,3 +399,47 @@ async fn the_version_check_is_atomic_with_the_write() -> anyhow::Result<()> {
     assert_eq!(written, vec![2], "exactly one writer of version 1 wrote");
     Ok(())
 }
+
+/// A change of the schedule is written before the settings: two editors of one version who
+/// both move a pending sale change it once, the winner's way; the loser's `412` changed
+/// nothing (the version is claimed before the schedule is touched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_schedule_editors_the_loser_changes_nothing() -> anyhow::Result<()> {
+    let stack = start().await?;
+    let first = rfc3339_ms(now_ms() + 600_000);
+    let r = put(
+        &stack,
+        "sale",
+        None,
+        json!({"admit_per_second": PAUSED, "opens_at": first}),
+    )
+    .await?;
+    assert_eq!(r.status, 201, "{}", r.body);
+    for round in 0..5u64 {
+        let tag = get(&stack, "sale").await?.etag.unwrap_or_default();
+        let a_at = rfc3339_ms(now_ms() + 700_000 + round * 1000);
+        let b_at = rfc3339_ms(now_ms() + 800_000 + round * 1000);
+        let (a, b) = tokio::join!(
+            put(&stack, "sale", Some(&tag), json!({"opens_at": a_at})),
+            put(&stack, "sale", Some(&tag), json!({"opens_at": b_at})),
+        );
+        let (a, b) = (a?, b?);
+        let mut statuses = [a.status, b.status];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [200, 412],
+            "round {round}: {} / {}",
+            a.body,
+            b.body
+        );
+        let won = if a.status == 200 { &a_at } else { &b_at };
+        let now = get(&stack, "sale").await?;
+        assert_eq!(
+            now.body["opens_at"].as_str(),
+            Some(won.as_str()),
+            "round {round}"
+        );
+    }
+    Ok(())
+}

@@ -10,7 +10,10 @@ async fn every_node_of_a_cluster_is_checked() -> anyhow::Result<()> {
     let stack = Stack::<RedisCluster>::launch(StackOptions::default()).await?;
     let r = stack
         .http
-        .get(format!("{}/admin/readiness?crowd=1000", stack.dispatcher.url()))
+        .get(format!(
+            "{}/admin/readiness?crowd=1000",
+            stack.dispatcher.url()
+        ))
         .send()
         .await?;
     assert_eq!(r.status(), 200);
