@@ -3,6 +3,7 @@
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `dev_secrets` — development secrets shared through Redis, written back after a loss.
+//! * `facts` — what this replica reports about itself for the readiness report.
 //! * `keys` — where the entry-token keys come from, and the JWKS that publishes them.
 //! * [`tick`] — the tick loop: each queue this replica leads admits at its rate, its tokens
 //!   minted and delivered to the gateways.
@@ -22,6 +23,7 @@ mod admin;
 mod backends;
 pub mod config;
 mod dev_secrets;
+mod facts;
 mod keys;
 mod metrics;
 mod openapi;
@@ -105,6 +107,13 @@ pub async fn run(
     if !dev.is_empty() {
         tokio::spawn(dev_secrets::keep(store.clone(), dev, cancel.clone()));
     }
+    tokio::spawn(facts::report(
+        store.clone(),
+        cfg.replica_id.clone(),
+        cfg.serve.max_sockets,
+        dev_signing_key,
+        cancel.clone(),
+    ));
     let (hint_tx, hints) = tokio::sync::mpsc::unbounded_channel();
     if let Some(file) = queues_file {
         let created = queues_file::configure_missing(&store, &file).await?;
@@ -132,6 +141,7 @@ pub async fn run(
         hints: hint_tx,
         dev_signing_key,
         max_sockets: cfg.serve.max_sockets,
+        replica: cfg.replica_id.clone(),
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;

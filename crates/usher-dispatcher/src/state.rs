@@ -32,6 +32,9 @@ pub struct AppState {
     /// This dispatcher's cap on client connections (`USHER_MAX_SOCKETS`), for the readiness
     /// report's open-files check.
     pub max_sockets: u64,
+    /// This replica's id (`USHER_REPLICA_ID`): the readiness report measures this one and
+    /// reads the others' reports.
+    pub replica: String,
 }
 
 /// Out-of-memory failures of this process, logged at most once per 10 s.

@@ -126,14 +126,7 @@ async fn sample_stream(gw: &Gateway) {
 /// clock is from Redis' (its time rules, grace periods among them, run on its own clock).
 async fn report_facts(gw: &Gateway) -> Result<(), StoreError> {
     let (store, config) = (gw.store(), gw.config());
-    let before = now_ms();
-    let redis_ms = store.redis_time_ms().await?;
-    let after = now_ms();
-    // Against the middle of the round trip; a slow one measures nothing worth reporting.
-    let clock_offset_ms = (after.saturating_sub(before) <= 1000).then(|| {
-        let mid = before + (after - before) / 2;
-        i64::try_from(mid).unwrap_or(i64::MAX) - i64::try_from(redis_ms).unwrap_or(i64::MAX)
-    });
+    let clock_offset_ms = store.clock_offset_ms().await?;
     let facts = GatewayFacts {
         max_streams: config.max_connections,
         max_sockets: config.max_sockets,

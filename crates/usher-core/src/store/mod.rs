@@ -74,7 +74,7 @@ pub use oom::OomLog;
 pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::{RatePolicy, Wakes};
 pub use queue_meta::{ChallengeSetting, QueuePage};
-pub use readiness::{GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};
+pub use readiness::{DispatcherFacts, GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};
 pub use recovery::{Restore, RESTORE_BATCH};
 pub use reply::PowVerdict;
 pub use sessions::{SessionEnd, SessionState};

@@ -70,7 +70,71 @@ pub struct GatewayFacts {
     pub clock_offset_ms: Option<i64>,
 }
 
+/// What a dispatcher replica reports about itself every few seconds, for the readiness
+/// report of whichever replica answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatcherFacts {
+    /// Its soft limit on open files (`None`: unlimited, or not known on this system).
+    pub open_files: Option<u64>,
+    /// The open files it needs: its socket cap plus its own files.
+    pub open_files_needed: u64,
+    /// Whether it signs entry tokens with the development key (none configured).
+    pub dev_signing_key: bool,
+    /// Its clock minus Redis' (`TIME`), in ms (`None`: unmeasured).
+    pub clock_offset_ms: Option<i64>,
+}
+
 impl Store {
+    /// This process's clock minus Redis' (`TIME`), in ms, against the middle of the round
+    /// trip; `None` when the round trip took over a second (too slow to say).
+    pub async fn clock_offset_ms(&self) -> Result<Option<i64>> {
+        let before = crate::time::now_ms();
+        let redis_ms = self.redis_time_ms().await?;
+        let after = crate::time::now_ms();
+        let rtt = after.saturating_sub(before);
+        let signed = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+        Ok((rtt <= 1000).then(|| signed(before + rtt / 2) - signed(redis_ms)))
+    }
+
+    /// Records dispatcher replica `id`'s facts, kept `ttl` (a replica that stops reporting
+    /// leaves none behind).
+    pub async fn report_dispatcher_facts(
+        &self,
+        id: &str,
+        facts: &DispatcherFacts,
+        ttl: std::time::Duration,
+    ) -> Result<()> {
+        let json =
+            serde_json::to_string(facts).map_err(|e| protocol(format!("dispatcher facts: {e}")))?;
+        let _: () = redis::cmd("SET")
+            .arg(keys::dispatcher_facts(id))
+            .arg(json)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
+    /// The last facts of each replica in `ids` that reported (one `GET` each: the keys may
+    /// sit on different cluster slots).
+    pub async fn dispatcher_facts(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, DispatcherFacts>> {
+        let mut out = HashMap::new();
+        for id in ids {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(keys::dispatcher_facts(id))
+                .query_async(&mut self.c())
+                .await?;
+            if let Some(f) = v.and_then(|v| serde_json::from_str(&v).ok()) {
+                out.insert(id.clone(), f);
+            }
+        }
+        Ok(out)
+    }
+
     /// Every Redis server's persistence and memory facts: one for a standalone server, one
     /// per node that answered in a cluster.
     pub async fn redis_facts(&self) -> Result<Vec<RedisFacts>> {

@@ -12,7 +12,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use usher_core::store::{GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};
+use usher_core::store::{DispatcherFacts, GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
@@ -22,8 +22,6 @@ use crate::state::{redis_down, AppState};
 /// Time rules (grace periods, sessions, `opens_at`) run on each server's own clock.
 pub(crate) const CLOCK_WARN_MS: u64 = 250;
 pub(crate) const CLOCK_FAIL_MS: u64 = 1000;
-/// Files a dispatcher holds besides its client sockets: Redis connections, listener, logs.
-const OWN_FILES: u64 = 64;
 
 /// How a check came out. Ordered: the report's outcome is its worst check's.
 #[derive(
@@ -115,6 +113,8 @@ struct Facts {
     clock_offset_ms: i64,
     clock_uncertainty_ms: u64,
     dispatchers: Vec<String>,
+    /// The other live replicas' reports (this one is measured here).
+    replicas: Vec<(String, DispatcherFacts)>,
     dev_key_stored: bool,
     /// Live gateways: index → (server id, its facts if it reports them).
     gateways: Vec<(u16, String, Option<GatewayFacts>)>,
@@ -146,7 +146,7 @@ pub(crate) async fn readiness(
         signing_keys(&st, &facts),
         replicas(&facts.dispatchers),
         gateway_capacity(&facts.gateways, crowd),
-        open_files(&st, &facts.gateways),
+        open_files(&st, &facts),
         clocks(&facts),
     ];
     let outcome = checks
@@ -184,11 +184,25 @@ async fn read(st: &AppState) -> Result<Facts, ApiError> {
             )
         })
         .collect();
+    let dispatchers = store.live_dispatchers(now).await.map_err(redis_down)?;
+    let others: Vec<String> = dispatchers
+        .iter()
+        .filter(|id| **id != st.replica)
+        .cloned()
+        .collect();
+    let mut replicas: Vec<(String, DispatcherFacts)> = store
+        .dispatcher_facts(&others)
+        .await
+        .map_err(redis_down)?
+        .into_iter()
+        .collect();
+    replicas.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Facts {
         redis,
         clock_offset_ms: signed(mid) - signed(redis_ms),
         clock_uncertainty_ms: after.saturating_sub(before) / 2,
-        dispatchers: store.live_dispatchers(now).await.map_err(redis_down)?,
+        dispatchers,
+        replicas,
         dev_key_stored: store.dev_signing_key_stored().await.map_err(redis_down)?,
         gateways,
     })
@@ -285,9 +299,22 @@ fn memory(redis: &[RedisFacts], crowd: Option<u64>) -> Check {
 
 fn signing_keys(st: &AppState, f: &Facts) -> Check {
     let mut found = Vec::new();
+    let dev_replicas: Vec<&str> = f
+        .replicas
+        .iter()
+        .filter(|(_, r)| r.dev_signing_key)
+        .map(|(id, _)| id.as_str())
+        .collect();
     if st.dev_signing_key {
         found.push("this dispatcher signs entry tokens with the development key".to_owned());
-    } else if f.dev_key_stored {
+    }
+    if !dev_replicas.is_empty() {
+        found.push(format!(
+            "dispatchers sign entry tokens with the development key: {}",
+            dev_replicas.join(", ")
+        ));
+    }
+    if !st.dev_signing_key && dev_replicas.is_empty() && f.dev_key_stored {
         found.push("a development entry-token key is stored in Redis (a dispatcher runs, or ran, without a configured key)".to_owned());
     }
     let dev_gateways: Vec<&str> = f
@@ -374,16 +401,26 @@ fn gateway_capacity(gateways: &[(u16, String, Option<GatewayFacts>)], crowd: Opt
     Check::pass(CheckName::GatewayCapacity, detail)
 }
 
-fn open_files(st: &AppState, gateways: &[(u16, String, Option<GatewayFacts>)]) -> Check {
+fn open_files(st: &AppState, f: &Facts) -> Check {
+    let gateways = &f.gateways;
     let shown = |v: Option<u64>| v.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
     let own = usher_runtime::open_files_limit();
-    let own_need = st.max_sockets + OWN_FILES;
+    let own_need = st.max_sockets + crate::facts::OWN_FILES;
     let mut short = Vec::new();
     if own.is_some_and(|n| n < own_need) {
         short.push(format!(
             "this dispatcher: {} of {own_need} needed",
             shown(own)
         ));
+    }
+    for (id, r) in &f.replicas {
+        if r.open_files.is_some_and(|n| n < r.open_files_needed) {
+            short.push(format!(
+                "dispatcher {id}: {} of {} needed",
+                shown(r.open_files),
+                r.open_files_needed
+            ));
+        }
     }
     let mut reported = 0;
     for (_, id, facts) in gateways {
@@ -399,8 +436,9 @@ fn open_files(st: &AppState, gateways: &[(u16, String, Option<GatewayFacts>)]) -
     }
     let silent = gateways.len() - reported;
     let mut detail = format!(
-        "this dispatcher may open {} files; {reported} gateways report theirs",
-        shown(own)
+        "this dispatcher may open {} files; {} other dispatchers and {reported} gateways report theirs",
+        shown(own),
+        f.replicas.len()
     );
     if silent > 0 {
         detail.push_str(&format!(
@@ -433,6 +471,12 @@ fn clocks(f: &Facts) -> Check {
         .unsigned_abs()
         .saturating_sub(f.clock_uncertainty_ms);
     let mut offsets: Vec<(String, u64)> = vec![("this dispatcher".into(), own)];
+    offsets.extend(f.replicas.iter().filter_map(|(id, r)| {
+        Some((
+            format!("dispatcher {id}"),
+            r.clock_offset_ms?.unsigned_abs(),
+        ))
+    }));
     let reported: HashMap<&str, i64> = f
         .gateways
         .iter()
@@ -450,8 +494,9 @@ fn clocks(f: &Facts) -> Check {
         .map(|(who, o)| format!("{who} {o} ms"))
         .collect();
     let detail = format!(
-        "{} clocks compared with Redis' TIME ({} gateways report theirs); the furthest is {worst} ms off{}",
+        "{} clocks compared with Redis' TIME (this dispatcher's; {} other dispatchers and {} gateways report theirs); the furthest is {worst} ms off{}",
         offsets.len(),
+        f.replicas.len(),
         reported.len(),
         if far.is_empty() {
             String::new()

@@ -70,7 +70,8 @@ impl Deployment {
             http: usher_testkit::config::admin_client(),
         };
         for _ in 0..plan.dispatchers {
-            d.add_dispatcher(plan.real_keys.then_some(&keys)).await?;
+            d.add_dispatcher(plan.real_keys.then_some(&keys), None)
+                .await?;
         }
         for _ in 0..plan.gateways {
             let mut g = usher_testkit::config::gateway(&d.redis.url());
@@ -93,11 +94,35 @@ impl Deployment {
         Ok(d)
     }
 
-    async fn add_dispatcher(&mut self, keys: Option<&Keys>) -> anyhow::Result<()> {
+    /// Adds a dispatcher replica (with the deployment's entry-token key if given, and its
+    /// own socket cap); returns its replica id.
+    async fn add_dispatcher(
+        &mut self,
+        keys: Option<&Keys>,
+        max_sockets: Option<u64>,
+    ) -> anyhow::Result<String> {
         let mut cfg = usher_testkit::config::dispatcher(&self.redis.url(), 100);
         cfg.jwt_key = keys.map(|k| k.jwt.clone());
+        if let Some(n) = max_sockets {
+            cfg.serve.max_sockets = n;
+        }
+        let id = cfg.replica_id.clone();
         self.dispatchers.push(stack::dispatcher_with(cfg).await?);
-        Ok(())
+        Ok(id)
+    }
+
+    /// Waits until `check` comes out `outcome` with `text` in its detail.
+    async fn until(&self, name: &str, outcome: &str, text: &str) -> anyhow::Result<Value> {
+        eventually(
+            &format!("{name} to be {outcome} with {text:?}"),
+            async || {
+                let (got, check) = self.check(name, None).await?;
+                let detail = check["detail"].as_str().unwrap_or("");
+                anyhow::ensure!(got == outcome && detail.contains(text), "{check}");
+                Ok(check)
+            },
+        )
+        .await
     }
 
     async fn store(&self) -> anyhow::Result<Store> {
@@ -229,12 +254,20 @@ async fn signing_keys_fail_with_the_development_keys_and_pass_with_configured_on
         detail.contains("gateways sign tickets with the development key"),
         "{detail}"
     );
-    let real = Deployment::start(Plan {
+    let mut real = Deployment::start(Plan {
         real_keys: true,
         ..Plan::default()
     })
     .await?;
     assert_eq!(real.check("signing_keys", None).await?.0, "pass");
+    // Another replica without a key: named from its own report.
+    let other = real.add_dispatcher(None, None).await?;
+    real.until(
+        "signing_keys",
+        "fail",
+        &format!("dispatchers sign entry tokens with the development key: {other}"),
+    )
+    .await?;
     Ok(())
 }
 
@@ -243,13 +276,10 @@ async fn replicas_fail_with_one_dispatcher_and_pass_with_two() -> anyhow::Result
     let mut d = Deployment::start(Plan::default()).await?;
     let (outcome, check) = d.check("dispatcher_replicas", None).await?;
     assert_eq!(outcome, "fail", "{check}");
-    d.add_dispatcher(None).await?;
-    eventually("the second replica to count", async || {
-        let (outcome, check) = d.check("dispatcher_replicas", None).await?;
-        anyhow::ensure!(outcome == "pass", "{check}");
-        Ok(())
-    })
-    .await?;
+    d.add_dispatcher(None, None).await?;
+    d.until("dispatcher_replicas", "pass", "2 live").await?;
+    // The other replica's clock is compared too, from its own report.
+    d.until("clocks", "pass", "1 other dispatchers").await?;
     Ok(())
 }
 
@@ -293,6 +323,11 @@ async fn open_files_fail_when_a_gateway_may_not_open_its_sockets() -> anyhow::Re
     assert!(check["detail"]
         .as_str()
         .is_some_and(|t| t.contains("gateway ")));
+    // Another dispatcher whose socket cap is above its limit: named from its own report.
+    let mut two = Deployment::start(Plan::default()).await?;
+    let other = two.add_dispatcher(None, Some(limit + 1)).await?;
+    two.until("open_files", "fail", &format!("dispatcher {other}: "))
+        .await?;
     Ok(())
 }
 
