@@ -340,6 +340,8 @@ pub(crate) async fn put_queue(
         // written, so a close that failed leaves the queue open and a retry closes it (the
         // other way round, a retry would find the queue closed already and skip the close).
         close(&st, &q, CloseReason::QueueClosed).await?;
+        // The close raised the version this PUT claimed.
+        expected = expected.map(|v| v + 1);
     }
     if let VersionedWrite::Stale(now_at) = st
         .store

@@ -443,3 +443,25 @@ async fn of_two_schedule_editors_the_loser_changes_nothing() -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// Closing a queue changes a setting (`open`): an editor who read it before is refused. A
+/// `PUT` with `If-Match` that closes the queue itself (`"open": false`) is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_makes_earlier_versions_stale() -> anyhow::Result<()> {
+    let stack = start().await?;
+    assert_eq!(put(&stack, "q", None, json!({})).await?.status, 201);
+    let tag = get(&stack, "q").await?.etag.unwrap_or_default();
+    let url = format!("{}/admin/queues/q", stack.dispatcher.url());
+    assert_eq!(stack.http.delete(&url).send().await?.status(), 200);
+    let stale = put(&stack, "q", Some(&tag), json!({"admit_per_second": 3.0})).await?;
+    assert_eq!(stale.status, 412, "{}", stale.body);
+    let reopened = get(&stack, "q").await?;
+    let now = reopened.etag.unwrap_or_default();
+    let open = put(&stack, "q", Some(&now), json!({"open": true})).await?;
+    assert_eq!(open.status, 200, "{}", open.body);
+    let tag = open.etag.unwrap_or_default();
+    let closing = put(&stack, "q", Some(&tag), json!({"open": false})).await?;
+    assert_eq!(closing.status, 200, "{}", closing.body);
+    assert_eq!(closing.body["open"], false);
+    Ok(())
+}
