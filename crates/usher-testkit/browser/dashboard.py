@@ -17,6 +17,7 @@ stderr.
 import json
 import os
 import time
+from datetime import datetime, timedelta, timezone
 import urllib.error
 import urllib.request
 
@@ -26,6 +27,7 @@ import driver
 from driver import control, log
 
 DISPATCHER = os.environ["USHER_TEST_DISPATCHER"]
+GATEWAY = os.environ["USHER_TEST_GATEWAY"]
 TOKEN = os.environ["USHER_TEST_ADMIN_TOKEN"]
 SHOTS = os.environ["USHER_TEST_SCREENSHOTS"]
 UI = DISPATCHER + "/admin/ui"
@@ -254,6 +256,36 @@ def main():
             until(page, f"document.querySelector(\"{CARD} [data-field='waiting']\").textContent === '0'")
             assert field(page, "eta_last") == "nobody waiting"
 
+        @scenario("a change that needs confirming is asked again with the reason")
+        def confirm_again():
+            sale = "dashsale"
+            card = f"[data-queue='{sale}']"
+            opens = (datetime.now(timezone.utc) + timedelta(seconds=2)).isoformat()
+            admin_put(f"/admin/queues/{sale}", {"admit_per_second": 5, "opens_at": opens})
+            deadline = time.monotonic() + T / 1000
+            while True:  # the draw runs at opens_at (no browser joined: an empty record)
+                with urllib.request.urlopen(f"{GATEWAY}/api/queues/{sale}/draw", timeout=10) as r:
+                    if json.loads(r.read())["status"] == "done":
+                        break
+                assert time.monotonic() < deadline, "the draw did not run"
+                time.sleep(0.2)
+            until(page, f"document.querySelector(\"{card}\") !== null")
+            page.click(f"{card} summary")
+            page.fill(f"{card} [name=opens_at]", "2035-01-31T18:00")
+            page.click(f"{card} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            assert "confirm" not in page.inner_text("#confirm-call").split("\n\n", 1)[1]
+            before = len(calls(page))
+            page.click("#confirm-ok")
+            # Refused with 409: asked again, with the dispatcher's reason and "confirm": true.
+            until(page, f"document.querySelectorAll('#calls li').length > {before}")
+            assert "409" in calls(page)[0], calls(page)[0]
+            until(page, "document.getElementById('confirm').open")
+            assert "discards the draw" in page.inner_text("#confirm-text"), page.inner_text("#confirm-text")
+            body = confirm(page, f"PUT /admin/queues/{sale}")
+            assert body["confirm"] is True, body
+            assert admin("GET", f"/admin/queues/{sale}")["opens_at"].startswith("2035-01-31")
+
         @scenario("close with a reason")
         def close():
             page.select_option(f"{CARD} select[aria-label='Close reason']", "sold_out")
@@ -290,10 +322,11 @@ def main():
             assert page.query_selector(CARD) is None
 
         for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, rate, stale_edit,
-                  resume, close, readiness, sign_out]:
+                  resume, confirm_again, close, readiness, sign_out]:
             s()
-        # Chromium logs every refused call: the wrong token's 401 and the stale edit's 412.
-        unexpected = [e for e in errors if "401" not in e and "412" not in e]
+        # Chromium logs every refused call: the wrong token's 401, the stale edit's 412 and
+        # the unconfirmed change's 409.
+        unexpected = [e for e in errors if not any(s in e for s in ("401", "409", "412"))]
         assert not unexpected, f"console errors: {unexpected}"
         browser.close()
     print("RESULT ok " + json.dumps(passed), flush=True)
