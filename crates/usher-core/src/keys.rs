@@ -77,6 +77,8 @@
 //! | `usher:{gw:<id>}:stream` | stream | messages for one gateway (consumer group `usher`) |
 //! | `usher:dev:jwt-key`, `usher:dev:ticket-key` | string | development keys shared when none are configured |
 //! | `usher:{gw}:connections` | hash | gateway process index → `<streams>\|<open client connections>`, its last heartbeat's report (read by the admin API; one field per index ever handed out, so at most 65,535) |
+//! | `usher:dispatchers:facts:<replica id>` | string | JSON of what a dispatcher replica reports about itself every 2 s for `GET /admin/readiness` (`DispatcherFacts`: open-files limit and need, development signing key, clock offset from Redis' `TIME`); expires after 10 s without a report |
+//! | `usher:{gw}:facts` | hash | gateway process index → JSON of what it reports about itself with each heartbeat for `GET /admin/readiness` (`GatewayFacts`: stream and socket caps, open-files limit and need, development ticket key, clock offset from Redis' `TIME`); a gateway of the previous version writes none |
 //! | `usher:{be:<name>}:load` | string | a booking backend's last load report, `<load>\|<received at ms>`, kept [`crate::policy::MAX_STALE_AFTER_SECONDS`] (each queue judges freshness by its own `stale_after_seconds`); read by the dispatcher outside any script |
 //! | `usher:challenge-secret` | string | the proof-of-work puzzle secret (hex) gateways share when `USHER_CHALLENGE_SECRET` is not set: the first gateway stores one (`SET NX`), every one reads it back, and running gateways write theirs back after a loss |
 //! | `usher:dev:admin-token` | string | the development admin token (dispatcher with `USHER_DEV=1` and no `USHER_ADMIN_TOKEN`) |
@@ -198,6 +200,13 @@ pub const GW_IDS: &str = "usher:{gw}:ids";
 pub const GW_NEXT: &str = "usher:{gw}:next";
 /// Each gateway's connection counts ([`crate::store::GatewayConnections`]).
 pub const GW_CONNECTIONS: &str = "usher:{gw}:connections";
+/// A dispatcher replica's facts for the readiness report
+/// ([`crate::store::DispatcherFacts`]), a string that expires unless renewed.
+pub fn dispatcher_facts(replica: &str) -> String {
+    format!("usher:dispatchers:facts:{replica}")
+}
+/// Each gateway's facts for the readiness report ([`crate::store::GatewayFacts`]).
+pub const GW_FACTS: &str = "usher:{gw}:facts";
 pub const DISPATCHERS: &str = "usher:dispatchers";
 pub const DEV_JWT_KEY: &str = "usher:dev:jwt-key";
 pub const DEV_TICKET_KEY: &str = "usher:dev:ticket-key";
@@ -274,6 +283,7 @@ pub const DISPATCHER_ACL_KEYS: &[&str] = &[
     "~usher:queues",
     "~usher:draws",
     "~usher:dispatchers",
+    "~usher:dispatchers:facts:*",
     "~usher:{gw}:*",
     "~usher:{gw:*}:stream",
     "~usher:{be:*}:load",
@@ -329,7 +339,7 @@ mod tests {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }
-        for key in [GW_LIVE, GW_IDS, GW_NEXT, GW_CONNECTIONS] {
+        for key in [GW_LIVE, GW_IDS, GW_NEXT, GW_CONNECTIONS, GW_FACTS] {
             assert_eq!(hash_slot(key), hash_slot(GW_LIVE));
         }
         // Known value from the Redis Cluster specification.

@@ -3,6 +3,7 @@
 //! * [`config`] — flags and `USHER_*` environment variables.
 //! * `metrics` — every series of `GET /metrics`, named in one place.
 //! * `dev_secrets` — development secrets shared through Redis, written back after a loss.
+//! * `facts` — what this replica reports about itself for the readiness report.
 //! * `keys` — where the entry-token keys come from, and the JWKS that publishes them.
 //! * [`tick`] — the tick loop: each queue this replica leads admits at its rate, its tokens
 //!   minted and delivered to the gateways.
@@ -23,6 +24,7 @@ mod admin;
 mod backends;
 pub mod config;
 mod dev_secrets;
+mod facts;
 mod keys;
 mod metrics;
 mod openapi;
@@ -82,6 +84,7 @@ pub async fn run(
         .transpose()?;
     let store = Store::open(&cfg.redis).await?;
     let (keys, dev_jwt_key) = keys::load(&cfg, &store).await?;
+    let dev_signing_key = dev_jwt_key.is_some();
     let keys = Arc::new(keys);
     let key = keys.signer().clone();
     let (admin_tokens, dev_admin_token) = admin_tokens(&cfg, &store).await?;
@@ -106,6 +109,13 @@ pub async fn run(
     if !dev.is_empty() {
         tokio::spawn(dev_secrets::keep(store.clone(), dev, cancel.clone()));
     }
+    tokio::spawn(facts::report(
+        store.clone(),
+        cfg.replica_id.clone(),
+        cfg.serve.max_sockets,
+        dev_signing_key,
+        cancel.clone(),
+    ));
     let (hint_tx, hints) = tokio::sync::mpsc::unbounded_channel();
     if let Some(file) = queues_file {
         let created = queues_file::configure_missing(&store, &file).await?;
@@ -134,6 +144,9 @@ pub async fn run(
         session_proofs: Arc::new(usher_http::bucket::Buckets::new(
             session_proof::SESSION_PROOFS,
         )),
+        dev_signing_key,
+        max_sockets: cfg.serve.max_sockets,
+        replica: cfg.replica_id.clone(),
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;

@@ -29,6 +29,15 @@ pub struct AppState {
     pub hints: tokio::sync::mpsc::UnboundedSender<QueueId>,
     /// The proofs each bound session spent here (`session_proof::SESSION_PROOFS`).
     pub session_proofs: Arc<Buckets<(QueueId, PlaceId)>>,
+    /// Whether this dispatcher signs with the development key (none configured), for the
+    /// readiness report.
+    pub dev_signing_key: bool,
+    /// This dispatcher's cap on client connections (`USHER_MAX_SOCKETS`), for the readiness
+    /// report's open-files check.
+    pub max_sockets: u64,
+    /// This replica's id (`USHER_REPLICA_ID`): the readiness report measures this one and
+    /// reads the others' reports.
+    pub replica: String,
 }
 
 /// Out-of-memory failures of this process, logged at most once per 10 s.

@@ -71,10 +71,13 @@ class ApiFailure extends Error {
   }
 }
 
-async function api(method, path, body) {
+// `ifMatch`: the ETag of the settings a change was made from (a PUT is then refused with 412
+// if someone changed them since, instead of overwriting their change unseen).
+async function api(method, path, body, ifMatch) {
   const headers = {};
   const t = token();
   if (t) headers.authorization = "Bearer " + t;
+  if (ifMatch) headers["if-match"] = ifMatch;
   if (body !== undefined) headers["content-type"] = "application/json";
   let r;
   try {
@@ -101,8 +104,9 @@ async function api(method, path, body) {
   return json;
 }
 
-function describeCall(method, path, body) {
+function describeCall(method, path, body, ifMatch) {
   const lines = [method + " " + path, "Authorization: Bearer [redacted]"];
+  if (ifMatch) lines.push("If-Match: " + ifMatch);
   if (body !== undefined) lines.push("", JSON.stringify(body, null, 2));
   return lines.join("\n");
 }
@@ -115,11 +119,19 @@ function logCall(method, path, body, outcome, failed) {
   while ($("calls").children.length > 50) $("calls").lastElementChild.remove();
 }
 
-// Asks the operator, then makes the call and logs it. Returns whether it succeeded.
-function confirmCall(what, method, path, body) {
+// The If-Match of a change made from the settings last shown for a queue (`null` when none
+// were shown: a new queue).
+function versionOf(q) {
+  return q && typeof q.settings_version === "number" ? '"' + q.settings_version + '"' : null;
+}
+
+// Asks the operator, then makes the call and logs it. Returns whether it succeeded. A change
+// the API refuses without `"confirm": true` (409) is put to the operator again, with the
+// API's reason; `onStale` runs when someone else changed the settings since (412).
+function confirmCall(what, method, path, body, ifMatch, onStale) {
   const dialog = $("confirm");
   $("confirm-text").textContent = what;
-  $("confirm-call").textContent = describeCall(method, path, body);
+  $("confirm-call").textContent = describeCall(method, path, body, ifMatch);
   dialog.returnValue = "";
   return new Promise((resolve) => {
     dialog.addEventListener("close", async function onClose() {
@@ -129,7 +141,7 @@ function confirmCall(what, method, path, body) {
         return;
       }
       try {
-        await api(method, path, body);
+        await api(method, path, body, ifMatch);
         logCall(method, path, body, "ok", false);
         setStatus(what + ": done");
         resolve(true);
@@ -138,6 +150,15 @@ function confirmCall(what, method, path, body) {
         logCall(method, path, body, (e.status || "network") + " " + e.message, true);
         setStatus(what + " failed: " + e.message);
         if (e.status === 401) signOut("The dispatcher refused the token: " + e.message);
+        if (e.status === 412) {
+          setStatus(what + " failed: someone changed the settings since they were shown; the form now shows theirs: make your change again");
+          if (onStale) onStale();
+        }
+        if (e.status === 409 && method === "PUT" && body && !body.confirm) {
+          const again = Object.assign({}, body, { confirm: true });
+          resolve(await confirmCall(what + ". The dispatcher asks you to confirm: " + e.message, method, path, again, ifMatch, onStale));
+          return;
+        }
         resolve(false);
       }
     });
@@ -258,7 +279,8 @@ function settingsForm(id, entry) {
       setStatus("Nothing changed in " + id + "'s settings");
       return;
     }
-    if (await confirmCall("Change the settings of " + id, "PUT", queuePath(id), body)) {
+    const stale = async () => { await poll(); fillSettings(form, entry.last, true); };
+    if (await confirmCall("Change the settings of " + id, "PUT", queuePath(id), body, form.dataset.version, stale)) {
       fillSettings(form, entry.last, true);
     }
   });
@@ -297,6 +319,10 @@ function changedSettings(form) {
 // Fills the settings form from the queue's current view (all of it when `all`, else only the
 // fields the operator has not touched).
 function fillSettings(form, q, all) {
+  // The version a change is made from: the one shown when the operator began editing (a
+  // refresh while they edit keeps it, so a change someone made meanwhile is not overwritten).
+  const editing = Array.from(form.elements).some((i) => i.dataset.changed === "1");
+  if (all || !editing) form.dataset.version = versionOf(q) || "";
   const set = (name, value) => {
     const input = form.elements[name];
     if (!input || (!all && input.dataset.changed === "1")) return;
@@ -364,9 +390,9 @@ function card(id) {
           el("span", { class: "r", text: "— admissions/s (measured)" })))),
     el("div", { class: "controls" },
       el("div", { class: "row" },
-        button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true })),
-        button("Pause…", () => confirmCall("Pause admission in " + id + " (everyone keeps their place)", "PUT", path, { paused: true })),
-        button("Resume…", () => confirmCall("Resume admission in " + id, "PUT", path, { paused: false })),
+        button("Open…", () => confirmCall("Open " + id, "PUT", path, { open: true }, versionOf(entry.last))),
+        button("Pause…", () => confirmCall("Pause admission in " + id + " (everyone keeps their place)", "PUT", path, { paused: true }, versionOf(entry.last))),
+        button("Resume…", () => confirmCall("Resume admission in " + id, "PUT", path, { paused: false }, versionOf(entry.last))),
         el("label", {}, "Reason", reason),
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
@@ -485,6 +511,34 @@ function renderGateways(list) {
   if (!list.length) body.append(el("tr", {}, el("td", { colspan: "7", text: "No gateway registered." })));
 }
 
+// ---- readiness ------------------------------------------------------------------------
+
+// Runs the readiness report for the crowd typed (none: the crowd checks warn) and shows it.
+async function checkReadiness(e) {
+  if (e) e.preventDefault();
+  const crowd = $("readiness-form").elements.crowd.value;
+  const path = "/admin/readiness" + (crowd === "" ? "" : "?crowd=" + encodeURIComponent(crowd));
+  let report;
+  try {
+    report = await api("GET", path);
+  } catch (err) {
+    if (err.status === 401) signOut("The dispatcher refused the token: " + err.message);
+    else setStatus("Cannot check readiness: " + err.message);
+    return;
+  }
+  const outcome = $("readiness-outcome");
+  outcome.className = "badge " + report.outcome;
+  outcome.textContent = report.outcome;
+  outcome.hidden = false;
+  const body = $("readiness").tBodies[0];
+  body.replaceChildren(...(report.checks || []).map((c) => el("tr", { "data-check": c.check },
+    el("td", { text: c.check }),
+    el("td", {}, el("span", { class: "badge " + c.outcome, "data-field": "outcome", text: c.outcome })),
+    el("td", { text: c.detail }),
+    el("td", { "data-field": "fix", text: c.fix || "—" }))));
+  $("readiness").hidden = false;
+}
+
 // ---- signing in and out -----------------------------------------------------------------
 
 async function signIn(t) {
@@ -527,8 +581,9 @@ function createQueue(e) {
   if (f.elements.max_active.value !== "") body.max_active = Number(f.elements.max_active.value);
   if (f.elements.opens_at.value !== "") body.opens_at = isoFromLocal(f.elements.opens_at.value);
   if (f.elements.paused.checked) body.paused = true;
-  const what = queues.has(id) ? "Update the existing queue " + id : "Create the queue " + id;
-  confirmCall(what, "PUT", queuePath(id), body).then((ok) => { if (ok) f.reset(); });
+  const known = queues.get(id);
+  const what = known ? "Update the existing queue " + id : "Create the queue " + id;
+  confirmCall(what, "PUT", queuePath(id), body, known ? versionOf(known.last) : null).then((ok) => { if (ok) f.reset(); });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -541,6 +596,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("confirm-ok").addEventListener("click", () => $("confirm").close("ok"));
   $("confirm-cancel").addEventListener("click", () => $("confirm").close("cancel"));
   $("create-form").addEventListener("submit", createQueue);
+  $("readiness-form").addEventListener("submit", checkReadiness);
   $("window").addEventListener("change", () => {
     for (const entry of queues.values()) draw(entry, Date.now());
   });

@@ -10,8 +10,8 @@ use usher_core::draw::{EntrantHash, VoidReason};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::DrawVoidEvent;
 use usher_core::store::{
-    DevSecret, DrawPhase, GatewayConnections, Interest, PreQueueFate, PreRestore, Restore,
-    SeenDraw, StoreError,
+    DevSecret, DrawPhase, GatewayConnections, GatewayFacts, Interest, PreQueueFate, PreRestore,
+    Restore, SeenDraw, StoreError,
 };
 use usher_core::time::now_ms;
 
@@ -121,6 +121,27 @@ async fn sample_stream(gw: &Gateway) {
     }
 }
 
+/// What this gateway tells the dispatcher's readiness report (`GET /admin/readiness`): its
+/// caps, its open-files limit, whether it uses the development ticket key, and how far its
+/// clock is from Redis' (its time rules, grace periods among them, run on its own clock).
+async fn report_facts(gw: &Gateway) -> Result<(), StoreError> {
+    let (store, config) = (gw.store(), gw.config());
+    let clock_offset_ms = store.clock_offset_ms().await?;
+    let facts = GatewayFacts {
+        max_streams: config.max_connections,
+        max_sockets: config.max_sockets,
+        open_files: usher_runtime::open_files_limit(),
+        // Client sockets and their reserve, plus Redis connections, listeners and logs.
+        open_files_needed: config.max_sockets + config.health_reserve_sockets + OWN_FILES,
+        dev_ticket_key: gw.dev_ticket_key().is_some(),
+        clock_offset_ms,
+    };
+    store.report_gateway_facts(gw.index(), &facts).await
+}
+
+/// Files a gateway holds besides its client sockets: Redis connections, its listener, logs.
+const OWN_FILES: u64 = 64;
+
 /// One heartbeat's Redis work.
 async fn beat(gw: &Gateway) -> Result<(), StoreError> {
     let (store, config) = (gw.store(), gw.config());
@@ -155,6 +176,7 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         sockets: gw.open_sockets(),
     };
     store.report_gateway_connections(gw.index(), counts).await?;
+    report_facts(gw).await?;
     let queues = gw.hub().queues();
     gw.recovery().retain(&queues);
     let interests = store.refresh_interest(&queues, gw.index(), now).await?;

@@ -14,6 +14,7 @@ pub mod traces;
 
 pub use logging::{init_tracing, LogFormat};
 pub use process::{
-    disable_transparent_huge_pages, raise_open_files_limit, runtime, shutdown_signal,
+    disable_transparent_huge_pages, open_files_limit, raise_open_files_limit, runtime,
+    shutdown_signal,
 };
 pub use traces::{SpanLink, TracesGuard};

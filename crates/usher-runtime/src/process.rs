@@ -66,6 +66,19 @@ pub fn raise_open_files_limit() {
     }
 }
 
+/// This process's soft limit on open files (`None`: unlimited, or not known on this system),
+/// for the dispatcher's readiness report.
+pub fn open_files_limit() -> Option<u64> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        None
+    }
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

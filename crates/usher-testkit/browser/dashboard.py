@@ -17,6 +17,7 @@ stderr.
 import json
 import os
 import time
+from datetime import datetime, timedelta, timezone
 import urllib.error
 import urllib.request
 
@@ -26,6 +27,7 @@ import driver
 from driver import control, log
 
 DISPATCHER = os.environ["USHER_TEST_DISPATCHER"]
+GATEWAY = os.environ["USHER_TEST_GATEWAY"]
 TOKEN = os.environ["USHER_TEST_ADMIN_TOKEN"]
 SHOTS = os.environ["USHER_TEST_SCREENSHOTS"]
 UI = DISPATCHER + "/admin/ui"
@@ -238,12 +240,71 @@ def main():
             assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 50
             until(page, f"document.querySelector(\"{CARD} [data-field='admit_per_second']\").textContent === '50'")
 
+        @scenario("a stale edit is refused with 412 and the form shows the settings now")
+        def stale_edit():
+            version = admin("GET", f"/admin/queues/{Q}")["settings_version"]
+            # The form was filled from that version (a poll after the last change).
+            until(page, f"document.querySelector(\"{CARD} form.controls\").dataset.version === '\"{version}\"'")
+            page.fill(f"{CARD} [name=admit_per_second]", "60")
+            admin_put(f"/admin/queues/{Q}", {"admit_per_second": 70})  # another operator
+            time.sleep(2.5)  # a poll while editing keeps the version the edit began from
+            page.click(f"{CARD} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            shown = page.inner_text("#confirm-call")
+            assert f'If-Match: "{version}"' in shown, shown
+            before = len(calls(page))
+            page.click("#confirm-ok")
+            until(page, f"document.querySelectorAll('#calls li').length > {before}")
+            last = calls(page)[0]
+            assert "412" in last, last
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 70
+            until(page, f"document.querySelector(\"{CARD} [name=admit_per_second]\").value === '70'")
+            # Made again from the settings shown now, it is written.
+            page.fill(f"{CARD} [name=admit_per_second]", "60")
+            page.click(f"{CARD} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            assert f'If-Match: "{version + 1}"' in page.inner_text("#confirm-call")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"admit_per_second": 60}
+            assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 60
+            # The next control's If-Match is the version now (a poll after the change).
+            until(page, f"document.querySelector(\"{CARD} form.controls\").dataset.version === '\"{version + 2}\"'")
+
         @scenario("resume admits everyone")
         def resume():
             page.click(f"{CARD} button:text('Resume…')")
             assert confirm(page, f"PUT /admin/queues/{Q}") == {"paused": False}
             until(page, f"document.querySelector(\"{CARD} [data-field='waiting']\").textContent === '0'")
             assert field(page, "eta_last") == "nobody waiting"
+
+        @scenario("a change that needs confirming is asked again with the reason")
+        def confirm_again():
+            sale = "dashsale"
+            card = f"[data-queue='{sale}']"
+            opens = (datetime.now(timezone.utc) + timedelta(seconds=2)).isoformat()
+            admin_put(f"/admin/queues/{sale}", {"admit_per_second": 5, "opens_at": opens})
+            deadline = time.monotonic() + T / 1000
+            while True:  # the draw runs at opens_at (no browser joined: an empty record)
+                with urllib.request.urlopen(f"{GATEWAY}/api/queues/{sale}/draw", timeout=10) as r:
+                    if json.loads(r.read())["status"] == "done":
+                        break
+                assert time.monotonic() < deadline, "the draw did not run"
+                time.sleep(0.2)
+            until(page, f"document.querySelector(\"{card}\") !== null")
+            page.click(f"{card} summary")
+            page.fill(f"{card} [name=opens_at]", "2035-01-31T18:00")
+            page.click(f"{card} button:text('Apply changes…')")
+            until(page, "document.getElementById('confirm').open")
+            assert "confirm" not in page.inner_text("#confirm-call").split("\n\n", 1)[1]
+            before = len(calls(page))
+            page.click("#confirm-ok")
+            # Refused with 409: asked again, with the dispatcher's reason and "confirm": true.
+            until(page, f"document.querySelectorAll('#calls li').length > {before}")
+            assert "409" in calls(page)[0], calls(page)[0]
+            until(page, "document.getElementById('confirm').open")
+            assert "discards the draw" in page.inner_text("#confirm-text"), page.inner_text("#confirm-text")
+            body = confirm(page, f"PUT /admin/queues/{sale}")
+            assert body["confirm"] is True, body
+            assert admin("GET", f"/admin/queues/{sale}")["opens_at"].startswith("2035-01-31")
 
         @scenario("close with a reason")
         def close():
@@ -253,6 +314,26 @@ def main():
             until(page, f"document.querySelector(\"{CARD} [data-field='state']\").textContent.startsWith('closed')")
             assert admin("GET", f"/admin/queues/{Q}")["open"] is False
 
+        @scenario("the readiness panel shows each check and its fix")
+        def readiness():
+            page.fill("#readiness-form [name=crowd]", "1000")
+            page.click("#readiness-form button:text('Check')")
+            until(page, "!document.getElementById('readiness').hidden")
+            rows = page.eval_on_selector_all(
+                "#readiness tbody tr",
+                "rs => rs.map(r => [r.dataset.check, r.querySelector('[data-field=outcome]').textContent,"
+                " r.querySelector('[data-field=fix]').textContent])")
+            report = admin("GET", "/admin/readiness?crowd=1000")
+            assert [r[0] for r in rows] == [c["check"] for c in report["checks"]], rows
+            shown = {r[0]: (r[1], r[2]) for r in rows}
+            # This test's Redis has no AOF and there is one dispatcher.
+            assert shown["persistence"][0] == "fail" and "appendonly yes" in shown["persistence"][1], shown
+            assert shown["dispatcher_replicas"][0] == "fail", shown
+            assert shown["eviction"] == ("pass", "—"), shown
+            assert page.inner_text("#readiness-outcome") == "fail"
+            page.locator("#readiness").scroll_into_view_if_needed()
+            shot(page, "dashboard-readiness")
+
         @scenario("sign out forgets the token")
         def sign_out():
             page.click("#logout")
@@ -260,10 +341,12 @@ def main():
             assert page.evaluate("sessionStorage.length") == 0
             assert page.query_selector(CARD) is None
 
-        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, states, rate, resume,
-                  close, sign_out]:
+        for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, states, rate,
+                  stale_edit, resume, confirm_again, close, readiness, sign_out]:
             s()
-        unexpected = [e for e in errors if "401" not in e]
+        # Chromium logs every refused call: the wrong token's 401, the stale edit's 412 and
+        # the unconfirmed change's 409.
+        unexpected = [e for e in errors if not any(s in e for s in ("401", "409", "412"))]
         assert not unexpected, f"console errors: {unexpected}"
         browser.close()
     print("RESULT ok " + json.dumps(passed), flush=True)

@@ -53,6 +53,9 @@ pub const CLUSTER_EXTRA: &[&str] = &["+cluster|slots"];
 /// API, sends to every gateway's stream; reads and prunes the gateway registry.
 const DISPATCHER: &[&str] = &[
     "+ping",
+    // The readiness report: persistence, memory and clock (`GET /admin/readiness`).
+    "+info",
+    "+time",
     "+evalsha",
     "+script|load",
     "+multi",
@@ -104,6 +107,8 @@ const DISPATCHER: &[&str] = &[
 /// dispatchers' keys (the development signing key included).
 const GATEWAY: &[&str] = &[
     "+ping",
+    // Its clock's offset from Redis', for the readiness report.
+    "+time",
     "+evalsha",
     "+script|load",
     "+get",

@@ -8,7 +8,7 @@
 -- treated alike (all were told the queue closed), and a reopened queue draws afresh.
 -- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent, parked
 -- ARGV: close reason (wire name, e.g. 'sold_out')
--- Returns false when the queue is unknown, else 1.
+-- Returns false when the queue is unknown, else 1. Raises the settings' version.
 -- Deletes before it writes: with Redis out of memory (maxmemory, noeviction) a script's first
 -- write that may grow memory is refused, but once the script has written (a DEL counts) it
 -- may go on, so an operator can always close a queue to free its line.
@@ -19,4 +19,6 @@ if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff', 'draw_absent')
 end
 redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
+-- `open` is a setting: an editor who read it open holds a stale version now (put_settings.lua).
+redis.call('HINCRBY', KEYS[1], 'settings_version', 1)
 return 1

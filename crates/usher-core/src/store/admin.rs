@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
+use super::decode::{array, status, u};
+use super::reply::SettingsStatus;
 use super::scripts::SCRIPTS;
 use super::{Result, Store};
 use crate::binding::Bind;
@@ -74,6 +76,11 @@ pub struct QueueConfig {
     /// closed (`open` is off, reason `ended`); reopening it clears the text.
     #[serde(default)]
     pub ended: Option<String>,
+    /// The settings' version: each write adds 1 (a queue stored before versions existed is
+    /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
+    /// version. Read-only: a `PUT` cannot set it.
+    #[serde(default)]
+    pub settings_version: u64,
 }
 
 fn default_pow_difficulty() -> u8 {
@@ -100,6 +107,7 @@ impl Default for QueueConfig {
             bind: Bind::None,
             maintenance: None,
             ended: None,
+            settings_version: 0,
         }
     }
 }
@@ -113,6 +121,16 @@ impl QueueConfig {
             self.session_ttl_seconds
         }
     }
+}
+
+/// What [`Store::put_queue_if`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionedWrite {
+    /// Written: the settings are at this version now.
+    Written(u64),
+    /// Not written: the settings are at this version, not the expected one (or the queue
+    /// does not exist: version 0).
+    Stale(u64),
 }
 
 /// Counters shown next to a queue's config.
@@ -177,46 +195,70 @@ impl Store {
                 .unwrap_or_default(),
             maintenance: v.get("maintenance").cloned(),
             ended: v.get("ended").cloned(),
+            settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
 
-    /// Creates or updates a queue and registers it with the dispatcher.
+    /// Creates or updates a queue and registers it with the dispatcher, whatever version its
+    /// settings are at (a `PUT` without `If-Match`, `USHER_QUEUES_FILE`).
     pub async fn put_queue(&self, q: &QueueId, cfg: &QueueConfig) -> Result<()> {
+        self.put_queue_if(q, cfg, None).await.map(|_| ())
+    }
+
+    /// Raises a queue's settings version from `expected` to `expected + 1`, only if it is at
+    /// `expected` (the same script as [`Store::put_queue_if`], writing no field): the admin
+    /// API claims the version before a change it makes beside the settings.
+    pub async fn claim_settings_version(
+        &self,
+        q: &QueueId,
+        expected: u64,
+    ) -> Result<VersionedWrite> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .put_settings
+            .key(&k.meta)
+            .arg(expected)
+            .arg(0)
+            .invoke_async(&mut self.c())
+            .await?;
+        settings_reply(v)
+    }
+
+    /// Creates or updates a queue, but only if its settings are still at version `expected`
+    /// when given (the `If-Match` of an admin `PUT`): the check and the write are one script
+    /// (`lua/put_settings.lua`), so of two editors who read the same version only one writes.
+    /// Returns the settings' version after the write, or [`VersionedWrite::Stale`] (nothing
+    /// written) with the version they are at.
+    pub async fn put_queue_if(
+        &self,
+        q: &QueueId,
+        cfg: &QueueConfig,
+        expected: Option<u64>,
+    ) -> Result<VersionedWrite> {
         let k = QueueKeys::new(q);
         let mut c = self.c();
-        let _: () = redis::cmd("HSET")
-            .arg(&k.meta)
-            .arg("admit_per_second")
-            .arg(cfg.admit_per_second)
-            .arg("session_ttl_seconds")
-            .arg(cfg.session_ttl_seconds)
-            .arg("sliding_session")
-            .arg(if cfg.sliding_session { "1" } else { "0" })
-            .arg("max_session_seconds")
-            .arg(cfg.max_session_seconds)
-            .arg("open")
-            .arg(if cfg.open { "1" } else { "0" })
-            .arg("grace_seconds")
-            .arg(cfg.grace_seconds)
-            .arg("paused")
-            .arg(if cfg.paused { "1" } else { "0" })
-            .arg("passthrough")
-            .arg(if cfg.passthrough { "1" } else { "0" })
-            .arg("challenge")
-            .arg(cfg.challenge.as_str())
-            .arg("pow_difficulty")
-            .arg(cfg.pow_difficulty)
-            .arg("bind")
-            .arg(cfg.bind.as_str())
-            .query_async(&mut c)
-            .await?;
-        // Optional settings: stored when set, deleted when `null`.
+        let flag = |b: bool| if b { "1" } else { "0" }.to_owned();
         let adaptive = cfg
             .adaptive
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        let mut set: Vec<(&str, String)> = vec![
+            ("admit_per_second", cfg.admit_per_second.to_string()),
+            ("session_ttl_seconds", cfg.session_ttl_seconds.to_string()),
+            ("sliding_session", flag(cfg.sliding_session)),
+            ("max_session_seconds", cfg.max_session_seconds.to_string()),
+            ("open", flag(cfg.open)),
+            ("grace_seconds", cfg.grace_seconds.to_string()),
+            ("paused", flag(cfg.paused)),
+            ("passthrough", flag(cfg.passthrough)),
+            ("challenge", cfg.challenge.as_str().to_owned()),
+            ("pow_difficulty", cfg.pow_difficulty.to_string()),
+            ("bind", cfg.bind.as_str().to_owned()),
+        ];
+        // Optional settings: stored when set, deleted when `null`.
+        let mut delete: Vec<&str> = Vec::new();
         for (field, value) in [
             ("max_active", cfg.max_active.map(|m| m.to_string())),
             ("max_entrants", cfg.max_entrants.map(|m| m.to_string())),
@@ -224,20 +266,30 @@ impl Store {
             ("maintenance", cfg.maintenance.clone()),
             ("ended", cfg.ended.clone()),
         ] {
-            let cmd = match &value {
-                Some(v) => redis::cmd("HSET").arg(&k.meta).arg(field).arg(v).clone(),
-                None => redis::cmd("HDEL").arg(&k.meta).arg(field).clone(),
-            };
-            let _: () = cmd.query_async(&mut c).await?;
+            match value {
+                Some(v) => set.push((field, v)),
+                None => delete.push(field),
+            }
         }
         if cfg.open {
             // Reopened (or open): the reason of an earlier close no longer applies.
-            let _: () = redis::cmd("HDEL")
-                .arg(&k.meta)
-                .arg("close_reason")
-                .query_async(&mut c)
-                .await?;
+            delete.push("close_reason");
         }
+        let mut invocation = SCRIPTS.put_settings.key(&k.meta);
+        invocation
+            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(set.len());
+        for (field, value) in &set {
+            invocation.arg(*field).arg(value);
+        }
+        for field in &delete {
+            invocation.arg(*field);
+        }
+        let v: Value = invocation.invoke_async(&mut c).await?;
+        let version = match settings_reply(v)? {
+            VersionedWrite::Written(version) => version,
+            stale @ VersionedWrite::Stale(_) => return Ok(stale),
+        };
         // A queue configured anew (first time, or after Redis lost it) gets an epoch, and its
         // place ids start above it: the epoch is the creation time in ms × 10, above every
         // place id the queue's earlier incarnation handed out unless it handed out more than
@@ -260,7 +312,8 @@ impl Store {
             .await?;
         // The registry is another slot: its own command (a cluster refuses a pipeline that
         // spans slots).
-        self.register_queues(std::slice::from_ref(q)).await
+        self.register_queues(std::slice::from_ref(q)).await?;
+        Ok(VersionedWrite::Written(version))
     }
 
     /// Adds queues to the registry (`usher:queues`); already registered ones are unchanged.
@@ -323,6 +376,15 @@ impl Store {
         })
     }
 
+    /// How many places a scheduled sale's pre-queue holds (0 without a sale).
+    pub async fn pre_queue_len(&self, q: &QueueId) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        Ok(redis::cmd("ZCARD")
+            .arg(&k.pre)
+            .query_async(&mut self.c())
+            .await?)
+    }
+
     /// Every configured queue (open or closed), sorted.
     pub async fn queue_ids(&self) -> Result<Vec<QueueId>> {
         let names: Vec<String> = redis::cmd("SMEMBERS")
@@ -357,6 +419,17 @@ impl Store {
             .invoke_async(&mut self.c())
             .await?;
         Ok(!matches!(v, Value::Nil))
+    }
+}
+
+/// A `put_settings.lua` reply.
+fn settings_reply(v: Value) -> Result<VersionedWrite> {
+    let a = array(v)?;
+    let version = a.get(1).map(u).transpose()?.unwrap_or(0);
+    match status(&a, SettingsStatus::from_code) {
+        Some(SettingsStatus::Written) => Ok(VersionedWrite::Written(version)),
+        Some(SettingsStatus::Stale) => Ok(VersionedWrite::Stale(version)),
+        None => Err(super::protocol(format!("put_settings reply {a:?}"))),
     }
 }
 

@@ -16,6 +16,8 @@
 //! * `draw_restore` — a scheduled sale's pre-queue put back after a data loss, its published
 //!   commitment kept or its draw recorded void;
 //! * `policy` — backends' load reports, a queue's adaptive setting, passthrough wake signals;
+//! * `readiness` — what the readiness report reads: Redis' persistence, memory and clock
+//!   (`INFO`, `TIME`), live replicas, a shared development key, the gateways' own facts;
 //! * `dispatch` — leases and replicas; `dispatch::tick`, `dispatch::outbox` and
 //!   `dispatch::records` (the dispatcher).
 //!
@@ -46,6 +48,7 @@ mod oom;
 mod places;
 mod policy;
 mod queue_meta;
+mod readiness;
 mod recovery;
 mod reply;
 mod scripts;
@@ -54,7 +57,7 @@ mod sessions;
 mod streams;
 mod timed;
 
-pub use admin::{QueueConfig, QueueStats, EPOCH_IDS_PER_MS};
+pub use admin::{QueueConfig, QueueStats, VersionedWrite, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
 pub use binding::{TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};
@@ -71,6 +74,7 @@ pub use oom::OomLog;
 pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::{RatePolicy, Wakes};
 pub use queue_meta::{ChallengeSetting, QueuePage};
+pub use readiness::{DispatcherFacts, GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};
 pub use recovery::{Restore, RESTORE_BATCH};
 pub use reply::PowVerdict;
 pub use sessions::{SessionEnd, SessionState};

@@ -150,6 +150,14 @@ statuses! {
         Set = 1 => "SCHEDULE_SET",
     }
 
+    /// What a `put_settings` call did (see `lua/put_settings.lua`).
+    pub enum SettingsStatus {
+        /// Refused: the settings' version is not the one the editor read (`If-Match`).
+        Stale = 0 => "SETTINGS_STALE",
+        /// Written; the new version follows.
+        Written = 1 => "SETTINGS_WRITTEN",
+    }
+
     /// What a `beacon` call did.
     pub enum BeaconStatus {
         /// No draw is pending: the beacon can no longer change.

@@ -67,6 +67,7 @@ scripts!(
     beacon,
     place_key,
     prune_bound,
+    put_settings,
 );
 
 #[cfg(test)]

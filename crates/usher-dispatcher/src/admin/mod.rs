@@ -7,9 +7,12 @@
 //!   `POST /admin/queues/{queue}/beacon`. (The draw itself runs in the tick loop.)
 //! * `states` — `maintenance` and `ended` in `PUT /admin/queues/{queue}`: what each means
 //!   for the line, and the `status` message browsers hear.
+//! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
+//!   changes that need `"confirm": true`.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
 //! * `openapi` — the queue handlers' descriptions (the other handlers carry their own).
 //! * `gateways` — `GET /admin/gateways`: the registered gateways and their queues.
+//! * `readiness` — `GET /admin/readiness?crowd=N`: is the deployment ready for a sale.
 //! * `dashboard` — the operator dashboard at `/admin/ui` (embedded HTML, CSS and JS).
 //!
 //! Imports run one way, down this list: each module uses only those above it and
@@ -18,10 +21,12 @@
 pub(crate) mod audit;
 pub(crate) mod auth;
 mod dashboard;
+mod edits;
 mod errors;
 mod gateways;
 mod openapi;
 pub(crate) mod queues;
+mod readiness;
 mod sale;
 mod states;
 
@@ -52,6 +57,7 @@ pub(crate) fn routes(state: &AppState) -> OpenApiRouter<AppState> {
         ))
         .routes(route::<openapi::__path_notice, _, _, _>(queues::notice))
         .routes(routes!(gateways::list_gateways))
+        .routes(routes!(readiness::readiness))
         .routes(routes!(sale::post_beacon))
         .routes(routes!(audit::list))
         // The last layer runs first: authorize, then record the change.

@@ -26,7 +26,8 @@ pub(crate) fn list_queues() {}
     security(("admin_token" = [])),
     params(("queue" = QueueId, Path, description = "The queue id.")),
     responses(
-        (status = 200, description = "The queue's settings, counters and effective rate.", body = QueueView),
+        (status = 200, description = "The queue's settings, counters and effective rate. `ETag`: the settings' version (`settings_version`, quoted), for `If-Match` on `PUT`.", body = QueueView,
+            headers(("ETag" = String, description = "The settings' version, e.g. `\"3\"`."))),
         (status = 400, description = "A malformed queue id.", body = ErrorBody),
         (status = 404, description = "No such queue.", body = ErrorBody),
         AdminReadErrors,
@@ -40,12 +41,18 @@ pub(crate) fn get_queue() {}
     path = "/admin/queues/{queue}",
     tag = "admin",
     security(("admin_token" = [])),
-    params(("queue" = QueueId, Path, description = "The queue id.")),
+    params(
+        ("queue" = QueueId, Path, description = "The queue id."),
+        ("If-Match" = Option<String>, Header, description = "The `ETag` of the settings this change was made from (`\"3\"`, or `*` for any existing queue): the change is written only while they are still at that version, else `412`. Without it the change is written whatever the version."),
+    ),
     request_body(content = QueueUpdate, description = "Omitted fields keep their value (the defaults for a new queue). `opens_at`, `draw_beacon`, `max_active` and `adaptive` take `null` to unset; the page settings take `\"\"`."),
     responses(
-        (status = 200, description = "Updated.", body = QueueView),
-        (status = 201, description = "Created.", body = QueueView),
-        (status = 409, description = "`draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed.", body = ErrorBody),
+        (status = 200, description = "Updated; `ETag` is the new version.", body = QueueView,
+            headers(("ETag" = String, description = "The settings' new version."))),
+        (status = 201, description = "Created; `ETag` is its version.", body = QueueView,
+            headers(("ETag" = String, description = "The settings' version."))),
+        (status = 409, description = "A change that needs `\"confirm\": true` without it (the error names the reason): `grace_seconds` below 10, `max_entrants` below the pre-queue's entrants, an `opens_at` (or `null`) that discards a draw that ran. Or `draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed.", body = ErrorBody),
+        (status = 412, description = "`If-Match` names another version than the settings are at (someone changed them since), or the queue does not exist: nothing was changed.", body = ErrorBody),
         AdminWriteErrors,
     ),
 )]

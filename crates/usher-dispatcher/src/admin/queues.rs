@@ -4,7 +4,7 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -14,10 +14,11 @@ use usher_core::ids::QueueId;
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::page_settings::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
-use usher_core::store::{QueueConfig, QueueStats};
+use usher_core::store::{QueueConfig, QueueStats, VersionedWrite};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
+use super::edits;
 use crate::state::redis_down;
 use crate::state::AppState;
 
@@ -108,6 +109,10 @@ pub struct QueueUpdate {
     pub maintenance: Option<Option<String>>,
     /// A text: the sale is over; the queue closes with reason `ended` and the text.
     pub ended: Option<String>,
+    /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
+    /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
+    /// record. Not stored.
+    pub confirm: Option<bool>,
 }
 
 impl QueueUpdate {
@@ -206,12 +211,12 @@ pub(crate) async fn list_queues(State(st): State<AppState>) -> Result<Json<Queue
 pub(crate) async fn get_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
-) -> Result<Json<QueueView>, ApiError> {
+) -> Result<Response, ApiError> {
     let q = parse_queue(&raw)?;
-    view(&st, q)
+    let v = view(&st, q)
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))
+        .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))?;
+    Ok((StatusCode::OK, edits::etag(&v.config), Json(v)).into_response())
 }
 
 /// A queue's settings after `u` (a `PUT` body, or an entry of `USHER_QUEUES_FILE`) is
@@ -319,19 +324,36 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
 pub(crate) async fn put_queue(
     State(st): State<AppState>,
     Path(raw): Path<String>,
+    headers: HeaderMap,
     body: Result<Json<QueueUpdate>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let q = parse_queue(&raw)?;
     let Json(u) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let if_match = edits::if_match(&headers)?;
     let page = u.page_settings(st.store.page_settings(&q).await.map_err(redis_down)?)?;
     let existing = st.store.queue_config(&q).await.map_err(redis_down)?;
+    // Refused before anything is changed when the editor's version is already stale; the
+    // write below checks it again, atomically.
+    let mut expected = edits::expected_version(if_match, existing.as_ref())?;
     let scheduling =
         super::sale::check(&st.store, &q, u.opens_at.as_ref(), u.draw_seed.as_ref()).await?;
     let created = existing.is_none();
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();
     let cfg = configured(existing, &u)?;
+    if u.confirm != Some(true) {
+        let discards_draw = super::sale::discards_draw(&st.store, &q, &scheduling).await?;
+        edits::unconfirmed(&st.store, &q, before.as_ref(), &cfg, discards_draw).await?;
+    }
     let closing = !cfg.open && existing_open;
+    let side_effects = !matches!(scheduling, super::sale::Scheduling::Unchanged)
+        || u.draw_beacon.is_some()
+        || closing;
+    if let (Some(v), true) = (expected, side_effects) {
+        // The schedule and a close are written before the settings: the version is claimed
+        // first, so an editor who lost the race changes none of them.
+        expected = Some(edits::claim(&st.store, &q, v).await?);
+    }
     // Before the settings: a new queue must not take joins into its line before its schedule.
     super::sale::apply(&st.store, &q, scheduling).await?;
     super::sale::apply_beacon(&st.store, &q, u.draw_beacon).await?;
@@ -344,8 +366,17 @@ pub(crate) async fn put_queue(
             None => CloseReason::QueueClosed,
         };
         close(&st, &q, reason, cfg.ended.clone()).await?;
+        // The close raised the version this PUT claimed.
+        expected = expected.map(|v| v + 1);
     }
-    st.store.put_queue(&q, &cfg).await.map_err(redis_down)?;
+    if let VersionedWrite::Stale(now_at) = st
+        .store
+        .put_queue_if(&q, &cfg, expected)
+        .await
+        .map_err(redis_down)?
+    {
+        return Err(edits::stale(now_at));
+    }
     st.store
         .put_page_settings(&q, &page)
         .await
@@ -372,7 +403,7 @@ pub(crate) async fn put_queue(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(v)).into_response())
+    Ok((status, edits::etag(&v.config), Json(v)).into_response())
 }
 
 /// `DELETE /admin/queues/{queue}` query: why the queue closes.

@@ -112,6 +112,22 @@ pub(crate) async fn check(
     Ok(Scheduling::At(at, seed.cloned()))
 }
 
+/// Whether `s` discards a draw that ran (`lua/schedule.lua`): a new time, or `null`, after the
+/// draw deletes its public record and `drawn`, the map from its entrants' pre-queue tickets to
+/// their places in line. (A pending draw is never discarded: a new time moves it, `null` is
+/// refused.) Such a change needs `"confirm": true` (`super::edits`).
+pub(crate) async fn discards_draw(
+    store: &Store,
+    q: &QueueId,
+    s: &Scheduling,
+) -> Result<bool, ApiError> {
+    if matches!(s, Scheduling::Unchanged) {
+        return Ok(false);
+    }
+    let current = store.schedule_of(q).await.map_err(redis_down)?;
+    Ok(current.is_some_and(|c| c.phase == DrawPhase::Done))
+}
+
 /// Applies a checked schedule. A new sale gets a fresh seed (only its commitment is shown
 /// before the draw); a pending one keeps its own.
 pub(crate) async fn apply(store: &Store, q: &QueueId, s: Scheduling) -> Result<(), ApiError> {

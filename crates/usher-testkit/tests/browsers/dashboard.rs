@@ -17,7 +17,7 @@ use usher_testkit::{RedisServer, SseClient};
 const TOKEN: &str = "dashboard-test-admin-token-5c2e8a41f09b";
 
 /// Every scenario the driver must report as passed.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 15] = [
     "a wrong token shows an error",
     "sign in keeps the token in sessionStorage, no cookie",
     "create a queue through the UI",
@@ -27,8 +27,11 @@ const SCENARIOS: [&str; 12] = [
     "send a notice",
     "maintenance with its text, and a scheduled sale's entrants",
     "change the rate: only the changed field is sent",
+    "a stale edit is refused with 412 and the form shows the settings now",
     "resume admits everyone",
+    "a change that needs confirming is asked again with the reason",
     "close with a reason",
+    "the readiness panel shows each check and its fix",
     "sign out forgets the token",
 ];
 
@@ -191,6 +194,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         "dashboard.py",
         &[
             ("USHER_TEST_DISPATCHER", d.url()),
+            ("USHER_TEST_GATEWAY", gw.url()),
             ("USHER_TEST_ADMIN_TOKEN", TOKEN.to_string()),
         ],
     )?;
@@ -231,6 +235,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         "dashboard-confirm",
         "dashboard-paused",
         "dashboard-maintenance",
+        "dashboard-readiness",
     ] {
         assert!(
             usher_testkit::tools::screenshot_since(shot, started),

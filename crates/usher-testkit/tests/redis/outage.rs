@@ -218,7 +218,7 @@ async fn browsers_that_hang_up_mid_request_leave_no_ghost_places() -> anyhow::Re
     stack
         .put_queue(
             "ghosts",
-            json!({"admit_per_second": PAUSED, "grace_seconds": 1}),
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1, "confirm": true}),
         )
         .await?;
     let addr = stack.gateways[0].addr;

@@ -185,7 +185,7 @@ async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>
     stack
         .put_queue(
             "drop",
-            json!({"admit_per_second": PAUSED, "grace_seconds": 1}),
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1, "confirm": true}),
         )
         .await?;
     let a = SseClient::new(stack.gateway_url(0));

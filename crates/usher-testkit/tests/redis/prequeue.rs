@@ -97,7 +97,7 @@ async fn an_entrant_counts_for_its_address_until_the_draw() -> anyhow::Result<()
     let (status, v) = put(
         &stack,
         Q,
-        json!({"admit_per_second": PAUSED, "grace_seconds": 1, "passthrough": false}),
+        json!({"admit_per_second": PAUSED, "grace_seconds": 1, "passthrough": false, "confirm": true}),
     )
     .await?;
     anyhow::ensure!(status == 201, "{v}");
@@ -160,7 +160,7 @@ async fn entrants_of_a_closed_pre_queue_stop_counting_for_their_address() -> any
         let (status, v) = put(
             &stack,
             q,
-            json!({"admit_per_second": PAUSED, "grace_seconds": 1, "passthrough": false}),
+            json!({"admit_per_second": PAUSED, "grace_seconds": 1, "passthrough": false, "confirm": true}),
         )
         .await?;
         anyhow::ensure!(status == 201, "{v}");

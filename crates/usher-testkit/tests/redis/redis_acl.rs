@@ -132,6 +132,12 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
         http.get(format!("{d}/admin/queues")).send().await?.status(),
         200
     );
+    // The readiness report reads INFO and TIME (issue 24): its user may.
+    let ready = http
+        .get(format!("{d}/admin/readiness?crowd=1000"))
+        .send()
+        .await?;
+    assert_eq!(ready.status(), 200);
     let close = http
         .delete(format!("{d}/admin/queues/held?reason=sold_out"))
         .send()

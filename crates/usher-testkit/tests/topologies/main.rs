@@ -18,5 +18,6 @@ mod cluster_shard_loss;
 mod contract;
 #[path = "../redis/positions.rs"]
 mod positions;
+mod readiness_cluster;
 mod redis_tls;
 mod sentinel;
