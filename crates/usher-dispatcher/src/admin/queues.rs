@@ -319,6 +319,39 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     Ok(cfg)
 }
 
+/// `409` when a change switches `bind` on while places wait: they joined without a browser
+/// key, and a binding queue admits no place without one (`tick.lua` drops it at the head), so
+/// switching on would cost each of them its place. Not a `confirm`: nobody can mean that.
+/// (A join in the instant between this check and the write joins without a key too: switch
+/// on while the queue is paused or before it opens.)
+async fn bind_switch(
+    st: &AppState,
+    q: &QueueId,
+    before: Option<&QueueConfig>,
+    after: &QueueConfig,
+) -> Result<(), ApiError> {
+    if !before.is_some_and(|b| !b.bind.binds() && after.bind.binds()) {
+        return Ok(());
+    }
+    let stats = st
+        .store
+        .queue_stats(q, now_ms())
+        .await
+        .map_err(redis_down)?;
+    let places = stats.waiting + stats.entrants;
+    if places > 0 {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "bind can be switched on only while nobody waits: the {places} places of this \
+                 queue joined without a browser key, and a binding queue admits no place \
+                 without one (switch it on before the sale, or once the line is empty)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 // A span per change (never its body or credentials: `skip_all`).
 #[tracing::instrument(name = "admin", skip_all, fields(action = "put_queue", queue = %raw))]
 pub(crate) async fn put_queue(
@@ -341,6 +374,7 @@ pub(crate) async fn put_queue(
     let existing_open = existing.as_ref().is_some_and(|c| c.open);
     let before = existing.clone();
     let cfg = configured(existing, &u)?;
+    bind_switch(&st, &q, before.as_ref(), &cfg).await?;
     if u.confirm != Some(true) {
         let discards_draw = super::sale::discards_draw(&st.store, &q, &scheduling).await?;
         edits::unconfirmed(&st.store, &q, before.as_ref(), &cfg, discards_draw).await?;

@@ -214,9 +214,9 @@ fn names(a: &Answer, what: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grace_below_10_seconds_needs_confirm() -> anyhow::Result<()> {
     let stack = start().await?;
-    let new = put(&stack, "q", None, json!({"grace_seconds": 0})).await?;
+    let new = put(&stack, "q", None, json!({"grace_seconds": 1})).await?;
     assert!(
-        names(&new, "grace_seconds 0"),
+        names(&new, "grace_seconds 1"),
         "{} {}",
         new.status,
         new.body
@@ -463,5 +463,44 @@ async fn a_close_makes_earlier_versions_stale() -> anyhow::Result<()> {
     let closing = put(&stack, "q", Some(&tag), json!({"open": false})).await?;
     assert_eq!(closing.status, 200, "{}", closing.body);
     assert_eq!(closing.body["open"], false);
+    Ok(())
+}
+
+/// `bind` cannot be switched on while places wait: they joined without a browser key, and a
+/// binding queue admits no place without one, so each would lose its place at the head. The
+/// change is refused (`409`, not a `confirm`), nothing changes, and the waiting browser is
+/// still admitted; once the line is empty the switch goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_cannot_be_switched_on_while_places_wait() -> anyhow::Result<()> {
+    let stack = start().await?;
+    let created = put(&stack, "b", None, json!({"admit_per_second": PAUSED})).await?;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut browser = client.open("/api/queues/b/stream", None).await?;
+    browser.wait_for("waiting", T).await?;
+
+    for body in [
+        json!({"bind": "browser_key"}),
+        json!({"bind": "browser_key", "confirm": true}),
+    ] {
+        let refused = put(&stack, "b", None, body.clone()).await?;
+        assert_eq!(refused.status, 409, "{body}: {}", refused.body);
+        assert!(
+            refused.body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("bind can be switched on only while nobody waits")),
+            "{}",
+            refused.body
+        );
+    }
+    assert_eq!(get(&stack, "b").await?.body["bind"], "none", "unchanged");
+    let resumed = put(&stack, "b", None, json!({"admit_per_second": 50.0})).await?;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    browser.wait_for("admitted", T).await?;
+
+    // The line is empty now: the switch goes through.
+    let on = put(&stack, "b", None, json!({"bind": "browser_key"})).await?;
+    assert_eq!(on.status, 200, "{}", on.body);
+    assert_eq!(on.body["bind"], "browser_key");
     Ok(())
 }
