@@ -9,6 +9,10 @@
 //! A place over for good spends none: its answer (`410`, the close reason) is the same however
 //! often it is asked, so replaying the proof gains nothing, and such requests write nothing.
 //!
+//! This check is a Redis call of its own, before the place's script: the scripts check the
+//! key again in their own call ([`asker`]), so a data loss, a restore or a stale setting in
+//! between never lets a copied ticket act on the place.
+//!
 //! Each spent `jti` stays in Redis for 130 s, so what a place may spend is bounded twice: per
 //! client address on the routes that name a ticket outside the stream (`--ip-poll-rate`,
 //! before any of this), and per place here ([`PLACE_PROOFS`], after the key check, so only

@@ -11,7 +11,9 @@ use std::time::Duration;
 use usher_core::binding::{Bind, Thumbprint};
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::keys::QueueKeys;
-use usher_core::store::{Asker, LeaveOutcome, PlaceState, QueueConfig, Store, Tick};
+use usher_core::store::{
+    Asker, LeaveOutcome, PlaceState, QueueConfig, Restore, Store, Tick, TicketKey,
+};
 use usher_core::time::now_ms;
 use usher_testkit::dpop::BrowserKey;
 use usher_testkit::line::{place_of, take_lease};
@@ -400,5 +402,67 @@ async fn a_keyless_place_is_refused_and_a_queue_without_bind_checks_nothing() ->
             place: places[1]
         }
     );
+    Ok(())
+}
+
+/// The race of a data loss: the gateway checks a copied ticket while its place is lost (no key
+/// to compare: `place_key.lua` says it is over, and any proof passes), then the gateway that
+/// held the place puts it back with its key, then the copied ticket's leave, resume or status
+/// runs. The scripts refuse it: the place stays in line, held by its gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_restored_after_the_gateways_check_is_still_refused() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("scripted-race")?;
+    store.put_queue(&q, &binding()).await?;
+    let (k, thief) = (thumbprint('k'), thumbprint('t'));
+    let p = join(&store, &q, &[Some(k.clone())]).await?[0];
+
+    // The loss: the place and its key are gone; the check sees a place over for good.
+    let keys = QueueKeys::new(&q);
+    let id = p.0.to_string();
+    redis_cli(redis.port(), &["ZREMRANGEBYSCORE", &keys.waiting, &id, &id])?;
+    redis_cli(redis.port(), &["HDEL", &keys.bound, &id])?;
+    assert_eq!(store.ticket_key(&q, p).await?, TicketKey::Over);
+
+    // Gateway 3, which held the browser, puts the place back with its key.
+    let restored = store
+        .restore_places_bound(&q, 3, &[p], &[Some(k.clone())], now_ms())
+        .await?;
+    assert!(
+        matches!(restored, Restore::Done { restored: 1, .. }),
+        "{restored:?}"
+    );
+
+    // Then the copied ticket's action, with what its proof showed (the thief's key).
+    assert_eq!(
+        store.leave_as(&q, p, ticket(Some(&thief))).await?,
+        LeaveOutcome::WrongKey
+    );
+    assert_eq!(
+        store
+            .resume_bound(&q, p, 7, now_ms(), ticket(Some(&thief)))
+            .await?,
+        PlaceState::WrongKey
+    );
+    assert_eq!(
+        store
+            .status_as(&q, p, now_ms(), ticket(Some(&thief)))
+            .await?,
+        PlaceState::WrongKey
+    );
+    match store
+        .resume_bound(&q, p, 7, now_ms(), ticket(Some(&k)))
+        .await?
+    {
+        PlaceState::Waiting {
+            previous_gateway, ..
+        } => assert_eq!(
+            previous_gateway,
+            Some(3),
+            "still held by the restoring gateway"
+        ),
+        other => anyhow::bail!("the owner's resume: {other:?}"),
+    }
     Ok(())
 }
