@@ -9,6 +9,10 @@
 //! A place over for good spends none: its answer (`410`, the close reason) is the same however
 //! often it is asked, so replaying the proof gains nothing, and such requests write nothing.
 //!
+//! This check is a Redis call of its own, before the place's script: the scripts check the
+//! key again in their own call ([`asker`]), so a data loss, a restore or a stale setting in
+//! between never lets a copied ticket act on the place.
+//!
 //! Each spent `jti` stays in Redis for 130 s, so what a place may spend is bounded twice: per
 //! client address on the routes that name a ticket outside the stream (`--ip-poll-rate`,
 //! before any of this), and per place here ([`PLACE_PROOFS`], after the key check, so only
@@ -17,7 +21,7 @@
 
 use usher_core::binding::{ProofRefusal, Thumbprint};
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::{StoreError, TicketKey};
+use usher_core::store::{Asker, StoreError, TicketKey};
 use usher_core::time::now_ms;
 
 use crate::client::IpKey;
@@ -89,9 +93,21 @@ pub(crate) struct Proven {
     pub(crate) place_key: Option<Thumbprint>,
 }
 
+/// What a request naming a ticket proved, for the place's own scripts: they check the key
+/// again in the same call as what they do (`usher_core::store::Asker`), since a data loss, a
+/// restore or a stale setting may fall between [`prove`] and them. `None` (nothing proven) is
+/// refused there on a binding queue.
+pub(crate) fn asker(proven: Option<&Proven>) -> Asker<'_> {
+    Asker::Ticket {
+        proven: proven.map(|p| &p.key),
+        known: proven.and_then(|p| p.place_key.as_ref()),
+    }
+}
+
 /// Checks a request to `q` (for `place`, when it names one) against the queue's `bind`
-/// setting: `Ok(None)` when the queue binds nothing (or is unknown: the caller's own checks
-/// answer that), `Ok(Some(proven))` when `proof` is a fresh, unspent proof by the place's key
+/// setting: `Ok(None)` when the queue binds nothing (or its setting is unknown here and the
+/// request brings no proof: the place's scripts, told nothing was proven, and the caller's
+/// own checks answer that), `Ok(Some(proven))` when `proof` is a fresh, unspent proof by the place's key
 /// (for a join: by any key, which the place will be bound to). The proof is spent.
 ///
 /// A place held here with a key is bound whatever Redis says: after a data loss (the queue's
@@ -111,7 +127,11 @@ pub(crate) async fn prove(
         return Ok(None);
     }
     let held = place.and_then(|p| gw.hub().held_key(q, p));
-    if setting.is_none() && held.is_none() {
+    // The setting unknown here (not configured, or configured again within the second the
+    // cache keeps `None`) and no stream here holding the place: nothing is refused on a guess,
+    // but a request naming a ticket with a proof goes on, so that what it proves reaches the
+    // place's scripts, which check the key against the queue as it is now ([`asker`]).
+    if setting.is_none() && held.is_none() && (place.is_none() || proof.is_none()) {
         return Ok(None);
     }
     let refused = |r: ProofRefusal| {

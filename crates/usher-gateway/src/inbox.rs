@@ -215,7 +215,9 @@ fn settled(q: &QueueId, s: PlaceState) -> Option<Update> {
         | PlaceState::Scheduled { .. }
         | PlaceState::AdmittedNow { .. }
         // Only a join is answered "full".
-        | PlaceState::PreQueueFull { .. } => None,
+        | PlaceState::PreQueueFull { .. }
+        // Only a browser's request is checked for its key; the gateway's own are not.
+        | PlaceState::WrongKey => None,
     }
 }
 

@@ -21,13 +21,13 @@ use usher_http::ApiError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::binding::{prove, Route, Unproven};
+use crate::binding::{asker, prove, Proven, Route, Unproven};
 use crate::client::IpKey;
 use crate::errors::{
     check_ticket, closed_queue, parse_queue, place_gone, redis_unavailable, too_many_polls,
     too_many_proofs, unknown_queue, RouteError,
 };
-use crate::metrics;
+use crate::metrics::{self, Refusal};
 use crate::shared::Gateway;
 use crate::update::{admitted_event, Update};
 use crate::waiting_room::Page;
@@ -199,10 +199,10 @@ async fn status_handler(
         .ticket
         .ok_or_else(|| ApiError::bad_request("the ticket query parameter is required"))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
-    proven(&gw, &q, place, query.proof.as_deref(), Route::Status).await?;
+    let proven = proven(&gw, &q, place, query.proof.as_deref(), Route::Status).await?;
     let state = gw
         .store()
-        .status(&q, place, now_ms())
+        .status_as(&q, place, now_ms(), asker(proven.as_ref()))
         .await
         .map_err(redis_unavailable)?;
     let body = match state {
@@ -226,6 +226,9 @@ async fn status_handler(
             PlaceStatus::Scheduled(ScheduledEvent::new(q, opens_at_ms))
         }
         PlaceState::QueueClosed(reason) => return Err(closed_queue(&q, reason).into()),
+        // The script's own key check (after a data loss or restore the gateway's may be
+        // stale): the same answer as the gateway's.
+        PlaceState::WrongKey => return Err(wrong_key(&q).into()),
         // Only a join is answered "full"; a ticket names a place that was taken.
         PlaceState::Gone | PlaceState::PreQueueFull { .. } => return Err(place_gone().into()),
         PlaceState::SessionEnded => PlaceStatus::Closed {
@@ -236,21 +239,29 @@ async fn status_handler(
     Ok(([("cache-control", "no-store")], Json(body)).into_response())
 }
 
-/// A binding queue's request for `place` proves the place's key (other queues: always `Ok`);
-/// `403` naming the reason otherwise, `429` when the place spent its proofs here.
+/// A binding queue's request for `place` proves the place's key (other queues: always `Ok`,
+/// proving nothing); `403` naming the reason otherwise, `429` when the place spent its proofs
+/// here. What it proved goes to the place's script, which checks it again ([`asker`]).
 async fn proven(
     gw: &Gateway,
     q: &QueueId,
     place: PlaceId,
     proof: Option<&str>,
     route: Route<'_>,
-) -> Result<(), RouteError> {
+) -> Result<Option<Proven>, RouteError> {
     match prove(gw, q, Some(place), proof, route, None).await {
-        Ok(_) => Ok(()),
+        Ok(p) => Ok(p),
         Err(Unproven::Refused(reason)) => Err(proof_required(reason).into()),
         Err(Unproven::Throttled(wait)) => Err(too_many_proofs(wait)),
         Err(Unproven::Store(e)) => Err(redis_unavailable(e).into()),
     }
+}
+
+/// `403 proof_required: wrong_key` from the place's script (counted as a refused proof).
+fn wrong_key(q: &QueueId) -> ApiError {
+    metrics::refused(Refusal::Proof);
+    tracing::debug!(queue = %q, "request refused by the place's script: not the place's key");
+    proof_required(ProofRefusal::WrongKey)
 }
 
 /// `403`: no good proof of the place's key.
@@ -295,7 +306,7 @@ async fn leave_handler(
     let q = parse_queue(&raw)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let place = check_ticket(gw.ticket_key(), &q, &ticket)?;
-    proven(
+    let proven = proven(
         &gw,
         &q,
         place,
@@ -312,7 +323,11 @@ async fn leave_handler(
     {
         return Err(unknown_queue(&q).into());
     }
-    match store.leave(&q, place).await.map_err(redis_unavailable)? {
+    match store
+        .leave_as(&q, place, asker(proven.as_ref()))
+        .await
+        .map_err(redis_unavailable)?
+    {
         LeaveOutcome::Left { gateway, place } => {
             metrics::left();
             match gateway {
@@ -328,6 +343,7 @@ async fn leave_handler(
         }
         LeaveOutcome::Released => tracing::debug!(queue = %q, %place, "admitted session released"),
         LeaveOutcome::NotFound => {}
+        LeaveOutcome::WrongKey => return Err(wrong_key(&q).into()),
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -151,3 +151,23 @@ local function place_live(waiting, parked, pre, active, place)
     or redis.call('ZCOUNT', parked, place, place) > 0
     or redis.call('ZCOUNT', pre, place, place) > 0
 end
+
+-- Browser binding (meta `bind` = `browser_key`; docs/security.md): whether a request that
+-- names `place` (mapped through `drawn` already) is refused for its key. The place's own
+-- scripts (leave.lua, resume.lua, status.lua) ask this in the same call as what they do, so
+-- no data loss, restore or stale setting between the gateway's proof check and the script
+-- lets a copied ticket act on the place.
+-- `asked` is '1' for a browser's request naming a ticket ('' for the gateway's own calls,
+-- never refused); `proven` the key its proof of possession was made with ('' = none);
+-- `known` the place's key as the gateway knows it besides `bound` (the stream it holds the
+-- place with; '' = none). Refused on a binding queue when the place's key (`bound`, else
+-- `known`) is not `proven` (nothing proven included), or when the place has none and is live
+-- (it cannot be proven). A place over for good without a key is not refused: its answer
+-- (gone, its close reason, its session ended) is the same for anyone.
+local function wrong_key(meta, bound, waiting, parked, pre, active, place, asked, proven, known)
+  if asked ~= '1' or redis.call('HGET', meta, 'bind') ~= 'browser_key' then return false end
+  local key = redis.call('HGET', bound, place)
+  if not key and known ~= '' then key = known end
+  if key then return key ~= proven end
+  return place_live(waiting, parked, pre, active, place)
+end

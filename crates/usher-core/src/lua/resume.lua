@@ -4,6 +4,8 @@
 -- ARGV: place, gateway index, now ms, gws ttl ms, the thumbprint of the place's browser key as
 --       the gateway knows it ('' = none: from `bound`, or from the stream it held the place
 --       with; never merely the key of the request's proof)
+--       then '1' for a browser's request ('' for the gateway's own) and the key its proof was
+--       made with ('' = none): prelude.lua, wrong_key
 -- Returns
 --   {PLACE_ADMITTED, record}     admitted, the session still valid (record = tokens value)
 --   {PLACE_ADMISSION_PENDING}    admitted a moment ago, token being minted (ask again shortly)
@@ -13,6 +15,8 @@
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
 --    the bucket's rate (see eta_rates in prelude.lua), place id}
 --   {PLACE_SCHEDULED, opens_at ms, gateway that held it before or false}   in a pre-queue
+--   {PLACE_WRONG_KEY}            a binding queue's place that is not the requester's: nothing
+--                                done (checked here, with the resume, not only by the gateway)
 -- An away place comes back from `parked` to its spot in `waiting` (same score); its position
 -- counts the places ahead of it in both sets.
 -- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
@@ -27,6 +31,10 @@ local function bind(id)
 end
 local now = tonumber(ARGV[3])
 local place = redis.call('HGET', KEYS[10], ARGV[1]) or ARGV[1]
+if wrong_key(KEYS[1], KEYS[13], KEYS[3], KEYS[12], KEYS[9], KEYS[4], place,
+    ARGV[6] or '', ARGV[7] or '', key) then
+  return {PLACE_WRONG_KEY}
+end
 local adm = admitted_state(KEYS[4], KEYS[5], KEYS[8], place, now)
 if adm then return adm end
 local closed = closed_reply(KEYS[1])

@@ -25,6 +25,44 @@ pub enum TicketKey {
     Over,
 }
 
+/// Who asks a place's own script ([`Store::leave_as`], [`Store::status_as`],
+/// [`Store::resume_bound`]) about it, for a queue that binds places to the browser's key
+/// (`bind: "browser_key"`). The script checks the key itself, in the same call as what it
+/// does (`lua/prelude.lua`, `wrong_key`): the gateway's check before it ([`Store::ticket_key`])
+/// is a separate call, and a data loss, a restore or a stale setting in between must not let a
+/// copied ticket act on the place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Asker<'a> {
+    /// The gateway's own bookkeeping (an abandoned join's session given back, a held stream's
+    /// resync), tools and tests: nothing is checked.
+    #[default]
+    Gateway,
+    /// A browser's request naming the place's ticket. On a binding queue it is refused
+    /// (`WrongKey`) unless `proven` is the place's key: the one in `bound`, else `known`; a
+    /// place with neither is refused while it is live, and answered as ever once over for good.
+    Ticket {
+        /// The key the request's proof of possession was made with (`None`: it proved none).
+        proven: Option<&'a Thumbprint>,
+        /// The place's key as the gateway knows it besides `bound`: the stream it holds the
+        /// place with (after a data loss `bound` may have lost it), or what `bound` said.
+        known: Option<&'a Thumbprint>,
+    },
+}
+
+impl Asker<'_> {
+    /// The scripts' binding arguments: whether to check, the proven key, the known key.
+    pub(super) fn args(&self) -> (&'static str, &str, &str) {
+        match self {
+            Asker::Gateway => ("", "", ""),
+            Asker::Ticket { proven, known } => (
+                "1",
+                proven.map_or("", |k| k.as_str()),
+                known.map_or("", |k| k.as_str()),
+            ),
+        }
+    }
+}
+
 /// How many `bound` fields one [`Store::prune_bound`] call looks at.
 pub const PRUNE_BOUND_COUNT: u32 = 500;
 

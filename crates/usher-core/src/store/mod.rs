@@ -59,7 +59,7 @@ mod timed;
 
 pub use admin::{QueueConfig, QueueStats, VersionedWrite, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
-pub use binding::{TicketKey, PRUNE_BOUND_COUNT};
+pub use binding::{Asker, TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;

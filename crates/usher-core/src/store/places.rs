@@ -3,6 +3,7 @@
 
 use redis::Value;
 
+use super::binding::Asker;
 use super::decode::{array, rate_of, status, text, u};
 use super::dispatch::records::TokenRecord;
 use super::gateways::GWS_TTL_MS;
@@ -36,6 +37,9 @@ pub enum PlaceState {
     /// The place was admitted and its session ended (released or expired): its token is
     /// never shown again.
     SessionEnded,
+    /// A binding queue's place that is not the requester's ([`Asker::Ticket`]): nothing was
+    /// done, and nothing of the place is told.
+    WrongKey,
     /// No place: the scheduled sale's pre-queue holds its `max_entrants` already.
     PreQueueFull {
         max_entrants: u64,
@@ -184,6 +188,8 @@ pub enum LeaveOutcome {
     /// An admitted session was given up.
     Released,
     NotFound,
+    /// Nothing: a binding queue's place that is not the requester's ([`Asker::Ticket`]).
+    WrongKey,
 }
 
 /// Most places one join call takes (a gateway's batch of joins for one queue).
@@ -355,21 +361,24 @@ impl Store {
         gw: u16,
         now_ms: u64,
     ) -> Result<PlaceState> {
-        self.resume_bound(q, place, gw, now_ms, None).await
+        self.resume_bound(q, place, gw, now_ms, Asker::Gateway)
+            .await
     }
 
-    /// [`Store::resume`] on a binding queue, with the place's browser key as the gateway knows
-    /// it (from `bound`, or from the stream it held the place with; never merely the key of
-    /// the request's proof): a live place without a key gets it, and a place Redis lost is
-    /// put back only with one (without, it is gone: `lua/resume.lua`).
+    /// [`Store::resume`] for a browser's request (`asker`), on a binding queue: refused
+    /// ([`PlaceState::WrongKey`]) unless it proved the place's key. The place's key as the
+    /// gateway knows it (`known`: from `bound`, or from the stream it held the place with;
+    /// never merely the key of the request's proof) is given to a live place without one, and
+    /// a place Redis lost is put back only with one (without, it is gone: `lua/resume.lua`).
     pub async fn resume_bound(
         &self,
         q: &QueueId,
         place: PlaceId,
         gw: u16,
         now_ms: u64,
-        key: Option<&Thumbprint>,
+        asker: Asker<'_>,
     ) -> Result<PlaceState> {
+        let (asked, proven, known) = asker.args();
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .resume
@@ -390,14 +399,29 @@ impl Store {
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
-            .arg(key.map_or("", Thumbprint::as_str))
+            .arg(known)
+            .arg(asked)
+            .arg(proven)
             .invoke_async(&mut self.c())
             .await?;
         Self::place_state(place, array(v)?, true)
     }
 
-    /// The state of `place` without changing anything.
+    /// The state of `place` without changing anything (unchecked: [`Asker::Gateway`]).
     pub async fn status(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<PlaceState> {
+        self.status_as(q, place, now_ms, Asker::Gateway).await
+    }
+
+    /// [`Store::status`] for `asker`: a browser's request on a binding queue is answered
+    /// [`PlaceState::WrongKey`] unless it proved the place's key (checked in the same call).
+    pub async fn status_as(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        now_ms: u64,
+        asker: Asker<'_>,
+    ) -> Result<PlaceState> {
+        let (asked, proven, known) = asker.args();
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .status
@@ -409,8 +433,12 @@ impl Store {
             .key(&k.pre)
             .key(&k.drawn)
             .key(&k.parked)
+            .key(&k.bound)
             .arg(place.0)
             .arg(now_ms)
+            .arg(asked)
+            .arg(proven)
+            .arg(known)
             .invoke_async(&mut self.c())
             .await?;
         Self::place_state(place, array(v)?, false)
@@ -432,6 +460,7 @@ impl Store {
                     .unwrap_or(CloseReason::QueueClosed),
             )),
             Some(PlaceStatus::Gone) => Ok(PlaceState::Gone),
+            Some(PlaceStatus::WrongKey) => Ok(PlaceState::WrongKey),
             Some(PlaceStatus::SessionEnded) => Ok(PlaceState::SessionEnded),
             Some(PlaceStatus::AdmissionPending) => Ok(PlaceState::AdmissionPending),
             Some(PlaceStatus::Scheduled) => Ok(PlaceState::Scheduled {
@@ -478,7 +507,21 @@ impl Store {
 
     /// The browser leaves the line (or gives up its admitted session, which then ends: its
     /// slot frees and a resume hears `session_ended`).
+    /// Unchecked ([`Asker::Gateway`]): see [`Store::leave_as`] for a browser's request.
     pub async fn leave(&self, q: &QueueId, place: PlaceId) -> Result<LeaveOutcome> {
+        self.leave_as(q, place, Asker::Gateway).await
+    }
+
+    /// [`Store::leave`] for `asker`: a browser's request on a binding queue leaves nothing
+    /// ([`LeaveOutcome::WrongKey`]) unless it proved the place's key (checked in the same
+    /// call).
+    pub async fn leave_as(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        asker: Asker<'_>,
+    ) -> Result<LeaveOutcome> {
+        let (asked, proven, known) = asker.args();
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .leave
@@ -491,8 +534,12 @@ impl Store {
             .key(&k.pre)
             .key(&k.drawn)
             .key(&k.parked)
+            .key(&k.bound)
             .arg(place.0)
             .arg(crate::time::now_ms())
+            .arg(asked)
+            .arg(proven)
+            .arg(known)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
@@ -503,6 +550,7 @@ impl Store {
             }),
             Some(LeaveStatus::Released) => Ok(LeaveOutcome::Released),
             Some(LeaveStatus::NotFound) => Ok(LeaveOutcome::NotFound),
+            Some(LeaveStatus::WrongKey) => Ok(LeaveOutcome::WrongKey),
             None => Err(protocol(format!("leave reply {a:?}"))),
         }
     }

@@ -79,6 +79,9 @@ statuses! {
         /// A scheduled sale's pre-queue holds `max_entrants` already: no place was taken;
         /// the cap follows.
         PreQueueFull = 8 => "PLACE_PRE_QUEUE_FULL",
+        /// A binding queue's place that is not the requester's (its proof is by another key,
+        /// by none, or the place has no key): nothing was done or told.
+        WrongKey = 9 => "PLACE_WRONG_KEY",
     }
 
     /// What `join.lua` made of one join's proof of work, in a proof-of-work queue.
@@ -112,6 +115,8 @@ statuses! {
         Left = 1 => "LEAVE_LEFT",
         /// An admitted session.
         Released = 2 => "LEAVE_RELEASED",
+        /// Nothing: a binding queue's place that is not the requester's.
+        WrongKey = 3 => "LEAVE_WRONG_KEY",
     }
 
     /// What a `tick` call found.

@@ -13,18 +13,18 @@ use std::time::Duration;
 use crate::ticket::Ticket;
 use tokio::sync::watch;
 use tracing::Instrument;
-use usher_core::binding::{ProofRequiredEvent, Thumbprint};
+use usher_core::binding::{ProofRefusal, ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{
     eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
-use usher_core::store::{PlaceState, QueueConfig, StoreError};
+use usher_core::store::{Asker, PlaceState, QueueConfig, StoreError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
-use crate::binding::{prove, Route, Unproven};
+use crate::binding::{asker, prove, Route, Unproven};
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame};
@@ -241,7 +241,7 @@ async fn setup(
             // Reserve first: from now on an older connection's disconnect cannot mark the
             // place away while it is being resumed.
             let reserved = Reserved::new(gw, &q, place, place_key.as_ref());
-            match resume(gw, &q, place, idx, place_key.as_ref()).await {
+            match resume(gw, &q, place, idx, asker(proven.as_ref())).await {
                 Ok(s) => {
                     metrics::resumed();
                     (s, Some(reserved))
@@ -420,6 +420,17 @@ async fn setup(
             forget(place);
             Setup::Failed(place_gone())
         }
+        // The resume script's own key check (after a data loss or a restore the gateway's may
+        // be stale): refused as the gateway refuses a wrong key.
+        PlaceState::WrongKey => {
+            disarm(reserved);
+            forget(place);
+            metrics::refused(Refusal::Proof);
+            Setup::ProofRequired(ProofRequiredEvent {
+                queue: q,
+                reason: ProofRefusal::WrongKey,
+            })
+        }
         PlaceState::SessionEnded => {
             disarm(reserved);
             forget(place);
@@ -447,19 +458,20 @@ fn refused_by_redis(e: &StoreError) -> Setup {
     }
 }
 
-/// Resumes a place (`key`: its own browser key, a binding queue's); an admission whose
-/// token is still being minted is awaited briefly.
+/// Resumes a place for a browser's request (`asker`: what it proved, and the place's own
+/// key as the gateway knows it, a binding queue's); an admission whose token is still being
+/// minted is awaited briefly.
 async fn resume(
     gw: &Gateway,
     q: &QueueId,
     place: PlaceId,
     idx: u16,
-    key: Option<&Thumbprint>,
+    asker: Asker<'_>,
 ) -> Result<PlaceState, StoreError> {
     for _ in 0..20 {
         let s = gw
             .store()
-            .resume_bound(q, place, idx, now_ms(), key)
+            .resume_bound(q, place, idx, now_ms(), asker)
             .await
             .map_err(logged)?;
         if s != PlaceState::AdmissionPending {

@@ -20,6 +20,7 @@ mod admin_auth;
 mod admission;
 mod away_wall;
 mod bind_loss;
+mod bind_script;
 mod bind_store;
 mod capacity;
 mod contract;
