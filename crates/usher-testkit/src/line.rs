@@ -53,6 +53,20 @@ pub async fn join_watch(client: &SseClient, queue: &str) -> anyhow::Result<(Stri
     Ok((e.id.clone(), pos, Watcher::spawn_with(conn, vec![e])))
 }
 
+/// `(ticket, watcher)` for `n` browsers joining `queue` through `client`, one after another.
+pub async fn waiters(
+    client: &SseClient,
+    queue: &str,
+    n: usize,
+) -> anyhow::Result<Vec<(String, Watcher)>> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (ticket, _, w) = join_watch(client, queue).await?;
+        out.push((ticket, w));
+    }
+    Ok(out)
+}
+
 /// The latest `waiting` position seen by a watcher, or `first` if none arrived yet.
 pub fn position(w: &Watcher) -> Option<u64> {
     w.last("waiting")

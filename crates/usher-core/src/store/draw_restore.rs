@@ -5,7 +5,7 @@
 use redis::Value;
 
 use super::decode::{array, int, status, text};
-use super::recovery::RESTORE_BATCH;
+use super::recovery::restore_batches;
 use super::reply::PreRestoreStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
@@ -91,15 +91,7 @@ impl Store {
         let k = QueueKeys::new(q);
         let mut done = None;
         let mut restored = 0;
-        let batches: Vec<(usize, &[(PlaceId, EntrantHash)])> = if places.is_empty() {
-            vec![(0, &[])]
-        } else {
-            places
-                .chunks(RESTORE_BATCH)
-                .enumerate()
-                .map(|(i, b)| (i * RESTORE_BATCH, b))
-                .collect()
-        };
+        let batches = restore_batches(places);
         for (start, batch) in batches {
             let mut inv = SCRIPTS.restore_pre.prepare_invoke();
             inv.key(&k.meta)

@@ -18,6 +18,20 @@ use crate::store::GWS_TTL_MS;
 /// thousand).
 pub const RESTORE_BATCH: usize = 1000;
 
+/// `items` in batches of [`RESTORE_BATCH`], each with the index of its first item; one
+/// empty batch when there are none (the restore script still runs: it reports the epoch, or
+/// the draw's fate).
+pub(super) fn restore_batches<T>(items: &[T]) -> Vec<(usize, &[T])> {
+    if items.is_empty() {
+        return vec![(0, &[])];
+    }
+    items
+        .chunks(RESTORE_BATCH)
+        .enumerate()
+        .map(|(i, b)| (i * RESTORE_BATCH, b))
+        .collect()
+}
+
 /// What putting places back found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Restore {
@@ -56,15 +70,7 @@ impl Store {
         let k = QueueKeys::new(q);
         let mut restored = 0;
         let mut epoch = None;
-        let batches: Vec<(usize, &[PlaceId])> = if places.is_empty() {
-            vec![(0, &[])]
-        } else {
-            places
-                .chunks(RESTORE_BATCH)
-                .enumerate()
-                .map(|(i, b)| (i * RESTORE_BATCH, b))
-                .collect()
-        };
+        let batches = restore_batches(places);
         for (start, batch) in batches {
             let mut inv = SCRIPTS.restore.prepare_invoke();
             inv.key(&k.meta)

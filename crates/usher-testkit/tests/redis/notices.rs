@@ -6,7 +6,6 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{PlaceState, Tick, TickArgs, MAX_ADMIT_PER_TICK};
 use usher_core::time::now_ms;
 use usher_testkit::line::*;
-use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::{RedisProbe, SseClient};
@@ -48,20 +47,6 @@ async fn close(stack: &Stack, queue: &str, query: &str) -> anyhow::Result<(u16, 
         .send()
         .await?;
     Ok((r.status().as_u16(), r.json().await?))
-}
-
-/// `(ticket, watcher)` for `n` browsers joining `queue` through `client`.
-async fn waiters(
-    client: &SseClient,
-    queue: &str,
-    n: usize,
-) -> anyhow::Result<Vec<(String, Watcher)>> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let (ticket, _, w) = join_watch(client, queue).await?;
-        out.push((ticket, w));
-    }
-    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,7 @@
 use serde_json::{json, Value};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::answers::header;
-use usher_testkit::line::{admitted, data, join_watch, PAUSED, T};
-use usher_testkit::sse::Watcher;
+use usher_testkit::line::{admitted, data, join_watch, waiters, PAUSED, T};
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
@@ -22,20 +21,6 @@ async fn put(stack: &Stack, queue: &str, body: Value) -> anyhow::Result<(u16, Va
         .send()
         .await?;
     Ok((r.status().as_u16(), r.json().await?))
-}
-
-/// `(ticket, watcher)` for `n` browsers joining `queue` through `client`.
-async fn waiters(
-    client: &SseClient,
-    queue: &str,
-    n: usize,
-) -> anyhow::Result<Vec<(String, Watcher)>> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let (ticket, _, w) = join_watch(client, queue).await?;
-        out.push((ticket, w));
-    }
-    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
