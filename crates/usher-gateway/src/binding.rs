@@ -15,7 +15,7 @@
 //!
 //! Each spent `jti` stays in Redis for 130 s, so what a place may spend is bounded twice: per
 //! client address on the routes that name a ticket outside the stream (`--ip-poll-rate`,
-//! before any of this), and per place here ([`PLACE_PROOFS`], after the key check, so only
+//! before any of this), and per place here ([`PLACE_PROOFS`](crate::limits::PLACE_PROOFS), after the key check, so only
 //! the key's holder draws from its place's bucket): many addresses sharing one place and its
 //! key spend no more than one.
 
@@ -27,23 +27,13 @@ use usher_core::time::now_ms;
 use crate::client::IpKey;
 use crate::metrics::{self, Refusal};
 use crate::shared::Gateway;
-use usher_http::bucket::Rate;
-
-/// Proofs one place may spend on one gateway (`binding`): a browser spends one a stream
-/// resume, status poll or leave, far fewer than one a second; the burst covers a reconnecting
-/// tab's retries. A place's spent proofs in Redis (each kept 130 s) stay under 130 + 30 per
-/// gateway it reaches, however many addresses share its key.
-pub(crate) const PLACE_PROOFS: Rate = Rate {
-    per_second: 1,
-    burst: 30,
-};
 
 /// Why a request to a binding queue goes no further.
 #[derive(Debug)]
 pub(crate) enum Unproven {
     /// No good proof: the browser is told why.
     Refused(ProofRefusal),
-    /// A good proof, but its place spent `PLACE_PROOFS` already: try again this much later.
+    /// A good proof, but its place spent `limits::PLACE_PROOFS` already: try again this much later.
     Throttled(std::time::Duration),
     /// Redis did not answer.
     Store(StoreError),

@@ -69,7 +69,7 @@ pub(crate) fn too_many_polls(wait: Duration) -> RouteError {
     )
 }
 
-/// `429`: a binding queue's place spent its proofs here (`binding::PLACE_PROOFS`; counted
+/// `429`: a binding queue's place spent its proofs here (`limits::PLACE_PROOFS`; counted
 /// where refused).
 pub(crate) fn too_many_proofs(wait: Duration) -> RouteError {
     RouteError::TooMany(

@@ -33,6 +33,15 @@ use crate::client::IpKey;
 use crate::metrics::Refusal;
 use usher_http::bucket::{Bucket, Rate};
 
+/// Proofs one place may spend on one gateway (`crate::binding`): a browser spends one a stream
+/// resume, status poll or leave, far fewer than one a second; the burst covers a reconnecting
+/// tab's retries. A place's spent proofs in Redis (each kept 130 s) stay under 130 + 30 per
+/// gateway it reaches, however many addresses share its key.
+pub(crate) const PLACE_PROOFS: Rate = Rate {
+    per_second: 1,
+    burst: 30,
+};
+
 /// How often idle entries are swept out (on the next call after this long).
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 

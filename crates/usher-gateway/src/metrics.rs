@@ -60,7 +60,7 @@ pub(crate) enum Refusal {
     /// A status poll or leave: the client address used up its bucket (`--ip-poll-rate`,
     /// `--ip-poll-burst`); answered `429`.
     IpPolls,
-    /// A binding queue's place spent its proofs on this gateway (`proof::PLACE_PROOFS`):
+    /// A binding queue's place spent its proofs on this gateway (`limits::PLACE_PROOFS`):
     /// a status poll or leave answered `429`, a stream `retry:`.
     PlaceProofs,
     /// The socket is in the reserve kept for health checks (`--max-sockets`).

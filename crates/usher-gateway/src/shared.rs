@@ -56,7 +56,7 @@ pub(crate) struct Gateway {
     open_sockets: Arc<AtomicU64>,
     /// What each client address holds here, against the per-IP limits.
     ip_limits: Arc<IpLimits>,
-    /// A binding queue's proofs spent per place here (`binding::PLACE_PROOFS`).
+    /// A binding queue's proofs spent per place here (`limits::PLACE_PROOFS`).
     place_proofs: Buckets<(QueueId, PlaceId)>,
     /// Proof-of-work puzzles: issued and checked here.
     challenges: Challenges,
@@ -89,7 +89,7 @@ impl Gateway {
         let index = Arc::new(AtomicU16::new(index));
         Self {
             ip_limits,
-            place_proofs: Buckets::new(crate::binding::PLACE_PROOFS),
+            place_proofs: Buckets::new(crate::limits::PLACE_PROOFS),
             joins: Joiner::new(
                 store.clone(),
                 index.clone(),
