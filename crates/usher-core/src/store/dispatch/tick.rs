@@ -70,6 +70,9 @@ pub struct TickOutcome {
     pub admit_per_second: f64,
     /// Places removed without admission this tick (grace expired, gateway gone).
     pub dropped: u64,
+    /// Sessions this call ended because the booking service never checked them within
+    /// `arrival_seconds` (no-shows).
+    pub no_shows: u64,
     /// The token bucket's level after this call: the admission budget carried to the next
     /// tick (a fraction of a place while people wait; up to one tick's worth while nobody
     /// does and passthrough is on).
@@ -129,6 +132,8 @@ impl Store {
             .key(&k.ended)
             .key(&k.parked)
             .key(&k.bound)
+            .key(&k.unarrived)
+            .key(&k.arrivals)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -209,6 +214,7 @@ struct TickReply {
     #[serde(deserialize_with = "lua_list")]
     fresh: Vec<String>,
     more: bool,
+    no_shows: u64,
 }
 
 impl TickReply {
@@ -228,6 +234,7 @@ impl TickReply {
             outbox_len: self.outbox_len,
             admit_per_second: self.admit_per_second,
             dropped: self.dropped,
+            no_shows: self.no_shows,
             carry: self.carry,
             session_ttl_ms: self.session_ttl_ms,
             token_ttl_ms: self.token_ttl_ms,

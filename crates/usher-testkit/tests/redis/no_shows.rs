@@ -1,0 +1,240 @@
+//! No-shows (issue 24, item 4): a session arrives when the booking service first checks,
+//! touches or consumes it; one not checked within `arrival_seconds` ends early and frees its
+//! `max_active` slot; `make_up_no_shows` raises the rate by the measured no-show share, never
+//! above twice the rate. Real Redis, dispatcher and gateway; browsers are SSE clients.
+
+use std::collections::HashSet;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use usher_core::ids::QueueId;
+use usher_testkit::line::data;
+use usher_testkit::sse::Watcher;
+use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::wait::eventually;
+use usher_testkit::{RedisProbe, SseClient};
+
+async fn stack() -> anyhow::Result<Stack> {
+    Stack::start(StackOptions {
+        tick_ms: 100,
+        ..Default::default()
+    })
+    .await
+}
+
+/// The entry token a browser was admitted with.
+fn token(w: &Watcher) -> Option<String> {
+    w.last("admitted")
+        .and_then(|e| data(&e)["token"].as_str().map(str::to_owned))
+}
+
+/// `GET /api/session` with `token`, as a booking service checks an arrival: the status.
+async fn check(stack: &Stack, token: &str) -> anyhow::Result<u16> {
+    Ok(stack
+        .http
+        .request(
+            Method::GET,
+            format!("{}/api/session", stack.dispatcher.url()),
+        )
+        .bearer_auth(token)
+        .send()
+        .await?
+        .status()
+        .as_u16())
+}
+
+async fn join(stack: &Stack, queue: &str, n: usize) -> anyhow::Result<Vec<Watcher>> {
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut ws = Vec::new();
+    for _ in 0..n {
+        ws.push(usher_testkit::line::join_watch(&client, queue).await?.2);
+    }
+    Ok(ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_session_is_kept_and_an_unchecked_one_ends_and_frees_its_slot(
+) -> anyhow::Result<()> {
+    let stack = stack().await?;
+    let v = stack
+        .put_queue(
+            "ns",
+            json!({"admit_per_second": 50.0, "max_active": 2, "passthrough": false,
+                   "arrival_seconds": 1}),
+        )
+        .await?;
+    assert_eq!(v["arrival_seconds"], 1);
+    assert_eq!(v["make_up_no_shows"], false);
+    let q = QueueId::new("ns")?;
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    let ws = join(&stack, "ns", 3).await?;
+    let (a, b) = eventually("two admitted, the cap", async || {
+        match (token(&ws[0]), token(&ws[1])) {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        }
+    })
+    .await?;
+    assert!(token(&ws[2]).is_none(), "the third waits behind max_active");
+    // The booking service checks the first session: it arrived.
+    assert_eq!(check(&stack, &a).await?, 200);
+    let (admitted_by, _) = probe.last_tick(&q).await?;
+    // The second never checked: its session ends after a second and its slot goes to the
+    // third browser.
+    let c = eventually("the third is admitted into the freed slot", async || {
+        token(&ws[2])
+    })
+    .await?;
+    assert_eq!(check(&stack, &b).await?, 410, "the no-show's session ended");
+    // Past the first session's deadline too (a tick later than a second after both were
+    // admitted), it is still active: it arrived.
+    eventually("a tick after the arrival deadlines", async || {
+        let (at, _) = probe.last_tick(&q).await?;
+        if at > admitted_by + 1_100 {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("last tick at {at}"))
+        }
+    })
+    .await?;
+    assert_eq!(check(&stack, &a).await?, 200, "an arrived session is kept");
+    let view = stack.queue("ns").await?;
+    assert_eq!(view["no_shows_total"], 1, "{view}");
+    assert_eq!(view["active"], 2, "{view}");
+    // Fewer than 10 outcomes: no share yet.
+    assert_eq!(view["no_show_ratio"], Value::Null, "{view}");
+    assert_eq!(check(&stack, &c).await?, 200);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_no_shows_raise_the_rate_toward_twice_and_never_above() -> anyhow::Result<()> {
+    const RATE: f64 = 4.0;
+    let stack = stack().await?;
+    stack
+        .put_queue(
+            "mk",
+            json!({"admit_per_second": RATE, "passthrough": false, "arrival_seconds": 1,
+                   "make_up_no_shows": true}),
+        )
+        .await?;
+    let q = QueueId::new("mk")?;
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    let ws = join(&stack, "mk", 60).await?;
+    // Every other browser's session is checked as soon as it is admitted (it arrives); the
+    // others never are (no-shows). Each poll also reads the rate the API shows and the rate
+    // the tick's bucket last refilled at: neither ever exceeds twice the configured rate.
+    let mut checked = HashSet::new();
+    // A rate above twice the configured one, the first time one is seen (it ends the wait).
+    let mut over: Option<String> = None;
+    let (ratio, effective) = eventually("the rate is made up for the no-shows", async || {
+        for (i, w) in ws.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+            if checked.contains(&i) {
+                continue;
+            }
+            if let Some(t) = token(w) {
+                anyhow::ensure!(check(&stack, &t).await? == 200, "browser {i} checked");
+                checked.insert(i);
+            }
+        }
+        let v = stack.queue("mk").await?;
+        let effective = v["effective_per_second"].as_f64().unwrap_or(0.0);
+        let bucket: f64 = probe
+            .meta_field(&q, "bucket_rate")
+            .await?
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0.0);
+        if effective > 2.0 * RATE || bucket > 2.0 * RATE + 1e-9 {
+            over = Some(format!("bucket {bucket}, view {v}"));
+            return Ok((0.0, 0.0));
+        }
+        match v["no_show_ratio"].as_f64() {
+            Some(r) if r >= 0.35 && effective >= 1.5 * RATE && bucket >= 1.5 * RATE => {
+                anyhow::ensure!(v["rate_reason"] == "no_shows_made_up", "{v}");
+                Ok((r, effective))
+            }
+            _ => Err(anyhow::anyhow!(
+                "share {}, effective {effective}, bucket {bucket}, admitted {}",
+                v["no_show_ratio"],
+                v["admitted_total"]
+            )),
+        }
+    })
+    .await?;
+    assert_eq!(over, None, "never above twice the configured rate");
+    assert!(ratio <= 0.6, "about half never arrived: {ratio}");
+    assert!(
+        (RATE / (1.0 - ratio) - effective).abs() < 1e-6 || effective == 2.0 * RATE,
+        "rate ÷ (1 − share): {effective} for {ratio}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_shows_are_off_by_default_and_bad_settings_are_refused() -> anyhow::Result<()> {
+    let stack = stack().await?;
+    let v = stack
+        .put_queue(
+            "plain",
+            json!({"admit_per_second": 50.0, "passthrough": false}),
+        )
+        .await?;
+    assert_eq!(v["arrival_seconds"], Value::Null, "{v}");
+    assert_eq!(v["make_up_no_shows"], false, "{v}");
+    assert_eq!(v["no_show_ratio"], Value::Null, "{v}");
+    let q = QueueId::new("plain")?;
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    let ws = join(&stack, "plain", 1).await?;
+    let t = eventually("admitted", async || token(&ws[0])).await?;
+    let (admitted_by, _) = probe.last_tick(&q).await?;
+    eventually("a tick more than a second later", async || {
+        let (at, _) = probe.last_tick(&q).await?;
+        if at > admitted_by + 1_100 {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("last tick at {at}"))
+        }
+    })
+    .await?;
+    // Never checked, and kept: without arrival_seconds nothing ends early.
+    let v = stack.queue("plain").await?;
+    assert_eq!(
+        (v["active"].as_u64(), v["no_shows_total"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["rate_reason"], "configured");
+    assert_eq!(check(&stack, &t).await?, 200);
+
+    let put = |body: Value| {
+        let http = stack.http.clone();
+        let url = format!("{}/admin/queues/plain", stack.dispatcher.url());
+        async move { anyhow::Ok(http.put(url).json(&body).send().await?.status().as_u16()) }
+    };
+    assert_eq!(
+        put(json!({"make_up_no_shows": true})).await?,
+        400,
+        "needs arrival_seconds"
+    );
+    assert_eq!(put(json!({"arrival_seconds": 0})).await?, 400);
+    assert_eq!(
+        put(json!({"arrival_seconds": 601})).await?,
+        400,
+        "past the TTL"
+    );
+    assert_eq!(
+        put(json!({"arrival_seconds": 30, "make_up_no_shows": true})).await?,
+        200
+    );
+    assert_eq!(
+        put(json!({"arrival_seconds": null})).await?,
+        400,
+        "make-up still on"
+    );
+    assert_eq!(
+        put(json!({"arrival_seconds": null, "make_up_no_shows": false})).await?,
+        200
+    );
+    assert_eq!(stack.queue("plain").await?["arrival_seconds"], Value::Null);
+    Ok(())
+}
