@@ -68,10 +68,10 @@ local function end_sessions(active, tokens, ended, places, now, max_ms)
 end
 
 -- No-shows (meta `arrival_seconds`; keys.rs `unarrived`, `arrivals`): the share of sessions
--- that never arrived is measured over the last ARRIVAL_WINDOW outcomes, a list of `1`
+-- that never arrived is measured over the last arrival_window outcomes, a list of `1`
 -- (arrived) and `0` (no-show) whose counts meta keeps (`arrivals_n`, `no_shows_n`), so
 -- reading the share is one HMGET and recording an outcome is O(1).
-local ARRIVAL_WINDOW = 200
+local arrival_window = 200
 
 local function record_arrival(meta, arrivals, arrived)
   local x = arrived and '1' or '0'
@@ -81,7 +81,7 @@ local function record_arrival(meta, arrivals, arrived)
     redis.call('HINCRBY', meta, 'no_shows_n', 1)
     redis.call('HINCRBY', meta, 'no_shows_total', 1)
   end
-  if redis.call('LLEN', arrivals) > ARRIVAL_WINDOW then
+  if redis.call('LLEN', arrivals) > arrival_window then
     local old = redis.call('LPOP', arrivals)
     redis.call('HINCRBY', meta, 'arrivals_n', -1)
     if old == '0' then redis.call('HINCRBY', meta, 'no_shows_n', -1) end

@@ -304,7 +304,7 @@ mod tests {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
             "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
             "carry":0.5,"session_ttl_ms":600000,"token_ttl_ms":600000,"paused":false,
-            "fresh":["1000|2000|8:3,9:3"],"more":false}"#;
+            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");
         assert_eq!(o.runs, vec![(10, 5)]);
