@@ -108,7 +108,7 @@ async fn a_checked_session_is_kept_and_an_unchecked_one_ends_and_frees_its_slot(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_no_shows_raise_the_rate_toward_twice_and_never_above() -> anyhow::Result<()> {
+async fn no_shows_raise_the_rate_up_to_twice_and_never_above() -> anyhow::Result<()> {
     const RATE: f64 = 4.0;
     let stack = stack().await?;
     stack
@@ -121,14 +121,15 @@ async fn half_no_shows_raise_the_rate_toward_twice_and_never_above() -> anyhow::
     let q = QueueId::new("mk")?;
     let probe = RedisProbe::connect(&stack.redis.url()).await?;
     let ws = join(&stack, "mk", 60).await?;
-    // Every other browser's session is checked as soon as it is admitted (it arrives); the
-    // others never are (no-shows). Each poll also reads the rate the API shows and the rate
+    // Every third browser's session is checked as soon as it is admitted (it arrives); the
+    // others never are (no-shows): the share tends to 2/3, above the ½ at which the make-up
+    // reaches its cap (4 ÷ (1 − 2/3) would be 12/s), so the cap is what holds the rate. Each poll also reads the rate the API shows and the rate
     // the tick's bucket last refilled at: neither ever exceeds twice the configured rate.
     let mut checked = HashSet::new();
     // A rate above twice the configured one, the first time one is seen (it ends the wait).
     let mut over: Option<String> = None;
     let (ratio, effective) = eventually("the rate is made up for the no-shows", async || {
-        for (i, w) in ws.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+        for (i, w) in ws.iter().enumerate().filter(|(i, _)| i % 3 == 0) {
             if checked.contains(&i) {
                 continue;
             }
@@ -149,7 +150,7 @@ async fn half_no_shows_raise_the_rate_toward_twice_and_never_above() -> anyhow::
             return Ok((0.0, 0.0));
         }
         match v["no_show_ratio"].as_f64() {
-            Some(r) if r >= 0.35 && effective >= 1.5 * RATE && bucket >= 1.5 * RATE => {
+            Some(r) if r >= 0.5 && effective == 2.0 * RATE && bucket == 2.0 * RATE => {
                 anyhow::ensure!(v["rate_reason"] == "no_shows_made_up", "{v}");
                 Ok((r, effective))
             }
@@ -162,11 +163,8 @@ async fn half_no_shows_raise_the_rate_toward_twice_and_never_above() -> anyhow::
     })
     .await?;
     assert_eq!(over, None, "never above twice the configured rate");
-    assert!(ratio <= 0.6, "about half never arrived: {ratio}");
-    assert!(
-        (RATE / (1.0 - ratio) - effective).abs() < 1e-6 || effective == 2.0 * RATE,
-        "rate ÷ (1 − share): {effective} for {ratio}"
-    );
+    assert!(ratio <= 0.8, "about two in three never arrived: {ratio}");
+    assert_eq!(effective, 2.0 * RATE, "capped at twice the rate");
     Ok(())
 }
 
