@@ -59,51 +59,62 @@ async fn a_checked_session_is_kept_and_an_unchecked_one_ends_and_frees_its_slot(
     let v = stack
         .put_queue(
             "ns",
-            json!({"admit_per_second": 50.0, "max_active": 2, "passthrough": false,
-                   "arrival_seconds": 1}),
+            json!({"admit_per_second": 50.0, "max_active": 3, "passthrough": false,
+                   "arrival_seconds": 2}),
         )
         .await?;
-    assert_eq!(v["arrival_seconds"], 1);
+    assert_eq!(v["arrival_seconds"], 2);
     assert_eq!(v["make_up_no_shows"], false);
     let q = QueueId::new("ns")?;
     let probe = RedisProbe::connect(&stack.redis.url()).await?;
-    let ws = join(&stack, "ns", 3).await?;
-    let (a, b) = eventually("two admitted, the cap", async || {
-        match (token(&ws[0]), token(&ws[1])) {
-            (Some(a), Some(b)) => Some((a, b)),
+    let ws = join(&stack, "ns", 4).await?;
+    let (a, b, c) = eventually("three admitted, the cap", async || {
+        match (token(&ws[0]), token(&ws[1]), token(&ws[2])) {
+            (Some(a), Some(b), Some(c)) => Some((a, b, c)),
             _ => None,
         }
     })
     .await?;
-    assert!(token(&ws[2]).is_none(), "the third waits behind max_active");
-    // The booking service checks the first session: it arrived.
+    assert!(
+        token(&ws[3]).is_none(),
+        "the fourth waits behind max_active"
+    );
+    // The booking service checks the first session and touches the second: both arrived.
     assert_eq!(check(&stack, &a).await?, 200);
+    let touched = stack
+        .http
+        .post(format!("{}/api/session/touch", stack.dispatcher.url()))
+        .bearer_auth(&b)
+        .send()
+        .await?;
+    assert_eq!(touched.status(), 200);
     let (admitted_by, _) = probe.last_tick(&q).await?;
-    // The second never checked: its session ends after a second and its slot goes to the
-    // third browser.
-    let c = eventually("the third is admitted into the freed slot", async || {
-        token(&ws[2])
+    // The third is never checked: its session ends after two seconds (room for the checks
+    // above on a loaded machine) and its slot goes to the fourth browser.
+    let d = eventually("the fourth is admitted into the freed slot", async || {
+        token(&ws[3])
     })
     .await?;
-    assert_eq!(check(&stack, &b).await?, 410, "the no-show's session ended");
-    // Past the first session's deadline too (a tick later than a second after both were
-    // admitted), it is still active: it arrived.
+    assert_eq!(check(&stack, &c).await?, 410, "the no-show's session ended");
+    // Past the first two sessions' deadlines too (a tick later than two seconds after they
+    // were admitted), they are still active: they arrived.
     eventually("a tick after the arrival deadlines", async || {
         let (at, _) = probe.last_tick(&q).await?;
-        if at > admitted_by + 1_100 {
+        if at > admitted_by + 2_100 {
             Ok(())
         } else {
             Err(anyhow::anyhow!("last tick at {at}"))
         }
     })
     .await?;
-    assert_eq!(check(&stack, &a).await?, 200, "an arrived session is kept");
+    assert_eq!(check(&stack, &a).await?, 200, "a checked session is kept");
+    assert_eq!(check(&stack, &b).await?, 200, "a touched session is kept");
     let view = stack.queue("ns").await?;
     assert_eq!(view["no_shows_total"], 1, "{view}");
-    assert_eq!(view["active"], 2, "{view}");
+    assert_eq!(view["active"], 3, "{view}");
     // Fewer than 10 outcomes: no share yet.
     assert_eq!(view["no_show_ratio"], Value::Null, "{view}");
-    assert_eq!(check(&stack, &c).await?, 200);
+    assert_eq!(check(&stack, &d).await?, 200);
     Ok(())
 }
 
