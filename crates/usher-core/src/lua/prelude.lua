@@ -82,7 +82,9 @@ local function record_arrival(meta, arrivals, arrived)
     redis.call('HINCRBY', meta, 'no_shows_total', 1)
   end
   if redis.call('LLEN', arrivals) > arrival_window then
-    local old = redis.call('LPOP', arrivals)
+    -- LRANGE and LTRIM rather than LPOP: the dispatcher's ACL user has those (managed-redis.md).
+    local old = redis.call('LRANGE', arrivals, 0, 0)[1]
+    redis.call('LTRIM', arrivals, 1, -1)
     redis.call('HINCRBY', meta, 'arrivals_n', -1)
     if old == '0' then redis.call('HINCRBY', meta, 'no_shows_n', -1) end
   end

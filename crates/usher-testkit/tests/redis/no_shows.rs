@@ -247,3 +247,67 @@ async fn no_shows_are_off_by_default_and_bad_settings_are_refused() -> anyhow::R
     assert_eq!(stack.queue("plain").await?["arrival_seconds"], Value::Null);
     Ok(())
 }
+
+/// The share at the store, with a synthetic clock: 300 sessions admitted at once, 200 of them
+/// checked at once, the other 100 found by a tick after their deadline. The window keeps the
+/// last 200 outcomes (trimmed as the 201st comes), so the share is 100 / 200; the no-shows'
+/// sessions ended, the arrived ones are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()> {
+    use usher_core::store::{QueueConfig, SessionState, Store, Tick};
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("window")?;
+    let cfg = QueueConfig {
+        admit_per_second: 10_000.0,
+        passthrough: false,
+        arrival_seconds: Some(1),
+        ..Default::default()
+    };
+    store.put_queue(&q, &cfg).await?;
+    let lease = usher_testkit::line::take_lease(&store, &q).await?;
+    let t0 = usher_core::time::now_ms();
+    for _ in 0..300 {
+        usher_testkit::probe::join(&store, &q, 7, t0).await?;
+    }
+    let mut places = Vec::new();
+    for tick in usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, t0)).await?
+    {
+        if let Tick::Ticked(out) = tick {
+            places.extend(out.fresh.iter().map(|e| e.place));
+        }
+    }
+    assert_eq!(places.len(), 300, "all admitted at t0");
+    for (i, p) in places.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
+        let state = store.session(&q, *p, t0 + 10).await?;
+        assert!(
+            matches!(state, SessionState::Active { .. }),
+            "{i}: {state:?}"
+        );
+    }
+    let later = t0 + 2_000;
+    let mut no_shows = 0;
+    for tick in
+        usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, later)).await?
+    {
+        if let Tick::Ticked(out) = tick {
+            no_shows += out.no_shows;
+        }
+    }
+    assert_eq!(no_shows, 100);
+    let stats = store.queue_stats(&q, later).await?;
+    assert_eq!(
+        (stats.active, stats.no_shows_total, stats.no_show_ratio),
+        (200, 100, Some(0.5)),
+        "{stats:?}"
+    );
+    assert_eq!(
+        store.session(&q, places[0], later).await?,
+        SessionState::Ended
+    );
+    assert!(matches!(
+        store.session(&q, places[1], later).await?,
+        SessionState::Active { .. }
+    ));
+    Ok(())
+}
