@@ -176,6 +176,37 @@ async fn no_shows_raise_the_rate_up_to_twice_and_never_above() -> anyhow::Result
     assert_eq!(over, None, "never above twice the configured rate");
     assert!(ratio <= 0.8, "about two in three never arrived: {ratio}");
     assert_eq!(effective, 2.0 * RATE, "capped at twice the rate");
+    // `/metrics` says the same after a tick: the share, the no-shows, the reason, the rate.
+    let url = format!("{}/metrics", stack.dispatcher.url());
+    eventually("the no-show metrics", async || {
+        let text = stack.http.get(&url).send().await?.text().await?;
+        // The value of the series `name` whose labels include each of `labels`.
+        let value = |name: &str, labels: &[&str]| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        let q = "queue=\"mk\"";
+        let seen = (
+            value("usher_queue_no_show_ratio", &[q]),
+            value("usher_no_shows_total", &[q]),
+            value(
+                "usher_queue_rate_reason",
+                &[q, "reason=\"no_shows_made_up\""],
+            ),
+            value("usher_queue_effective_per_second", &[q]),
+        );
+        match seen {
+            (Some(r), Some(n), Some(1.0), Some(e)) if r >= 0.5 && n > 0.0 && e == 2.0 * RATE => {
+                Ok(())
+            }
+            other => Err(anyhow::anyhow!("{other:?}")),
+        }
+    })
+    .await?;
     Ok(())
 }
 
