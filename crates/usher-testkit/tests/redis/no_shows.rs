@@ -342,3 +342,43 @@ async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()
     ));
     Ok(())
 }
+
+/// A place admitted by its join (passthrough, `join.lua`) gets its deadline too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passthrough_admission_must_arrive_too() -> anyhow::Result<()> {
+    let stack = stack().await?;
+    stack
+        .put_queue(
+            "pt",
+            json!({"admit_per_second": 50.0, "passthrough": true, "arrival_seconds": 1}),
+        )
+        .await?;
+    let q = QueueId::new("pt")?;
+    let probe = RedisProbe::connect(&stack.redis.url()).await?;
+    // The first tick sets the token bucket a passthrough join spends.
+    probe.next_tick(&q, usher_testkit::wait::LIMIT).await?;
+    let client = SseClient::new(stack.gateway_url(0));
+    let mut conn = client.open("/api/queues/pt/stream", None).await?;
+    let first = conn
+        .next_event(usher_testkit::line::T)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the stream ended without an event"))?;
+    assert_eq!(first.event, "admitted", "admitted by the join: {first:?}");
+    let token = data(&first)["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // Never checked: it ends after a second.
+    let v = eventually("the passthrough no-show ends", async || {
+        let v = stack.queue("pt").await?;
+        if v["no_shows_total"] == 1 && v["active"] == 0 {
+            Ok(v)
+        } else {
+            Err(anyhow::anyhow!("{v}"))
+        }
+    })
+    .await?;
+    assert_eq!(v["admitted_total"], 1, "{v}");
+    assert_eq!(check(&stack, &token).await?, 410);
+    Ok(())
+}
