@@ -7,13 +7,15 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), measured `rate` (a `scan` field, written by versions before `parked`, is deleted by the next tick); waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset); the operator's texts `maintenance` (while in maintenance) and `ended` (an ended sale), absent when unset |
+//! | `usher:{q:<id>}:meta` | hash | config (`open`, `paused`, `admit_per_second`, `session_ttl_seconds`, `sliding_session`, `max_session_seconds`, `grace_seconds`), `close_reason` (wire name, while closed), `epoch` (set once when the queue is configured: creation ms × 10; a new one means Redis lost the queue), counters (`admitted_total`, `dropped_total`, `fence`), the token bucket (`bucket`, `bucket_ms`, `bucket_rate`, `bucket_burst`: see below), measured `rate` (a `scan` field, written by versions before `parked`, is deleted by the next tick); waiting-room page settings (`page_booking_url`, `page_embed_origin`, `page_title`, `page_logo_url`; absent when unset); the operator's texts `maintenance` (while in maintenance) and `ended` (an ended sale), absent when unset; no-shows: `arrival_seconds` (absent: off), `make_up_no_shows` (`1`/`0`), the window counts `arrivals_n` and `no_shows_n`, and `no_shows_total` |
 //! | `usher:{q:<id>}:seq` | string | last place id handed out (`INCRBY`, one per place); starts at the queue's `epoch`, never reset; raised by `restore.lua` above the places gateways put back |
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:parked` | zset | the away places, out of `waiting`: member and score as there (so a resume puts a place back at its exact spot), each with its `away` entry; the line is `waiting` and `parked` together (positions and `waiting` counts include both), and the tick reads only `waiting`, so its work never grows with away places. A place in `waiting` with an `away` entry (written before `parked` existed, or put in line by a scheduled sale's draw) is moved here when it reaches the head |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
+//! | `usher:{q:<id>}:unarrived` | zset | no-shows (meta `arrival_seconds` set): place id of an admitted place the booking service has not checked yet → its arrival deadline (ms); the first session check, touch or consume removes it (the session arrived), the tick ends the session of one whose deadline passed (a no-show: its slot frees) |
+//! | `usher:{q:<id>}:arrivals` | list | the last 200 arrival outcomes, oldest first: `1` arrived, `0` no-show; meta `arrivals_n` and `no_shows_n` count its entries and its `0`s (the no-show share, `lua/prelude.lua` `record_arrival`) |
 //! | `usher:{q:<id>}:ended` | zset | place id of an admitted place whose session ended (released or expired) → when to forget it (ms): the end + `max_session_seconds`, so past its token's cap |
 //! | `usher:{q:<id>}:tokens` | hash | place id → `<admitted_at ms>\|<expires ms>\|<token>`, written once the token is minted (an `active` place without a record is being minted) |
 //! | `usher:{q:<id>}:outbox` | list | admissions not yet delivered to gateways: one entry per tick call (≤ 1,000 admissions), `<admitted_at ms>\|<expires ms>\|<place>:<gateway index>,…`, then `\|<token exp ms>` for a sliding session (without it the token expires with the session) |
@@ -133,6 +135,9 @@ pub struct QueueKeys {
     pub parked: String,
     pub lease: String,
     pub ended: String,
+    /// No-shows (see the table above).
+    pub unarrived: String,
+    pub arrivals: String,
     pub passed: String,
     /// Proof of work: the spent solutions (see the table above).
     pub spent: String,
@@ -164,6 +169,8 @@ impl QueueKeys {
             parked: k("parked"),
             lease: k("lease"),
             ended: k("ended"),
+            unarrived: k("unarrived"),
+            arrivals: k("arrivals"),
             passed: k("passed"),
             spent: k("spent"),
             bound: k("bound"),
@@ -324,6 +331,8 @@ mod tests {
                 &k.parked,
                 &k.lease,
                 &k.ended,
+                &k.unarrived,
+                &k.arrivals,
                 &k.pre,
                 &k.entrants,
                 &k.drawn,

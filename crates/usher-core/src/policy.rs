@@ -169,16 +169,20 @@ pub enum RateReason {
     Paused,
     /// `max_active` sessions are active: nobody is admitted until a slot frees.
     CapacityFull,
+    /// The configured (or adaptive) rate raised to make up for the measured no-show share
+    /// (`make_up_no_shows`): rate ÷ (1 − share), at most twice the rate.
+    NoShowsMadeUp,
 }
 
 impl RateReason {
     /// Every reason, for metrics that export one series each.
-    pub const ALL: [RateReason; 5] = [
+    pub const ALL: [RateReason; 6] = [
         RateReason::Configured,
         RateReason::Adaptive,
         RateReason::LoadMissing,
         RateReason::Paused,
         RateReason::CapacityFull,
+        RateReason::NoShowsMadeUp,
     ];
 
     /// The wire name (as serialised in the admin API).
@@ -189,8 +193,36 @@ impl RateReason {
             RateReason::LoadMissing => "load_missing",
             RateReason::Paused => "paused",
             RateReason::CapacityFull => "capacity_full",
+            RateReason::NoShowsMadeUp => "no_shows_made_up",
         }
     }
+}
+
+/// The most the no-show make-up multiplies a queue's rate by.
+pub const MAX_MAKE_UP_FACTOR: f64 = 2.0;
+
+/// Outcomes (arrived or not) the no-show share needs before it is shown or used: below this,
+/// one early no-show would double the rate.
+pub const MIN_ARRIVAL_OUTCOMES: u64 = 10;
+
+/// Longest accepted `arrival_seconds` (one hour); it must also be below the session's TTL.
+pub const MAX_ARRIVAL_SECONDS: u64 = 3600;
+
+/// The share of sessions that never arrived among the last `outcomes` that ended (arrived or
+/// not; meta `arrivals_n` and `no_shows_n`, over the last 200), or `None` below
+/// [`MIN_ARRIVAL_OUTCOMES`].
+pub fn no_show_ratio(outcomes: u64, no_shows: u64) -> Option<f64> {
+    (outcomes >= MIN_ARRIVAL_OUTCOMES).then(|| no_shows.min(outcomes) as f64 / outcomes as f64)
+}
+
+/// `rate ÷ (1 − share)`, capped at [`MAX_MAKE_UP_FACTOR`] × `rate` (a share of ½ or more gets
+/// the cap).
+pub fn make_up_rate(rate: f64, share: f64) -> f64 {
+    let cap = rate * MAX_MAKE_UP_FACTOR;
+    if share >= 1.0 {
+        return cap;
+    }
+    (rate / (1.0 - share.max(0.0))).min(cap)
 }
 
 /// Where a queue's token bucket rate comes from (see [`RateSource::rate`]).
@@ -202,6 +234,8 @@ pub enum RateSource {
     Adaptive(f64),
     /// Adaptive, without a fresh report.
     LoadMissing,
+    /// One of the two above, raised to make up for no-shows (see [`RateSource::made_up`]).
+    MadeUp(f64),
 }
 
 impl RateSource {
@@ -221,10 +255,23 @@ impl RateSource {
         }
     }
 
+    /// This source made up for a measured no-show share (`None`: not measured yet, or
+    /// `make_up_no_shows` off): `rate ÷ (1 − share)`, so the sessions that do arrive come at
+    /// the rate configured, never above twice the rate ([`MAX_MAKE_UP_FACTOR`]). A share of 0,
+    /// a paused or silent source stays as it is.
+    pub fn made_up(self, no_show_ratio: Option<f64>) -> Self {
+        match (self, no_show_ratio) {
+            (Self::Configured(r) | Self::Adaptive(r), Some(share)) if share > 0.0 && r > 0.0 => {
+                Self::MadeUp(make_up_rate(r, share))
+            }
+            _ => self,
+        }
+    }
+
     /// The rate the token bucket refills at (what the tick script is given).
     pub fn rate(self) -> f64 {
         match self {
-            Self::Configured(r) | Self::Adaptive(r) => r,
+            Self::Configured(r) | Self::Adaptive(r) | Self::MadeUp(r) => r,
             Self::LoadMissing => 0.0,
         }
     }
@@ -236,6 +283,7 @@ impl RateSource {
             Self::LoadMissing => (0.0, RateReason::LoadMissing),
             _ if full => (0.0, RateReason::CapacityFull),
             Self::Adaptive(r) => (r, RateReason::Adaptive),
+            Self::MadeUp(r) => (r, RateReason::NoShowsMadeUp),
             Self::Configured(r) => (r, RateReason::Configured),
         }
     }
@@ -298,6 +346,39 @@ mod tests {
         assert_eq!(
             RateSource::Adaptive(5.0).effective(false, false),
             (5.0, RateReason::Adaptive)
+        );
+    }
+
+    #[test]
+    fn no_shows_are_made_up_up_to_twice_the_rate() {
+        assert_eq!(no_show_ratio(9, 9), None, "too few outcomes");
+        assert_eq!(no_show_ratio(10, 5), Some(0.5));
+        assert_eq!(make_up_rate(10.0, 0.2), 12.5);
+        assert_eq!(make_up_rate(10.0, 0.5), 20.0);
+        assert_eq!(make_up_rate(10.0, 0.9), 20.0);
+        assert_eq!(make_up_rate(10.0, 1.0), 20.0);
+        let made_up = RateSource::Configured(10.0).made_up(Some(0.2));
+        assert_eq!(made_up, RateSource::MadeUp(12.5));
+        assert_eq!(
+            made_up.effective(false, false),
+            (12.5, RateReason::NoShowsMadeUp)
+        );
+        assert_eq!(made_up.effective(true, false), (0.0, RateReason::Paused));
+        assert_eq!(
+            made_up.effective(false, true),
+            (0.0, RateReason::CapacityFull)
+        );
+        assert_eq!(
+            RateSource::Configured(10.0).made_up(Some(0.0)),
+            RateSource::Configured(10.0)
+        );
+        assert_eq!(
+            RateSource::Configured(10.0).made_up(None),
+            RateSource::Configured(10.0)
+        );
+        assert_eq!(
+            RateSource::LoadMissing.made_up(Some(0.5)),
+            RateSource::LoadMissing
         );
     }
 

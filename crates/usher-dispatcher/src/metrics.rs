@@ -39,6 +39,11 @@ pub(crate) const QUEUE_EFFECTIVE_RATE: &str = "usher_queue_effective_per_second"
 pub(crate) const QUEUE_RATE_REASON: &str = "usher_queue_rate_reason";
 /// 1 while the queue is paused at the last tick, else 0, by `queue`.
 pub(crate) const QUEUE_PAUSED: &str = "usher_queue_paused";
+/// Sessions ended for not arriving within `arrival_seconds`, by `queue`.
+pub(crate) const NO_SHOWS: &str = "usher_no_shows_total";
+/// The measured no-show share (last 200 sessions that arrived or not), by `queue`; absent
+/// until measured.
+pub(crate) const QUEUE_NO_SHOW_RATIO: &str = "usher_queue_no_show_ratio";
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
 /// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
@@ -66,6 +71,14 @@ pub(crate) fn describe() {
         "Admitted sessions active at the last tick, by queue."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    describe_counter!(
+        NO_SHOWS,
+        "Sessions ended for not arriving within arrival_seconds, by queue."
+    );
+    describe_gauge!(
+        QUEUE_NO_SHOW_RATIO,
+        "Share of the last 200 sessions that never arrived, by queue (once 10 have ended)."
+    );
     describe_gauge!(TICK_PERIOD, Unit::Seconds, "The configured tick period.");
     describe_gauge!(
         QUEUE_ADMIT_RATE,
@@ -121,6 +134,17 @@ pub(crate) fn queue_rate(q: &QueueId, (rate, reason): (f64, RateReason)) {
     for r in RateReason::ALL {
         gauge!(QUEUE_RATE_REASON, "queue" => queue.clone(), "reason" => r.as_str())
             .set(f64::from(u8::from(r == reason)));
+    }
+}
+
+/// A tick's no-shows, and the queue's measured no-show share once there is one.
+pub(crate) fn queue_no_shows(q: &QueueId, no_shows: u64, ratio: Option<f64>) {
+    let queue = q.to_string();
+    if no_shows > 0 {
+        counter!(NO_SHOWS, "queue" => queue.clone()).increment(no_shows);
+    }
+    if let Some(r) = ratio {
+        gauge!(QUEUE_NO_SHOW_RATIO, "queue" => queue).set(r);
     }
 }
 

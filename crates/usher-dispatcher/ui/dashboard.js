@@ -2,7 +2,7 @@
 // (sessionStorage, this tab only; sent as a bearer, never as a cookie). Numbers are polled every
 // POLL_MS; the chart's history (the last hour) is kept here, in the page, not on the server.
 // Fields the dispatcher may not have yet (max_active, effective_per_second, rate_reason,
-// opens_at, adaptive, passthrough) are shown as "—" when absent, and a change sends only the
+// opens_at, adaptive, passthrough, arrival_seconds, no_show_ratio) are shown as "—" when absent, and a change sends only the
 // fields the operator changed, since the admin API refuses fields it does not know.
 "use strict";
 
@@ -28,6 +28,8 @@ const STATS = [
   ["effective_per_second", "Effective rate /s"],
   ["measured_per_second", "Measured rate /s"],
   ["rate_reason", "Rate reason"],
+  ["no_show_ratio", "No-show share"],
+  ["no_shows_total", "No-shows in total"],
   ["eta_last", "ETA of the last in line"],
   ["opens_at", "Opens at"],
   ["admitted_total", "Admitted in total"],
@@ -269,6 +271,14 @@ function settingsForm(id, entry) {
           el("option", { value: "false", text: "off" }))),
       el("label", {}, "Opens at (local time; empty: no schedule)",
         el("input", { name: "opens_at", type: "datetime-local" }))),
+    el("div", { class: "row" },
+      el("label", {}, "Arrival deadline, s (empty: no-shows off)",
+        el("input", { name: "arrival_seconds", type: "number", min: "1", step: "1" })),
+      el("label", {}, "Make up no-shows (rate up to 2×)",
+        el("select", { name: "make_up_no_shows" },
+          el("option", { value: "", text: "—" }),
+          el("option", { value: "true", text: "on" }),
+          el("option", { value: "false", text: "off" })))),
     adaptive,
     el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Apply changes…" })));
   markChanged(form);
@@ -299,6 +309,10 @@ function changedSettings(form) {
     body.passthrough = form.elements.passthrough.value === "true";
   }
   if (changed("opens_at")) body.opens_at = isoFromLocal(form.elements.opens_at.value);
+  if (changed("arrival_seconds")) body.arrival_seconds = numberOrNull(form.elements.arrival_seconds.value);
+  if (changed("make_up_no_shows") && form.elements.make_up_no_shows.value !== "") {
+    body.make_up_no_shows = form.elements.make_up_no_shows.value === "true";
+  }
   const adaptiveTouched = changed("adaptive_on") ||
     ADAPTIVE_FIELDS.some(([n]) => changed("adaptive." + n));
   if (adaptiveTouched) {
@@ -334,6 +348,8 @@ function fillSettings(form, q, all) {
   set("max_active", q.max_active);
   set("passthrough", typeof q.passthrough === "boolean" ? String(q.passthrough) : "");
   set("opens_at", localFromIso(q.opens_at));
+  set("arrival_seconds", q.arrival_seconds);
+  set("make_up_no_shows", typeof q.make_up_no_shows === "boolean" ? String(q.make_up_no_shows) : "");
   const a = q.adaptive && typeof q.adaptive === "object" ? q.adaptive : null;
   set("adaptive_on", !!a);
   for (const [n] of ADAPTIVE_FIELDS) set("adaptive." + n, a ? a[n] : "");
@@ -397,7 +413,7 @@ function card(id) {
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
       statesRow,
-      el("details", {}, el("summary", { text: "Rate, capacity, adaptive rate and schedule" }), entry.settings)));
+      el("details", {}, el("summary", { text: "Rate, capacity, no-shows, adaptive rate and schedule" }), entry.settings)));
   return entry;
 }
 
@@ -415,6 +431,8 @@ function update(entry, q, now) {
   const values = Object.assign({}, q, {
     measured_per_second: measured === null ? null : measured.toFixed(1),
     eta_last: etaLast(q),
+    // A share, shown as a percentage (null until enough sessions arrived or not).
+    no_show_ratio: typeof q.no_show_ratio === "number" ? Math.round(q.no_show_ratio * 100) + " %" : null,
     opens_at: opensAt(q) ? new Date(opensAt(q)).toLocaleString() : q.opens_at,
   });
   for (const [name] of STATS) {

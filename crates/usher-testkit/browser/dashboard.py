@@ -240,6 +240,21 @@ def main():
             assert admin("GET", f"/admin/queues/{Q}")["admit_per_second"] == 50
             until(page, f"document.querySelector(\"{CARD} [data-field='admit_per_second']\").textContent === '50'")
 
+        @scenario("no-shows: the arrival deadline and make-up are set, the share is shown")
+        def no_shows():
+            # The settings form is open (the rate scenario opened it).
+            assert page.inner_text(f"{CARD} [data-field='no_show_ratio']") == "—"  # not measured
+            page.fill(f"{CARD} [name=arrival_seconds]", "30")
+            page.select_option(f"{CARD} [name=make_up_no_shows]", "true")
+            page.click(f"{CARD} button:text('Apply changes…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"arrival_seconds": 30, "make_up_no_shows": True}
+            q = admin("GET", f"/admin/queues/{Q}")
+            assert (q["arrival_seconds"], q["make_up_no_shows"], q["no_show_ratio"]) == (30, True, None), q
+            until(page, f"document.querySelector(\"{CARD} [data-field='no_shows_total']\").textContent === '0'")
+            # Off again: the browsers of the later scenarios are never checked by a booking service.
+            admin_put(f"/admin/queues/{Q}", {"arrival_seconds": None, "make_up_no_shows": False})
+            until(page, f"document.querySelector(\"{CARD} [name=arrival_seconds]\").value === ''")
+
         @scenario("a stale edit is refused with 412 and the form shows the settings now")
         def stale_edit():
             version = admin("GET", f"/admin/queues/{Q}")["settings_version"]
@@ -342,7 +357,7 @@ def main():
             assert page.query_selector(CARD) is None
 
         for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, states, rate,
-                  stale_edit, resume, confirm_again, close, readiness, sign_out]:
+                  no_shows, stale_edit, resume, confirm_again, close, readiness, sign_out]:
             s()
         # Chromium logs every refused call: the wrong token's 401, the stale edit's 412 and
         # the unconfirmed change's 409.

@@ -102,6 +102,16 @@ impl RedisProbe {
         Ok((at.unwrap_or(0), total.unwrap_or(0)))
     }
 
+    /// One field of `q`'s meta hash (e.g. `bucket_rate`, the rate the last tick refilled the
+    /// bucket at), `None` when absent.
+    pub async fn meta_field(&self, q: &QueueId, field: &str) -> redis::RedisResult<Option<String>> {
+        redis::cmd("HGET")
+            .arg(QueueKeys::new(q).meta)
+            .arg(field)
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
     /// The level of `q`'s admission bucket (meta `bucket`: tokens left for passthrough joins
     /// and the next tick); 0 before its first tick.
     pub async fn bucket_level(&self, q: &QueueId) -> redis::RedisResult<f64> {

@@ -1,11 +1,13 @@
 -- The booking service is done with a session: it ends at once (its slot frees) and is
 -- remembered in `ended`, so a resume hears `session_ended`. Idempotent.
--- KEYS: meta, active, tokens, ended   ARGV: place, now ms
+-- Consuming an active session is an arrival (prelude.lua `arrive`), counted before it ends.
+-- KEYS: meta, active, tokens, ended, unarrived, arrivals   ARGV: place, now ms
 -- Returns {SESSION_RELEASED, expires at ms} when an active session ended now (this call, and
 -- no other, ended it: `POST /api/session/consume` rests on that), {SESSION_ENDED} when it had
 -- ended already.
 local exp = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not exp then return {SESSION_ENDED} end
+if tonumber(exp) > tonumber(ARGV[2]) then arrive(KEYS[1], KEYS[5], KEYS[6], ARGV[1]) end
 local _, _, max_ms = session_limits(KEYS[1])
 end_sessions(KEYS[2], KEYS[3], KEYS[4], {ARGV[1]}, tonumber(ARGV[2]), max_ms)
 if tonumber(exp) <= tonumber(ARGV[2]) then return {SESSION_ENDED} end

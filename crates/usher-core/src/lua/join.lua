@@ -1,7 +1,7 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
--- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound, parked
---       (one hash tag: {q:<id>})
+-- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound, parked,
+--       unarrived (one hash tag: {q:<id>}; a passthrough admission must arrive in time too)
 -- ARGV: gateway index, now ms, gws ttl ms, n (joins in the batch, 1..JOIN_BATCH_MAX),
 --       the joins' proofs of work: n entries joined by ',', each '' (none) or
 --       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash),
@@ -128,6 +128,7 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
       items[#items + 1] = fmt(seq) .. ':' .. fmt(gw)
     end
     redis.call('ZADD', KEYS[5], unpack(zadd))
+    expect_arrival(KEYS[1], KEYS[12], zadd, now)
     local entry = fmt(now) .. '|' .. exp .. '|' .. table.concat(items, ',')
     if sliding then entry = entry .. '|' .. fmt(now + max_ms) end
     redis.call('RPUSH', KEYS[6], entry)

@@ -67,6 +67,63 @@ local function end_sessions(active, tokens, ended, places, now, max_ms)
   redis.call('ZADD', ended, unpack(z))
 end
 
+-- No-shows (meta `arrival_seconds`; keys.rs `unarrived`, `arrivals`): the share of sessions
+-- that never arrived is measured over the last arrival_window outcomes, a list of `1`
+-- (arrived) and `0` (no-show) whose counts meta keeps (`arrivals_n`, `no_shows_n`), so
+-- reading the share is one HMGET and recording an outcome is O(1).
+local arrival_window = 200
+
+local function record_arrival(meta, arrivals, arrived)
+  local x = arrived and '1' or '0'
+  redis.call('RPUSH', arrivals, x)
+  redis.call('HINCRBY', meta, 'arrivals_n', 1)
+  if not arrived then
+    redis.call('HINCRBY', meta, 'no_shows_n', 1)
+    redis.call('HINCRBY', meta, 'no_shows_total', 1)
+  end
+  if redis.call('LLEN', arrivals) > arrival_window then
+    -- LRANGE and LTRIM rather than LPOP: the dispatcher's ACL user has those (managed-redis.md).
+    local old = redis.call('LRANGE', arrivals, 0, 0)[1]
+    redis.call('LTRIM', arrivals, 1, -1)
+    redis.call('HINCRBY', meta, 'arrivals_n', -1)
+    if old == '0' then redis.call('HINCRBY', meta, 'no_shows_n', -1) end
+  end
+end
+
+-- The booking service checked, touched or consumed `place`'s active session: the first time,
+-- it arrived (it leaves `unarrived` and counts in the window). Nothing for other queues.
+local function arrive(meta, unarrived, arrivals, place)
+  if redis.call('ZREM', unarrived, place) == 1 then record_arrival(meta, arrivals, true) end
+end
+
+-- Newly admitted sessions (`zadd`: the flat score/place list written to `active`) must
+-- arrive within meta `arrival_seconds` of `now`, when it is set.
+local function expect_arrival(meta, unarrived, zadd, now)
+  local secs = tonumber(redis.call('HGET', meta, 'arrival_seconds'))
+  if not secs then return end
+  local due, z = fmt(now + secs * 1000), {}
+  for i = 2, #zadd, 2 do
+    z[#z + 1] = due; z[#z + 1] = zadd[i]
+  end
+  redis.call('ZADD', unarrived, unpack(z))
+end
+
+-- Sessions whose arrival deadline passed by `now` (at most `limit`): no-shows. An active one
+-- ends at once (its slot frees, a resume hears `session_ended`); one that ended otherwise
+-- before arriving (expired, or its browser left) counts as a no-show too. Returns how many.
+local function end_no_shows(meta, active, tokens, ended, unarrived, arrivals, now, max_ms, limit)
+  local due = redis.call('ZRANGEBYSCORE', unarrived, '-inf', now, 'LIMIT', 0, limit)
+  if #due == 0 then return 0 end
+  local live = {}
+  for _, p in ipairs(due) do
+    if redis.call('ZSCORE', active, p) then live[#live + 1] = p end
+    record_arrival(meta, arrivals, false)
+  end
+  if #live > 0 then end_sessions(active, tokens, ended, live, now, max_ms) end
+  redis.call('ZREM', unarrived, unpack(due))
+  return #due
+end
+
 -- nil while the queue is open, else {PLACE_QUEUE_CLOSED, close reason or false} (no reason:
 -- the queue is unknown, or was closed before reasons were kept).
 local function closed_reply(meta)

@@ -20,8 +20,11 @@
 -- (put back after a Redis data loss by a gateway that did not know it, or that joined before
 -- the queue bound) is dropped when it reaches the head, never admitted: its token would carry
 -- no `cnf`, a bearer credential on a queue that promises none.
--- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked, bound
---       (one hash tag)
+-- No-shows (meta `arrival_seconds`): a session the booking service has not checked within
+-- that many seconds of its admission ends here like an expired one (its slot frees), and
+-- counts in the no-show share (prelude.lua `end_no_shows`); admissions get their deadline.
+-- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked, bound,
+--       unarrived, arrivals (one hash tag)
 -- Away places (their browser disconnected and the grace period is not over: an entry in
 -- `away`) wait in `parked`, with the same member and score as in `waiting` (away.lua moves
 -- them there, resume.lua and back.lua put them back at their exact spot), so the tick never
@@ -46,7 +49,8 @@
 -- Returns {TICK_LEASE_LOST} when the lease is not ours, {TICK_CLOSED, outbox length} when the
 -- queue is closed (sessions still expire and the outbox is still delivered), else
 -- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick.rs,
---   admitted, waiting, active, dropped (this call), outbox_len, admit_per_second,
+--   admitted, waiting, active, dropped (this call), no_shows (sessions ended by this call
+--   for not arriving), outbox_len, admit_per_second,
 --   carry (the bucket's level after this call),
 --   session_ttl_ms, token_ttl_ms (admission to the token's exp: max_session when sliding, else
 --   the TTL), paused (bool),
@@ -85,6 +89,8 @@ while left > 0 do
   end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, now, max_ms)
   left = left - #expired
 end
+local no_shows = end_no_shows(KEYS[1], KEYS[3], KEYS[4], KEYS[10], KEYS[13], KEYS[14], now,
+  max_ms, 2000)
 local forgotten = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', ARGV[1], 'LIMIT', 0, 2000)
 if #forgotten > 0 then redis.call('ZREM', KEYS[10], unpack(forgotten)) end
 
@@ -214,6 +220,7 @@ if n > 0 then
     if #park > 0 then redis.call('ZADD', KEYS[11], unpack(park)) end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
+      expect_arrival(KEYS[1], KEYS[13], zadd, now)
       local entry = head .. table.concat(items, ',') .. tail
       redis.call('RPUSH', KEYS[5], entry)
       fresh[#fresh + 1] = entry
@@ -345,5 +352,5 @@ return {TICK_TICKED, cjson.encode({
   admitted = admitted, waiting = w, active = active, runs = runs, samples = samples,
   last_place = last_place,
   gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
-  session_ttl_ms = ttl_ms, token_ttl_ms = token_ttl_ms, paused = m[6] == '1', fresh = fresh, more = more,
+  session_ttl_ms = ttl_ms, token_ttl_ms = token_ttl_ms, paused = m[6] == '1', fresh = fresh, more = more, no_shows = no_shows,
 })}

@@ -76,6 +76,16 @@ pub struct QueueConfig {
     /// closed (`open` is off, reason `ended`); reopening it clears the text.
     #[serde(default)]
     pub ended: Option<String>,
+    /// Seconds an admitted session has to arrive: the booking service's first check, touch or
+    /// consume of it (`GET /api/session`, `POST /api/session/touch`, `/consume`). One not
+    /// checked in time ends early and frees its slot (a no-show). `null`: off (the default,
+    /// and queues stored before the setting existed).
+    #[serde(default)]
+    pub arrival_seconds: Option<u64>,
+    /// Raise the rate to make up for the measured no-show share (needs `arrival_seconds`):
+    /// rate ÷ (1 − share), at most twice the rate; `max_active` still caps the sessions.
+    #[serde(default)]
+    pub make_up_no_shows: bool,
     /// The settings' version: each write adds 1 (a queue stored before versions existed is
     /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
     /// version. Read-only: a `PUT` cannot set it.
@@ -107,6 +117,8 @@ impl Default for QueueConfig {
             bind: Bind::None,
             maintenance: None,
             ended: None,
+            arrival_seconds: None,
+            make_up_no_shows: false,
             settings_version: 0,
         }
     }
@@ -148,6 +160,14 @@ pub struct QueueStats {
     /// `waiting`); 0 once the draw has put them in line, and for an unscheduled queue.
     #[serde(default)]
     pub entrants: u64,
+    /// The share of admitted sessions that never arrived (`arrival_seconds`), over the last
+    /// 200 that arrived or not; `null` until 10 have, and while `arrival_seconds` is off and
+    /// nothing was measured.
+    #[serde(default)]
+    pub no_show_ratio: Option<f64>,
+    /// Sessions ended for not arriving in time, since the queue was created.
+    #[serde(default)]
+    pub no_shows_total: u64,
 }
 
 impl Store {
@@ -195,6 +215,8 @@ impl Store {
                 .unwrap_or_default(),
             maintenance: v.get("maintenance").cloned(),
             ended: v.get("ended").cloned(),
+            arrival_seconds: v.get("arrival_seconds").and_then(|s| s.parse().ok()),
+            make_up_no_shows: flag("make_up_no_shows"),
             settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
@@ -256,6 +278,7 @@ impl Store {
             ("challenge", cfg.challenge.as_str().to_owned()),
             ("pow_difficulty", cfg.pow_difficulty.to_string()),
             ("bind", cfg.bind.as_str().to_owned()),
+            ("make_up_no_shows", flag(cfg.make_up_no_shows)),
         ];
         // Optional settings: stored when set, deleted when `null`.
         let mut delete: Vec<&str> = Vec::new();
@@ -265,6 +288,10 @@ impl Store {
             ("adaptive", adaptive),
             ("maintenance", cfg.maintenance.clone()),
             ("ended", cfg.ended.clone()),
+            (
+                "arrival_seconds",
+                cfg.arrival_seconds.map(|s| s.to_string()),
+            ),
         ] {
             match value {
                 Some(v) => set.push((field, v)),
@@ -336,7 +363,8 @@ impl Store {
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
         let k = QueueKeys::new(q);
-        let (present, parked, away, active, total, dropped, entrants): (
+        #[allow(clippy::type_complexity)]
+        let (present, parked, away, active, total, dropped, entrants, arrivals): (
             u64,
             u64,
             u64,
@@ -344,6 +372,7 @@ impl Store {
             Option<u64>,
             Option<u64>,
             u64,
+            (Option<u64>, Option<u64>, Option<u64>),
         ) = redis::pipe()
             .cmd("ZCARD")
             .arg(&k.waiting)
@@ -363,8 +392,12 @@ impl Store {
             .arg("dropped_total")
             .cmd("ZCARD")
             .arg(&k.pre)
+            .cmd("HMGET")
+            .arg(&k.meta)
+            .arg(&["arrivals_n", "no_shows_n", "no_shows_total"][..])
             .query_async(&mut self.c())
             .await?;
+        let (outcomes, no_shows, no_shows_total) = arrivals;
         Ok(QueueStats {
             // The line counts its away places, which wait in `parked`.
             waiting: present + parked,
@@ -373,6 +406,11 @@ impl Store {
             admitted_total: total.unwrap_or(0),
             dropped_total: dropped.unwrap_or(0),
             entrants,
+            no_show_ratio: crate::policy::no_show_ratio(
+                outcomes.unwrap_or(0),
+                no_shows.unwrap_or(0),
+            ),
+            no_shows_total: no_shows_total.unwrap_or(0),
         })
     }
 

@@ -278,6 +278,7 @@ impl Store {
             .key(&k.spent)
             .key(&k.bound)
             .key(&k.parked)
+            .key(&k.unarrived)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)

@@ -35,17 +35,35 @@ impl Store {
     }
 
     /// What a queue's rate follows besides `admit_per_second`: its adaptive setting (`None`:
-    /// off, or no such queue) and its `max_active` cap.
+    /// off, or no such queue), its `max_active` cap, and the no-show share to make up for.
     pub async fn queue_rate_policy(&self, q: &QueueId) -> Result<RatePolicy> {
-        let (adaptive, max_active): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+        #[allow(clippy::type_complexity)]
+        let (adaptive, max_active, aps, make_up, outcomes, no_shows): (
+            Option<String>,
+            Option<u64>,
+            Option<f64>,
+            Option<String>,
+            Option<u64>,
+            Option<u64>,
+        ) = redis::cmd("HMGET")
             .arg(QueueKeys::new(q).meta)
             .arg("adaptive")
             .arg("max_active")
+            .arg("admit_per_second")
+            .arg("make_up_no_shows")
+            .arg("arrivals_n")
+            .arg("no_shows_n")
             .query_async(&mut self.c())
             .await?;
         Ok(RatePolicy {
             adaptive: adaptive.and_then(|s| serde_json::from_str(&s).ok()),
             max_active,
+            admit_per_second: aps,
+            make_up_no_shows: make_up.is_some_and(|m| m == "1"),
+            no_show_ratio: crate::policy::no_show_ratio(
+                outcomes.unwrap_or(0),
+                no_shows.unwrap_or(0),
+            ),
         })
     }
 
@@ -65,6 +83,12 @@ impl Store {
 pub struct RatePolicy {
     pub adaptive: Option<Adaptive>,
     pub max_active: Option<u64>,
+    /// `admit_per_second` (`None`: no such queue).
+    pub admit_per_second: Option<f64>,
+    /// Whether the rate makes up for no-shows.
+    pub make_up_no_shows: bool,
+    /// The measured no-show share (`None` until measured: [`crate::policy::no_show_ratio`]).
+    pub no_show_ratio: Option<f64>,
 }
 
 /// The wake signals (see [`Store::wake`]), on a connection of their own.

@@ -1,5 +1,6 @@
 //! Admitted places' sessions, as the booking service sees them through the dispatcher: is
 //! the session active, touch it (a sliding session is extended), end it (release or consume).
+//! With `arrival_seconds` set, the first of these calls on an active session is its arrival.
 
 use redis::Value;
 
@@ -36,6 +37,9 @@ impl Store {
         let v: Value = SCRIPTS
             .session
             .key(&k.active)
+            .key(&k.meta)
+            .key(&k.unarrived)
+            .key(&k.arrivals)
             .arg(place.0)
             .arg(now_ms)
             .invoke_async(&mut self.c())
@@ -57,6 +61,8 @@ impl Store {
             .touch_session
             .key(&k.meta)
             .key(&k.active)
+            .key(&k.unarrived)
+            .key(&k.arrivals)
             .arg(place.0)
             .arg(now_ms)
             .arg(cap_ms)
@@ -80,6 +86,8 @@ impl Store {
             .key(&k.active)
             .key(&k.tokens)
             .key(&k.ended)
+            .key(&k.unarrived)
+            .key(&k.arrivals)
             .arg(place.0)
             .arg(now_ms)
             .invoke_async(&mut self.c())

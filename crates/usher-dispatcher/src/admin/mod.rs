@@ -7,6 +7,8 @@
 //!   `POST /admin/queues/{queue}/beacon`. (The draw itself runs in the tick loop.)
 //! * `states` — `maintenance` and `ended` in `PUT /admin/queues/{queue}`: what each means
 //!   for the line, and the `status` message browsers hear.
+//! * `no_shows` — `arrival_seconds` and `make_up_no_shows` in `PUT /admin/queues/{queue}`:
+//!   the checks a no-show setting must pass.
 //! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
 //!   changes that need `"confirm": true`.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
@@ -24,6 +26,7 @@ mod dashboard;
 mod edits;
 mod errors;
 mod gateways;
+mod no_shows;
 mod openapi;
 pub(crate) mod queues;
 mod readiness;

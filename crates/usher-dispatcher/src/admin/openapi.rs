@@ -45,7 +45,7 @@ pub(crate) fn get_queue() {}
         ("queue" = QueueId, Path, description = "The queue id."),
         ("If-Match" = Option<String>, Header, description = "The `ETag` of the settings this change was made from (`\"3\"`, or `*` for any existing queue): the change is written only while they are still at that version, else `412`. Without it the change is written whatever the version."),
     ),
-    request_body(content = QueueUpdate, description = "Omitted fields keep their value (the defaults for a new queue). `opens_at`, `draw_beacon`, `max_active` and `adaptive` take `null` to unset; the page settings take `\"\"`."),
+    request_body(content = QueueUpdate, description = "Omitted fields keep their value (the defaults for a new queue). `opens_at`, `draw_beacon`, `max_active`, `max_entrants`, `adaptive`, `maintenance` and `arrival_seconds` take `null` to unset; the page settings take `\"\"`."),
     responses(
         (status = 200, description = "Updated; `ETag` is the new version.", body = QueueView,
             headers(("ETag" = String, description = "The settings' new version."))),

@@ -46,7 +46,7 @@ pub struct QueueView {
     #[serde(flatten)]
     pub page: PageSettings,
     /// The rate the queue admits at now (0 while paused, full, or adaptive without a fresh
-    /// load report).
+    /// load report; raised by `make_up_no_shows`, at most 2 × the rate).
     pub effective_per_second: f64,
     /// Why `effective_per_second` is what it is.
     pub rate_reason: RateReason,
@@ -109,6 +109,14 @@ pub struct QueueUpdate {
     pub maintenance: Option<Option<String>>,
     /// A text: the sale is over; the queue closes with reason `ended` and the text.
     pub ended: Option<String>,
+    /// Seconds an admitted session has to arrive (the booking service's first check, touch
+    /// or consume); one that does not ends early and frees its slot. Absent: unchanged;
+    /// `null`: off. 1 ..= `session_ttl_seconds`.
+    #[serde(default, deserialize_with = "present")]
+    pub arrival_seconds: Option<Option<u64>>,
+    /// Raise the rate to make up for the measured no-show share: rate ÷ (1 − share), at most
+    /// 2 × the rate (needs `arrival_seconds`).
+    pub make_up_no_shows: Option<bool>,
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -173,12 +181,14 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
             .map_err(redis_down)?,
         None => None,
     };
+    let make_up = stats.no_show_ratio.filter(|_| config.make_up_no_shows);
     let source = RateSource::of(
         config.admit_per_second,
         config.adaptive.as_ref(),
         report,
         now,
-    );
+    )
+    .made_up(make_up);
     let full = config.max_active.is_some_and(|m| stats.active >= m);
     let (effective_per_second, rate_reason) = source.effective(config.paused, full);
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
@@ -315,6 +325,13 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(b) = u.bind {
         cfg.bind = b;
     }
+    super::no_shows::apply(
+        &mut cfg,
+        super::no_shows::NoShowChange {
+            arrival_seconds: u.arrival_seconds,
+            make_up_no_shows: u.make_up_no_shows,
+        },
+    )?;
     super::states::apply(&mut cfg, u.state_change())?;
     Ok(cfg)
 }
@@ -421,6 +438,7 @@ pub(crate) async fn put_queue(
             || (!b.open && cfg.open)
             || cfg.admit_per_second > b.admit_per_second
             || cfg.max_active.unwrap_or(u64::MAX) > b.max_active.unwrap_or(u64::MAX)
+            || (cfg.make_up_no_shows && !b.make_up_no_shows)
     });
     if admits_more && cfg.open && !cfg.paused {
         let _ = st.hints.send(q.clone());
@@ -428,7 +446,7 @@ pub(crate) async fn put_queue(
     if let Some((state, message)) = status {
         super::states::announce(&st, &q, state, message).await?;
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), arrival_seconds = ?cfg.arrival_seconds, make_up_no_shows = cfg.make_up_no_shows, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

@@ -149,12 +149,9 @@ impl QueueTick {
         let lease = held.lease.clone();
         let inputs = self.rate_inputs(q).await?;
         // The bucket's rate: the adaptive rate (0 without a fresh report), or the configured
-        // one (`None`: the script reads `admit_per_second` itself).
-        let bucket_rate = inputs
-            .policy
-            .adaptive
-            .as_ref()
-            .map(|a| a.rate_at(inputs.report, now_ms()).unwrap_or(0.0));
+        // one (`None`: the script reads `admit_per_second` itself); either made up for the
+        // measured no-show share when the queue asks for it (`make_up_no_shows`).
+        let bucket_rate = inputs.bucket_rate(now_ms());
         // No admissions (an adaptive queue's backend is silent): no ETA either.
         let stopped = bucket_rate.is_some_and(|r| r <= 0.0);
         let args = TickArgs {
@@ -204,6 +201,7 @@ impl QueueTick {
         let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
         crate::metrics::queue_ticked(q, &out);
         crate::metrics::queue_rate(q, inputs.effective(&out, self.now));
+        crate::metrics::queue_no_shows(q, out.no_shows, inputs.policy.no_show_ratio);
         tracing::Span::current().record("admitted", out.admitted);
         let delivered = match delivery {
             Delivery::Done(n) => n,
@@ -309,16 +307,42 @@ struct RateInputs {
 }
 
 impl RateInputs {
-    /// The rate the queue admits at after a tick, and why: what `GET /admin/queues/{q}` shows,
-    /// exported as metrics.
-    fn effective(&self, out: &TickOutcome, now_ms: u64) -> (f64, RateReason) {
-        let full = self.policy.max_active.is_some_and(|m| out.active >= m);
+    /// The rate the tick script's bucket refills at (`None`: `admit_per_second`, read by the
+    /// script itself).
+    fn bucket_rate(&self, now_ms: u64) -> Option<f64> {
+        let p = &self.policy;
+        match (self.make_up(), p.admit_per_second) {
+            (Some(_), Some(aps)) => Some(self.source(aps, now_ms).rate()),
+            _ => p
+                .adaptive
+                .as_ref()
+                .map(|a| a.rate_at(self.report, now_ms).unwrap_or(0.0)),
+        }
+    }
+
+    /// Where the rate comes from, no-shows made up.
+    fn source(&self, admit_per_second: f64, now_ms: u64) -> RateSource {
         RateSource::of(
-            out.admit_per_second,
+            admit_per_second,
             self.policy.adaptive.as_ref(),
             self.report,
             now_ms,
         )
-        .effective(out.paused, full)
+        .made_up(self.make_up())
+    }
+
+    /// The no-show share to make up for: measured, and `make_up_no_shows` on.
+    fn make_up(&self) -> Option<f64> {
+        self.policy
+            .no_show_ratio
+            .filter(|_| self.policy.make_up_no_shows)
+    }
+
+    /// The rate the queue admits at after a tick, and why: what `GET /admin/queues/{q}` shows,
+    /// exported as metrics.
+    fn effective(&self, out: &TickOutcome, now_ms: u64) -> (f64, RateReason) {
+        let full = self.policy.max_active.is_some_and(|m| out.active >= m);
+        self.source(out.admit_per_second, now_ms)
+            .effective(out.paused, full)
     }
 }

@@ -17,7 +17,7 @@ use usher_testkit::{RedisServer, SseClient};
 const TOKEN: &str = "dashboard-test-admin-token-5c2e8a41f09b";
 
 /// Every scenario the driver must report as passed.
-const SCENARIOS: [&str; 15] = [
+const SCENARIOS: [&str; 16] = [
     "a wrong token shows an error",
     "sign in keeps the token in sessionStorage, no cookie",
     "create a queue through the UI",
@@ -27,6 +27,7 @@ const SCENARIOS: [&str; 15] = [
     "send a notice",
     "maintenance with its text, and a scheduled sale's entrants",
     "change the rate: only the changed field is sent",
+    "no-shows: the arrival deadline and make-up are set, the share is shown",
     "a stale edit is refused with 412 and the form shows the settings now",
     "resume admits everyone",
     "a change that needs confirming is asked again with the reason",

@@ -37,6 +37,7 @@ mod layering;
 mod load_reports;
 mod logs;
 mod metrics;
+mod no_shows;
 mod notices;
 mod out_of_memory;
 mod outage;

@@ -70,6 +70,9 @@ pub struct TickOutcome {
     pub admit_per_second: f64,
     /// Places removed without admission this tick (grace expired, gateway gone).
     pub dropped: u64,
+    /// Sessions this call ended because the booking service never checked them within
+    /// `arrival_seconds` (no-shows).
+    pub no_shows: u64,
     /// The token bucket's level after this call: the admission budget carried to the next
     /// tick (a fraction of a place while people wait; up to one tick's worth while nobody
     /// does and passthrough is on).
@@ -129,6 +132,8 @@ impl Store {
             .key(&k.ended)
             .key(&k.parked)
             .key(&k.bound)
+            .key(&k.unarrived)
+            .key(&k.arrivals)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -209,6 +214,7 @@ struct TickReply {
     #[serde(deserialize_with = "lua_list")]
     fresh: Vec<String>,
     more: bool,
+    no_shows: u64,
 }
 
 impl TickReply {
@@ -228,6 +234,7 @@ impl TickReply {
             outbox_len: self.outbox_len,
             admit_per_second: self.admit_per_second,
             dropped: self.dropped,
+            no_shows: self.no_shows,
             carry: self.carry,
             session_ttl_ms: self.session_ttl_ms,
             token_ttl_ms: self.token_ttl_ms,
@@ -297,7 +304,7 @@ mod tests {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
             "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
             "carry":0.5,"session_ttl_ms":600000,"token_ttl_ms":600000,"paused":false,
-            "fresh":["1000|2000|8:3,9:3"],"more":false}"#;
+            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");
         assert_eq!(o.runs, vec![(10, 5)]);
