@@ -176,7 +176,6 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
         sockets: gw.open_sockets(),
     };
     store.report_gateway_connections(gw.index(), counts).await?;
-    report_facts(gw).await?;
     let queues = gw.hub().queues();
     gw.recovery().retain(&queues);
     let interests = store.refresh_interest(&queues, gw.index(), now).await?;
@@ -203,6 +202,15 @@ async fn beat(gw: &Gateway) -> Result<(), StoreError> {
             Some(_) => {
                 gw.hub().end_scheduled(&q, || gw.jittered_retry_ms());
             }
+        }
+    }
+    // Last and best effort: what this gateway reports for the readiness report must never
+    // hold up the work above (a Redis user of the previous version's ACL, without `+time`,
+    // is refused the clock read: the report then lacks this gateway, and says so).
+    if let Err(e) = report_facts(gw).await {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(error = %e, "cannot report this gateway's facts for the readiness report (does its redis user allow TIME?); logged once");
         }
     }
     Ok(())

@@ -112,6 +112,12 @@ end
 -- ends at once (its slot frees, a resume hears `session_ended`); one that ended otherwise
 -- before arriving (expired, or its browser left) counts as a no-show too. Returns how many.
 local function end_no_shows(meta, active, tokens, ended, unarrived, arrivals, now, max_ms, limit)
+  -- Deadlines set while the setting was on mean nothing once it is off: an operator who
+  -- turns it off mid-sale (real buyers being ended) stops every pending deadline at once.
+  if not redis.call('HGET', meta, 'arrival_seconds') then
+    redis.call('DEL', unarrived)
+    return 0
+  end
   local due = redis.call('ZRANGEBYSCORE', unarrived, '-inf', now, 'LIMIT', 0, limit)
   if #due == 0 then return 0 end
   local live = {}

@@ -403,7 +403,11 @@ pub(crate) async fn put_queue(
     if let (Some(v), true) = (expected, side_effects) {
         // The schedule and a close are written before the settings: the version is claimed
         // first, so an editor who lost the race changes none of them.
-        expected = Some(edits::claim(&st.store, &q, v).await?);
+        edits::claim(&st.store, &q, v).await?;
+        // The claim was this PUT's check: once the schedule or the close below is done, the
+        // settings are written whatever the version has become since (a PUT without
+        // `If-Match`, or a DELETE, may land in between), so a `412` never follows a change.
+        expected = None;
     }
     // Before the settings: a new queue must not take joins into its line before its schedule.
     super::sale::apply(&st.store, &q, scheduling).await?;
@@ -417,8 +421,6 @@ pub(crate) async fn put_queue(
             None => CloseReason::QueueClosed,
         };
         close(&st, &q, reason, cfg.ended.clone()).await?;
-        // The close raised the version this PUT claimed.
-        expected = expected.map(|v| v + 1);
     }
     if let VersionedWrite::Stale(now_at) = st
         .store

@@ -343,6 +343,59 @@ async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()
     Ok(())
 }
 
+/// Turning `arrival_seconds` off drops every pending deadline: an operator who switches it
+/// off mid-sale (real buyers being ended) ends nobody after that, even sessions admitted
+/// while it was on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_arrival_off_ends_nobody_admitted_while_it_was_on() -> anyhow::Result<()> {
+    use usher_core::store::{QueueConfig, SessionState, Store, Tick};
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("off")?;
+    let on = QueueConfig {
+        admit_per_second: 10_000.0,
+        passthrough: false,
+        arrival_seconds: Some(1),
+        ..Default::default()
+    };
+    store.put_queue(&q, &on).await?;
+    let lease = usher_testkit::line::take_lease(&store, &q).await?;
+    let t0 = usher_core::time::now_ms();
+    for _ in 0..5 {
+        usher_testkit::probe::join(&store, &q, 7, t0).await?;
+    }
+    let mut places = Vec::new();
+    for tick in usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, t0)).await?
+    {
+        if let Tick::Ticked(out) = tick {
+            places.extend(out.fresh.iter().map(|e| e.place));
+        }
+    }
+    assert_eq!(places.len(), 5, "all admitted at t0, each with a deadline");
+    let off = QueueConfig {
+        arrival_seconds: None,
+        ..on
+    };
+    store.put_queue(&q, &off).await?;
+    let later = t0 + 2_000;
+    let mut no_shows = 0;
+    for tick in
+        usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, later)).await?
+    {
+        if let Tick::Ticked(out) = tick {
+            no_shows += out.no_shows;
+        }
+    }
+    assert_eq!(no_shows, 0, "no deadline outlives the setting");
+    for p in &places {
+        assert!(matches!(
+            store.session(&q, *p, later).await?,
+            SessionState::Active { .. }
+        ));
+    }
+    Ok(())
+}
+
 /// A place admitted by its join (passthrough, `join.lua`) gets its deadline too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passthrough_admission_must_arrive_too() -> anyhow::Result<()> {
