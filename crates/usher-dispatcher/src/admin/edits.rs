@@ -28,9 +28,10 @@ pub(crate) const CONFIRM_GRACE_BELOW: u64 = 10;
 pub(crate) enum IfMatch {
     /// `*`: the queue must exist, at any version.
     Any,
-    /// One version (`"3"`, or `W/"3"`).
+    /// One version (`"3"`).
     Version(u64),
-    /// An entity tag this server never gave: it matches nothing.
+    /// An entity tag this server never gave, or a weak one (`W/"3"`: `If-Match` compares
+    /// strongly, RFC 9110 §13.1.1): it matches nothing.
     Unknown,
 }
 
@@ -50,7 +51,6 @@ pub(crate) fn if_match(headers: &HeaderMap) -> Result<Option<Vec<IfMatch>>, ApiE
             if t == "*" {
                 return IfMatch::Any;
             }
-            let t = t.strip_prefix("W/").unwrap_or(t);
             t.strip_prefix('"')
                 .and_then(|t| t.strip_suffix('"'))
                 .and_then(|t| t.parse().ok())
@@ -74,8 +74,8 @@ pub(crate) fn expected_version(
     };
     let now_at = cfg.settings_version;
     if tags.contains(&IfMatch::Any) {
-        // `*` asks only that the queue exists; the write still must not cross another one.
-        return Ok(Some(now_at));
+        // `*` asks only that the queue exists (it does): any version is written.
+        return Ok(None);
     }
     if tags.contains(&IfMatch::Version(now_at)) {
         Ok(Some(now_at))
@@ -166,4 +166,43 @@ pub(crate) async fn unconfirmed(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(v: &str) -> Result<Option<Vec<IfMatch>>, ApiError> {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::IF_MATCH,
+            v.parse().map_err(|_| ApiError::bad_request("bad"))?,
+        );
+        if_match(&h)
+    }
+
+    #[test]
+    fn if_match_compares_strongly_and_star_takes_any_version() -> Result<(), ApiError> {
+        assert_eq!(
+            asked(r#""3", W/"4", "x", *"#)?,
+            Some(vec![
+                IfMatch::Version(3),
+                IfMatch::Unknown,
+                IfMatch::Unknown,
+                IfMatch::Any
+            ])
+        );
+        let cfg = QueueConfig {
+            settings_version: 4,
+            ..QueueConfig::default()
+        };
+        assert_eq!(expected_version(asked(r#""4""#)?, Some(&cfg))?, Some(4));
+        assert!(
+            expected_version(asked(r#"W/"4""#)?, Some(&cfg)).is_err(),
+            "a weak tag never matches"
+        );
+        assert_eq!(expected_version(asked("*")?, Some(&cfg))?, None);
+        assert!(expected_version(asked("*")?, None).is_err());
+        Ok(())
+    }
 }
