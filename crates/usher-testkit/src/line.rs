@@ -374,20 +374,37 @@ pub async fn heartbeats_done(store: &Store) -> anyhow::Result<()> {
     .await
 }
 
-/// The gateway at `url`'s count of away-flush rounds done (`usher_gateway_away_flushes_total`
-/// on its `/metrics`).
-async fn away_flushes(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+/// The value of the unlabelled series `series` on the server at `url`'s `/metrics`.
+async fn series_value(http: &reqwest::Client, url: &str, series: &str) -> anyhow::Result<u64> {
     let text = http
         .get(format!("{url}/metrics"))
         .send()
         .await?
         .text()
         .await?;
+    let prefix = format!("{series} ");
     text.lines()
-        .find_map(|l| l.strip_prefix("usher_gateway_away_flushes_total "))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64)
-        .ok_or_else(|| anyhow::anyhow!("no usher_gateway_away_flushes_total on {url}/metrics"))
+        .ok_or_else(|| anyhow::anyhow!("no {series} on {url}/metrics"))
+}
+
+/// Waits until the unlabelled counter `series` on the server at `url` (gateway or
+/// dispatcher) has grown by `by` since the call: `what` happened that many more times (a
+/// failed Redis call, a tick, a flush round). A series not exported yet counts as 0.
+pub async fn counter_grows(url: &str, series: &str, by: u64) -> anyhow::Result<()> {
+    // Fresh connections: a gateway with a small stream cap closes idle keep-alive ones.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?;
+    let start = series_value(&http, url, series).await.unwrap_or(0);
+    eventually(&format!("{series} on {url} to grow by {by}"), async || {
+        let now = series_value(&http, url, series).await.unwrap_or(0);
+        anyhow::ensure!(now >= start + by, "{now}, waiting for {}", start + by);
+        Ok(())
+    })
+    .await
 }
 
 /// Waits until the gateway at `url` has done `rounds` more rounds of its away flush than when
@@ -395,19 +412,5 @@ async fn away_flushes(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> 
 /// time, not written). For checks that a disconnect did *not* change the line, which leave
 /// nothing else to wait for.
 pub async fn away_flushed(url: &str, rounds: u64) -> anyhow::Result<()> {
-    // Fresh connections: a gateway with a small stream cap closes idle keep-alive ones.
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()?;
-    let start = away_flushes(&http, url).await?;
-    eventually("the gateway's away flush to run", async || {
-        let now = away_flushes(&http, url).await?;
-        anyhow::ensure!(
-            now >= start + rounds,
-            "{now} rounds, waiting for {}",
-            start + rounds
-        );
-        Ok(())
-    })
-    .await
+    counter_grows(url, "usher_gateway_away_flushes_total", rounds).await
 }

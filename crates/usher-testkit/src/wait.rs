@@ -146,6 +146,16 @@ pub async fn eventually_within<O: Outcome>(
     }
 }
 
+/// Waits until the wall clock is past `deadline_ms` (ms since the epoch), as the servers read
+/// it: for end-to-end tests of a time rule, whose condition is a time the rule itself names
+/// (a puzzle's `expires_at`, an admission plus its grace), not a guessed pause.
+///
+/// # Errors
+/// When the clock does not get there within [`LIMIT`] × [`patience`] (a deadline too far off).
+pub async fn clock_past(what: &str, deadline_ms: u64) -> anyhow::Result<()> {
+    eventually(what, async || usher_core::time::now_ms() > deadline_ms).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -302,8 +302,14 @@ async fn a_sliding_session_is_touched_through_the_layer() -> anyhow::Result<()> 
     // The demo's GET /api/seats is guarded by the layer in touching mode.
     let booking = stack.booking.as_ref().expect("booking").url();
     // Wall-clock time must pass for a touch to slide the expiry (`time_rules::` checks the
-    // rule itself with a synthetic clock).
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // rule itself with a synthetic clock): a second past the admission.
+    let ttl_ms = 1000
+        * stack.queue("slide").await?["session_ttl_seconds"]
+            .as_u64()
+            .unwrap_or(0);
+    let before_ms = u64::try_from(before.unix_timestamp_nanos() / 1_000_000)?;
+    usher_testkit::wait::clock_past("a second past the admission", before_ms - ttl_ms + 1_000)
+        .await?;
     let r = plain()
         .get(format!("{booking}/api/seats?queue=slide"))
         .bearer_auth(&token)

@@ -234,9 +234,10 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
             _ => {}
         }
     }
-    // Let the last sessions expire and slots churn a little longer: the sampler's worst case
-    // is measured over wall-clock time, so this is part of the scenario, not a wait.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Let the last sessions expire (TTL 1 s) and slots churn a little longer: fifteen more
+    // ticks (100 ms each) of the replica left driving the queue, for the sampler to watch.
+    usher_testkit::line::counter_grows(&ds[0].url(), "usher_tick_duration_seconds_count", 15)
+        .await?;
     // The sampler needs CPU to take its samples: on a starved machine, give it the time.
     eventually_within("the sampler ran", Duration::from_secs(60), async || {
         samples.load(Ordering::Relaxed) > 100

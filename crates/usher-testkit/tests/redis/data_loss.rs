@@ -217,9 +217,18 @@ async fn places_are_lost_only_when_the_queue_does_not_come_back_in_time() -> any
     heartbeats_done(&Store::connect(&url).await?).await?; // the gateway has seen both epochs
 
     flushall(&url).await?;
-    // Wall-clock time inside the window the queues have to come back in, on purpose: nothing
-    // happens in it to wait for (the window's end is the next step's subject).
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Inside the window the queues have to come back in: the gateway registered again and
+    // its heartbeats have seen the loss (the window's end is the next step's subject).
+    let store = Store::connect(&url).await?;
+    eventually("the gateway to register again after the loss", async || {
+        let now = now_ms();
+        store
+            .gateways(now)
+            .await
+            .is_ok_and(|gs| gs.iter().any(|g| g.is_alive(now)))
+    })
+    .await?;
+    heartbeats_done(&store).await?;
     // Within the window nobody is told anything, and an operator configures "kept" again.
     for (t, w) in kept.iter().chain(&gone) {
         assert!(!w.has_ended(), "{t} ended early: {:?}", w.last("closed"));

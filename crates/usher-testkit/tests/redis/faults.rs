@@ -203,8 +203,15 @@ async fn killing_dispatchers_twenty_times_loses_and_duplicates_no_admission() ->
     c.put_queue("kills", json!({"paused": false})).await?;
     let mut kills = 0;
     while kills < 20 {
-        // The kills' pace is the scenario (one every 0.7 s while the line drains), not a wait.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // The scenario: a kill each time the line has moved again since the last one (the
+        // replica that drove it was busy), until 20 kills or the line is drained.
+        let moved = bs.iter().filter(|b| !b.seen().admitted.is_empty()).count();
+        if moved < N {
+            let _ = eventually("the line to move before the next kill", async || {
+                bs.iter().filter(|b| !b.seen().admitted.is_empty()).count() > moved
+            })
+            .await;
+        }
         let victim = kills % 2;
         c.dispatchers[victim].restart().await?; // SIGKILL, then start again
         kills += 1;
@@ -383,8 +390,10 @@ async fn restarting_redis_with_aof_mid_drain_loses_and_duplicates_nothing() -> a
     .await?;
     let down = Instant::now();
     c.redis.stop_graceful()?;
-    // The outage's length is the scenario: half a second without Redis.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The outage lasts until every dispatcher has felt it (a Redis call failed).
+    for d in &c.dispatchers {
+        usher_testkit::line::counter_grows(&d.url(), "usher_redis_errors_total", 1).await?;
+    }
     c.redis.start_again()?;
     let outage = down.elapsed();
     let done = eventually_within(

@@ -199,18 +199,21 @@ async fn a_dropped_browser_keeps_its_place_for_the_grace_period_only<R: Backend>
     // The end-to-end test of the grace period runs on the wall clock; `time_rules::` checks
     // its edges at the store with a synthetic clock.
     w1.disconnect();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The gateway that held it wrote the disconnect (two flush rounds) before the check.
+    usher_testkit::line::away_flushed(&stack.gateway_url(0), 2).await?;
     assert_eq!(
         position(&w3),
         Some(3),
         "nobody moves up during the grace period"
     );
+    let resumed_ms = usher_core::time::now_ms();
     let mut back = b.open("/api/queues/drop/stream", Some(&t1)).await?;
     let e = back.wait_for("waiting", T).await?;
     assert_eq!(data(&e)["position"], 1, "the place is kept");
     // The grace period ended with the resume: staying connected past it (wall-clock time,
     // on purpose) changes nothing.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    usher_testkit::wait::clock_past("the 1 s grace period after the resume", resumed_ms + 1_000)
+        .await?;
     assert_eq!(stack.queue("drop").await?["waiting"], 3);
 
     // Away for longer than the grace period: the place goes, the line moves up, no admission.

@@ -215,10 +215,16 @@ async fn a_stale_puzzle_is_refused_as_expired() -> anyhow::Result<()> {
     let mut cfg = usher_testkit::config::gateway(&stack.redis.url());
     cfg.challenge_ttl_secs = 3;
     let short = usher_testkit::stack::gateway_with(cfg).await?;
-    let stale = solved(&short.url(), "pow").await?;
+    let (status, puzzle) = fetch(&short.url(), "pow").await?;
+    anyhow::ensure!(status == 200, "challenge answered {status}: {puzzle}");
+    let stale = solution_of(&puzzle);
     // The end-to-end test of a puzzle's expiry runs on the wall clock: its lifetime must pass.
     // (usher_pow's unit tests check the rule with a synthetic clock.)
-    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let expires_ms = puzzle["expires_at"]
+        .as_str()
+        .and_then(usher_core::time::parse_rfc3339_ms)
+        .ok_or_else(|| anyhow::anyhow!("no expires_at: {puzzle}"))?;
+    usher_testkit::wait::clock_past("the puzzle's expires_at", expires_ms).await?;
     refused(join(&short.url(), "pow", Some(&stale)).await?, "expired").await?;
     assert_eq!(stack.waiting("pow").await?, 0);
     // A fresh one from the same gateway, used at once, is good.
@@ -242,12 +248,13 @@ async fn gateways_with_different_puzzle_lifetimes_never_reopen_a_spent_solution(
     cfg.challenge_ttl_secs = 1;
     let short = usher_testkit::stack::gateway_with(cfg).await?;
     // A puzzle of the long-lived gateway, spent on the short-lived one.
+    let issued_ms = usher_core::time::now_ms();
     let s = solved(&long, "pow").await?;
     let mut conn = join(&short.url(), "pow", Some(&s)).await?;
     assert_eq!(first(&mut conn).await?.event, "waiting");
     // Past the short gateway's own lifetime (wall-clock time, on purpose): still spent, on
     // either gateway.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    usher_testkit::wait::clock_past("the short gateway's 1 s lifetime", issued_ms + 1_000).await?;
     refused(join(&long, "pow", Some(&s)).await?, "spent").await?;
     refused(join(&short.url(), "pow", Some(&s)).await?, "spent").await?;
     assert_eq!(stack.waiting("pow").await?, 1, "one solution, one place");

@@ -266,27 +266,33 @@ async fn a_touch_slides_a_sliding_session_up_to_its_cap() -> anyhow::Result<()> 
     // The end-to-end test of sliding sessions runs on the wall clock (a touch slides the
     // expiry to now + TTL, so now must move); `time_rules::` checks the rule's edges at the
     // store with a synthetic clock.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let slid = expires_ms(touch(&stack, &token).await?).await?;
+    let slid = eventually(
+        "a touch to slide the expiry past the first one",
+        async || {
+            let e = expires_ms(touch(&stack, &token).await?).await?;
+            anyhow::ensure!(e > first, "a touch left the expiry at {e} (first {first})");
+            Ok(e)
+        },
+    )
+    .await?;
     assert!(slid > first, "a touch extends: {slid} > {first}");
     assert_eq!(expires_ms(get(&stack, &token).await?).await?, slid);
     // Keep touching: the expiry never passes the cap, and reaches it.
+    // Touches as the wall clock moves (see above), until one reaches the cap.
     let mut last = slid;
-    while last < cap_ms {
-        // Wall-clock steps towards the cap (see above): each touch must be later than the last.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("touches to reach the cap", async || {
         let r = touch(&stack, &token).await?;
         if r.status() == 410 {
-            break;
+            return Ok(());
         }
         let e = expires_ms(r).await?;
         assert!(e <= cap_ms, "{e} past the cap {cap_ms}");
         assert!(e >= last, "a touch never shortens");
-        if e == last && e == cap_ms {
-            break;
-        }
         last = e;
-    }
+        anyhow::ensure!(e == cap_ms, "a touch slid to {e}, the cap is {cap_ms}");
+        Ok(())
+    })
+    .await?;
     assert_eq!(last, cap_ms, "touches stop at the cap");
     // After the cap, the session has ended whatever the touches.
     eventually("the session to end at its cap", async || {
@@ -312,8 +318,10 @@ async fn a_touch_keeps_a_fixed_session_and_bad_caps_are_refused() -> anyhow::Res
     let c = claims(&token)?;
     assert_eq!(c.exp - c.iat, 600, "a fixed session's token lasts the TTL");
     let before = expires_ms(get(&stack, &token).await?).await?;
-    // Wall-clock time must pass for a wrong slide to show (see the sliding test above).
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Wall-clock time must pass for a wrong slide to show (see the sliding test above): a
+    // second past the admission (`before` is the admission plus the 600 s TTL).
+    usher_testkit::wait::clock_past("a second past the admission", before - 600_000 + 1_000)
+        .await?;
     assert_eq!(expires_ms(touch(&stack, &token).await?).await?, before);
 
     for body in [

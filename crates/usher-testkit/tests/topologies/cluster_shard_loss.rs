@@ -355,11 +355,15 @@ async fn a_pending_draw_is_still_drawn_after_the_sales_registry_shard_is_lost() 
         browsers.iter().all(|b| !b.seen().scheduled.is_empty())
     })
     .await?;
-    // The dispatcher has read the registries since the sale was scheduled (ticks of 100 ms):
-    // a sale scheduled less than a tick before the loss is known to no dispatcher (docs/failure-model.md,
-    // "Every failure"). A fixed window of five ticks: the dispatcher's read of the registry
-    // shows nowhere outside it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The dispatcher has read the registries since the sale was scheduled: a sale scheduled
+    // less than a tick before the loss is known to no dispatcher (docs/failure-model.md,
+    // "Every failure"). Five of its ticks, counted on its /metrics.
+    usher_testkit::line::counter_grows(
+        &stack.dispatcher.url(),
+        "usher_tick_duration_seconds_count",
+        5,
+    )
+    .await?;
     tokio::task::block_in_place(|| stack.redis.lose_shard(lost))?;
 
     eventually_within(
