@@ -115,7 +115,7 @@ pub(crate) async fn require(
     }
     if let Err(wait) = st.session_proofs.take((queue.clone(), place)) {
         crate::metrics::session_proofs_refused();
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let secs = usher_http::bucket::retry_after_secs(wait);
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "this session sent proofs faster than a booking page does; try again after Retry-After",

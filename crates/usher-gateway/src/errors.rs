@@ -51,9 +51,9 @@ impl IntoResponse for RouteError {
         match self {
             RouteError::Api(e) => e.into_response(),
             RouteError::TooMany(wait, message) => {
-                let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
-                let e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
-                ([("retry-after", secs.to_string())], e).into_response()
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
+                    .retry_after(usher_http::bucket::retry_after_secs(wait))
+                    .into_response()
             }
         }
     }

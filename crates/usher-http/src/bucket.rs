@@ -73,6 +73,11 @@ impl Bucket {
     }
 }
 
+/// A refusal's `Retry-After` for a wait of `wait`: whole seconds, rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
 /// One bucket per key, all at one rate; a bucket full again is forgotten, so the map holds
 /// only the keys drawn from lately.
 pub struct Buckets<K> {

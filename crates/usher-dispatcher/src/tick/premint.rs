@@ -111,10 +111,7 @@ pub(super) fn spawn_premint(
             let Ok(places) = with_keys(&store, &q, ids).await else {
                 return;
             };
-            let keyed: HashSet<PlaceId> = places
-                .iter()
-                .filter_map(|(p, k)| k.as_ref().map(|_| *p))
-                .collect();
+            let keyed = keyed(&places);
             let (key2, q2) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || {
                 mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
@@ -171,6 +168,14 @@ pub(super) async fn with_keys(
 ) -> Result<Vec<ToMint>, usher_core::store::StoreError> {
     let keys = store.place_keys(q, &ids).await?;
     Ok(ids.into_iter().zip(keys).collect())
+}
+
+/// The places of `places` that have a browser key (their tokens carry `cnf`).
+pub(super) fn keyed(places: &[ToMint]) -> HashSet<PlaceId> {
+    places
+        .iter()
+        .filter_map(|(p, k)| k.as_ref().map(|_| *p))
+        .collect()
 }
 
 /// Mints tokens for `places` admitted at `at_ms` (tokens expiring at `exp_ms`), on every core.

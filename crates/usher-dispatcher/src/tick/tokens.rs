@@ -8,7 +8,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::store::{OutboxEntry, Store, StoreError};
 use usher_mint::token::SigningKey;
 
-use super::premint::{mint_many, with_keys, Batches, Minting, Pre, Premint};
+use super::premint::{keyed, mint_many, with_keys, Batches, Minting, Pre, Premint};
 
 /// Pre-minted tokens for this tick: those received so far, and the rest still coming.
 #[derive(Debug, Default)]
@@ -118,10 +118,7 @@ impl TickTokens {
             // The browser keys of a binding queue's places (`cnf.jkt`), as the pre-mint read
             // them.
             let places = with_keys(store, q, ids).await?;
-            let keyed: HashSet<PlaceId> = places
-                .iter()
-                .filter_map(|(p, k)| k.as_ref().map(|_| *p))
-                .collect();
+            let keyed = keyed(&places);
             let (key, q) = (key.clone(), q.clone());
             let minted = tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at, exp))
                 .await

@@ -279,13 +279,52 @@ async fn no_shows_are_off_by_default_and_bad_settings_are_refused() -> anyhow::R
     Ok(())
 }
 
+/// At the store, with a synthetic clock: `n` places of `q` (set up with `cfg`) join and are
+/// admitted by a tick at `t0`; their ids, and the tick lease.
+async fn admitted_at(
+    store: &usher_core::store::Store,
+    q: &QueueId,
+    cfg: &usher_core::store::QueueConfig,
+    n: usize,
+    t0: u64,
+) -> anyhow::Result<(usher_core::store::Lease, Vec<usher_core::ids::PlaceId>)> {
+    store.put_queue(q, cfg).await?;
+    let lease = usher_testkit::line::take_lease(store, q).await?;
+    for _ in 0..n {
+        usher_testkit::probe::join(store, q, 7, t0).await?;
+    }
+    let mut places = Vec::new();
+    for tick in usher_testkit::tick_calls(store, q, &usher_testkit::tick_args(&lease, t0)).await? {
+        if let usher_core::store::Tick::Ticked(out) = tick {
+            places.extend(out.fresh.iter().map(|e| e.place));
+        }
+    }
+    Ok((lease, places))
+}
+
+/// The no-shows the ticks at `now` end.
+async fn no_shows_at(
+    store: &usher_core::store::Store,
+    q: &QueueId,
+    lease: &usher_core::store::Lease,
+    now: u64,
+) -> anyhow::Result<u64> {
+    let mut no_shows = 0;
+    for tick in usher_testkit::tick_calls(store, q, &usher_testkit::tick_args(lease, now)).await? {
+        if let usher_core::store::Tick::Ticked(out) = tick {
+            no_shows += out.no_shows;
+        }
+    }
+    Ok(no_shows)
+}
+
 /// The share at the store, with a synthetic clock: 300 sessions admitted at once, 200 of them
 /// checked at once, the other 100 found by a tick after their deadline. The window keeps the
 /// last 200 outcomes (trimmed as the 201st comes), so the share is 100 / 200; the no-shows'
 /// sessions ended, the arrived ones are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()> {
-    use usher_core::store::{QueueConfig, SessionState, Store, Tick};
+    use usher_core::store::{QueueConfig, SessionState, Store};
     let redis = usher_testkit::RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
     let q = QueueId::new("window")?;
@@ -295,19 +334,8 @@ async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()
         arrival_seconds: Some(1),
         ..Default::default()
     };
-    store.put_queue(&q, &cfg).await?;
-    let lease = usher_testkit::line::take_lease(&store, &q).await?;
     let t0 = usher_core::time::now_ms();
-    for _ in 0..300 {
-        usher_testkit::probe::join(&store, &q, 7, t0).await?;
-    }
-    let mut places = Vec::new();
-    for tick in usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, t0)).await?
-    {
-        if let Tick::Ticked(out) = tick {
-            places.extend(out.fresh.iter().map(|e| e.place));
-        }
-    }
+    let (lease, places) = admitted_at(&store, &q, &cfg, 300, t0).await?;
     assert_eq!(places.len(), 300, "all admitted at t0");
     for (i, p) in places.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
         let state = store.session(&q, *p, t0 + 10).await?;
@@ -317,15 +345,7 @@ async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()
         );
     }
     let later = t0 + 2_000;
-    let mut no_shows = 0;
-    for tick in
-        usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, later)).await?
-    {
-        if let Tick::Ticked(out) = tick {
-            no_shows += out.no_shows;
-        }
-    }
-    assert_eq!(no_shows, 100);
+    assert_eq!(no_shows_at(&store, &q, &lease, later).await?, 100);
     let stats = store.queue_stats(&q, later).await?;
     assert_eq!(
         (stats.active, stats.no_shows_total, stats.no_show_ratio),
@@ -348,7 +368,7 @@ async fn the_share_is_measured_over_the_last_200_outcomes() -> anyhow::Result<()
 /// while it was on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turning_arrival_off_ends_nobody_admitted_while_it_was_on() -> anyhow::Result<()> {
-    use usher_core::store::{QueueConfig, SessionState, Store, Tick};
+    use usher_core::store::{QueueConfig, SessionState, Store};
     let redis = usher_testkit::RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
     let q = QueueId::new("off")?;
@@ -358,19 +378,8 @@ async fn turning_arrival_off_ends_nobody_admitted_while_it_was_on() -> anyhow::R
         arrival_seconds: Some(1),
         ..Default::default()
     };
-    store.put_queue(&q, &on).await?;
-    let lease = usher_testkit::line::take_lease(&store, &q).await?;
     let t0 = usher_core::time::now_ms();
-    for _ in 0..5 {
-        usher_testkit::probe::join(&store, &q, 7, t0).await?;
-    }
-    let mut places = Vec::new();
-    for tick in usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, t0)).await?
-    {
-        if let Tick::Ticked(out) = tick {
-            places.extend(out.fresh.iter().map(|e| e.place));
-        }
-    }
+    let (lease, places) = admitted_at(&store, &q, &on, 5, t0).await?;
     assert_eq!(places.len(), 5, "all admitted at t0, each with a deadline");
     let off = QueueConfig {
         arrival_seconds: None,
@@ -378,15 +387,11 @@ async fn turning_arrival_off_ends_nobody_admitted_while_it_was_on() -> anyhow::R
     };
     store.put_queue(&q, &off).await?;
     let later = t0 + 2_000;
-    let mut no_shows = 0;
-    for tick in
-        usher_testkit::tick_calls(&store, &q, &usher_testkit::tick_args(&lease, later)).await?
-    {
-        if let Tick::Ticked(out) = tick {
-            no_shows += out.no_shows;
-        }
-    }
-    assert_eq!(no_shows, 0, "no deadline outlives the setting");
+    assert_eq!(
+        no_shows_at(&store, &q, &lease, later).await?,
+        0,
+        "no deadline outlives the setting"
+    );
     for p in &places {
         assert!(matches!(
             store.session(&q, *p, later).await?,
