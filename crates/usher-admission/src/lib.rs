@@ -31,8 +31,9 @@
 //! and [`Admission::release_bound`] ([`Proof`]); the plain calls get
 //! [`SessionStatus::ProofRefused`] for a bound token.
 //!
-//! [`Admission::layer`] does both for every request to the routes it guards, and
-//! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate.
+//! [`Admission::layer`] does both for every request to the routes it guards,
+//! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate, and
+//! [`Admission::report_inventory`] tells it what is left to sell.
 //!
 //! HTTP goes through `reqwest` with rustls: `https://` URLs work without OpenSSL.
 //!
@@ -114,14 +115,15 @@ pub enum Error {
     /// The dispatcher's answer could not be read.
     #[error("cannot read the dispatcher's answer: {0}")]
     BadReply(String),
-    /// [`Admission::report_load`] without a service token ([`Builder::service_token`]).
+    /// [`Admission::report_load`] or [`Admission::report_inventory`] without a service token ([`Builder::service_token`]).
     #[error("no service token is configured")]
     NoServiceToken,
     /// The dispatcher refused the service token (`401`).
     #[error("the dispatcher refused the service token")]
     Unauthorized,
-    /// The dispatcher refused the load report (`400`), or it was not a finite number.
-    #[error("load report refused: {0}")]
+    /// The dispatcher refused the load report (`400`), or it was not a finite number; or it
+    /// refused the inventory report (`400`, or `404` for an unknown queue).
+    #[error("report refused: {0}")]
     Rejected(String),
     /// A URL could not be built.
     #[error("bad URL: {0}")]
@@ -499,6 +501,24 @@ impl Admission {
             .as_deref()
             .ok_or(Error::NoServiceToken)?;
         self.inner.sessions.report_load(token, backend, load).await
+    }
+
+    /// Reports what is left of `queue`'s inventory (`PUT /api/queues/{queue}/inventory` with
+    /// the service token): usher admits only while `remaining`, less a basket per session
+    /// consumed since and per active session, is above 0, and tells each waiting browser
+    /// whether its place is likely to get something. Report after each sale, or whenever
+    /// carts return items; a report older than the queue's `inventory_stale_after_seconds`
+    /// leaves browsers told `unknown`.
+    pub async fn report_inventory(&self, queue: &str, remaining: u64) -> Result<(), Error> {
+        let token = self
+            .inner
+            .service_token
+            .as_deref()
+            .ok_or(Error::NoServiceToken)?;
+        self.inner
+            .sessions
+            .report_inventory(token, queue, remaining)
+            .await
     }
 
     /// A tower layer that guards routes with this handle (see [`AdmissionLayer`]).

@@ -163,6 +163,36 @@ impl SessionApi {
         }
     }
 
+    /// `PUT /api/queues/{queue}/inventory`: what is left of `queue`'s inventory.
+    pub(crate) async fn report_inventory(
+        &self,
+        service_token: &str,
+        queue: &str,
+        remaining: u64,
+    ) -> Result<(), Error> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
+            .pop_if_empty()
+            .extend(["api", "queues", queue, "inventory"]);
+        let r = self
+            .http
+            .put(url)
+            .bearer_auth(service_token)
+            .json(&serde_json::json!({ "remaining": remaining }))
+            .send()
+            .await
+            .map_err(Error::Unreachable)?;
+        match r.status() {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            StatusCode::UNAUTHORIZED => Err(Error::Unauthorized),
+            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND => {
+                Err(Error::Rejected(error_text(r).await))
+            }
+            status => Err(Error::Unexpected { status }),
+        }
+    }
+
     /// `PUT` URL of `backend`'s load: the name is one path segment, percent-encoded.
     fn load_url(&self, backend: &str) -> Result<Url, Error> {
         let mut url = self.base.clone();

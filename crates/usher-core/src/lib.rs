@@ -17,6 +17,7 @@
 //! * [`page_settings`] — a queue's waiting-room page settings (booking URL, embedding origin,
 //!   title, logo) and their checks.
 //! * [`policy`] — the adaptive rate and why a queue admits at its rate.
+//! * [`inventory`] — what the booking service says is left, and what the line is told of it.
 //! * [`time`] — wall-clock milliseconds and RFC 3339 text.
 //!
 //! Invariants kept here (see `ARCHITECTURE.md`): all keys of one queue share the hash tag
@@ -26,6 +27,7 @@ pub mod binding;
 pub mod challenge;
 pub mod draw;
 pub mod ids;
+pub mod inventory;
 pub mod keys;
 pub mod messages;
 pub mod page_settings;

@@ -45,6 +45,11 @@ pub struct QueueState {
     /// says nothing, and the tail of the line is used instead.
     #[serde(default)]
     pub last_place: u64,
+    /// The queue's inventory as the booking service last reported it (`None`: no report,
+    /// and from a dispatcher that predates the field): gateways tell each browser its
+    /// [`crate::inventory::InventoryOutlook`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<crate::inventory::InventoryState>,
 }
 
 impl QueueState {
@@ -60,6 +65,7 @@ impl QueueState {
             runs: Vec::new(),
             samples: Vec::new(),
             last_place: 0,
+            inventory: None,
         }
     }
 }
@@ -174,6 +180,12 @@ pub enum StreamMessage {
     /// A scheduled sale's draw ran: every pre-queue stream of the queue ends with a short
     /// `retry:`, and each browser resumes at once into its drawn place (see `lua/draw.lua`).
     Drawn { queue: QueueId },
+    /// The booking service reported the queue's inventory: every browser waiting in it hears
+    /// its new outlook at once, before the next `state` (which carries it too).
+    Inventory {
+        queue: QueueId,
+        inventory: crate::inventory::InventoryState,
+    },
     /// One place is no longer held here (it left, or a newer connection took it over on
     /// another gateway): end that connection without releasing the place.
     Ended {
@@ -196,6 +208,11 @@ pub struct WaitingEvent {
     /// When this position was computed (ms since the epoch): the dispatcher's snapshot time,
     /// or the moment of joining or resuming.
     pub as_of_ms: u64,
+    /// What is left to sell and whether this place is likely to get some, while the booking
+    /// service reports the queue's inventory (absent otherwise, and until the first `state`
+    /// after joining).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<crate::inventory::InventoryOutlook>,
 }
 
 /// `event: scheduled` payload: the browser is in a scheduled sale's pre-queue, and the draw

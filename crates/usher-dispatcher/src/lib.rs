@@ -14,6 +14,7 @@
 //! * `sessions` — the session API booking services call with an entry token;
 //!   `session_proof` — the proof of the browser's key a bound token needs there.
 //! * `backends` — booking backends' load reports, which adaptive queues follow.
+//! * `inventory` — booking services' inventory reports, which admission follows.
 //! * `openapi` — the API description's frame (`GET /openapi.json`); the routes describe
 //!   themselves.
 //! * `routes` — every route, in the one table that serves and describes them.
@@ -25,6 +26,7 @@ mod backends;
 pub mod config;
 mod dev_secrets;
 mod facts;
+mod inventory;
 mod keys;
 mod metrics;
 mod openapi;

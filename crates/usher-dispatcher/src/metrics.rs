@@ -44,6 +44,11 @@ pub(crate) const NO_SHOWS: &str = "usher_no_shows_total";
 /// The measured no-show share (last 200 sessions that arrived or not), by `queue`; absent
 /// until measured.
 pub(crate) const QUEUE_NO_SHOW_RATIO: &str = "usher_queue_no_show_ratio";
+// >>> inventory
+/// What is left of the queue's reported inventory at the last tick (the report less a basket
+/// per session consumed since), by `queue`; absent while the queue has no report.
+pub(crate) const QUEUE_INVENTORY_REMAINING: &str = "usher_queue_inventory_remaining";
+// <<< inventory
 /// Redis requests that failed.
 pub(crate) const REDIS_ERRORS: &str = "usher_redis_errors_total";
 /// Redis requests refused because Redis reached `maxmemory` (counted in `REDIS_ERRORS` too).
@@ -55,6 +60,10 @@ pub(crate) const SESSION_PROOFS_REFUSED: &str = "usher_session_proofs_refused_to
 
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
+    describe_gauge!(
+        QUEUE_INVENTORY_REMAINING,
+        "What is left of the queue's reported inventory at the last tick, by queue."
+    );
     describe_histogram!(
         TICK_DURATION,
         Unit::Seconds,
@@ -134,6 +143,13 @@ pub(crate) fn queue_rate(q: &QueueId, (rate, reason): (f64, RateReason)) {
     for r in RateReason::ALL {
         gauge!(QUEUE_RATE_REASON, "queue" => queue.clone(), "reason" => r.as_str())
             .set(f64::from(u8::from(r == reason)));
+    }
+}
+
+/// What is left of the queue's inventory, when the booking service reports it.
+pub(crate) fn queue_inventory(q: &QueueId, out: &TickOutcome) {
+    if let Some(inv) = out.inventory {
+        gauge!(QUEUE_INVENTORY_REMAINING, "queue" => q.to_string()).set(inv.remaining as f64);
     }
 }
 

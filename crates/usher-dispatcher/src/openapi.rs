@@ -21,6 +21,7 @@ use utoipa::OpenApi;
         (name = "admin", description = "Queues, notices, gateways, the audit trail: `Authorization: Bearer <USHER_ADMIN_TOKEN>`. Every change is recorded in the audit trail."),
         (name = "sessions", description = "For booking services: the entry token itself is the bearer."),
         (name = "backends", description = "Booking backends' load reports, which adaptive queues follow."),
+        (name = "inventory", description = "Booking services' inventory reports: what is left to sell, which admission follows (`USHER_SERVICE_TOKEN`)."),
         (name = "keys", description = "The public keys that verify entry tokens."),
         (name = "dashboard", description = "The operator dashboard (static; it calls the admin API with the operator's token)."),
         (name = "health", description = "Liveness, readiness and Prometheus metrics."),

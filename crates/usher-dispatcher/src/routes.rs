@@ -16,6 +16,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(crate::admin::routes(&state))
         .merge(crate::sessions::routes())
         .merge(crate::backends::routes())
+        .merge(crate::inventory::routes())
         .merge(usher_http::metrics::metrics_routes(|| {}))
         .merge(usher_http::health_routes(move |verbose| {
             let store = store.clone();

@@ -255,7 +255,7 @@ async fn consume(
     let b = bearer(&st, &headers, &for_queue(q)?).await?;
     let ended = st
         .store
-        .end_session(&b.queue, b.place, now_ms())
+        .consume_session(&b.queue, b.place, now_ms())
         .await
         .map_err(redis_down)?;
     match ended {

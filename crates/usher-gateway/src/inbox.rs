@@ -120,6 +120,10 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             let n = hub.announce(&queue, Update::status_frame(&queue, state, message));
             tracing::info!(queue = %queue, ?state, browsers = n, "status passed on");
         }
+        StreamMessage::Inventory { queue, inventory } => {
+            let n = hub.apply_inventory(&queue, &inventory);
+            tracing::debug!(queue = %queue, browsers = n, "inventory passed on");
+        }
         StreamMessage::Notice { queue, message } => {
             let n = hub.notify(&queue, &message);
             tracing::debug!(queue = %queue, browsers = n, "notice passed on");

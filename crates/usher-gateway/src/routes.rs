@@ -217,6 +217,8 @@ async fn status_handler(
             waiting,
             eta_seconds: eta_seconds(position, rate),
             as_of_ms: now_ms(),
+            // The stream's next `state` tells the inventory; a poll does without it.
+            inventory: None,
         }),
         PlaceState::Admitted(rec) => PlaceStatus::Admitted(admitted_event(&q, &rec)),
         PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {

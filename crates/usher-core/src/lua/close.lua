@@ -7,12 +7,17 @@
 -- already, so the rest of it is dropped too, and the draw record so far: every entrant is
 -- treated alike (all were told the queue closed), and a reopened queue draws afresh.
 -- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent, parked
--- ARGV: close reason (wire name, e.g. 'sold_out')
+-- ARGV: close reason (wire name, e.g. 'sold_out'), and for the tick's sold-out close the
+--       time (ms) it is checked at
 -- Returns false when the queue is unknown, else 1. Raises the settings' version.
 -- Deletes before it writes: with Redis out of memory (maxmemory, noeviction) a script's first
 -- write that may grow memory is refused, but once the script has written (a DEL counts) it
 -- may go on, so an operator can always close a queue to free its line.
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+-- >>> inventory: the tick's sold-out close happens only while the queue is still sold out
+-- past its grace (a report above 0 or an admitted session since cleared it)
+if ARGV[2] and not sold_out_due(KEYS[1], tonumber(ARGV[2])) then return false end
+-- <<< inventory
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[10])
 if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('DEL', KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])

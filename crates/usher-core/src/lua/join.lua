@@ -118,6 +118,9 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
   local k = math.min(n, math.floor(level))
   local free = free_slots(KEYS[1], KEYS[5], now)
+  -- >>> inventory: nor more than the reported inventory allows (prelude.lua inventory_slots)
+  free = inventory_slots(KEYS[1], KEYS[5], now, free)
+  -- <<< inventory
   if free and free < k then k = free end
   if k > 0 then
     local ttl_ms, sliding, max_ms = session_limits(KEYS[1])

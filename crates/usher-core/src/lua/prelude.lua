@@ -154,6 +154,68 @@ local function free_slots(meta, active, now)
   return math.max(cap - redis.call('ZCOUNT', active, '(' .. fmt(now), '+inf'), 0)
 end
 
+-- >>> inventory (src/inventory.rs; meta `inventory_remaining`, `inventory_at_ms`,
+-- `inventory_consumed`, `inventory_idle_ms`, `basket_size`, `sold_out_grace_seconds`,
+-- `inventory_stale_after_seconds`: keys.rs)
+-- A queue's inventory at `now`: nil without a report (the queue admits as before), else
+-- {net, held, basket}: `net` is the report less a basket for each session consumed since it
+-- (sold), `held` the baskets of the active sessions (what they may still buy).
+local function inventory_of(meta, active, now)
+  local m = redis.call('HMGET', meta, 'inventory_remaining', 'inventory_consumed', 'basket_size')
+  local remaining = tonumber(m[1])
+  if not remaining then return nil end
+  local basket = tonumber(m[3]) or 1
+  local net = remaining - (tonumber(m[2]) or 0) * basket
+  local held = redis.call('ZCOUNT', active, '(' .. fmt(now), '+inf') * basket
+  return {net, held, basket}
+end
+
+-- `free` (free_slots' answer, nil = no cap) lowered to the admissions the inventory allows:
+-- admission goes on while anything is left beyond the active sessions' baskets, each
+-- admission taking a basket (the last may find less than a full one), so
+-- ceil((net - held) / basket), at least 0. The tick and passthrough joins call this where
+-- they apply free_slots, in the same script that admits: no report can be overrun by races.
+local function inventory_slots(meta, active, now, free)
+  local inv = inventory_of(meta, active, now)
+  if not inv then return free end
+  local allowed = math.max(math.ceil((inv[1] - inv[2]) / inv[3]), 0)
+  if free == nil or allowed < free then return allowed end
+  return free
+end
+
+-- Whether the queue has been sold out (nothing left, no active session) since
+-- `inventory_idle_ms` for `sold_out_grace_seconds` at `now`: close.lua's condition for the
+-- tick's `sold_out` close.
+local function sold_out_due(meta, now)
+  local m = redis.call('HMGET', meta, 'inventory_idle_ms', 'sold_out_grace_seconds')
+  local idle = tonumber(m[1])
+  return idle ~= nil and now - idle >= (tonumber(m[2]) or 120) * 1000
+end
+
+-- The tick's word on the inventory: nil without a report, else the fields of
+-- `InventoryState` for `state` (remaining never below 0; stale once the report is older than
+-- `inventory_stale_after_seconds`, default 300); and whether the queue is sold out past its
+-- grace. The grace starts (`inventory_idle_ms`) at the first tick that finds nothing left
+-- and no active session, unless the queue is paused; anything else clears it, and so does a
+-- report above 0 (inventory.lua): carts abandoned meanwhile, or new stock, resume admission.
+local function inventory_tick(meta, active, now, paused)
+  local inv = inventory_of(meta, active, now)
+  if not inv then return nil, false end
+  local m = redis.call('HMGET', meta, 'inventory_at_ms', 'inventory_stale_after_seconds',
+    'inventory_idle_ms')
+  local state = {
+    remaining = math.max(inv[1], 0), held = inv[2], basket_size = inv[3],
+    stale = now - (tonumber(m[1]) or 0) > (tonumber(m[2]) or 300) * 1000,
+  }
+  if inv[1] <= 0 and inv[2] == 0 and not paused then
+    if not m[3] then redis.call('HSET', meta, 'inventory_idle_ms', fmt(now)) end
+    return state, sold_out_due(meta, now)
+  end
+  if m[3] then redis.call('HDEL', meta, 'inventory_idle_ms') end
+  return state, false
+end
+-- <<< inventory
+
 -- The rates a waiting place's ETA is computed from: the measured rate (meta `rate`) and the
 -- rate the bucket refills at (`bucket_rate`, set by each tick; `admit_per_second` before the
 -- first tick). Both 0 while an adaptive queue's backend is silent: no ETA.

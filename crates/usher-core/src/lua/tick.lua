@@ -61,6 +61,8 @@
 --   (runs and samples are empty when more is set: the tick's last call takes the snapshot)
 --   gateways = indexes (text) of gateways holding browsers of this queue
 --   fresh   = this call's outbox entries
+--   inventory = {remaining, held, basket_size, stale} while the booking service reports the
+--             inventory (absent otherwise); sold_out = true once the sold-out grace is over
 --   more    = true when this call stopped at its share (ARGV[13] admitted, or ARGV[13] places
 --             of dead gateways dropped or away places moved to `parked`) with budget and
 --             present places left: call again
@@ -158,6 +160,9 @@ local per_call = tonumber(ARGV[13])
 local n = math.min(math.floor(budget), per_call)
 -- Capacity: never more active sessions than max_active.
 local free = free_slots(KEYS[1], KEYS[3], now)
+-- >>> inventory: nor more than the reported inventory allows (prelude.lua inventory_slots)
+free = inventory_slots(KEYS[1], KEYS[3], now, free)
+-- <<< inventory
 local slot_bound = free ~= nil and free < n
 if slot_bound then n = free end
 local capped = false
@@ -345,6 +350,10 @@ if not more then
   end
 end
 
+-- >>> inventory: what `state` tells of it, and whether the sold-out grace is over (the
+-- dispatcher then closes the queue with `sold_out`: close.lua checks this again)
+local inventory, sold_out = inventory_tick(KEYS[1], KEYS[3], now, m[6] == '1')
+-- <<< inventory
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
@@ -353,4 +362,5 @@ return {TICK_TICKED, cjson.encode({
   last_place = last_place,
   gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
   session_ttl_ms = ttl_ms, token_ttl_ms = token_ttl_ms, paused = m[6] == '1', fresh = fresh, more = more, no_shows = no_shows,
+  inventory = inventory, sold_out = sold_out,
 })}

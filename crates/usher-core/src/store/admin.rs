@@ -86,6 +86,22 @@ pub struct QueueConfig {
     /// rate ÷ (1 − share), at most twice the rate; `max_active` still caps the sessions.
     #[serde(default)]
     pub make_up_no_shows: bool,
+    // >>> inventory (src/inventory.rs: the booking service reports what is left)
+    /// Items one admission may take, against the inventory the booking service reports
+    /// (`PUT /api/queues/{queue}/inventory`): the queue admits only while the report, less a
+    /// basket per session consumed since and per active session, is above 0. 1 ..= 1000.
+    #[serde(default = "default_basket_size")]
+    pub basket_size: u64,
+    /// Seconds a queue whose reported inventory is gone waits with no active session before
+    /// it closes with `sold_out` (abandoned carts can return items meanwhile, and a report
+    /// above 0 resumes admission). 1 ..= 86400.
+    #[serde(default = "default_sold_out_grace")]
+    pub sold_out_grace_seconds: u64,
+    /// Seconds after which an inventory report is stale: browsers are told `unknown` instead
+    /// of `likely`/`unlikely` (admission still follows the report). 1 ..= 86400.
+    #[serde(default = "default_stale_after")]
+    pub inventory_stale_after_seconds: u64,
+    // <<< inventory
     /// The settings' version: each write adds 1 (a queue stored before versions existed is
     /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
     /// version. Read-only: a `PUT` cannot set it.
@@ -96,6 +112,20 @@ pub struct QueueConfig {
 fn default_pow_difficulty() -> u8 {
     DEFAULT_POW_DIFFICULTY
 }
+
+// >>> inventory
+fn default_basket_size() -> u64 {
+    1
+}
+
+fn default_sold_out_grace() -> u64 {
+    crate::inventory::DEFAULT_SOLD_OUT_GRACE_SECONDS
+}
+
+fn default_stale_after() -> u64 {
+    crate::inventory::DEFAULT_STALE_AFTER_SECONDS
+}
+// <<< inventory
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -119,6 +149,9 @@ impl Default for QueueConfig {
             ended: None,
             arrival_seconds: None,
             make_up_no_shows: false,
+            basket_size: default_basket_size(),
+            sold_out_grace_seconds: default_sold_out_grace(),
+            inventory_stale_after_seconds: default_stale_after(),
             settings_version: 0,
         }
     }
@@ -217,6 +250,17 @@ impl Store {
             ended: v.get("ended").cloned(),
             arrival_seconds: v.get("arrival_seconds").and_then(|s| s.parse().ok()),
             make_up_no_shows: flag("make_up_no_shows"),
+            basket_size: parsed_or(&v, "basket_size", d.basket_size),
+            sold_out_grace_seconds: parsed_or(
+                &v,
+                "sold_out_grace_seconds",
+                d.sold_out_grace_seconds,
+            ),
+            inventory_stale_after_seconds: parsed_or(
+                &v,
+                "inventory_stale_after_seconds",
+                d.inventory_stale_after_seconds,
+            ),
             settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
@@ -279,6 +323,15 @@ impl Store {
             ("pow_difficulty", cfg.pow_difficulty.to_string()),
             ("bind", cfg.bind.as_str().to_owned()),
             ("make_up_no_shows", flag(cfg.make_up_no_shows)),
+            ("basket_size", cfg.basket_size.to_string()),
+            (
+                "sold_out_grace_seconds",
+                cfg.sold_out_grace_seconds.to_string(),
+            ),
+            (
+                "inventory_stale_after_seconds",
+                cfg.inventory_stale_after_seconds.to_string(),
+            ),
         ];
         // Optional settings: stored when set, deleted when `null`.
         let mut delete: Vec<&str> = Vec::new();
@@ -440,10 +493,20 @@ impl Store {
     /// Closes a queue for `reason`, which browsers resuming later are told too. Returns
     /// `false` when the queue is unknown.
     pub async fn close_queue(&self, q: &QueueId, reason: CloseReason) -> Result<bool> {
+        self.close_queue_at(q, reason, None).await
+    }
+
+    /// [`Store::close_queue`]; with `sold_out_at` (ms), only if the queue is still sold out
+    /// past its grace then (`Store::close_sold_out`).
+    pub(super) async fn close_queue_at(
+        &self,
+        q: &QueueId,
+        reason: CloseReason,
+        sold_out_at: Option<u64>,
+    ) -> Result<bool> {
         let k = QueueKeys::new(q);
-        let v: Value = SCRIPTS
-            .close
-            .key(&k.meta)
+        let mut invocation = SCRIPTS.close.key(&k.meta);
+        invocation
             .key(&k.waiting)
             .key(&k.gws)
             .key(&k.away)
@@ -453,9 +516,11 @@ impl Store {
             .key(&k.pre_away)
             .key(&k.absent)
             .key(&k.parked)
-            .arg(reason.as_str())
-            .invoke_async(&mut self.c())
-            .await?;
+            .arg(reason.as_str());
+        if let Some(at) = sold_out_at {
+            invocation.arg(at);
+        }
+        let v: Value = invocation.invoke_async(&mut self.c()).await?;
         Ok(!matches!(v, Value::Nil))
     }
 }

@@ -79,6 +79,28 @@ impl Store {
         place: PlaceId,
         now_ms: u64,
     ) -> Result<SessionEnd> {
+        self.end_session_as(q, place, now_ms, false).await
+    }
+
+    /// Ends `place`'s session as [`Store::end_session`] does, for a sale: when this call ends
+    /// it, it counts as a sold basket of the queue's inventory until the booking service's
+    /// next report (`src/inventory.rs`).
+    pub async fn consume_session(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        now_ms: u64,
+    ) -> Result<SessionEnd> {
+        self.end_session_as(q, place, now_ms, true).await
+    }
+
+    async fn end_session_as(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        now_ms: u64,
+        consumed: bool,
+    ) -> Result<SessionEnd> {
         let k = QueueKeys::new(q);
         let v: Value = SCRIPTS
             .end_session
@@ -90,6 +112,7 @@ impl Store {
             .key(&k.arrivals)
             .arg(place.0)
             .arg(now_ms)
+            .arg(if consumed { "1" } else { "" })
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

@@ -9,6 +9,8 @@
 //!   for the line, and the `status` message browsers hear.
 //! * `no_shows` — `arrival_seconds` and `make_up_no_shows` in `PUT /admin/queues/{queue}`:
 //!   the checks a no-show setting must pass.
+//! * `inventory` — `basket_size`, `sold_out_grace_seconds` and `inventory_stale_after_seconds`
+//!   in `PUT /admin/queues/{queue}`, and the last inventory report `GET` shows.
 //! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
 //!   changes that need `"confirm": true`.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
@@ -26,6 +28,7 @@ mod dashboard;
 mod edits;
 mod errors;
 mod gateways;
+mod inventory;
 mod no_shows;
 mod openapi;
 pub(crate) mod queues;

@@ -50,6 +50,9 @@ pub struct QueueView {
     pub effective_per_second: f64,
     /// Why `effective_per_second` is what it is.
     pub rate_reason: RateReason,
+    /// The booking service's last inventory report (`inventory_remaining`, …).
+    #[serde(flatten)]
+    pub inventory: super::inventory::InventoryView,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -117,6 +120,16 @@ pub struct QueueUpdate {
     /// Raise the rate to make up for the measured no-show share: rate ÷ (1 − share), at most
     /// 2 × the rate (needs `arrival_seconds`).
     pub make_up_no_shows: Option<bool>,
+    // >>> inventory (`super::inventory` checks and applies these)
+    /// Items one admission may take against the reported inventory (1 ..= 1000).
+    pub basket_size: Option<u64>,
+    /// Seconds a queue whose inventory is gone waits with no active session before it closes
+    /// with `sold_out` (1 ..= 86400).
+    pub sold_out_grace_seconds: Option<u64>,
+    /// Seconds after which an inventory report is stale: browsers hear `unknown`
+    /// (1 ..= 86400).
+    pub inventory_stale_after_seconds: Option<u64>,
+    // <<< inventory
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -192,6 +205,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let full = config.max_active.is_some_and(|m| stats.active >= m);
     let (effective_per_second, rate_reason) = source.effective(config.paused, full);
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
+    let inventory = super::inventory::view(st, &q, &config, now).await?;
     Ok(Some(QueueView {
         queue: q,
         config,
@@ -199,6 +213,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
         page,
         effective_per_second,
         rate_reason,
+        inventory,
     }))
 }
 
@@ -330,6 +345,14 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         super::no_shows::NoShowChange {
             arrival_seconds: u.arrival_seconds,
             make_up_no_shows: u.make_up_no_shows,
+        },
+    )?;
+    super::inventory::apply(
+        &mut cfg,
+        super::inventory::InventoryChange {
+            basket_size: u.basket_size,
+            sold_out_grace_seconds: u.sold_out_grace_seconds,
+            inventory_stale_after_seconds: u.inventory_stale_after_seconds,
         },
     )?;
     super::states::apply(&mut cfg, u.state_change())?;

@@ -12,6 +12,7 @@
 //! * `passthrough` — the courier of admissions made by joins themselves (woken per join).
 //! * `rate` — the measured admission rate and a tick's expected admissions.
 //! * `registry` — the queue and sale registries as a tick reads them, lost entries listed again.
+//! * `sold_out` — the `sold_out` close of a queue whose inventory is gone, after its grace.
 //! * `gateways` — live gateways and stream-message batching, shared by the above.
 //!
 //! Imports run one way: this file uses its submodules, and none of them uses it.
@@ -25,6 +26,7 @@ mod premint;
 mod queue;
 mod rate;
 mod registry;
+mod sold_out;
 mod timing;
 mod tokens;
 

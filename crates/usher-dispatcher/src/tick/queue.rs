@@ -202,6 +202,7 @@ impl QueueTick {
         crate::metrics::queue_ticked(q, &out);
         crate::metrics::queue_rate(q, inputs.effective(&out, self.now));
         crate::metrics::queue_no_shows(q, out.no_shows, inputs.policy.no_show_ratio);
+        crate::metrics::queue_inventory(q, &out);
         tracing::Span::current().record("admitted", out.admitted);
         let delivered = match delivery {
             Delivery::Done(n) => n,
@@ -219,6 +220,9 @@ impl QueueTick {
         drop(tokens);
         held.rate.observe(self.now, &out);
         self.publish_state(q, &held, &out, bucket_rate).await?;
+        if out.sold_out {
+            super::sold_out::close(&self.store, &self.gateways, q, self.now).await?;
+        }
         self.premint_next(q, &mut held, &out);
         Ok(Outcome::Ticked {
             held,
@@ -289,6 +293,7 @@ impl QueueTick {
             runs: out.runs.clone(),
             samples: out.samples.clone(),
             last_place: out.last_place,
+            inventory: out.inventory,
         };
         let batches: Vec<_> = out
             .gateways

@@ -52,19 +52,22 @@ impl Hub {
                 waiting: s.waiting.max(position),
                 eta_seconds: eta_seconds(position, s.rate),
                 as_of_ms: s.at_ms,
+                inventory: s.inventory.map(|i| i.outlook(position)),
             };
             // Browsers hear again when their position (or ETA) changes; the line's length
             // rides along with that, so a burst of joins behind them costs no writes.
             tx.send_if_modified(|cur| match cur {
                 Update::Waiting(w) => {
-                    let moved = (w.position, w.eta_seconds) != (ev.position, ev.eta_seconds);
+                    let moved = (w.position, w.eta_seconds) != (ev.position, ev.eta_seconds)
+                        || w.inventory != ev.inventory;
                     *w = ev;
                     moved
                 }
                 // A pending notice stays and carries the new position along.
                 Update::Notice { waiting, .. } => {
-                    let moved =
-                        (waiting.position, waiting.eta_seconds) != (ev.position, ev.eta_seconds);
+                    let moved = (waiting.position, waiting.eta_seconds)
+                        != (ev.position, ev.eta_seconds)
+                        || waiting.inventory != ev.inventory;
                     *waiting = ev;
                     moved
                 }

@@ -209,6 +209,7 @@ impl Hub {
 mod admissions;
 mod draw_void;
 mod held_key;
+mod inventory;
 mod line;
 mod slots;
 #[cfg(test)]

@@ -16,6 +16,7 @@ fn waiting(position: u64) -> WaitingEvent {
         waiting: position,
         eta_seconds: Some(0),
         as_of_ms: 0,
+        inventory: None,
     }
 }
 

@@ -361,6 +361,8 @@ async fn setup(
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
+                // The inventory comes with the line's next `state` (one tick at most).
+                inventory: None,
             });
             live(ticket, reserved, place, first, previous_gateway)
         }

@@ -91,6 +91,11 @@ pub struct TickOutcome {
     /// This call admitted [`ADMIT_PER_CALL`] places and the tick's budget is not spent: call
     /// [`Store::tick`] again with the same arguments (the same admission time) to admit more.
     pub more: bool,
+    /// The queue's inventory as the booking service last reported it (`None`: no report).
+    pub inventory: Option<crate::inventory::InventoryState>,
+    /// Nothing is left and no session has been active for `sold_out_grace_seconds`: the
+    /// dispatcher closes the queue with `sold_out` (`Store::close_sold_out`).
+    pub sold_out: bool,
 }
 
 /// Spacing of the first, coarse position samples (25% apart); refined where needed.
@@ -215,6 +220,10 @@ struct TickReply {
     fresh: Vec<String>,
     more: bool,
     no_shows: u64,
+    #[serde(default)]
+    inventory: Option<crate::inventory::InventoryState>,
+    #[serde(default)]
+    sold_out: bool,
 }
 
 impl TickReply {
@@ -242,6 +251,8 @@ impl TickReply {
             fresh: OutboxEntry::parse_all(&self.fresh)?,
             fresh_entries: self.fresh.len() as u64,
             more: self.more,
+            inventory: self.inventory,
+            sold_out: self.sold_out,
         })
     }
 }
