@@ -30,6 +30,12 @@ const STATS = [
   ["rate_reason", "Rate reason"],
   ["no_show_ratio", "No-show share"],
   ["no_shows_total", "No-shows in total"],
+  // >>> inventory (what the booking service reports left; "—" while it reports nothing)
+  ["inventory_remaining", "Inventory left"],
+  ["inventory_report_age_seconds", "Inventory report age (s)"],
+  ["basket_size", "Basket size"],
+  ["sold_out_grace_seconds", "Sold-out grace (s)"],
+  // <<< inventory
   ["eta_last", "ETA of the last in line"],
   ["opens_at", "Opens at"],
   ["admitted_total", "Admitted in total"],

@@ -127,6 +127,7 @@
       $("bar").setAttribute("aria-valuenow", String(pct));
       const eta = held ? t("eta_unknown") : etaWords(st.eta); // no ETA while admission holds
       $("eta").textContent = eta;
+      drawInventory(st.inventory);
       const now = Date.now();
       if (now - announcedAt >= ANNOUNCE_EVERY_MS) {
         announcedAt = now;
@@ -137,6 +138,21 @@
     button("leave", live && saved().ticket ? t("leave") : "", askLeave);
     if (!leading || st.phase !== "closed") button("primary", "", null);
   }
+
+  // >>> inventory: what is left and whether this place is likely to get one (`inventory` in
+  // `waiting`, while the booking service reports it), said plainly so nobody waits for nothing.
+  function drawInventory(inv) {
+    const box = $("inventory");
+    box.hidden = !inv;
+    if (!inv) return;
+    box.dataset.chance = inv.chance;
+    box.textContent = inv.remaining === 0
+      ? t("inventory_sold_out")
+      : t("inventory_" + inv.chance, { n: num.format(inv.remaining) });
+    // Nobody is admitted while nothing is left: no waiting time either.
+    if (inv.remaining === 0) $("eta").textContent = t("eta_unknown");
+  }
+  // <<< inventory
 
   function setState(next) {
     state = next;
@@ -202,7 +218,8 @@
       save({ ticket: e.lastEventId, first: fresh ? d.position : Math.max(s.first || 0, d.position) });
       stopCountdown();
       setConn("connected");
-      setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first });
+      setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first,
+        inventory: d.inventory });
     });
     es.addEventListener("admitted", (e) => {
       es.close();
