@@ -139,18 +139,14 @@
     if (!leading || st.phase !== "closed") button("primary", "", null);
   }
 
-  // >>> inventory: what is left and whether this place is likely to get one (`inventory` in
-  // `waiting`, while the booking service reports it), said plainly so nobody waits for nothing.
+  // >>> inventory: what is left, and this place's chance (`inventory` in `waiting`)
   function drawInventory(inv) {
     const box = $("inventory");
     box.hidden = !inv;
     if (!inv) return;
-    box.dataset.chance = inv.chance;
-    box.textContent = inv.remaining === 0
-      ? t("inventory_sold_out")
-      : t("inventory_" + inv.chance, { n: num.format(inv.remaining) });
-    // Nobody is admitted while nothing is left: no waiting time either.
-    if (inv.remaining === 0) $("eta").textContent = t("eta_unknown");
+    const out = inv.remaining === 0;
+    box.textContent = out ? t("inventory_sold_out") : t("inventory_" + inv.chance, { n: num.format(inv.remaining) });
+    if (out) $("eta").textContent = t("eta_unknown"); // none admitted
   }
   // <<< inventory
 
