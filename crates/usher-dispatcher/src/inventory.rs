@@ -25,7 +25,7 @@ use crate::state::{bearer_is, redis_down, AppState};
 
 /// The routes, merged into the dispatcher's router.
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(report))
+    OpenApiRouter::new().routes(routes!(report_inventory))
 }
 
 /// `PUT /api/queues/{queue}/inventory` body.
@@ -70,7 +70,7 @@ struct InventoryAnswer {
         (status = 507, description = "Redis is out of memory.", body = ErrorBody),
     ),
 )]
-async fn report(
+async fn report_inventory(
     State(st): State<AppState>,
     Path(raw): Path<String>,
     headers: HeaderMap,
