@@ -221,9 +221,13 @@ REDIS_URL="redis://$HOST:$REDIS_PORT"
 if [ -n "${USHER_ADMIN_TOKEN:-}" ] && [ "${#USHER_ADMIN_TOKEN}" -lt 32 ]; then
     die "USHER_ADMIN_TOKEN is shorter than 32 characters: the dispatcher would refuse it"
 fi
+# Booking services' token (load and inventory reports, docs/sale-day.md#inventory): the one
+# given, or a fresh one (48 hex digits), written to the env file below.
+SERVICE_TOKEN="${USHER_SERVICE_TOKEN:-$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')}"
+[ "${#SERVICE_TOKEN}" -ge 32 ] || die "USHER_SERVICE_TOKEN is shorter than 32 characters"
 start dispatcher env USHER_LISTEN="$HOST:$DISPATCHER_PORT" USHER_REDIS_URL="$REDIS_URL" \
     USHER_TICK_MS=1000 USHER_DEV=1 ${USHER_ADMIN_TOKEN:+USHER_ADMIN_TOKEN="$USHER_ADMIN_TOKEN"} \
-    "$BIN/usher-dispatcher"
+    USHER_SERVICE_TOKEN="$SERVICE_TOKEN" "$BIN/usher-dispatcher"
 wait_ready dispatcher "$DISPATCHER_URL/readyz"
 log "dispatcher ready $DISPATCHER_URL    log: $TMP/dispatcher.log"
 
@@ -258,6 +262,7 @@ export DISPATCHER=$DISPATCHER_URL
 export GATEWAY=$GATEWAY1_URL
 export BOOKING=$BOOKING_URL
 export USHER_ADMIN_TOKEN=$ADMIN_TOKEN
+export USHER_SERVICE_TOKEN=$SERVICE_TOKEN
 ENV
 log "wrote $RUN_ENV (source it for the README's tour)"
 
@@ -318,7 +323,7 @@ cat <<EOF
     $GATEWAY1_URL/q/$QUEUE      ($GATEWAY1_URL/q/$QUEUE?lang=ko in Korean)
 
   In another terminal, from this directory, the README's tour begins with:
-    source $RUN_ENV     # DISPATCHER, GATEWAY, BOOKING and USHER_ADMIN_TOKEN
+    source $RUN_ENV     # DISPATCHER, GATEWAY, BOOKING, USHER_ADMIN_TOKEN, USHER_SERVICE_TOKEN
 
   Join the line (each open stream is one browser; it ends after 'admitted'):
     curl -N $GATEWAY1_URL/api/queues/$QUEUE/stream
