@@ -375,3 +375,98 @@ async fn sold_out_closes_the_line_after_the_grace_and_a_report_within_it_resumes
     assert_eq!(reason.as_deref(), Some("sold_out"), "kept for late resumes");
     Ok(())
 }
+
+// ---- The time rules at the store, on a synthetic clock (the scripts take `now`) ----
+
+/// A synthetic "now": nothing below reads the wall clock.
+const T0: u64 = 1_700_000_000_000;
+
+/// One tick script call at `now_ms`.
+async fn tick_at(
+    store: &usher_core::store::Store,
+    q: &QueueId,
+    lease: &usher_core::store::Lease,
+    now_ms: u64,
+) -> anyhow::Result<usher_core::store::TickOutcome> {
+    match store
+        .tick(q, &usher_testkit::tick_args(lease, now_ms))
+        .await?
+    {
+        usher_core::store::Tick::Ticked(o) => Ok(o),
+        other => anyhow::bail!("tick at {now_ms}: {other:?}"),
+    }
+}
+
+/// The grace runs from the first tick that finds nothing left and no session active, to the
+/// millisecond; a report above 0 within it starts it over; the close checks it again. A
+/// report is stale once older than `inventory_stale_after_seconds`, to the millisecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_and_staleness_run_to_the_millisecond() -> anyhow::Result<()> {
+    use usher_core::store::{QueueConfig, Store};
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("clock")?;
+    let config = QueueConfig {
+        admit_per_second: 10.0,
+        passthrough: false,
+        sold_out_grace_seconds: 5,
+        inventory_stale_after_seconds: 60,
+        ..Default::default()
+    };
+    store.put_queue(&q, &config).await?;
+    let joined = store.join_many(&q, 0, T0, 3).await?;
+    let usher_core::store::PlaceState::Waiting {
+        place: first_place, ..
+    } = joined.state(0)
+    else {
+        anyhow::bail!("the first join waits");
+    };
+    let lease = usher_testkit::line::take_lease(&store, &q).await?;
+    let inv = store.report_inventory(&q, 0, T0).await?;
+    assert_eq!(inv.map(|i| (i.remaining, i.held)), Some((0, 0)));
+
+    let first = tick_at(&store, &q, &lease, T0).await?;
+    assert_eq!(first.admitted, 0, "nothing left: nobody admitted");
+    assert!(!first.sold_out);
+    assert!(
+        !tick_at(&store, &q, &lease, T0 + 4_999).await?.sold_out,
+        "within the grace"
+    );
+    assert!(
+        !store.close_sold_out(&q, T0 + 4_999).await?,
+        "the close checks the grace too"
+    );
+    // Items came back: the grace starts over, and admission resumes.
+    store.report_inventory(&q, 1, T0 + 4_999).await?;
+    let back = tick_at(&store, &q, &lease, T0 + 5_000).await?;
+    assert!(!back.sold_out);
+    assert_eq!(back.admitted, 1, "a report above 0 resumes admission");
+    // Sold out again while that session is active: no grace yet.
+    store.report_inventory(&q, 0, T0 + 5_000).await?;
+    assert!(!tick_at(&store, &q, &lease, T0 + 20_000).await?.sold_out);
+    // Its session (the first place's) ends, released: a cart abandoned with nothing left.
+    // The grace starts at the next tick.
+    store.end_session(&q, first_place, T0 + 20_000).await?;
+    let idle = tick_at(&store, &q, &lease, T0 + 20_001).await?;
+    assert!(!idle.sold_out);
+    assert!(!tick_at(&store, &q, &lease, T0 + 25_000).await?.sold_out);
+    let due = tick_at(&store, &q, &lease, T0 + 25_001).await?;
+    assert!(due.sold_out, "5 s after the first idle tick");
+    assert!(store.close_sold_out(&q, T0 + 25_001).await?);
+    let cfg = store.queue_config(&q).await?.expect("configured");
+    assert!(!cfg.open, "closed");
+
+    // Staleness, on another queue: fresh up to 60 s after the report, stale after.
+    let s = QueueId::new("stale")?;
+    store.put_queue(&s, &config).await?;
+    let lease = usher_testkit::line::take_lease(&store, &s).await?;
+    store.report_inventory(&s, 10, T0).await?;
+    let fresh = tick_at(&store, &s, &lease, T0 + 60_000).await?;
+    assert_eq!(fresh.inventory.map(|i| i.stale), Some(false));
+    let stale = tick_at(&store, &s, &lease, T0 + 60_001).await?;
+    assert_eq!(
+        stale.inventory.map(|i| (i.remaining, i.stale)),
+        Some((10, true))
+    );
+    Ok(())
+}
