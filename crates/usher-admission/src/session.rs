@@ -170,14 +170,9 @@ impl SessionApi {
         queue: &str,
         remaining: u64,
     ) -> Result<(), Error> {
-        let mut url = self.base.clone();
-        url.path_segments_mut()
-            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
-            .pop_if_empty()
-            .extend(["api", "queues", queue, "inventory"]);
         let r = self
             .http
-            .put(url)
+            .put(self.inventory_url(queue)?)
             .bearer_auth(service_token)
             .json(&serde_json::json!({ "remaining": remaining }))
             .send()
@@ -191,6 +186,16 @@ impl SessionApi {
             }
             status => Err(Error::Unexpected { status }),
         }
+    }
+
+    /// `PUT` URL of `queue`'s inventory: the name is one path segment, percent-encoded.
+    fn inventory_url(&self, queue: &str) -> Result<Url, Error> {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
+            .pop_if_empty()
+            .extend(["api", "queues", queue, "inventory"]);
+        Ok(url)
     }
 
     /// `PUT` URL of `backend`'s load: the name is one path segment, percent-encoded.
@@ -269,6 +274,20 @@ mod tests {
             let api = SessionApi::new(&Url::parse(base)?, reqwest::Client::new())?;
             assert_eq!(api.load_url(backend)?.as_str(), want);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_queue_name_is_one_encoded_segment_of_the_inventory_url() -> Result<(), Error> {
+        let api = SessionApi::new(&Url::parse("http://d/usher/")?, reqwest::Client::new())?;
+        assert_eq!(
+            api.inventory_url("show")?.as_str(),
+            "http://d/usher/api/queues/show/inventory"
+        );
+        assert_eq!(
+            api.inventory_url("a/b")?.as_str(),
+            "http://d/usher/api/queues/a%2Fb/inventory"
+        );
         Ok(())
     }
 }

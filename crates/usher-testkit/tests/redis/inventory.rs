@@ -223,6 +223,15 @@ async fn reports_drive_admissions_and_a_consumed_session_counts_as_sold() -> any
     let view = stack.queue("inv").await?;
     assert_eq!(view["inventory_remaining"], 4, "{view}");
     assert_eq!(view["waiting"], 1, "{view}");
+    // `/metrics` shows what is left at the last tick.
+    let metrics = format!("{}/metrics", stack.dispatcher.url());
+    eventually("the inventory gauge", async || {
+        let text = stack.http.get(&metrics).send().await?.text().await?;
+        let line = "usher_queue_inventory_remaining{queue=\"inv\"} 4";
+        anyhow::ensure!(text.lines().any(|l| l == line), "no {line:?}");
+        anyhow::Ok(())
+    })
+    .await?;
     assert!(
         service.report_inventory("nosuch", 1).await.is_err(),
         "an unknown queue is refused"
