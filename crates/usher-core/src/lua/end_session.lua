@@ -14,7 +14,7 @@ end_sessions(KEYS[2], KEYS[3], KEYS[4], {ARGV[1]}, tonumber(ARGV[2]), max_ms)
 if tonumber(exp) <= tonumber(ARGV[2]) then return {SESSION_ENDED} end
 -- >>> inventory: a consumed session counts as a sold basket until the next report resets
 -- the count (inventory.lua); a released one gives its basket back
-if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], 'inventory_remaining') == 1 then
+if ARGV[3] == '1' and redis.call('HGET', KEYS[1], 'inventory_remaining') then
   redis.call('HINCRBY', KEYS[1], 'inventory_consumed', 1)
 end
 -- <<< inventory

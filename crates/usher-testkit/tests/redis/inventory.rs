@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use usher_admission::Admission;
 use usher_core::ids::QueueId;
 use usher_core::time::now_ms;
+use usher_testkit::acl::Component;
 use usher_testkit::answers::json_error;
 use usher_testkit::line::{data, jwks, verify_token, T};
 use usher_testkit::sse::Watcher;
@@ -21,14 +22,36 @@ use usher_testkit::{RedisProbe, RedisServer, SseClient};
 
 const SERVICE_TOKEN: &str = "service-token-for-inventory-tests-0123";
 
+const ACL_PASSWORD: &str = "inventory-acl-password";
+
 /// Redis, a dispatcher that takes booking services' reports (`USHER_SERVICE_TOKEN`) and
-/// ticks every `tick_ms`, and one gateway.
+/// ticks every `tick_ms`, and one gateway; each binary runs as a Redis user with exactly its
+/// ACL (`usher_testkit::acl`, the lines docs/managed-redis.md prints), so every inventory
+/// script is proven to need no more ([`no_acl_denials`]).
 async fn stack(tick_ms: u64) -> anyhow::Result<Stack> {
     let redis = RedisServer::start()?;
-    let mut cfg = usher_testkit::config::dispatcher(&redis.url(), tick_ms);
+    let mut admin = redis::Client::open(redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut url_of = async |name: &str, c: Component| -> anyhow::Result<String> {
+        let line = c.setuser(name, ACL_PASSWORD);
+        let mut words = line.split_whitespace();
+        let mut cmd = redis::cmd(words.next().unwrap_or_default());
+        let _: () = cmd
+            .arg(words.collect::<Vec<_>>())
+            .query_async(&mut admin)
+            .await?;
+        Ok(format!(
+            "redis://{name}:{ACL_PASSWORD}@127.0.0.1:{}",
+            redis.port()
+        ))
+    };
+    let d_url = url_of("usher-dispatcher", Component::Dispatcher).await?;
+    let g_url = url_of("usher-gateway", Component::Gateway).await?;
+    let mut cfg = usher_testkit::config::dispatcher(&d_url, tick_ms);
     cfg.service_token = Some(SERVICE_TOKEN.to_owned());
     let dispatcher = dispatcher_with(cfg).await?;
-    let gw = gateway(&redis.url()).await?;
+    let gw = gateway(&g_url).await?;
     let stack = Stack {
         redis,
         dispatcher,
@@ -48,6 +71,16 @@ async fn stack(tick_ms: u64) -> anyhow::Result<Stack> {
         .await?;
     }
     Ok(stack)
+}
+
+/// Redis denied neither binary anything (its `ACL LOG` is empty).
+async fn no_acl_denials(stack: &Stack) -> anyhow::Result<()> {
+    let mut admin = redis::Client::open(stack.redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query_async(&mut admin).await?;
+    anyhow::ensure!(log.is_empty(), "Redis denied usher something: {log:?}");
+    Ok(())
 }
 
 /// `PUT /api/queues/{queue}/inventory` with `body`, as a booking service sends it.
@@ -251,7 +284,7 @@ async fn reports_drive_admissions_and_a_consumed_session_counts_as_sold() -> any
         service.report_inventory("nosuch", 1).await.is_err(),
         "an unknown queue is refused"
     );
-    Ok(())
+    no_acl_denials(&stack).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,7 +436,7 @@ async fn sold_out_closes_the_line_after_the_grace_and_a_report_within_it_resumes
         .meta_field(&QueueId::new("last")?, "close_reason")
         .await?;
     assert_eq!(reason.as_deref(), Some("sold_out"), "kept for late resumes");
-    Ok(())
+    no_acl_denials(&stack).await
 }
 
 // ---- The time rules at the store, on a synthetic clock (the scripts take `now`) ----
