@@ -54,8 +54,9 @@ impl Hub {
                 as_of_ms: s.at_ms,
                 inventory: s.inventory.map(|i| i.outlook(position)),
             };
-            // Browsers hear again when their position (or ETA) changes; the line's length
-            // rides along with that, so a burst of joins behind them costs no writes.
+            // Browsers hear again when their position (or ETA, or inventory outlook) changes;
+            // the line's length rides along with that, so a burst of joins behind them costs
+            // no writes.
             tx.send_if_modified(|cur| match cur {
                 Update::Waiting(w) => {
                     let moved = (w.position, w.eta_seconds) != (ev.position, ev.eta_seconds)
