@@ -9,7 +9,7 @@
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use usher_core::ids::QueueId;
@@ -25,7 +25,7 @@ use crate::state::{bearer_is, redis_down, AppState};
 
 /// The routes, merged into the dispatcher's router.
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(report_inventory))
+    OpenApiRouter::new().routes(routes!(report_inventory, forget_inventory))
 }
 
 /// `PUT /api/queues/{queue}/inventory` body.
@@ -76,16 +76,7 @@ async fn report_inventory(
     headers: HeaderMap,
     body: Result<Json<InventoryBody>, JsonRejection>,
 ) -> Result<Json<InventoryAnswer>, ApiError> {
-    let Some(expected) = &st.service_token else {
-        return Err(ApiError::unauthorized(
-            "USHER_SERVICE_TOKEN is not set: inventory reports are refused",
-        ));
-    };
-    if !bearer_is(&headers, expected) {
-        return Err(ApiError::unauthorized(
-            "missing or wrong service bearer token",
-        ));
-    }
+    service(&st, &headers)?;
     let q = QueueId::new(&raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     check_remaining(b.remaining).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -110,6 +101,51 @@ async fn report_inventory(
         admitting: inv.remaining > inv.held,
         gateways,
     }))
+}
+
+/// `DELETE /api/queues/{queue}/inventory`: forgets the queue's inventory report.
+#[utoipa::path(
+    delete,
+    path = "/api/queues/{queue}/inventory",
+    tag = "inventory",
+    security(("service_token" = [])),
+    params(("queue" = QueueId, Path, description = "The queue the booking service sells.")),
+    responses(
+        (status = 204, description = "Forgotten (also when there was none): the queue admits as if it never had a report, and its browsers stop hearing of the inventory at the next tick."),
+        (status = 400, description = "A bad queue name.", body = ErrorBody),
+        (status = 401, description = "Missing or wrong service token, or `USHER_SERVICE_TOKEN` unset on the dispatcher.", body = ErrorBody),
+        (status = 404, description = "No such queue.", body = ErrorBody),
+        (status = 503, description = "Redis is unreachable.", body = ErrorBody),
+    ),
+)]
+async fn forget_inventory(
+    State(st): State<AppState>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    service(&st, &headers)?;
+    let q = QueueId::new(&raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if !st.store.forget_inventory(&q).await.map_err(redis_down)? {
+        return Err(ApiError::not_found(format!("no queue {raw:?}")));
+    }
+    let _ = st.hints.send(q.clone());
+    tracing::info!(queue = %q, "inventory report forgotten");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `401` unless the request carries the service token.
+fn service(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = &st.service_token else {
+        return Err(ApiError::unauthorized(
+            "USHER_SERVICE_TOKEN is not set: inventory reports are refused",
+        ));
+    };
+    if !bearer_is(headers, expected) {
+        return Err(ApiError::unauthorized(
+            "missing or wrong service bearer token",
+        ));
+    }
+    Ok(())
 }
 
 /// Tells every live gateway holding browsers of `q` the new inventory (they pass each

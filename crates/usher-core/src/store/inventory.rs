@@ -59,6 +59,21 @@ impl Store {
         }))
     }
 
+    /// Forgets `q`'s inventory report: it admits as if it never had one. `false` for an
+    /// unknown queue.
+    pub async fn forget_inventory(&self, q: &QueueId) -> Result<bool> {
+        let k = QueueKeys::new(q);
+        let v: Value = SCRIPTS
+            .inventory
+            .key(&k.meta)
+            .key(&k.active)
+            .arg("")
+            .arg(0)
+            .invoke_async(&mut self.c())
+            .await?;
+        Ok(!matches!(v, Value::Nil))
+    }
+
     /// `q`'s last inventory report; `None` when it has none (it admits as before).
     pub async fn inventory_report(&self, q: &QueueId) -> Result<Option<InventoryReport>> {
         let (reported, at_ms, consumed): (Option<u64>, Option<u64>, Option<u64>) =

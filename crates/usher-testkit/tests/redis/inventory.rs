@@ -284,6 +284,29 @@ async fn reports_drive_admissions_and_a_consumed_session_counts_as_sold() -> any
         service.report_inventory("nosuch", 1).await.is_err(),
         "an unknown queue is refused"
     );
+    // The report forgotten, the queue admits as before: the last browser too.
+    let forget = |queue: &str, token: &str| {
+        reqwest::Client::new()
+            .delete(format!(
+                "{}/api/queues/{queue}/inventory",
+                stack.dispatcher.url()
+            ))
+            .bearer_auth(token)
+            .send()
+    };
+    json_error(
+        forget("inv", "wrong-token-wrong-token-wrong-token").await?,
+        401,
+    )
+    .await?;
+    json_error(forget("nosuch", SERVICE_TOKEN).await?, 404).await?;
+    assert_eq!(forget("inv", SERVICE_TOKEN).await?.status(), 204);
+    let last = eventually("the last browser is admitted", async || token(&ws[5])).await?;
+    verify_token(&keys, &last, "inv")?;
+    assert_eq!(
+        stack.queue("inv").await?["inventory_remaining"],
+        Value::Null
+    );
     no_acl_denials(&stack).await
 }
 
