@@ -285,6 +285,13 @@ function settingsForm(id, entry) {
           el("option", { value: "", text: "—" }),
           el("option", { value: "true", text: "on" }),
           el("option", { value: "false", text: "off" })))),
+    // >>> inventory
+    el("div", { class: "row" },
+      el("label", {}, "Basket size (items per admission)",
+        el("input", { name: "basket_size", type: "number", min: "1", max: "1000", step: "1" })),
+      el("label", {}, "Sold-out grace, s",
+        el("input", { name: "sold_out_grace_seconds", type: "number", min: "1", step: "1" }))),
+    // <<< inventory
     adaptive,
     el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Apply changes…" })));
   markChanged(form);
@@ -318,6 +325,9 @@ function changedSettings(form) {
   if (changed("arrival_seconds")) body.arrival_seconds = numberOrNull(form.elements.arrival_seconds.value);
   if (changed("make_up_no_shows") && form.elements.make_up_no_shows.value !== "") {
     body.make_up_no_shows = form.elements.make_up_no_shows.value === "true";
+  }
+  for (const name of ["basket_size", "sold_out_grace_seconds"]) { // inventory
+    if (changed(name) && form.elements[name].value !== "") body[name] = Number(form.elements[name].value);
   }
   const adaptiveTouched = changed("adaptive_on") ||
     ADAPTIVE_FIELDS.some(([n]) => changed("adaptive." + n));
@@ -356,6 +366,8 @@ function fillSettings(form, q, all) {
   set("opens_at", localFromIso(q.opens_at));
   set("arrival_seconds", q.arrival_seconds);
   set("make_up_no_shows", typeof q.make_up_no_shows === "boolean" ? String(q.make_up_no_shows) : "");
+  set("basket_size", q.basket_size); // inventory
+  set("sold_out_grace_seconds", q.sold_out_grace_seconds);
   const a = q.adaptive && typeof q.adaptive === "object" ? q.adaptive : null;
   set("adaptive_on", !!a);
   for (const [n] of ADAPTIVE_FIELDS) set("adaptive." + n, a ? a[n] : "");

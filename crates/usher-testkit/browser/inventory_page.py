@@ -6,6 +6,7 @@ crates/usher-testkit/tests/browsers/inventory_page.rs with the environment of wa
 The last stdout line is `RESULT ok <scenarios>`; a failed check raises.
 """
 
+import json
 import os
 
 from playwright.sync_api import sync_playwright
@@ -62,7 +63,7 @@ def main():
                 assert page.inner_text("#eta") == "Waiting time not known yet", page.inner_text("#eta")
             shot(pages[0], "inventory-sold-out")
 
-        @scenario("the dashboard shows what is left and the report's age")
+        @scenario("the dashboard shows what is left and the report's age, and sets the basket")
         def dashboard():
             ctx = browser.new_context(locale="en-US", viewport={"width": 1280, "height": 800})
             page = ctx.new_page()
@@ -80,13 +81,26 @@ def main():
             age = page.inner_text(f"{card} [data-field='inventory_report_age_seconds']")
             assert age.isdigit() and int(age) < 60, age
             assert page.inner_text(f"{card} [data-field='basket_size']") == "1"
+            # The basket size is set from the card's settings: only it is sent.
+            page.click(f"{card} summary")
+            page.fill(f"{card} [name=basket_size]", "2")
+            page.click(f"{card} button:text('Apply changes…')")
+            page.wait_for_function("() => document.getElementById('confirm').open", timeout=T)
+            shown = page.inner_text("#confirm-call")
+            assert shown.startswith("PUT /admin/queues/seats"), shown
+            assert json.loads(shown.split("\n\n", 1)[1]) == {"basket_size": 2}, shown
+            page.click("#confirm-ok")
+            page.wait_for_function(
+                f"() => document.querySelector(\"{card} [data-field='basket_size']\")"
+                "?.textContent === '2'", timeout=T)
+            assert admin("GET", "/admin/queues/seats")["basket_size"] == 2
             shot(page, "inventory-dashboard")
             ctx.close()
 
         honest()
         dashboard()
         browser.close()
-    print("RESULT ok " + __import__("json").dumps(passed), flush=True)
+    print("RESULT ok " + json.dumps(passed), flush=True)
 
 
 if __name__ == "__main__":

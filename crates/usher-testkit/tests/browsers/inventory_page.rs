@@ -42,7 +42,7 @@ async fn the_page_tells_what_is_left_and_the_honest_chance() -> anyhow::Result<(
         passed,
         [
             "each place reads how many are left and its honest chance, sold out at once",
-            "the dashboard shows what is left and the report's age",
+            "the dashboard shows what is left and the report's age, and sets the basket",
         ]
     );
     for shot in [
