@@ -34,3 +34,63 @@ impl Hub {
         woken
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use usher_core::ids::PlaceId;
+    use usher_core::inventory::{Chance, InventoryState};
+    use usher_core::messages::WaitingEvent;
+
+    use super::*;
+
+    fn connect(hub: &Hub, q: &QueueId, seq: u64) -> tokio::sync::watch::Receiver<Update> {
+        let waiting = WaitingEvent {
+            queue: q.clone(),
+            position: seq,
+            waiting: 3,
+            eta_seconds: None,
+            as_of_ms: 0,
+            inventory: None,
+        };
+        let r = hub.reserve(q, PlaceId(seq), None);
+        hub.attach(r, Update::Waiting(waiting)).expect("attached").1
+    }
+
+    fn chance(rx: &tokio::sync::watch::Receiver<Update>) -> Option<Chance> {
+        match &*rx.borrow() {
+            Update::Waiting(w) => w.inventory.map(|i| i.chance),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn each_place_hears_its_chance_and_only_a_change_wakes_it() {
+        let hub = Hub::new();
+        let q = QueueId::new("q").expect("valid");
+        let mut rxs: Vec<_> = (1..=3).map(|p| connect(&hub, &q, p)).collect();
+        for rx in &mut rxs {
+            rx.mark_unchanged();
+        }
+        let two_left = InventoryState {
+            remaining: 2,
+            held: 0,
+            basket_size: 1,
+            stale: false,
+        };
+        assert_eq!(hub.apply_inventory(&q, &two_left), 3);
+        let chances: Vec<_> = rxs.iter().map(chance).collect();
+        use Chance::*;
+        assert_eq!(chances, [Some(Likely), Some(Likely), Some(Unlikely)]);
+        for rx in &mut rxs {
+            rx.mark_unchanged();
+        }
+        assert_eq!(
+            hub.apply_inventory(&q, &two_left),
+            0,
+            "nothing new: nobody woken"
+        );
+        assert!(rxs.iter().all(|rx| !rx.has_changed().unwrap_or(true)));
+        let other = QueueId::new("other").expect("valid");
+        assert_eq!(hub.apply_inventory(&other, &two_left), 0);
+    }
+}
