@@ -68,6 +68,7 @@ scripts!(
     place_key,
     prune_bound,
     put_settings,
+    account,
 );
 
 #[cfg(test)]

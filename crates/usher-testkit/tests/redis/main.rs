@@ -32,6 +32,7 @@ mod edits;
 mod faults;
 mod flow;
 mod hard_limits;
+mod invitations;
 mod keepalive;
 mod layering;
 mod load_reports;
