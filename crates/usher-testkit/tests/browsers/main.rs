@@ -9,6 +9,7 @@ mod bind;
 mod browser;
 mod dashboard;
 mod docs;
+mod invitations_page;
 mod k6;
 mod nginx_auth;
 mod openapi;
