@@ -26,41 +26,14 @@
   };
   const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
   const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
+  let inv = (/[#&]invitation=([\w.-]+)/.exec(location.hash) || [])[1], again1 = 1; // docs/sale-day.md
+  if (inv) { history.replaceState(null, "", location.pathname + location.search); forget(); }
 
   // ---- the entry after admission: this tab only, until the booking form was sent ----
   const ENTRY = STORE + ":entry";
   const entry = () => { try { return JSON.parse(sessionStorage.getItem(ENTRY)); } catch { return null; } };
   const keepEntry = (v) => { try { sessionStorage.setItem(ENTRY, JSON.stringify(v)); } catch { /**/ } };
   const dropEntry = () => { try { sessionStorage.removeItem(ENTRY); } catch { /**/ } };
-
-  // >>> invitations (docs/sale-day.md, "Invitations"): a shop's link ends with
-  // `#invitation=<JWT>`. The fragment never reaches a server; the page takes it out of the
-  // address bar at once (history, bookmarks, screenshots), keeps it in memory only, and posts it
-  // in a header for a one-use join code, which is all the stream URL carries.
-  let invitation = null, invitationRetried = false;
-  {
-    const m = /(?:^#|&)invitation=([A-Za-z0-9_.-]+)/.exec(location.hash);
-    if (m) {
-      invitation = m[1];
-      history.replaceState(history.state, "", location.pathname + location.search);
-      try { localStorage.removeItem(STORE); } catch { /* the account's place is found by the invitation */ }
-    }
-  }
-  // A join code for the invitation: `{ code }`, or `{ refused: reason }`, or `{ later: true }`.
-  async function joinCode() {
-    try {
-      const r = await fetch(cfg.stream.replace(/\/stream$/, "/invitation"), {
-        method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + invitation },
-      });
-      const body = await r.json().catch(() => ({}));
-      if (r.ok && body.join_code) return { code: body.join_code };
-      if (r.status === 409) { invitation = null; return {}; } // the queue takes none: join without
-      const m = /invitation_refused: (\w+)/.exec(body.error || "");
-      if (m) return { refused: m[1] };
-      return { later: true }; // 429, 503: ask again shortly
-    } catch { return { later: true }; }
-  }
-  // <<< invitations
 
   // ---- the browser key (docs/security.md, "Places and tokens bound to the browser") ----
   const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
@@ -204,14 +177,12 @@
     const params = new URLSearchParams();
     if (ticket) params.set("ticket", ticket);
     else if (solution) params.set("pow", solution);
-    // >>> invitations
-    if (!ticket && invitation) {
-      const got = await joinCode();
-      if (got.refused) return closed("invitation_" + got.refused);
-      if (got.later) return again();
-      if (got.code) params.set("join", got.code);
+    if (!ticket && inv) {
+      const r = await fetch(cfg.stream.replace(/stream$/, "invitation"), { method: "POST", headers: { Authorization: "Bearer " + inv } }).catch(() => 0);
+      const b = r ? await r.json().catch(() => ({})) : {};
+      if (!b.join_code) return r.status > 399 && r.status < 429 ? closed("invitation_" + (/expired/.test(b.error) ? "expired" : "invalid")) : again();
+      params.set("join", b.join_code);
     }
-    // <<< invitations
     try {
       if (cfg.bind) params.set("proof", await routeProof(cfg.stream));
     } catch {
@@ -265,18 +236,12 @@
       scheduled(JSON.parse(e.data));
     });
     es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
-    // >>> invitations: the join took no place for its invitation (or its absence). A code lost
-    // on the way (used or expired) is asked for again, once.
     es.addEventListener("invitation_refused", (e) => {
       es.close();
-      const reason = JSON.parse(e.data).reason;
-      if (reason === "join_code" && invitation && !invitationRetried) {
-        invitationRetried = true;
-        return open();
-      }
-      closed("invitation_" + reason);
+      const r = JSON.parse(e.data).reason;
+      if (r === "join_code" && again1--) return open();
+      closed("invitation_" + (r === "join_code" ? "invalid" : r));
     });
-    // <<< invitations
     // A scheduled sale's pre-queue holds its `max_entrants`: no place was taken. Say so, and
     // let the person try again (someone may leave) instead of reconnecting by itself.
     es.addEventListener("pre_queue_full", () => {

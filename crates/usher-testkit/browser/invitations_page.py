@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from waiting_room import (  # noqa: E402
-    GW, PHONE, admin, log, passed, scenario, shot, wait_state,
+    DISPATCHER, GW, PHONE, admin, log, passed, scenario, shot, until, wait_state,
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
@@ -103,10 +103,20 @@ def main():
             assert "expired" in msg, msg
             assert waiting() == 1, "no place taken"
 
+        @scenario("the dashboard shows the queue's invitation setting")
+        def dashboard():
+            page = browser.new_context(locale="en-US").new_page()
+            page.goto(DISPATCHER + "/admin/ui")
+            page.fill("#token", os.environ["USHER_TEST_ADMIN_TOKEN"])
+            page.click("#login-form button")
+            field = f"[data-queue='{Q}'] [data-field='invitations']"
+            until(page, f"(document.querySelector(\"{field}\") || {{}}).textContent === 'required (keys shop-1)'")
+
         join()
         second_device()
         uninvited()
         expired()
+        dashboard()
         browser.close()
     print("RESULT ok " + json.dumps(passed), flush=True)
 
