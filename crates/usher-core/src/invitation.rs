@@ -17,7 +17,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ed25519_dalek::{Signature, VerifyingKey};
+use ring::signature::{UnparsedPublicKey, ED25519};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::QueueId;
@@ -99,8 +99,9 @@ pub struct InvitationKey {
 }
 
 impl InvitationKey {
-    /// The verifying key, or why this JWK is not one.
-    pub fn verifying_key(&self) -> Result<VerifyingKey, String> {
+    /// The public key's 32 bytes, or why this JWK is not an Ed25519 public key. (Checked with
+    /// ring, as rustls links it: the gateway links no Ed25519 or JWT crate, which could mint.)
+    pub fn public_key(&self) -> Result<[u8; 32], String> {
         if self.kty != "OKP" || self.crv != "Ed25519" {
             return Err(format!(
                 "invitation key {:?}: kty must be \"OKP\" and crv \"Ed25519\"",
@@ -115,7 +116,7 @@ impl InvitationKey {
                 self.kid
             ));
         }
-        let bytes: [u8; 32] = URL_SAFE_NO_PAD
+        URL_SAFE_NO_PAD
             .decode(&self.x)
             .ok()
             .and_then(|b| b.try_into().ok())
@@ -124,9 +125,7 @@ impl InvitationKey {
                     "invitation key {:?}: x must be 32 bytes, base64url without padding",
                     self.kid
                 )
-            })?;
-        VerifyingKey::from_bytes(&bytes)
-            .map_err(|_| format!("invitation key {:?}: x is no Ed25519 public key", self.kid))
+            })
     }
 }
 
@@ -156,7 +155,7 @@ pub fn check_keys(mode: InvitationMode, keys: &[InvitationKey]) -> Result<(), St
         if keys[..i].iter().any(|o| o.kid == k.kid) {
             return Err(format!("invitation_keys: kid {:?} given twice", k.kid));
         }
-        k.verifying_key()?;
+        k.public_key()?;
     }
     Ok(())
 }
@@ -276,14 +275,15 @@ pub fn verify(
     }
     let kid = header.kid.ok_or(Invalid)?;
     let key = keys.iter().find(|k| k.kid == kid).ok_or(Forged)?;
-    let key = key.verifying_key().map_err(|_| Forged)?;
-    let sig: [u8; 64] = URL_SAFE_NO_PAD
+    let key = key.public_key().map_err(|_| Forged)?;
+    let sig = URL_SAFE_NO_PAD
         .decode(s)
         .ok()
-        .and_then(|b| b.try_into().ok())
+        .filter(|b| b.len() == 64)
         .ok_or(Invalid)?;
     let signed = &invitation[..h.len() + 1 + c.len()];
-    key.verify_strict(signed.as_bytes(), &Signature::from_bytes(&sig))
+    UnparsedPublicKey::new(&ED25519, key)
+        .verify(signed.as_bytes(), &sig)
         .map_err(|_| Forged)?;
     let claims: Claims = decode_json(c).ok_or(Invalid)?;
     let ours = match &claims.aud {
@@ -327,13 +327,19 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ed25519_dalek::{Signer, SigningKey};
+    use ring::signature::{Ed25519KeyPair, KeyPair};
+
+    type SigningKey = Ed25519KeyPair;
+
+    fn key(seed: u8) -> SigningKey {
+        Ed25519KeyPair::from_seed_unchecked(&[seed; 32]).expect("a seed makes a key")
+    }
 
     fn jwk(key: &SigningKey, kid: &str) -> InvitationKey {
         InvitationKey {
             kty: "OKP".into(),
             crv: "Ed25519".into(),
-            x: URL_SAFE_NO_PAD.encode(key.verifying_key().as_bytes()),
+            x: URL_SAFE_NO_PAD.encode(key.public_key().as_ref()),
             kid: kid.into(),
             alg: Some("EdDSA".into()),
             use_: None,
@@ -347,15 +353,14 @@ mod tests {
             URL_SAFE_NO_PAD.encode(claims.to_string())
         );
         let sig = key.sign(signed.as_bytes());
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
     }
 
     /// A good invitation names its account and lane; one by another key, for another queue,
     /// expired, or with another `alg` is refused, each for its own reason.
     #[test]
     fn invitations_are_checked_before_redis() {
-        let shop = SigningKey::from_bytes(&[7u8; 32]);
-        let other = SigningKey::from_bytes(&[8u8; 32]);
+        let (shop, other) = (key(7), key(8));
         let keys = [jwk(&shop, "shop-1")];
         let q = QueueId::new("presale").expect("id");
         let h = serde_json::json!({"alg": "EdDSA", "kid": "shop-1"});
@@ -438,7 +443,7 @@ mod tests {
 
     #[test]
     fn keys_are_checked_before_they_are_stored() {
-        let shop = SigningKey::from_bytes(&[7u8; 32]);
+        let shop = key(7);
         let k = jwk(&shop, "k1");
         assert!(check_keys(InvitationMode::Required, std::slice::from_ref(&k)).is_ok());
         assert!(
