@@ -333,6 +333,46 @@ async fn two_browsers_with_one_account_hold_one_place() -> anyhow::Result<()> {
         phone.last("admitted").is_none(),
         "the older device hears no admission"
     );
+    // Admitted, its session active, on a queue that binds nothing: the account's new device
+    // is given that admission (the same token), not a second place.
+    let c = code(&g0, q, &shop.invite("acct-1", q)).await?;
+    let mut tablet = open(&g0, q, &format!("join={c}")).await?;
+    let (event, ev, ticket) = first(&mut tablet).await?;
+    assert_eq!(event, "admitted", "{ev}");
+    assert_eq!(ev["token"], token.as_str());
+    assert_eq!(place_of(&ticket), place_of(&t2));
+    Ok(())
+}
+
+/// Before a scheduled sale's draw an account holds one entry in the pre-queue: a second
+/// device takes the entry over, so the account enters the draw once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_enters_a_scheduled_sales_draw_once() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    let gw = stack.gateway_url(0);
+    let shop = Shop::new("shop-1");
+    let q = "drawn-presale";
+    let opens = usher_core::time::rfc3339_ms(usher_core::time::now_ms() + 3_600_000);
+    stack
+        .put_queue(
+            q,
+            json!({"admit_per_second": PAUSED, "passthrough": false,
+            "invitations": "required", "invitation_keys": [shop.jwk()], "opens_at": opens}),
+        )
+        .await?;
+    let scheduled = async |account: &str| -> anyhow::Result<(String, Watcher)> {
+        let c = code(&gw, q, &shop.invite(account, q)).await?;
+        let mut conn = open(&gw, q, &format!("join={c}")).await?;
+        let e = conn.wait_for("scheduled", T).await?;
+        Ok((e.id.clone(), Watcher::spawn_with(conn, vec![e])))
+    };
+    let (t1, first_device) = scheduled("acct-3").await?;
+    let (t2, _second_device) = scheduled("acct-3").await?;
+    assert_eq!(place_of(&t2), place_of(&t1), "the same entry");
+    assert_eq!(closed_reason(&first_device).await?, "resumed_elsewhere");
+    let (_, _other) = scheduled("acct-4").await?;
+    let v = stack.queue(q).await?;
+    assert_eq!(v["entrants"], 2, "one entry per account: {v}");
     Ok(())
 }
 
