@@ -1,7 +1,7 @@
 -- Invitations: the live place an invited account holds, for a new device of the account to
 -- take over (docs/sale-day.md, "Invitations"; store/invitations.rs).
 -- KEYS: account, meta, waiting, parked, pre, drawn, active, bound   (one hash tag)
--- ARGV: the thumbprint of the new device's browser key ('' = none)
+-- ARGV: the thumbprint of the new device's browser key ('' = none), now ms
 -- Returns {'none'} when the account holds no place (never joined, or its place is over:
 -- left, dropped, its session ended); {'live', place} when it waits (in line, away, or in a
 -- scheduled sale's pre-queue: `place` as recorded, a pre-queue id included); {'admitted',
@@ -26,5 +26,7 @@ if live then
   end
   return {'live', rec}
 end
-if redis.call('ZSCORE', KEYS[7], place) then return {'admitted', rec} end
+-- A session past its expiry that the tick has not ended yet is over too.
+local expires = tonumber(redis.call('ZSCORE', KEYS[7], place))
+if expires and expires > tonumber(ARGV[2]) then return {'admitted', rec} end
 return {'none'}

@@ -135,6 +135,7 @@ impl Store {
             .key(&k.active)
             .key(&k.bound)
             .arg(key.map_or("", Thumbprint::as_str))
+            .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
