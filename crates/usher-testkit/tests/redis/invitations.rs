@@ -341,6 +341,18 @@ async fn two_browsers_with_one_account_hold_one_place() -> anyhow::Result<()> {
     assert_eq!(event, "admitted", "{ev}");
     assert_eq!(ev["token"], token.as_str());
     assert_eq!(place_of(&ticket), place_of(&t2));
+    // Once that session is over, the account joins again: a new place.
+    let end = reqwest::Client::new()
+        .delete(format!("{}/api/session", stack.dispatcher.url()))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    assert_eq!(end.status().as_u16(), 204);
+    let c = code(&g0, q, &shop.invite("acct-1", q)).await?;
+    let mut again = open(&g0, q, &format!("join={c}")).await?;
+    let (event, ev, ticket) = first(&mut again).await?;
+    assert_eq!(event, "waiting", "{ev}");
+    assert_ne!(place_of(&ticket), place_of(&t2), "a new place");
     Ok(())
 }
 
