@@ -321,7 +321,17 @@ async fn setup(
             }
         }
     };
-    // >>> invitations: the account's one place is the one it took over or took now.
+    // >>> invitations: the account's place ended between its look (`lua/account.lua`) and the
+    // resume, a race of milliseconds: the page posts its invitation again (`join_code`), and
+    // that join finds no place of the account and takes a new one.
+    if takeover.is_some() && matches!(state, PlaceState::Gone | PlaceState::SessionEnded) {
+        if let Some(r) = reserved {
+            r.disarm();
+        }
+        let reason = usher_core::invitation::InvitationRefusal::JoinCode;
+        return Setup::InvitationRefused(InvitationRefusedEvent { queue: q, reason });
+    }
+    // The account's one place is the one it took over or took now.
     if let Some(i) = &invited {
         let taken = match &state {
             PlaceState::Waiting { place, .. }
