@@ -23,6 +23,9 @@
 //! | `usher:{q:<id>}:spent` | zset | proof of work (meta `challenge` = `pow`, `pow_difficulty`): the id of each puzzle whose solution took a place → until when to remember it (ms: the puzzle's expiry + 60 s, so gateways whose clocks differ by up to a minute still refuse it); `join.lua` adds with `ZADD NX` (one solution, one place) and first trims what is past (`ZREMRANGEBYSCORE`), so it holds the solutions of the last puzzle lifetime only |
 //! | `usher:{q:<id>}:bound` | hash | browser binding (meta `bind` = `browser_key`): place id → the RFC 7638 thumbprint of the browser key it joined with (43 base64url characters; about 100 bytes per place with the field and the hash's overhead: 9.8 MB for 100,000 places, Redis 7.0), written by `join.lua` with the place; a scheduled sale's draw moves it to the place's new id in the same call (`place_drawn`, prelude.lua); read by the gateway at each resume, status poll and leave (`place_key.lua`, which follows `drawn` from a pre-queue ticket's id) and by the dispatcher when it mints (`cnf.jkt`); an entry is deleted once its place is over for good (not in `pre`, `waiting`, `parked` or `active`: left, dropped, closed, its session ended) by `prune_bound.lua`, which the replica driving the queue calls once a second over a slice of 500 fields (`HSCAN`, its cursor in meta `bound_cursor`) |
 //! | `usher:{q:<id>}:proof:<key>:<jti>` | string | browser binding: a spent proof of possession's `jti` (1..=64 base64url characters) by the key whose thumbprint starts with `<key>` (16 characters), `SET NX PX` for 130 s (past it the proof's `iat` is too old): one proof, one request |
+//! | `usher:{q:<id>}:join:<code>` | string | invitations (meta `invitations`, `invitation_keys`): a one-use join code the gateway issued for a checked invitation, `<account id>\n<lane or empty>`, `SET PX` 60 s; the join takes it with `GETDEL` (one use, whichever gateway) |
+//! | `usher:{q:<id>}:account:<hash>` | string | invitations: the place id an invited account holds (a pre-queue place's pre-queue id), `<hash>` = the first 32 hex characters of SHA-256 of the account id; written after the account's join (`SET … GET`: of two racing joins the later keeps its place and the earlier is removed), refreshed by each takeover, `EX` 24 h; a record naming a place that is over is ignored (the account joins anew) |
+//! | `usher:{q:<id>}:account:<hash>:lock` | string | invitations: held (`SET NX PX` 5 s) by the one join of the account that looks at its place and records the place it takes; another join of the account waits for it, so two devices joining at once end with one place; deleted when that join is set up |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -197,6 +200,32 @@ impl QueueKeys {
         format!("{prefix}proof:{key}:{jti}")
     }
 }
+
+// >>> invitations
+impl QueueKeys {
+    /// A join code an invitation was exchanged for (see the table above): `<code>` is 22
+    /// base64url characters the gateway drew.
+    pub fn join_code(&self, code: &str) -> String {
+        let prefix = self.meta.strip_suffix("meta").unwrap_or(&self.meta);
+        format!("{prefix}join:{code}")
+    }
+
+    /// An invited account's place record: the account id is hashed (SHA-256, 32 hex
+    /// characters kept), so the shop's ids never appear in key names and cannot grow them.
+    pub fn account(&self, account: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let prefix = self.meta.strip_suffix("meta").unwrap_or(&self.meta);
+        let hash = hex::encode(Sha256::digest(account.as_bytes()));
+        format!("{prefix}account:{}", &hash[..32])
+    }
+
+    /// The lock one join of an account holds from its look at the account's place until it
+    /// has recorded the place it took ([`QueueKeys::account`] + `:lock`).
+    pub fn account_lock(&self, account: &str) -> String {
+        format!("{}:lock", self.account(account))
+    }
+}
+// <<< invitations
 
 /// The characters of a thumbprint that name its spent proofs ([`QueueKeys::used_proof`]).
 const USED_PROOF_KEY_CHARS: usize = 16;

@@ -16,6 +16,8 @@
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`page_settings`] — a queue's waiting-room page settings (booking URL, embedding origin,
 //!   title, logo) and their checks.
+//! * [`invitation`] — a queue's invitation setting and keys; checks a shop's invitation (an
+//!   Ed25519 JWT: signature, queue, time) and names why one was refused.
 //! * [`policy`] — the adaptive rate and why a queue admits at its rate.
 //! * [`inventory`] — what the booking service says is left, and what the line is told of it.
 //! * [`time`] — wall-clock milliseconds and RFC 3339 text.
@@ -28,6 +30,7 @@ pub mod challenge;
 pub mod draw;
 pub mod ids;
 pub mod inventory;
+pub mod invitation;
 pub mod keys;
 pub mod messages;
 pub mod page_settings;

@@ -42,6 +42,7 @@ const STATS = [
   ["dropped_total", "Dropped in total"],
   ["maintenance", "Maintenance text"],
   ["ended", "Ended text"],
+  ["invitations", "Invitations"], // invitations: the mode and the keys' kids (set through the API)
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -452,6 +453,9 @@ function update(entry, q, now) {
     // A share, shown as a percentage (null until enough sessions arrived or not).
     no_show_ratio: typeof q.no_show_ratio === "number" ? Math.round(q.no_show_ratio * 100) + " %" : null,
     opens_at: opensAt(q) ? new Date(opensAt(q)).toLocaleString() : q.opens_at,
+    // invitations: "required (keys shop-1, shop-2)"; "—" for a queue that takes none.
+    invitations: q.invitations && q.invitations !== "none"
+      ? q.invitations + " (keys " + (q.invitation_keys || []).map((k) => k.kid).join(", ") + ")" : null,
   });
   for (const [name] of STATS) {
     const v = values[name];

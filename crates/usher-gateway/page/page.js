@@ -26,6 +26,8 @@
   };
   const save = (v) => { try { localStorage.setItem(STORE, JSON.stringify(v)); } catch { /* private mode */ } };
   const forget = () => { try { localStorage.removeItem(STORE); } catch { /* ignore */ } };
+  let inv = (/[#&]invitation=([\w.-]+)/.exec(location.hash) || [])[1], again1 = 1; // docs/sale-day.md
+  if (inv) { history.replaceState(null, "", location.pathname + location.search); forget(); }
 
   // ---- the entry after admission: this tab only, until the booking form was sent ----
   const ENTRY = STORE + ":entry";
@@ -187,6 +189,12 @@
     const params = new URLSearchParams();
     if (ticket) params.set("ticket", ticket);
     else if (solution) params.set("pow", solution);
+    if (!ticket && inv) {
+      const r = await fetch(cfg.stream.replace(/stream$/, "invitation"), { method: "POST", headers: { Authorization: "Bearer " + inv } }).catch(() => 0);
+      const b = r ? await r.json().catch(() => ({})) : {};
+      if (!b.join_code) return r.status > 399 && r.status < 429 ? closed("invitation_" + (/expired/.test(b.error) ? "expired" : "invalid")) : again();
+      params.set("join", b.join_code);
+    }
     try {
       if (cfg.bind) params.set("proof", await routeProof(cfg.stream));
     } catch {
@@ -241,6 +249,12 @@
       scheduled(JSON.parse(e.data));
     });
     es.addEventListener("draw_void", (e) => drawVoid(JSON.parse(e.data)));
+    es.addEventListener("invitation_refused", (e) => {
+      es.close();
+      const r = JSON.parse(e.data).reason;
+      if (r === "join_code" && again1--) return open();
+      closed("invitation_" + (r === "join_code" ? "invalid" : r));
+    });
     // A scheduled sale's pre-queue holds its `max_entrants`: no place was taken. Say so, and
     // let the person try again (someone may leave) instead of reconnecting by itself.
     es.addEventListener("pre_queue_full", () => {

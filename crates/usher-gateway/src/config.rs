@@ -112,7 +112,8 @@ pub struct Config {
     /// plus the burst, bounds the proofs one address keeps there through this gateway. The page
     /// uses the stream, not these routes: the default leaves room for about 100 clients
     /// behind one address that poll every 5 s. An IPv6 address counts as its prefix
-    /// (`--ipv6-prefix`).
+    /// (`--ipv6-prefix`). Invitations posted for a join code
+    /// (`POST /api/queues/{queue}/invitation`) draw from this bucket too.
     #[arg(long, env = "USHER_IP_POLL_RATE", default_value_t = 20)]
     pub ip_poll_rate: u32,
 

@@ -55,6 +55,7 @@ mod errors;
 mod frames;
 mod hub;
 mod inbox;
+mod invitation;
 mod joins;
 mod keepalive;
 mod limits;

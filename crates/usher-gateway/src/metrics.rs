@@ -70,6 +70,8 @@ pub(crate) enum Refusal {
     /// A binding queue's request came without a good proof of the browser key
     /// (`event: proof_required`, or `403` from the status route).
     Proof,
+    /// A join refused for its invitation (`event: invitation_refused`).
+    Invitation,
 }
 
 impl Refusal {
@@ -85,6 +87,7 @@ impl Refusal {
             Refusal::PlaceProofs => "place_proofs",
             Refusal::Sockets => "sockets",
             Refusal::Challenge => "challenge",
+            Refusal::Invitation => "invitation",
             Refusal::Proof => "proof",
         }
     }

@@ -45,6 +45,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
         .routes(routes!(leave_handler))
         .routes(routes!(draw_handler))
         .routes(routes!(challenge_handler))
+        .routes(routes!(crate::invitation::invitation_handler))
         .merge(usher_http::health_routes(move |verbose| {
             let gw = ready_gw.clone();
             async move {

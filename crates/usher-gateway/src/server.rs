@@ -443,20 +443,21 @@ impl ClientConn {
             let from_query = ticket_param(r.query)?;
             let pow = query_param(r.query, "pow")?;
             let proof = query_param(r.query, "proof")?;
+            let join = query_param(r.query, "join")?;
             let ticket = r.last_event_id.filter(|t| !t.is_empty()).or(from_query);
             let place = ticket
                 .as_deref()
                 .map(|t| check_ticket(gw.ticket_key(), &q, t))
                 .transpose()?;
-            Ok::<_, ApiError>((q, place, ticket, pow, proof))
+            Ok::<_, ApiError>((q, place, ticket, (pow, proof, join)))
         })();
         let setup = match parsed {
             Ok(_) if self.reserve => {
                 metrics::refused(Refusal::Sockets);
                 Setup::TryLater
             }
-            Ok((q, place, ticket, pow, proof)) => {
-                Box::pin(stream::open(gw, q, place, ticket, pow, proof, r.client)).await
+            Ok((q, place, ticket, asked)) => {
+                Box::pin(stream::open(gw, q, place, ticket, asked, r.client)).await
             }
             Err(e) => Setup::Failed(e),
         };

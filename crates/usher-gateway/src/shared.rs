@@ -60,6 +60,8 @@ pub(crate) struct Gateway {
     place_proofs: Buckets<(QueueId, PlaceId)>,
     /// Proof-of-work puzzles: issued and checked here.
     challenges: Challenges,
+    /// Queues' invitation settings, cached briefly.
+    invitations: crate::invitation::Settings,
 }
 
 impl Gateway {
@@ -111,7 +113,12 @@ impl Gateway {
             draining: AtomicBool::new(false),
             open_sockets: Arc::default(),
             challenges,
+            invitations: Default::default(),
         }
+    }
+
+    pub(crate) fn invitations(&self) -> &crate::invitation::Settings {
+        &self.invitations
     }
 
     pub(crate) fn challenges(&self) -> &Challenges {

@@ -144,4 +144,7 @@ const GATEWAY: &[&str] = &[
     "+zremrangebyscore",
     "+sadd",
     "+srem",
+    // Invitations: a join code is taken once (`GETDEL`); an account's join lock is given back.
+    "+getdel",
+    "+del",
 ];

@@ -12,6 +12,7 @@ use super::{Result, Store};
 use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
 use crate::ids::QueueId;
+use crate::invitation::{InvitationKey, InvitationMode};
 use crate::keys::{self, QueueKeys};
 use crate::messages::CloseReason;
 use crate::policy::Adaptive;
@@ -67,6 +68,13 @@ pub struct QueueConfig {
     /// token alone enters), or the browser's key (`browser_key`: docs/security.md).
     #[serde(default)]
     pub bind: Bind,
+    /// Whether joins bring an invitation the shop signed (`none`, `optional`, `required`;
+    /// docs/sale-day.md, "Invitations"): an invited account holds one place in the queue.
+    #[serde(default)]
+    pub invitations: InvitationMode,
+    /// The shop's Ed25519 public keys (JWKs with a `kid`, at most 8) that sign invitations.
+    #[serde(default)]
+    pub invitation_keys: Vec<InvitationKey>,
     /// The operator's text while the queue is in maintenance (`null`: not in maintenance).
     /// Maintenance holds admission (`paused` is on while it lasts), keeps every place, and
     /// lets joins take a place and wait; every waiting browser hears `event: status`.
@@ -145,6 +153,8 @@ impl Default for QueueConfig {
             challenge: Challenge::None,
             pow_difficulty: DEFAULT_POW_DIFFICULTY,
             bind: Bind::None,
+            invitations: InvitationMode::None,
+            invitation_keys: Vec::new(),
             maintenance: None,
             ended: None,
             arrival_seconds: None,
@@ -246,6 +256,14 @@ impl Store {
                 .get("bind")
                 .and_then(|s| s.parse().ok())
                 .unwrap_or_default(),
+            invitations: v
+                .get("invitations")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_default(),
+            invitation_keys: v
+                .get("invitation_keys")
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
             maintenance: v.get("maintenance").cloned(),
             ended: v.get("ended").cloned(),
             arrival_seconds: v.get("arrival_seconds").and_then(|s| s.parse().ok()),
@@ -310,6 +328,10 @@ impl Store {
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| super::protocol(format!("adaptive setting: {e}")))?;
+        let invitation_keys = (!cfg.invitation_keys.is_empty())
+            .then(|| serde_json::to_string(&cfg.invitation_keys))
+            .transpose()
+            .map_err(|e| super::protocol(format!("invitation keys: {e}")))?;
         let mut set: Vec<(&str, String)> = vec![
             ("admit_per_second", cfg.admit_per_second.to_string()),
             ("session_ttl_seconds", cfg.session_ttl_seconds.to_string()),
@@ -322,6 +344,7 @@ impl Store {
             ("challenge", cfg.challenge.as_str().to_owned()),
             ("pow_difficulty", cfg.pow_difficulty.to_string()),
             ("bind", cfg.bind.as_str().to_owned()),
+            ("invitations", cfg.invitations.as_str().to_owned()),
             ("make_up_no_shows", flag(cfg.make_up_no_shows)),
             ("basket_size", cfg.basket_size.to_string()),
             (
@@ -339,6 +362,7 @@ impl Store {
             ("max_active", cfg.max_active.map(|m| m.to_string())),
             ("max_entrants", cfg.max_entrants.map(|m| m.to_string())),
             ("adaptive", adaptive),
+            ("invitation_keys", invitation_keys),
             ("maintenance", cfg.maintenance.clone()),
             ("ended", cfg.ended.clone()),
             (

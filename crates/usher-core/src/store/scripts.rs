@@ -69,6 +69,7 @@ scripts!(
     prune_bound,
     put_settings,
     inventory,
+    account,
 );
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod edits;
 mod errors;
 mod gateways;
 mod inventory;
+mod invitations;
 mod no_shows;
 mod openapi;
 pub(crate) mod queues;

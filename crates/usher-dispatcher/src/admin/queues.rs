@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use usher_core::binding::Bind;
 use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
+use usher_core::invitation::{InvitationKey, InvitationMode};
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::page_settings::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
@@ -105,6 +106,14 @@ pub struct QueueUpdate {
     /// request carries a proof of the browser's key, and the entry token names it as
     /// `cnf.jkt`: docs/security.md, "Places and tokens bound to the browser").
     pub bind: Option<Bind>,
+    /// Whether joins bring a shop's invitation: `"none"`, `"optional"` (an invited account
+    /// holds one place) or `"required"` (only invited accounts join); docs/sale-day.md,
+    /// "Invitations". `optional` and `required` need `invitation_keys`.
+    pub invitations: Option<InvitationMode>,
+    /// The shop's Ed25519 public keys that sign invitations: JWKs
+    /// `{"kty":"OKP","crv":"Ed25519","x":…,"kid":…}`, at most 8, each `kid` once. Replaces the
+    /// list.
+    pub invitation_keys: Option<Vec<InvitationKey>>,
     /// Absent: unchanged; a text: the queue goes into maintenance (admission holds, places
     /// are kept, browsers hear `event: status` with the text); `null`: maintenance ends.
     // `super::states` checks and applies it.
@@ -340,6 +349,13 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
     if let Some(b) = u.bind {
         cfg.bind = b;
     }
+    super::invitations::apply(
+        &mut cfg,
+        super::invitations::InvitationChange {
+            invitations: u.invitations,
+            invitation_keys: u.invitation_keys.as_deref(),
+        },
+    )?;
     super::no_shows::apply(
         &mut cfg,
         super::no_shows::NoShowChange {

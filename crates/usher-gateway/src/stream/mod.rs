@@ -16,6 +16,7 @@ use tracing::Instrument;
 use usher_core::binding::{ProofRefusal, ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::invitation::InvitationRefusedEvent;
 use usher_core::messages::{
     eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
@@ -24,11 +25,12 @@ use usher_core::time::now_ms;
 use usher_http::ApiError;
 use usher_runtime::SpanLink;
 
-use crate::binding::{asker, prove, Route, Unproven};
+use crate::binding::{asker, prove, Proven, Route, Unproven};
 use crate::client::IpKey;
 use crate::errors::{closed_queue, logged, place_gone};
 use crate::frames::{event_frame, jittered, retry_frame};
 use crate::hub::{Attached, Reservation};
+use crate::invitation;
 use crate::joins::{Join, JoinError};
 use crate::limits::{PlaceHold, StreamSlot};
 use crate::metrics::{self, Refusal};
@@ -68,6 +70,9 @@ pub(crate) enum Setup {
     /// `event: proof_required` (a binding queue's request without a good proof of the
     /// browser key: why), then the end. A join took no place; a resume changed nothing.
     ProofRequired(ProofRequiredEvent),
+    /// `event: invitation_refused` (the join's invitation, or its absence where one is
+    /// required: why), then the end. No place was taken.
+    InvitationRefused(InvitationRefusedEvent),
 }
 
 /// A place reserved for a connection being set up. Dropped before [`Reserved::attach`] (the
@@ -162,8 +167,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    pow: Option<String>,
-    proof: Option<String>,
+    (pow, proof, join): (Option<String>, Option<String>, Option<String>),
     client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
@@ -185,7 +189,7 @@ pub(crate) async fn open(
         .map(|()| slot)
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, (pow, proof), client, slot).await,
+        Ok(slot) => setup(gw, q, place, ticket, (pow, proof, join), client, slot).await,
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
@@ -199,7 +203,7 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    (pow, proof): (Option<String>, Option<String>),
+    (pow, proof, join): (Option<String>, Option<String>, Option<String>),
     client: IpKey,
     slot: StreamSlot,
 ) -> Setup {
@@ -216,6 +220,30 @@ async fn setup(
         Err(Unproven::Throttled(_)) => return Setup::TryLater,
         Err(Unproven::Store(e)) => return refused_by_redis(&logged(e)),
     };
+    // >>> invitations (crate::invitation): a join code makes the join its account's; an
+    // account holding a live place takes it over (resumed for this browser, with a new
+    // ticket), bound to this browser's key on a binding queue.
+    let key = proven.as_ref().map(|p| &p.key);
+    let invited = match invitation::admit(gw, &q, place.is_some(), join.as_deref(), key).await {
+        Ok(invited) => invited,
+        Err(invitation::Stop::Refused(reason)) => {
+            metrics::refused(Refusal::Invitation);
+            return Setup::InvitationRefused(InvitationRefusedEvent { queue: q, reason });
+        }
+        Err(invitation::Stop::Store(e)) => return refused_by_redis(&logged(e)),
+    };
+    let takeover = invited.as_ref().and_then(|i| i.takeover);
+    let place = place.or(takeover);
+    let ticket = ticket.or_else(|| takeover.map(|p| Ticket::issue(gw.ticket_key(), &q, p)));
+    let proven = match (takeover, proven) {
+        // The place was bound to the key this join proved (`lua/account.lua`).
+        (Some(_), Some(p)) => Some(Proven {
+            place_key: Some(p.key.clone()),
+            key: p.key,
+        }),
+        (_, proven) => proven,
+    };
+    // <<< invitations
     let mut joined = None;
     // A resumed place that turns out to be over no longer counts for the address.
     let forget = |p: Option<PlaceId>| {
@@ -263,6 +291,9 @@ async fn setup(
                 pow: proof,
                 key: key.clone(),
             };
+            // lanes: the invitation's lane (`invited.lane`: a plain `Option<String>`, its
+            // length and characters checked by `usher_core::invitation::lane_ok`) stops here.
+            let _lane: Option<&str> = invited.as_ref().and_then(|i| i.lane.as_deref());
             match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
@@ -290,6 +321,31 @@ async fn setup(
             }
         }
     };
+    // >>> invitations: the account's place ended between its look (`lua/account.lua`) and the
+    // resume, a race of milliseconds: the page posts its invitation again (`join_code`), and
+    // that join finds no place of the account and takes a new one.
+    if takeover.is_some() && matches!(state, PlaceState::Gone | PlaceState::SessionEnded) {
+        if let Some(r) = reserved {
+            r.disarm();
+        }
+        let reason = usher_core::invitation::InvitationRefusal::JoinCode;
+        return Setup::InvitationRefused(InvitationRefusedEvent { queue: q, reason });
+    }
+    // The account's one place is the one it took over or took now.
+    if let Some(i) = &invited {
+        let taken = match &state {
+            PlaceState::Waiting { place, .. }
+            | PlaceState::Scheduled { place, .. }
+            | PlaceState::AdmittedNow { place } => Some(*place),
+            _ => None,
+        };
+        // A taken-over place stays recorded by its id as recorded (a pre-queue id after
+        // the draw too), which the state's id may not be.
+        if let Some(p) = takeover.or(taken) {
+            invitation::record(gw, &q, &i.account, p).await;
+        }
+    }
+    // <<< invitations
     let disarm = |r: Option<Reserved>| {
         if let Some(r) = r {
             r.disarm();

@@ -137,6 +137,11 @@ pub(crate) async fn pump(
             retry_frame(jittered(retry * CHALLENGE_BACKOFF))
                 + &event_frame("proof_required", None, &refusal)
         }
+        // No `id:`: no place was taken. The page closes its stream and says why.
+        Setup::InvitationRefused(refusal) => {
+            retry_frame(jittered(retry * CHALLENGE_BACKOFF))
+                + &event_frame("invitation_refused", None, &refusal)
+        }
     };
     // A whole response in one write: head, its only chunk, the last chunk.
     chunk_with(sock, framing, framing.head(), &text, framing.last())

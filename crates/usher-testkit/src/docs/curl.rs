@@ -374,6 +374,14 @@ pub fn example_variables() -> HashMap<&'static str, String> {
             "service-token-0123456789abcdef0123".to_owned(),
         ),
         ("TOKEN", "eyJ.entry.token".to_owned()),
+        // Invitations (docs/sale-day.md): the shop's JWK, an invitation, a join code.
+        (
+            "JWK",
+            r#"{"kty":"OKP","crv":"Ed25519","kid":"shop-2026","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#
+                .to_owned(),
+        ),
+        ("INVITATION", "eyJ.invitation.jwt".to_owned()),
+        ("JOIN_CODE", "Jc2tq0m0N5Dc0Jm2Ruv8pQ".to_owned()),
         ("SEED", "ab".repeat(32)),
         ("RANDOMNESS", "cd".repeat(32)),
     ] {

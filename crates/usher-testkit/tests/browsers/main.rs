@@ -10,6 +10,7 @@ mod browser;
 mod dashboard;
 mod docs;
 mod inventory_page;
+mod invitations_page;
 mod k6;
 mod nginx_auth;
 mod openapi;

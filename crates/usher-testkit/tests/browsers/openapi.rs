@@ -341,9 +341,19 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
     assert_eq!(event(&all_c, "challenge")?["data"]["reason"], "missing");
     assert!(event(&all_c, "challenge")?.get("id").is_none());
 
+    // >>> invitations: a join code for a good invitation, refusals, and a join without one.
+    let all_i = invitation_answers(&mut x, &admin, &anon, (&d, &g)).await?;
+    // <<< invitations
+
     // Every frame of the streams, as the document's `text/event-stream` items.
     let mut names = Vec::new();
-    for f in all_a.iter().chain(&all_b).chain(&pre_frames).chain(&all_c) {
+    for f in all_a
+        .iter()
+        .chain(&all_b)
+        .chain(&pre_frames)
+        .chain(&all_c)
+        .chain(&all_i)
+    {
         names.push(f["event"].as_str().unwrap_or("-").to_owned());
         x.add(G, stream_path, "GET", 200, "text/event-stream", f.clone());
     }
@@ -355,6 +365,7 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
         "closed",
         "scheduled",
         "challenge",
+        "invitation_refused",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
     }
@@ -367,4 +378,75 @@ async fn real_answers_and_stream_frames_validate_against_the_documents() -> anyh
 
     let documents = json!({D: document(&d).await?, G: document(&g).await?});
     validate(documents, x.0).await
+}
+
+/// Invitations (docs/sale-day.md): `POST /api/queues/{queue}/invitation` answered `200` for an
+/// invitation signed with the queue's key, `401` without one or for another key's, `409` for a
+/// queue that takes none; the frames of a join without a code to an invite-only queue.
+async fn invitation_answers(
+    x: &mut Samples,
+    admin: &reqwest::Client,
+    anon: &reqwest::Client,
+    (d, g): (&str, &str),
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    use ed25519_dalek::Signer;
+    const D: &str = "dispatcher";
+    const G: &str = "gateway";
+    let shop = ed25519_dalek::SigningKey::from_bytes(&[5u8; 32]);
+    let jwk = json!({"kty": "OKP", "crv": "Ed25519", "kid": "k1",
+        "x": URL_SAFE_NO_PAD.encode(shop.verifying_key().as_bytes())});
+    let settings =
+        json!({"invitations": "required", "invitation_keys": [jwk], "passthrough": false});
+    let put = admin.put(format!("{d}/admin/queues/inv")).json(&settings);
+    assert_eq!(
+        x.answer(D, "PUT", "/admin/queues/{queue}", put).await?.0,
+        201
+    );
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k1"}"#),
+        URL_SAFE_NO_PAD
+            .encode(json!({"sub": "a1", "aud": "inv", "exp": 4_102_444_800u64}).to_string())
+    );
+    let sig = URL_SAFE_NO_PAD.encode(shop.sign(signed.as_bytes()).to_bytes());
+    let path = "/api/queues/{queue}/invitation";
+    let post = |q: &str, bearer: Option<String>| {
+        let r = anon.post(format!("{g}/api/queues/{q}/invitation"));
+        match bearer {
+            Some(b) => r.bearer_auth(b),
+            None => r,
+        }
+    };
+    let (code, body) = x
+        .answer(
+            G,
+            "POST",
+            path,
+            post("inv", Some(format!("{signed}.{sig}"))),
+        )
+        .await?;
+    assert_eq!((code, &body["expires_in"]), (200, &json!(60)));
+    assert_eq!(x.answer(G, "POST", path, post("inv", None)).await?.0, 401);
+    let forged = format!("{signed}.{}", URL_SAFE_NO_PAD.encode([0u8; 64]));
+    assert_eq!(
+        x.answer(G, "POST", path, post("inv", Some(forged)))
+            .await?
+            .0,
+        401
+    );
+    assert_eq!(
+        x.answer(G, "POST", path, post("sale", Some(signed.clone())))
+            .await?
+            .0,
+        409
+    );
+    let mut s = RawStream::open(&format!("{g}/api/queues/inv/stream")).await?;
+    let frames = s.read_until(|_| false).await?;
+    assert_eq!(
+        event(&frames, "invitation_refused")?["data"]["reason"],
+        "required"
+    );
+    Ok(frames)
 }

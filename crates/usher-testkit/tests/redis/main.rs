@@ -33,6 +33,7 @@ mod faults;
 mod flow;
 mod hard_limits;
 mod inventory;
+mod invitations;
 mod keepalive;
 mod layering;
 mod load_reports;

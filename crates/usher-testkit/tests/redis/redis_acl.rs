@@ -178,6 +178,54 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
         .await?;
     drawn.wait_for("admitted", T).await?;
 
+    // >>> invitations: a join code taken once, an account's place taken over (its lock).
+    {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine;
+        use ed25519_dalek::Signer;
+        let shop = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519", "kid": "k1",
+            "x": URL_SAFE_NO_PAD.encode(shop.verifying_key().as_bytes())});
+        let r = http
+            .put(format!("{d}/admin/queues/invited"))
+            .json(
+                &json!({"admit_per_second": 1.0, "paused": true, "passthrough": false,
+                "invitations": "required", "invitation_keys": [jwk]}),
+            )
+            .send()
+            .await?;
+        assert!(r.status().is_success(), "{}", r.status());
+        let claims = json!({"sub": "a1", "aud": "invited", "exp": now_ms() / 1000 + 600});
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(r#"{"alg":"EdDSA","kid":"k1"}"#),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let invitation = format!(
+            "{signed}.{}",
+            URL_SAFE_NO_PAD.encode(shop.sign(signed.as_bytes()).to_bytes())
+        );
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let code: serde_json::Value = http
+                .post(format!("{g}/api/queues/invited/invitation"))
+                .bearer_auth(&invitation)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let code = code["join_code"].as_str().unwrap_or_default().to_owned();
+            let mut conn = client
+                .open(&format!("/api/queues/invited/stream?join={code}"), None)
+                .await?;
+            let e = conn.wait_for("waiting", T).await?;
+            assert!(e.data.contains("\"position\":1"), "{}", e.data);
+            held.push(conn);
+        }
+        held[0].wait_for("closed", T).await?;
+    }
+    // <<< invitations
+
     // A graceful stop deregisters the gateway.
     gateway.term()?;
     assert!(gateway.wait_exit(T).await?, "the gateway stops cleanly");
