@@ -16,6 +16,7 @@
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`page_settings`] — a queue's waiting-room page settings (booking URL, embedding origin,
 //!   title, logo) and their checks.
+//! * [`lanes`] — lane names and a queue's lanes with guaranteed shares.
 //! * [`policy`] — the adaptive rate and why a queue admits at its rate.
 //! * [`time`] — wall-clock milliseconds and RFC 3339 text.
 //!
@@ -27,6 +28,7 @@ pub mod challenge;
 pub mod draw;
 pub mod ids;
 pub mod keys;
+pub mod lanes;
 pub mod messages;
 pub mod page_settings;
 pub mod policy;

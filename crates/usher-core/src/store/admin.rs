@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decode::{array, status, u};
 use super::reply::SettingsStatus;
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{Result, Store};
 use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
@@ -453,6 +453,7 @@ impl Store {
             .key(&k.pre_away)
             .key(&k.absent)
             .key(&k.parked)
+            .lane_keys(&k)
             .arg(reason.as_str())
             .invoke_async(&mut self.c())
             .await?;

@@ -8,12 +8,13 @@ use super::decode::{array, rate_of, status, text, u};
 use super::dispatch::records::TokenRecord;
 use super::gateways::GWS_TTL_MS;
 use super::reply::{LeaveStatus, PlaceStatus, PowVerdict};
-use super::scripts::SCRIPTS;
-use super::{protocol, Result, Store};
+use super::scripts::{WithLaneKeys, SCRIPTS};
+use super::{protocol, Result, Store, StoreError};
 use crate::binding::Thumbprint;
 use crate::challenge::{Proof, Refusal};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
+use crate::lanes::LaneName;
 use crate::messages::CloseReason;
 
 /// Where a place stands when a browser joins, resumes or polls.
@@ -26,6 +27,10 @@ pub enum PlaceState {
         rate: f64,
         /// The gateway that held the place before this call, when another one did (resume only).
         previous_gateway: Option<u16>,
+        /// The place's lane when it is not in the queue's default lane (crate::lanes):
+        /// `position` and `waiting` count that lane only. `None`: the default lane (or a queue
+        /// without lanes).
+        lane: Option<LaneName>,
     },
     Admitted(TokenRecord),
     /// Admitted a moment ago; the token is being minted. Ask again shortly.
@@ -111,6 +116,7 @@ impl Joined {
                     waiting,
                     rate,
                     previous_gateway: None,
+                    lane: None,
                 }
             }
             Joined::Scheduled {
@@ -140,6 +146,8 @@ pub struct JoinBatch {
     pub joined: Option<Joined>,
     /// In a proof-of-work queue, each join's verdict; empty otherwise (every join accepted).
     pub verdicts: Vec<PowVerdict>,
+    /// The lane the batch joined (`None`: the default lane): see [`Store::join_in_lane`].
+    pub lane: Option<LaneName>,
 }
 
 impl JoinBatch {
@@ -159,7 +167,24 @@ impl JoinBatch {
                 .count();
         }
         match &self.joined {
-            Some(joined) => Ok(joined.state(j)),
+            Some(joined) => Ok(match joined.state(j) {
+                PlaceState::Waiting {
+                    place,
+                    position,
+                    waiting,
+                    rate,
+                    previous_gateway,
+                    lane: _,
+                } => PlaceState::Waiting {
+                    place,
+                    position,
+                    waiting,
+                    rate,
+                    previous_gateway,
+                    lane: self.lane.clone(),
+                },
+                other => other,
+            }),
             None => Err(Refusal::Invalid),
         }
     }
@@ -206,6 +231,7 @@ impl Store {
             JoinBatch {
                 joined: Some(j),
                 verdicts,
+                ..
             } if verdicts.is_empty() => Ok(j),
             _ => Err(protocol(format!(
                 "queue {q} asks a proof of work of every join"
@@ -237,6 +263,21 @@ impl Store {
         now_ms: u64,
         proofs: &[Option<Proof>],
         keys: &[Option<Thumbprint>],
+    ) -> Result<JoinBatch> {
+        self.join_in_lane(q, gw, now_ms, proofs, keys, None).await
+    }
+
+    /// [`Store::join_bound`] into lane `lane` (`None`: the queue's default lane; see
+    /// [`crate::lanes`]): every join of the batch takes its place at the tail of that lane.
+    /// A lane the queue does not have takes no place: [`StoreError::NoSuchLane`].
+    pub async fn join_in_lane(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        now_ms: u64,
+        proofs: &[Option<Proof>],
+        keys: &[Option<Thumbprint>],
+        lane: Option<&LaneName>,
     ) -> Result<JoinBatch> {
         let n = proofs.len();
         if !keys.is_empty() && keys.len() != n {
@@ -279,12 +320,14 @@ impl Store {
             .key(&k.bound)
             .key(&k.parked)
             .key(&k.unarrived)
+            .lane_keys(&k)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
             .arg(n)
             .arg(proof_arg)
             .arg(key_arg)
+            .arg(lane.map_or("", LaneName::as_str))
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
@@ -348,9 +391,17 @@ impl Store {
                 };
                 (Some(j), verdicts)
             }
+            Some(PlaceStatus::NoSuchLane) => {
+                let name = lane.map_or_else(String::new, |l| l.to_string());
+                return Err(StoreError::NoSuchLane(name));
+            }
             _ => return Err(protocol(format!("join reply {a:?}"))),
         };
-        Ok(JoinBatch { joined, verdicts })
+        Ok(JoinBatch {
+            joined,
+            verdicts,
+            lane: lane.cloned(),
+        })
     }
 
     /// Resumes `place` for a browser now held by gateway `gw` (moving the place's routing to
@@ -396,6 +447,7 @@ impl Store {
             .key(&k.pre_away)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -435,6 +487,7 @@ impl Store {
             .key(&k.drawn)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(now_ms)
             .arg(asked)
@@ -493,16 +546,28 @@ impl Store {
                     Some(v) if with_previous_gateway => PlaceId(u(v)?),
                     _ => place,
                 };
+                // The lane: after the rates (status) or after the place id (resume).
+                let lane_at = if with_previous_gateway {
+                    rate_at + 3
+                } else {
+                    rate_at + 2
+                };
+                let lane = a
+                    .get(lane_at)
+                    .and_then(text)
+                    .and_then(|l| LaneName::new(l).ok());
                 Ok(PlaceState::Waiting {
                     place,
                     position: u(&a[1])?,
                     waiting: u(&a[2])?,
                     rate: rate_of(&a[rate_at], &a[rate_at + 1]),
                     previous_gateway: before,
+                    lane,
                 })
             }
             // Only a join answers this.
-            Some(PlaceStatus::Challenged | PlaceStatus::PreQueueFull) | None => Err(bad()),
+            Some(PlaceStatus::Challenged | PlaceStatus::PreQueueFull | PlaceStatus::NoSuchLane)
+            | None => Err(bad()),
         }
     }
 
@@ -536,6 +601,7 @@ impl Store {
             .key(&k.drawn)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(crate::time::now_ms())
             .arg(asked)
@@ -570,7 +636,10 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.away.key(&k.meta);
-            inv.key(&k.waiting).key(&k.away).key(&k.parked);
+            inv.key(&k.waiting)
+                .key(&k.away)
+                .key(&k.parked)
+                .lane_keys(&k);
             inv.arg(gw).arg(now_ms);
             for p in chunk {
                 inv.arg(p.0);
@@ -620,7 +689,7 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.back.key(&k.waiting);
-            inv.key(&k.away).key(&k.parked).arg(gw);
+            inv.key(&k.away).key(&k.parked).lane_keys(&k).arg(gw);
             for p in chunk {
                 inv.arg(p.0);
             }

@@ -345,6 +345,7 @@ async fn setup(
             waiting,
             rate,
             previous_gateway,
+            lane: _,
         } => {
             let reserved = match reserved {
                 // A pre-queue ticket resumed after the draw: its place has a new id in line.

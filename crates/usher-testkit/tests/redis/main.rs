@@ -33,6 +33,7 @@ mod faults;
 mod flow;
 mod hard_limits;
 mod keepalive;
+mod lanes;
 mod layering;
 mod load_reports;
 mod logs;

@@ -6,10 +6,11 @@ use serde::Deserialize;
 
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
+use crate::lanes::LaneName;
 use crate::store::decode::{array, status, u};
 use crate::store::gateways::GatewayInfo;
 use crate::store::reply::TickStatus;
-use crate::store::scripts::SCRIPTS;
+use crate::store::scripts::{WithLaneKeys, SCRIPTS};
 use crate::store::{protocol, Result, Store};
 
 use super::outbox::OutboxEntry;
@@ -91,6 +92,25 @@ pub struct TickOutcome {
     /// This call admitted [`ADMIT_PER_CALL`] places and the tick's budget is not spent: call
     /// [`Store::tick`] again with the same arguments (the same admission time) to admit more.
     pub more: bool,
+    /// Each lane's line and snapshot (crate::lanes; empty without lanes, and when `more` is
+    /// set). `waiting` above counts every lane; `runs` and `samples` are the default lane's.
+    pub lanes: Vec<LaneOutcome>,
+}
+
+/// One lane as a tick left it (see [`TickOutcome::lanes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneOutcome {
+    pub name: LaneName,
+    /// Joins that name no lane go here (its snapshot is also the outcome's `runs`/`samples`).
+    pub default: bool,
+    /// In line in this lane (present and away).
+    pub waiting: u64,
+    /// Present (not away): the lane could be admitted from now.
+    pub present: u64,
+    /// Admitted from this lane by this call.
+    pub admitted: u64,
+    pub runs: Vec<(u64, u64)>,
+    pub samples: Vec<(u64, u64)>,
 }
 
 /// Spacing of the first, coarse position samples (25% apart); refined where needed.
@@ -134,6 +154,7 @@ impl Store {
             .key(&k.bound)
             .key(&k.unarrived)
             .key(&k.arrivals)
+            .lane_keys(&k)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -215,6 +236,23 @@ struct TickReply {
     fresh: Vec<String>,
     more: bool,
     no_shows: u64,
+    #[serde(deserialize_with = "lua_list")]
+    lanes: Vec<LaneReply>,
+}
+
+/// One lane of a tick reply (`lane_snapshots` in `lua/tick.lua`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneReply {
+    name: LaneName,
+    slot: u8,
+    waiting: u64,
+    present: u64,
+    admitted: u64,
+    #[serde(deserialize_with = "lua_list")]
+    runs: Vec<u64>,
+    #[serde(deserialize_with = "lua_list")]
+    samples: Vec<u64>,
 }
 
 impl TickReply {
@@ -242,6 +280,21 @@ impl TickReply {
             fresh: OutboxEntry::parse_all(&self.fresh)?,
             fresh_entries: self.fresh.len() as u64,
             more: self.more,
+            lanes: self
+                .lanes
+                .into_iter()
+                .map(|l| {
+                    Ok(LaneOutcome {
+                        name: l.name,
+                        default: l.slot == 0,
+                        waiting: l.waiting,
+                        present: l.present,
+                        admitted: l.admitted,
+                        runs: pairs(&l.runs)?,
+                        samples: pairs(&l.samples)?,
+                    })
+                })
+                .collect::<Result<_>>()?,
         })
     }
 }
@@ -304,7 +357,7 @@ mod tests {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
             "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
             "carry":0.5,"session_ttl_ms":600000,"token_ttl_ms":600000,"paused":false,
-            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0}"#;
+            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0,"lanes":{}}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");
         assert_eq!(o.runs, vec![(10, 5)]);
