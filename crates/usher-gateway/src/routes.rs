@@ -210,6 +210,7 @@ async fn status_handler(
             position,
             waiting,
             rate,
+            lane,
             ..
         } => PlaceStatus::Waiting(WaitingEvent {
             queue: q,
@@ -217,6 +218,7 @@ async fn status_handler(
             waiting,
             eta_seconds: eta_seconds(position, rate),
             as_of_ms: now_ms(),
+            lane,
         }),
         PlaceState::Admitted(rec) => PlaceStatus::Admitted(admitted_event(&q, &rec)),
         PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {

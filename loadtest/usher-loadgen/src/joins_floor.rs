@@ -184,6 +184,7 @@ pub fn stream_response(queue: &QueueId, retry_ms: u64, as_of_ms: u64) -> Vec<u8>
         waiting: POSITION,
         eta_seconds: Some(0),
         as_of_ms,
+        lane: None,
     };
     // A struct of a string and numbers always serializes.
     let data = serde_json::to_string(&event).unwrap_or_default();

@@ -308,7 +308,7 @@ if not more then
       local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
       lr, ls = line_snapshot(lw, lp, c[1], c[2], exact, step, coarse)
     end
-    lane_snapshots[#lane_snapshots + 1] = {name = l.name, slot = l.slot,
+    lane_snapshots[#lane_snapshots + 1] = {name = l.name, slot = l.slot, share = l.share,
       waiting = c[1] + c[2], present = c[1], admitted = l.admitted or 0, runs = lr, samples = ls}
   end
   -- <<< lanes

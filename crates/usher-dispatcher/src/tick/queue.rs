@@ -274,7 +274,7 @@ impl QueueTick {
         bucket_rate: Option<f64>,
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
-        let state = QueueState {
+        let mut state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
             waiting: out.waiting,
@@ -289,7 +289,9 @@ impl QueueTick {
             runs: out.runs.clone(),
             samples: out.samples.clone(),
             last_place: out.last_place,
+            lanes: Vec::new(),
         };
+        super::lanes::split_state(&mut state, out);
         let batches: Vec<_> = out
             .gateways
             .iter()

@@ -345,7 +345,7 @@ async fn setup(
             waiting,
             rate,
             previous_gateway,
-            lane: _,
+            lane,
         } => {
             let reserved = match reserved {
                 // A pre-queue ticket resumed after the draw: its place has a new id in line.
@@ -362,6 +362,7 @@ async fn setup(
                 waiting,
                 eta_seconds: eta_seconds(position, rate),
                 as_of_ms: now_ms(),
+                lane,
             });
             live(ticket, reserved, place, first, previous_gateway)
         }

@@ -103,6 +103,7 @@ pub struct LaneOutcome {
     pub name: LaneName,
     /// Joins that name no lane go here (its snapshot is also the outcome's `runs`/`samples`).
     pub default: bool,
+    pub share: u8,
     /// In line in this lane (present and away).
     pub waiting: u64,
     /// Present (not away): the lane could be admitted from now.
@@ -246,6 +247,7 @@ struct TickReply {
 struct LaneReply {
     name: LaneName,
     slot: u8,
+    share: u8,
     waiting: u64,
     present: u64,
     admitted: u64,
@@ -287,6 +289,7 @@ impl TickReply {
                     Ok(LaneOutcome {
                         name: l.name,
                         default: l.slot == 0,
+                        share: l.share,
                         waiting: l.waiting,
                         present: l.present,
                         admitted: l.admitted,
