@@ -162,4 +162,8 @@ end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', lane_waiting) + redis.call('ZCARD', lane_parked)
 local rate, configured = eta_rates(KEYS[1])
+-- >>> lanes: the ETA is at the lane's part of the rate.
+local part = lane_part(KEYS[1], lane_slot_of_batch, KEYS[3], KEYS[11])
+rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
+-- <<< lanes
 return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

@@ -247,3 +247,31 @@ local function extra_lanes_empty()
   end
   return true
 end
+
+-- A lane's part of the queue's rate, for the ETA a join, resume or status answers with: its
+-- share ÷ the shares of the lanes with somebody present, itself included (as the tick splits
+-- admissions, and as the dispatcher's `state` tells the gateways: crate::lanes::lane_rate).
+-- 1 without lanes. `waiting`, `parked`: the default lane's zsets.
+local function lane_part(meta, slot, waiting, parked)
+  local lanes = lanes_of(meta)
+  if #lanes == 0 then return 1 end
+  local mine, sum = 0, 0
+  for _, l in ipairs(lanes) do
+    if l.slot == slot then
+      mine = l.share
+      sum = sum + l.share
+    elseif redis.call('ZCARD', (lane_sets(l.slot, waiting, parked))) > 0 then
+      sum = sum + l.share
+    end
+  end
+  if sum == 0 then return 1 end
+  return mine / sum
+end
+
+-- `rate` (a meta field's text, or false) scaled by `part`.
+local function lane_scaled(rate, part)
+  if not rate or part == 1 then return rate end
+  local r = tonumber(rate)
+  if not r then return rate end
+  return tostring(r * part)
+end

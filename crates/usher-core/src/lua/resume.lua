@@ -89,4 +89,6 @@ redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
 local rank = redis.call('ZRANK', waiting, mine) + redis.call('ZCOUNT', parked_set, '-inf', '(' .. fmt(seq))
 local w = redis.call('ZCARD', waiting) + redis.call('ZCARD', parked_set)
 local rate, configured = eta_rates(KEYS[1])
+local part = lane_part(KEYS[1], slot, KEYS[3], KEYS[12])
+rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
 return {PLACE_WAITING, rank + 1, w, before, rate, configured, place, lane_name(KEYS[1], slot)}

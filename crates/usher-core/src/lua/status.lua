@@ -33,4 +33,6 @@ local ahead = '(' .. place
 local rank = redis.call('ZCOUNT', waiting, '-inf', ahead) + redis.call('ZCOUNT', parked, '-inf', ahead)
 local w = redis.call('ZCARD', waiting) + redis.call('ZCARD', parked)
 local rate, configured = eta_rates(KEYS[1])
+local part = lane_part(KEYS[1], slot, KEYS[2], KEYS[8])
+rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
 return {PLACE_WAITING, rank + 1, w, rate, configured, lane_name(KEYS[1], slot)}

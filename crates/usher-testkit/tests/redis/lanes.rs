@@ -221,7 +221,10 @@ async fn each_lanes_eta_is_within_ten_percent_at_a_constant_rate() -> anyhow::Re
         ("general", general[559]),
     ] {
         let PlaceState::Waiting {
-            position, lane: l, ..
+            position,
+            lane: l,
+            rate: told,
+            ..
         } = store.status(&q, PlaceId(place), T0).await?
         else {
             anyhow::bail!("{place} is waiting")
@@ -229,6 +232,10 @@ async fn each_lanes_eta_is_within_ten_percent_at_a_constant_rate() -> anyhow::Re
         let expected_lane = (lane != "general").then(|| name(lane));
         assert_eq!(l, expected_lane, "status names a non-default lane");
         let rate = lane_rate(config.lanes(), &busy, &name(lane), 50.0);
+        assert!(
+            (told - rate).abs() < 1e-6,
+            "status tells {lane} its lane's rate {rate}, not {told}"
+        );
         predicted.push((place, position as f64 / rate * 1000.0));
     }
     assert_eq!(
