@@ -208,6 +208,12 @@ pub struct Config {
     /// the settings may differ between gateways.
     #[arg(long, env = "USHER_CHALLENGE_TTL_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(CHALLENGE_TTL_SECS))]
     pub challenge_ttl_secs: u64,
+
+    /// Lanes (usher_core::lanes), a test seam and no flag: a join takes the lane named by
+    /// its stream URL's `lane` parameter. Off in every binary: the lane a browser may join is
+    /// the shop's to say (the invitation's `lane` claim), never the browser's.
+    #[arg(skip)]
+    pub lanes_from_query: bool,
 }
 
 // The accepted ranges, shared by the command line (clap rejects a bad flag or variable) and

@@ -57,6 +57,7 @@ mod hub;
 mod inbox;
 mod joins;
 mod keepalive;
+mod lanes;
 mod limits;
 mod metrics;
 mod openapi;

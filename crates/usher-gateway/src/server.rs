@@ -443,20 +443,22 @@ impl ClientConn {
             let from_query = ticket_param(r.query)?;
             let pow = query_param(r.query, "pow")?;
             let proof = query_param(r.query, "proof")?;
+            let lane = crate::lanes::lane_of_join(gw.config(), r.query)?;
             let ticket = r.last_event_id.filter(|t| !t.is_empty()).or(from_query);
             let place = ticket
                 .as_deref()
                 .map(|t| check_ticket(gw.ticket_key(), &q, t))
                 .transpose()?;
-            Ok::<_, ApiError>((q, place, ticket, pow, proof))
+            Ok::<_, ApiError>((q, place, ticket, pow, proof, lane))
         })();
         let setup = match parsed {
             Ok(_) if self.reserve => {
                 metrics::refused(Refusal::Sockets);
                 Setup::TryLater
             }
-            Ok((q, place, ticket, pow, proof)) => {
-                Box::pin(stream::open(gw, q, place, ticket, pow, proof, r.client)).await
+            Ok((q, place, ticket, pow, proof, lane)) => {
+                let asks = stream::Asks { pow, proof, lane };
+                Box::pin(stream::open(gw, q, place, ticket, asks, r.client)).await
             }
             Err(e) => Setup::Failed(e),
         };

@@ -74,6 +74,9 @@ pub fn gateway(redis_url: &str) -> usher_gateway::Config {
         // without USHER_CHALLENGE_SECRET; puzzles live the default 120 s.
         challenge_secret: None,
         challenge_ttl_secs: 120,
+        // Lanes: the test seam (a join's lane from the stream URL) is off unless a test
+        // turns it on (the `redis` test `lanes_e2e::`).
+        lanes_from_query: false,
     }
 }
 

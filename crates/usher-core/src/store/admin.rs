@@ -399,8 +399,8 @@ impl Store {
             .await?;
         let (outcomes, no_shows, no_shows_total) = arrivals;
         Ok(QueueStats {
-            // The line counts its away places, which wait in `parked`.
-            waiting: present + parked,
+            // The line counts its away places, which wait in `parked`, and every lane's.
+            waiting: present + parked + self.other_lanes_places(q).await?,
             away,
             active,
             admitted_total: total.unwrap_or(0),

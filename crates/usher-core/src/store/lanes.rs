@@ -29,7 +29,7 @@ pub enum LanesWrite {
 }
 
 /// One lane and how many are in line in it (present and away).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct LaneCount {
     pub name: LaneName,
     pub share: u8,
@@ -99,6 +99,17 @@ impl Store {
             .map(|(l, _)| l.name.clone());
         Lanes::new(parsed.into_iter().map(|(l, _)| l).collect(), default)
             .map_err(|e| protocol(format!("meta lanes {spec:?}: {e}")))
+    }
+
+    /// How many are in line in `q`'s lanes other than the default one (slots 1..=7).
+    pub async fn other_lanes_places(&self, q: &QueueId) -> Result<u64> {
+        let k = QueueKeys::new(q);
+        let mut pipe = redis::pipe();
+        for (w, p) in &k.lanes {
+            pipe.cmd("ZCARD").arg(w).cmd("ZCARD").arg(p);
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.c()).await?;
+        Ok(counts.iter().sum())
     }
 
     /// Each of `q`'s lanes with how many are in line in it (empty without lanes).

@@ -26,6 +26,7 @@ mod dashboard;
 mod edits;
 mod errors;
 mod gateways;
+mod lanes;
 mod no_shows;
 mod openapi;
 pub(crate) mod queues;

@@ -16,6 +16,7 @@ use tracing::Instrument;
 use usher_core::binding::{ProofRefusal, ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::lanes::LaneName;
 use usher_core::messages::{
     eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
@@ -151,6 +152,16 @@ impl Drop for Holding {
     }
 }
 
+/// What a stream request brings besides its ticket.
+pub(crate) struct Asks {
+    /// A proof-of-work solution (a join in a proof-of-work queue).
+    pub(crate) pow: Option<String>,
+    /// A proof of possession of the browser's key (a binding queue's).
+    pub(crate) proof: Option<String>,
+    /// The lane a join goes to (`None`: the default lane; `crate::lanes`).
+    pub(crate) lane: Option<LaneName>,
+}
+
 /// Sets a stream up: joins the queue, or resumes the place `ticket` names.
 ///
 /// The caller must run this to completion (the gateway's own connection task does: nothing
@@ -162,8 +173,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    pow: Option<String>,
-    proof: Option<String>,
+    asks: Asks,
     client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
@@ -185,7 +195,7 @@ pub(crate) async fn open(
         .map(|()| slot)
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, (pow, proof), client, slot).await,
+        Ok(slot) => setup(gw, q, place, ticket, asks, client, slot).await,
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
@@ -199,7 +209,7 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    (pow, proof): (Option<String>, Option<String>),
+    Asks { pow, proof, lane }: Asks,
     client: IpKey,
     slot: StreamSlot,
 ) -> Setup {
@@ -262,6 +272,7 @@ async fn setup(
             let join = Join {
                 pow: proof,
                 key: key.clone(),
+                lane,
             };
             match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {
@@ -276,7 +287,12 @@ async fn setup(
                     };
                     (s, reserved)
                 }
-                Err(JoinError::Store(e)) => return refused_by_redis(&e),
+                Err(JoinError::Store(e)) => {
+                    if let StoreError::NoSuchLane(lane) = &*e {
+                        return Setup::Failed(crate::lanes::no_such_lane(lane));
+                    }
+                    return refused_by_redis(&e);
+                }
                 Err(JoinError::Abandoned) => {
                     metrics::refused(Refusal::Redis);
                     return Setup::TryLater;

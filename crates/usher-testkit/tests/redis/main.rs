@@ -34,6 +34,7 @@ mod flow;
 mod hard_limits;
 mod keepalive;
 mod lanes;
+mod lanes_e2e;
 mod layering;
 mod load_reports;
 mod logs;
