@@ -300,19 +300,21 @@ if not more then
   local exact, step, coarse = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
   local c0 = lane_counts[0] or {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[11])}
   runs, samples = line_snapshot(KEYS[2], KEYS[11], c0[1], c0[2], exact, step, coarse)
-  -- >>> lanes
-  for _, l in ipairs(lanes) do
-    local c = lane_counts[l.slot]
-    local lr, ls = runs, samples
-    if l.slot ~= 0 then
-      local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
-      lr, ls = line_snapshot(lw, lp, c[1], c[2], exact, step, coarse)
-    end
-    lane_snapshots[#lane_snapshots + 1] = {name = l.name, slot = l.slot, share = l.share,
-      waiting = c[1] + c[2], present = c[1], admitted = l.admitted or 0, runs = lr, samples = ls}
-  end
-  -- <<< lanes
 end
+-- >>> lanes: every call says what each lane admitted; the last one also each lane's snapshot.
+for _, l in ipairs(lanes) do
+  local c = lane_counts[l.slot]
+  local lr, ls = {}, {}
+  if not more and l.slot == 0 then
+    lr, ls = runs, samples
+  elseif not more then
+    local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
+    lr, ls = line_snapshot(lw, lp, c[1], c[2], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]))
+  end
+  lane_snapshots[#lane_snapshots + 1] = {name = l.name, slot = l.slot, share = l.share,
+    waiting = c[1] + c[2], present = c[1], admitted = l.admitted or 0, runs = lr, samples = ls}
+end
+-- <<< lanes
 
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
 local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')

@@ -166,5 +166,34 @@ async fn each_stream_hears_its_own_lane_and_the_admin_api_counts_lanes() -> anyh
         s.get().await.is_ok_and(|v| v["waiting"] == 0)
     })
     .await?;
+    // Metrics: each lane's admissions, labelled by lane.
+    eventually("members' two admissions in /metrics", async || {
+        s.lane_metric("usher_lane_admitted_total", "members").await == Some(2.0)
+    })
+    .await?;
+    assert_eq!(
+        s.lane_metric("usher_lane_admitted_total", "general").await,
+        Some(3.0)
+    );
     Ok(())
+}
+
+impl Lanes {
+    /// The dispatcher's `name{lane="…",queue="lanes"}` sample, if rendered.
+    async fn lane_metric(&self, name: &str, lane: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.dispatcher.url()))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let series = format!("{name}{{");
+        text.lines()
+            .filter(|l| l.starts_with(&series))
+            .filter(|l| l.contains(&format!("lane=\"{lane}\"")) && l.contains("queue=\"lanes\""))
+            .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse().ok()))
+    }
 }

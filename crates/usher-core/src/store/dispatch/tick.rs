@@ -95,8 +95,9 @@ pub struct TickOutcome {
     /// This call admitted [`ADMIT_PER_CALL`] places and the tick's budget is not spent: call
     /// [`Store::tick`] again with the same arguments (the same admission time) to admit more.
     pub more: bool,
-    /// Each lane's line and snapshot (crate::lanes; empty without lanes, and when `more` is
-    /// set). `waiting` above counts every lane; `runs` and `samples` are the default lane's.
+    /// Each lane's line and admissions, and its snapshot on the tick's last call
+    /// (crate::lanes; empty without lanes). `waiting` above counts every lane; `runs` and
+    /// `samples` are the default lane's.
     pub lanes: Vec<LaneOutcome>,
 }
 
