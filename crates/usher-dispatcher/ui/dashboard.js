@@ -36,6 +36,8 @@ const STATS = [
   ["dropped_total", "Dropped in total"],
   ["maintenance", "Maintenance text"],
   ["ended", "Ended text"],
+  // Lanes: each lane's share and how many wait in it ("—" without lanes).
+  ["lanes", "Lanes (share: waiting)"],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -434,6 +436,7 @@ function update(entry, q, now) {
     // A share, shown as a percentage (null until enough sessions arrived or not).
     no_show_ratio: typeof q.no_show_ratio === "number" ? Math.round(q.no_show_ratio * 100) + " %" : null,
     opens_at: opensAt(q) ? new Date(opensAt(q)).toLocaleString() : q.opens_at,
+    lanes: lanesText(q),
   });
   for (const [name] of STATS) {
     const v = values[name];
@@ -442,6 +445,12 @@ function update(entry, q, now) {
   fillSettings(entry.settings, q, entry.last === null);
   entry.last = q;
   draw(entry, now);
+}
+
+// Lanes as one line, the default lane marked: "general* 70 %: 3 · members 30 %: 2".
+function lanesText(q) {
+  if (!Array.isArray(q.lanes) || q.lanes.length === 0) return null;
+  return q.lanes.map((l) => l.name + (l.default ? "*" : "") + " " + l.share + " %: " + l.waiting).join(" · ");
 }
 
 // The chart's window in milliseconds (the history always keeps the last hour).
