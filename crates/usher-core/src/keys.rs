@@ -35,6 +35,11 @@
 //! least 1).
 //!
 //!
+//! Lanes (crate::lanes; `lua/lanes.lua`): meta `lanes` = `<name>:<share>:<slot>,…` in the
+//! order configured (absent: no lanes; slot 0 is the default lane, the plain `waiting` and
+//! `parked`), written by `lua/put_lanes.lua`; meta `lane_credit` = `<slot>:<credit>,…`, each
+//! lane's admissions owed (within ±1), kept by the tick so shares hold across ticks.
+//!
 //! Scheduled sale (docs/policies.md, "Scheduled sale and the draw"; `lua/draw.lua`):
 //!
 //! | key | type | content |
