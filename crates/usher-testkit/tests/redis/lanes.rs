@@ -352,3 +352,58 @@ async fn lane_places_keep_their_lane_through_away_leave_and_close() -> anyhow::R
     assert_eq!(refused, LanesWrite::Written, "empty lanes may go");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_admits_only_while_nobody_waits_in_any_lane() -> anyhow::Result<()> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("pass")?;
+    store
+        .put_queue(
+            &q,
+            &QueueConfig {
+                admit_per_second: 1000.0,
+                passthrough: true,
+                max_active: Some(1),
+                grace_seconds: 3600,
+                session_ttl_seconds: 3600,
+                ..QueueConfig::default()
+            },
+        )
+        .await?;
+    store
+        .put_lanes(&q, &lanes(&[("general", 70), ("members", 30)], None))
+        .await?;
+    // Before the first tick there is no bucket: both wait. The tick admits one (one slot):
+    // general, whose share is larger; the member waits, and the bucket keeps tokens.
+    let g1 = join(&store, &q, None, 1).await?[0];
+    let m1 = join(&store, &q, Some(&name("members")), 1).await?[0];
+    let admitted = run(&store, &q, T0, 1).await?;
+    assert_eq!(admitted.iter().map(|a| a.0).collect::<Vec<_>>(), [g1]);
+    // The slot frees: a default-lane join finds its own lane empty, but a member waits.
+    store.leave(&q, PlaceId(g1)).await?;
+    let b = store
+        .join_in_lane(&q, 1, T0 + 1, &[None], &[], None)
+        .await?;
+    let g2 = match b.outcome(0) {
+        Ok(PlaceState::Waiting {
+            place, position, ..
+        }) => {
+            assert_eq!(position, 1, "first in the default lane");
+            place
+        }
+        other => anyhow::bail!("a join while a member waits must wait, got {other:?}"),
+    };
+    // Once nobody waits in any lane, the same join passes at once.
+    store.leave(&q, g2).await?;
+    store.leave(&q, PlaceId(m1)).await?;
+    let b = store
+        .join_in_lane(&q, 1, T0 + 2, &[None], &[], None)
+        .await?;
+    assert!(
+        matches!(b.outcome(0), Ok(PlaceState::AdmittedNow { .. })),
+        "{:?}",
+        b.outcome(0)
+    );
+    Ok(())
+}
