@@ -669,9 +669,11 @@ impl Store {
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
         let k = QueueKeys::new(q);
         let seq = place.seq();
-        // The members of `place` in `waiting`, `parked` and `pre`, in that order.
+        // The members of `place` in `waiting`, `parked` and `pre`, in that order, then in the
+        // other lanes' zsets (crate::lanes: a place is in one of them at most).
         let mut pipe = redis::pipe();
-        for set in [&k.waiting, &k.parked, &k.pre] {
+        let lanes = k.lanes.iter().flat_map(|(w, p)| [w, p]);
+        for set in [&k.waiting, &k.parked, &k.pre].into_iter().chain(lanes) {
             pipe.cmd("ZRANGEBYSCORE").arg(set).arg(seq).arg(seq);
         }
         let found: Vec<Vec<Vec<u8>>> = pipe.query_async(&mut self.c()).await?;

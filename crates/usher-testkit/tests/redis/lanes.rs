@@ -292,6 +292,11 @@ async fn lane_places_keep_their_lane_through_away_leave_and_close() -> anyhow::R
         }
         other => anyhow::bail!("{other:?}"),
     }
+    assert_eq!(
+        store.holder(&q, PlaceId(m[0])).await?,
+        Some(2),
+        "a takeover finds a lane's place and its new holder"
+    );
     // Leave: the lane shrinks.
     store.leave(&q, PlaceId(m[2])).await?;
     let counts = store.lane_counts(&q).await?;
