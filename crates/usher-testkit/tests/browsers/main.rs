@@ -10,6 +10,7 @@ mod browser;
 mod dashboard;
 mod docs;
 mod k6;
+mod lanes_page;
 mod nginx_auth;
 mod openapi;
 mod pow_page;
