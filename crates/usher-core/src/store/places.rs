@@ -167,24 +167,13 @@ impl JoinBatch {
                 .count();
         }
         match &self.joined {
-            Some(joined) => Ok(match joined.state(j) {
-                PlaceState::Waiting {
-                    place,
-                    position,
-                    waiting,
-                    rate,
-                    previous_gateway,
-                    lane: _,
-                } => PlaceState::Waiting {
-                    place,
-                    position,
-                    waiting,
-                    rate,
-                    previous_gateway,
-                    lane: self.lane.clone(),
-                },
-                other => other,
-            }),
+            Some(joined) => {
+                let mut state = joined.state(j);
+                if let PlaceState::Waiting { lane, .. } = &mut state {
+                    lane.clone_from(&self.lane);
+                }
+                Ok(state)
+            }
             None => Err(Refusal::Invalid),
         }
     }
