@@ -7,7 +7,7 @@ use redis::Value;
 use super::decode::{array, status, text, u};
 use super::reply::LanesStatus;
 use super::scripts::{WithLaneKeys, SCRIPTS};
-use super::{protocol, Result, Store};
+use super::{protocol, Result, Store, StoreError};
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
 use crate::lanes::{Lane, LaneName, Lanes};
@@ -36,6 +36,16 @@ pub struct LaneCount {
     /// Whether joins that name no lane go here.
     pub default: bool,
     pub waiting: u64,
+}
+
+/// The lane a `status` or `resume` reply names (false: the default lane).
+pub(super) fn lane_in(v: Option<&Value>) -> Option<LaneName> {
+    v.and_then(text).and_then(|l| LaneName::new(l).ok())
+}
+
+/// The error of a join into `lane`, which the queue does not have.
+pub(super) fn no_such_lane(lane: Option<&LaneName>) -> StoreError {
+    StoreError::NoSuchLane(lane.map_or_else(String::new, |l| l.to_string()))
 }
 
 /// The lanes of a meta `lanes` field, each with its slot, in the order configured.

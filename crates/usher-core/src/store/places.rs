@@ -7,9 +7,10 @@ use super::binding::Asker;
 use super::decode::{array, rate_of, status, text, u};
 use super::dispatch::records::TokenRecord;
 use super::gateways::GWS_TTL_MS;
+use super::lanes::{lane_in, no_such_lane};
 use super::reply::{LeaveStatus, PlaceStatus, PowVerdict};
 use super::scripts::{WithLaneKeys, SCRIPTS};
-use super::{protocol, Result, Store, StoreError};
+use super::{protocol, Result, Store};
 use crate::binding::Thumbprint;
 use crate::challenge::{Proof, Refusal};
 use crate::ids::{PlaceId, QueueId};
@@ -258,7 +259,7 @@ impl Store {
 
     /// [`Store::join_bound`] into lane `lane` (`None`: the queue's default lane; see
     /// [`crate::lanes`]): every join of the batch takes its place at the tail of that lane.
-    /// A lane the queue does not have takes no place: [`StoreError::NoSuchLane`].
+    /// A lane the queue does not have takes no place: [`super::StoreError::NoSuchLane`].
     pub async fn join_in_lane(
         &self,
         q: &QueueId,
@@ -380,10 +381,7 @@ impl Store {
                 };
                 (Some(j), verdicts)
             }
-            Some(PlaceStatus::NoSuchLane) => {
-                let name = lane.map_or_else(String::new, |l| l.to_string());
-                return Err(StoreError::NoSuchLane(name));
-            }
+            Some(PlaceStatus::NoSuchLane) => return Err(no_such_lane(lane)),
             _ => return Err(protocol(format!("join reply {a:?}"))),
         };
         Ok(JoinBatch {
@@ -536,15 +534,7 @@ impl Store {
                     _ => place,
                 };
                 // The lane: after the rates (status) or after the place id (resume).
-                let lane_at = if with_previous_gateway {
-                    rate_at + 3
-                } else {
-                    rate_at + 2
-                };
-                let lane = a
-                    .get(lane_at)
-                    .and_then(text)
-                    .and_then(|l| LaneName::new(l).ok());
+                let lane = lane_in(a.get(rate_at + 2 + usize::from(with_previous_gateway)));
                 Ok(PlaceState::Waiting {
                     place,
                     position: u(&a[1])?,
