@@ -12,6 +12,8 @@
 //! | `usher:{q:<id>}:waiting` | zset | member = 6 bytes (place low 32 bits, gateway index 16 bits), score = place id |
 //! | `usher:{q:<id>}:away` | zset | place id → end of its grace period (ms): browsers whose connection dropped |
 //! | `usher:{q:<id>}:parked` | zset | the away places, out of `waiting`: member and score as there (so a resume puts a place back at its exact spot), each with its `away` entry; the line is `waiting` and `parked` together (positions and `waiting` counts include both), and the tick reads only `waiting`, so its work never grows with away places. A place in `waiting` with an `away` entry (written before `parked` existed, or put in line by a scheduled sale's draw) is moved here when it reaches the head |
+//! | `usher:{q:<id>}:lane:<slot>:waiting`, `…:lane:<slot>:parked` | zset | lanes (meta `lanes`; crate::lanes): the places of the lane in slot 1..=7, as `waiting` and `parked` are for the default lane (which is always `waiting`/`parked` themselves, slot 0) |
+//! | `usher:{q:<id>}:lane_of` | hash | lanes: place id → its lane's slot (1..=7), for each place in line outside the default lane; deleted with the place's line entry (admitted, dropped, left, closed) |
 //! | `usher:{q:<id>}:lease` | string | `<dispatcher replica>\|<fencing token>`, with a TTL: who drives this queue |
 //! | `usher:{q:<id>}:active` | zset | member = place id of an admitted place, score = session expiry (ms) |
 //! | `usher:{q:<id>}:unarrived` | zset | no-shows (meta `arrival_seconds` set): place id of an admitted place the booking service has not checked yet → its arrival deadline (ms); the first session check, touch or consume removes it (the session arrived), the tick ends the session of one whose deadline passed (a no-show: its slot frees) |
@@ -35,6 +37,11 @@
 //! effective rate) and `bucket_burst` (its size while nobody waits: one tick's worth, at
 //! least 1).
 //!
+//!
+//! Lanes (crate::lanes; `lua/lanes.lua`): meta `lanes` = `<name>:<share>:<slot>,…` in the
+//! order configured (absent: no lanes; slot 0 is the default lane, the plain `waiting` and
+//! `parked`), written by `lua/put_lanes.lua`; meta `lane_credit` = `<slot>:<credit>,…`, each
+//! lane's admissions owed (within ±1), kept by the tick so shares hold across ticks.
 //!
 //! Scheduled sale (docs/policies.md, "Scheduled sale and the draw"; `lua/draw.lua`):
 //!
@@ -147,6 +154,10 @@ pub struct QueueKeys {
     pub spent: String,
     /// Browser binding (see the table above).
     pub bound: String,
+    /// Lanes (see the table above): `lane_of`, then the waiting and parked zsets of slots
+    /// 1..=7, the order every lane-aware script takes them in ([`QueueKeys::lane_keys`]).
+    pub lane_of: String,
+    pub lanes: Vec<(String, String)>,
     /// Scheduled sale (see the table above).
     pub pre: String,
     pub entrants: String,
@@ -178,6 +189,15 @@ impl QueueKeys {
             passed: k("passed"),
             spent: k("spent"),
             bound: k("bound"),
+            lane_of: k("lane_of"),
+            lanes: (1..crate::lanes::MAX_LANES)
+                .map(|slot| {
+                    (
+                        k(&format!("lane:{slot}:waiting")),
+                        k(&format!("lane:{slot}:parked")),
+                    )
+                })
+                .collect(),
             pre: k("pre"),
             entrants: k("entrants"),
             drawn: k("drawn"),
@@ -185,6 +205,27 @@ impl QueueKeys {
             drawing: k("drawing"),
             pre_away: k("pre_away"),
             absent: k("absent"),
+        }
+    }
+}
+
+impl QueueKeys {
+    /// The keys a lane-aware script takes last (`lua/lanes.lua`): `lane_of`, then slot 1's
+    /// waiting and parked zsets, slot 2's, … slot 7's (15 keys).
+    pub fn lane_keys(&self) -> Vec<&String> {
+        let mut v = vec![&self.lane_of];
+        for (w, p) in &self.lanes {
+            v.push(w);
+            v.push(p);
+        }
+        v
+    }
+
+    /// The waiting and parked zsets of lane slot `slot` (0: the default lane).
+    pub fn lane_sets(&self, slot: usize) -> (&String, &String) {
+        match slot.checked_sub(1).and_then(|i| self.lanes.get(i)) {
+            Some((w, p)) => (w, p),
+            None => (&self.waiting, &self.parked),
         }
     }
 }
@@ -374,7 +415,10 @@ mod tests {
                 &k.spent,
                 &k.bound,
                 &k.used_proof("NzbLsXh8uDCcd-6M", "a-jti_1"),
-            ] {
+            ]
+            .into_iter()
+            .chain(k.lane_keys())
+            {
                 assert_eq!(hash_slot(key), slot, "{key}");
             }
         }

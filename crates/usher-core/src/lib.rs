@@ -18,6 +18,7 @@
 //!   title, logo) and their checks.
 //! * [`invitation`] — a queue's invitation setting and keys; checks a shop's invitation (an
 //!   Ed25519 JWT: signature, queue, time) and names why one was refused.
+//! * [`lanes`] — lane names and a queue's lanes with guaranteed shares.
 //! * [`policy`] — the adaptive rate and why a queue admits at its rate.
 //! * [`inventory`] — what the booking service says is left, and what the line is told of it.
 //! * [`time`] — wall-clock milliseconds and RFC 3339 text.
@@ -32,6 +33,7 @@ pub mod ids;
 pub mod inventory;
 pub mod invitation;
 pub mod keys;
+pub mod lanes;
 pub mod messages;
 pub mod page_settings;
 pub mod policy;

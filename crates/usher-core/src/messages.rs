@@ -50,9 +50,61 @@ pub struct QueueState {
     /// [`crate::inventory::InventoryOutlook`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<crate::inventory::InventoryState>,
+    /// Lanes (crate::lanes): each lane's line, its effective rate and its snapshot; empty
+    /// without lanes (and from a dispatcher that predates them). The fields above are the
+    /// default lane's, its `rate` that lane's effective rate, so a gateway that does not
+    /// know lanes still shows the default lane's places their right positions and ETAs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneState>,
+}
+
+/// One lane of a [`QueueState`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaneState {
+    pub name: crate::lanes::LaneName,
+    /// Joins that name no lane go here (the snapshot's top-level fields are this lane's).
+    pub default: bool,
+    pub share: u8,
+    /// In line in this lane.
+    pub waiting: u64,
+    /// The lane's effective rate: the queue's rate × its share ÷ the sum of the shares of
+    /// the lanes with somebody present ([`crate::lanes::lane_rate`]).
+    pub rate: f64,
+    pub runs: Vec<(u64, u64)>,
+    pub samples: Vec<(u64, u64)>,
 }
 
 impl QueueState {
+    /// The snapshot of lane `lane` alone, as a snapshot of its own (positions count that
+    /// lane only); `None` for a lane the snapshot does not list, or the default lane (the
+    /// top-level fields are its).
+    pub fn lane_view(&self, lane: &crate::lanes::LaneName) -> Option<QueueState> {
+        let l = self.lanes.iter().find(|l| &l.name == lane && !l.default)?;
+        Some(QueueState {
+            queue: self.queue.clone(),
+            at_ms: self.at_ms,
+            waiting: l.waiting,
+            rate: l.rate,
+            runs: l.runs.clone(),
+            samples: l.samples.clone(),
+            last_place: self.last_place,
+            inventory: self.inventory,
+            lanes: Vec::new(),
+        })
+    }
+
+    /// The places admitted before the place at `position` of a line read off this snapshot
+    /// whose rate is `rate` (a lane's view: its own rate): with lanes, every lane admits
+    /// meanwhile, so that many × the queue's rate ÷ the lane's (the inventory's outlook
+    /// counts the baskets of all of them); without lanes, `position` itself.
+    pub fn admitted_before(&self, position: u64, rate: f64) -> u64 {
+        let total: f64 = self.lanes.iter().map(|l| l.rate).sum();
+        if self.lanes.is_empty() || rate <= 0.0 || total <= rate {
+            return position;
+        }
+        (position as f64 * total / rate).ceil() as u64
+    }
+
     /// An empty line of `queue` at time 0: no places, no rate. A starting point for a
     /// snapshot built field by field (`QueueState { waiting, runs, ..QueueState::empty(q) }`);
     /// a snapshot always names its queue, so there is no `Default`.
@@ -66,6 +118,7 @@ impl QueueState {
             samples: Vec::new(),
             last_place: 0,
             inventory: None,
+            lanes: Vec::new(),
         }
     }
 }
@@ -213,6 +266,11 @@ pub struct WaitingEvent {
     /// after joining).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<crate::inventory::InventoryOutlook>,
+    /// The place's lane when it is not in the queue's default lane (absent otherwise):
+    /// `position`, `waiting` and `eta_seconds` are that lane's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "members")]
+    pub lane: Option<crate::lanes::LaneName>,
 }
 
 /// `event: scheduled` payload: the browser is in a scheduled sale's pre-queue, and the draw

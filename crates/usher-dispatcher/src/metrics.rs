@@ -57,6 +57,9 @@ pub(crate) const REDIS_OOM: &str = "usher_redis_out_of_memory_total";
 /// Session calls with a bound token refused because the session spent its proofs here
 /// (`session_proof::SESSION_PROOFS`).
 pub(crate) const SESSION_PROOFS_REFUSED: &str = "usher_session_proofs_refused_total";
+/// Lanes: places admitted and in line, by queue and lane.
+pub(crate) const LANE_ADMITTED: &str = "usher_lane_admitted_total";
+pub(crate) const LANE_WAITING: &str = "usher_lane_waiting";
 
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
@@ -110,6 +113,11 @@ pub(crate) fn describe() {
         SESSION_PROOFS_REFUSED,
         "Session calls with a bound token refused (429) because the session sent proofs faster than SESSION_PROOFS allows."
     );
+    describe_counter!(LANE_ADMITTED, "Places admitted, by queue and lane.");
+    describe_gauge!(
+        LANE_WAITING,
+        "Places in line (present and away) at the last tick of this replica, by queue and lane."
+    );
     usher_core::store::describe_redis_metrics();
 }
 
@@ -128,6 +136,13 @@ pub(crate) fn tokens_minted(n: usize) {
 /// Records one queue's tick: its admissions and the line's size after it.
 pub(crate) fn queue_ticked(q: &QueueId, out: &TickOutcome) {
     let queue = q.to_string();
+    // lanes: at most 8 a queue (usher_core::lanes::MAX_LANES), so the label stays bounded.
+    for l in &out.lanes {
+        let lane = l.name.to_string();
+        counter!(LANE_ADMITTED, "queue" => queue.clone(), "lane" => lane.clone())
+            .increment(l.admitted);
+        gauge!(LANE_WAITING, "queue" => queue.clone(), "lane" => lane).set(l.waiting as f64);
+    }
     counter!(ADMITTED, "queue" => queue.clone()).increment(out.admitted);
     gauge!(QUEUE_WAITING, "queue" => queue.clone()).set(out.waiting as f64);
     gauge!(QUEUE_ACTIVE, "queue" => queue.clone()).set(out.active as f64);

@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use usher_core::draw::Seed;
 use usher_core::ids::QueueId;
+use usher_core::lanes::Lanes;
 use usher_core::store::{BeaconChange, QueueConfig, Store, StoreError};
 use usher_core::time::{now_ms, parse_rfc3339_ms};
 
@@ -59,7 +60,7 @@ pub enum QueuesFileError {
 /// The queues of the file, each with its settings as a new queue gets them, and its sale.
 #[derive(Debug, Clone)]
 pub struct QueuesFile {
-    queues: Vec<(QueueId, QueueConfig, Option<Sale>)>,
+    queues: Vec<(QueueId, QueueConfig, Option<Sale>, Lanes)>,
 }
 
 /// A scheduled sale of the file.
@@ -121,7 +122,22 @@ impl QueuesFile {
             let q = QueueId::new(&name).map_err(|e| problem(&name, e.to_string()))?;
             let sale = Sale::of(&update).map_err(|e| problem(&name, e))?;
             let cfg = configured(None, &update).map_err(|e| problem(&name, e.message))?;
-            queues.push((q, cfg, sale));
+            // Lanes (usher_core::lanes), checked as `PUT` checks them.
+            let lanes = match &update.lanes {
+                Some(l) => Lanes::new(l.clone(), update.default_lane.clone()),
+                None if update.default_lane.is_some() => {
+                    Lanes::new(Vec::new(), update.default_lane.clone())
+                }
+                None => Ok(Lanes::default()),
+            }
+            .map_err(|e| problem(&name, e.to_string()))?;
+            if !lanes.is_empty() && sale.is_some() {
+                return Err(problem(
+                    &name,
+                    "lanes and opens_at cannot be combined".to_owned(),
+                ));
+            }
+            queues.push((q, cfg, sale, lanes));
         }
         Ok(Self { queues })
     }
@@ -139,7 +155,7 @@ pub async fn configure_missing(
 ) -> Result<Vec<QueueId>, StoreError> {
     let mut configured = Vec::new();
     let mut present = Vec::new();
-    for (q, cfg, sale) in &file.queues {
+    for (q, cfg, sale, lanes) in &file.queues {
         // Configured means its epoch is written, which `put_queue` does last: a restore cut
         // short after the sale was scheduled (`meta` no longer empty) is done again, not taken
         // for a configured queue whose browsers would then be told `place_lost`.
@@ -152,6 +168,10 @@ pub async fn configure_missing(
             schedule(store, q, sale).await?;
         }
         store.put_queue(q, cfg).await?;
+        if !lanes.is_empty() {
+            // A queue just configured has no place: nothing can refuse its lanes.
+            store.put_lanes(q, lanes).await?;
+        }
         tracing::warn!(
             target: "audit",
             who = "queues-file",
@@ -229,7 +249,7 @@ mod tests {
         )
         .expect("valid yaml");
         assert_eq!(f.len(), 2);
-        let (q, cfg, _) = &f.queues[0];
+        let (q, cfg, _, _) = &f.queues[0];
         assert_eq!(
             (q.as_str(), cfg.admit_per_second, cfg.paused),
             ("concert", 5.0, true)
@@ -278,6 +298,33 @@ mod tests {
         ] {
             let e = QueuesFile::parse(p, &bad).expect_err(&bad).to_string();
             assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod lane_tests {
+    use super::*;
+
+    /// Lanes in the file are checked as `PUT` checks them, and never with a sale.
+    #[test]
+    fn lanes_in_the_file_are_checked_like_put() {
+        let p = Path::new("queues.yaml");
+        let f = QueuesFile::parse(
+            p,
+            "a:\n  lanes: [{name: general, share: 70}, {name: members, share: 30}]\n  default_lane: general\n",
+        )
+        .expect("valid lanes");
+        let lanes = &f.queues[0].3;
+        assert_eq!(lanes.lanes().len(), 2);
+        assert_eq!(lanes.default_lane().map(|l| l.as_str()), Some("general"));
+        for bad in [
+            "a:\n  lanes: [{name: general, share: 70}]\n",
+            "a:\n  lanes: [{name: Gen, share: 100}]\n",
+            "a:\n  default_lane: general\n",
+            "a:\n  opens_at: \"2030-01-31T18:00:00Z\"\n  lanes: [{name: general, share: 100}]\n",
+        ] {
+            assert!(QueuesFile::parse(p, bad).is_err(), "{bad}");
         }
     }
 }

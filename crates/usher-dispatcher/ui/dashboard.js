@@ -43,6 +43,8 @@ const STATS = [
   ["maintenance", "Maintenance text"],
   ["ended", "Ended text"],
   ["invitations", "Invitations"], // invitations: the mode and the keys' kids (set through the API)
+  // Lanes: each lane's share and how many wait in it ("—" without lanes).
+  ["lanes", "Lanes (share: waiting)"],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -456,6 +458,7 @@ function update(entry, q, now) {
     // invitations: "required (keys shop-1, shop-2)"; "—" for a queue that takes none.
     invitations: q.invitations && q.invitations !== "none"
       ? q.invitations + " (keys " + (q.invitation_keys || []).map((k) => k.kid).join(", ") + ")" : null,
+    lanes: lanesText(q),
   });
   for (const [name] of STATS) {
     const v = values[name];
@@ -464,6 +467,12 @@ function update(entry, q, now) {
   fillSettings(entry.settings, q, entry.last === null);
   entry.last = q;
   draw(entry, now);
+}
+
+// Lanes as one line, the default lane marked: "general* 70 %: 3 · members 30 %: 2".
+function lanesText(q) {
+  if (!Array.isArray(q.lanes) || q.lanes.length === 0) return null;
+  return q.lanes.map((l) => l.name + (l.default ? "*" : "") + " " + l.share + " %: " + l.waiting).join(" · ");
 }
 
 // The chart's window in milliseconds (the history always keeps the last hour).

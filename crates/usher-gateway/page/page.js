@@ -121,6 +121,10 @@
       const p = st.position;
       document.body.dataset.position = p;
       $("position").textContent = num.format(p);
+      // Lanes: a place outside the queue's default lane is told its lane (its position and
+      // ETA are that lane's); a default-lane place's events name none.
+      $("lane").hidden = !st.lane;
+      $("lane").textContent = st.lane ? t("lane", { name: st.lane }) : "";
       $("ahead").textContent =
         p <= 1 ? t("ahead_none") : p === 2 ? t("ahead_one") : t("ahead_many", { n: num.format(p - 1) });
       const first = Math.max(st.first || p, p);
@@ -224,6 +228,7 @@
       setConn("connected");
       setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first,
         inventory: d.inventory });
+      setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first, lane: d.lane });
     });
     es.addEventListener("admitted", (e) => {
       es.close();

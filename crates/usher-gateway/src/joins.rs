@@ -1,4 +1,4 @@
-//! Joins, batched per queue.
+//! Joins, batched per queue (and lane: a join call takes places in one lane).
 //!
 //! While a join call for a queue is under way, the joins that arrive for that queue wait, and
 //! then go to Redis together as one call that takes all their places, in arrival order
@@ -19,6 +19,7 @@ use usher_core::binding::Thumbprint;
 use usher_core::challenge::{Proof, Refusal};
 use usher_core::draw::EntrantHash;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::lanes::LaneName;
 use usher_core::store::{JoinBatch, Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 
@@ -53,11 +54,21 @@ type Reply = Result<PlaceState, JoinError>;
 /// binds places to it), and where its answer goes.
 type Waiter = (Join, oneshot::Sender<Reply>);
 
-/// What one join brings: its checked proof of work and browser key, when it has them.
+/// What one join brings: its checked proof of work and browser key, when it has them, and
+/// the lane it joins.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Join {
     pub(crate) pow: Option<Proof>,
     pub(crate) key: Option<Thumbprint>,
+    /// The lane (`None`: the queue's default lane; `crate::lanes` says where it comes from).
+    pub(crate) lane: Option<LaneName>,
+}
+
+/// What joins are batched by: their queue and lane.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Line {
+    q: QueueId,
+    lane: Option<LaneName>,
 }
 
 struct Shared {
@@ -68,8 +79,8 @@ struct Shared {
     ticket_key: TicketKey,
     /// Where a place goes whose request vanished before it came back.
     away: Arc<Away>,
-    /// The queues with a join call under way, and the joins waiting for the next one.
-    queues: Mutex<HashMap<QueueId, Vec<Waiter>>>,
+    /// The queues (and lanes) with a join call under way, and the joins waiting for the next.
+    queues: Mutex<HashMap<Line, Vec<Waiter>>>,
 }
 
 impl Joiner {
@@ -93,16 +104,20 @@ impl Joiner {
     /// Takes a new place in `q` for a browser held here; in a proof-of-work queue only with
     /// a proof that is good and not spent yet. A browser key is recorded with the place.
     pub(crate) async fn join(&self, q: &QueueId, proof: Join) -> Reply {
+        let line = Line {
+            q: q.clone(),
+            lane: proof.lane.clone(),
+        };
         let (waiting, proof) = {
             let mut queues = self.shared.lock();
-            match queues.get_mut(q) {
+            match queues.get_mut(&line) {
                 Some(waiters) => {
                     let (tx, rx) = oneshot::channel();
                     waiters.push((proof, tx));
                     (Some(rx), None)
                 }
                 None => {
-                    queues.insert(q.clone(), Vec::new());
+                    queues.insert(line.clone(), Vec::new());
                     (None, Some(proof))
                 }
             }
@@ -114,10 +129,10 @@ impl Joiner {
         // go in the next one (also if this future is dropped half way).
         let _next = HandOff {
             shared: self.shared.clone(),
-            q: q.clone(),
+            q: line.clone(),
         };
         self.shared
-            .call(q, proof.into_iter().collect())
+            .call(&line, proof.into_iter().collect())
             .await
             .and_then(|b| answer(&b, 0))
     }
@@ -129,7 +144,7 @@ fn answer(b: &JoinBatch, i: usize) -> Reply {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<QueueId, Vec<Waiter>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Line, Vec<Waiter>>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -137,8 +152,9 @@ impl Shared {
     /// work). When Redis fails it, every join waiting for `q` is answered "try later" now,
     /// instead of one batch after another each waiting for its own failure (up to the
     /// response timeout each, behind a Redis that hangs).
-    async fn call(&self, q: &QueueId, joins: Vec<Join>) -> Result<JoinBatch, JoinError> {
-        match self.take(q, joins).await {
+    async fn call(&self, line: &Line, joins: Vec<Join>) -> Result<JoinBatch, JoinError> {
+        let q = &line.q;
+        match self.take(line, joins).await {
             Ok(j) => {
                 if let Some(Joined::Places {
                     admitted_now: 1.., ..
@@ -159,7 +175,7 @@ impl Shared {
                 let e = JoinError::Store(Arc::new(logged(e)));
                 let waiters = self
                     .lock()
-                    .get_mut(q)
+                    .get_mut(line)
                     .map(std::mem::take)
                     .unwrap_or_default();
                 for (_, tx) in waiters {
@@ -176,12 +192,13 @@ impl Shared {
     /// before any ticket goes out, so every ticket a browser holds takes part in the draw (a
     /// place whose hashes failed to record goes in line after the drawn ones, and its browser
     /// is told to try again).
-    async fn take(&self, q: &QueueId, joins: Vec<Join>) -> Result<JoinBatch, StoreError> {
+    async fn take(&self, line: &Line, joins: Vec<Join>) -> Result<JoinBatch, StoreError> {
+        let q = &line.q;
         let index = self.index.load(Ordering::Relaxed);
         let (proofs, keys): (Vec<_>, Vec<_>) = joins.into_iter().map(|j| (j.pow, j.key)).unzip();
         let joined = self
             .store
-            .join_bound(q, index, now_ms(), &proofs, &keys)
+            .join_in_lane(q, index, now_ms(), &proofs, &keys, line.lane.as_ref())
             .await?;
         if let Some(Joined::Scheduled { last, count, .. }) = joined.joined {
             let entrants: Vec<_> = (last + 1 - count..=last)
@@ -199,7 +216,7 @@ impl Shared {
 /// Starts the next call for the joins that waited, or notes that none is under way.
 struct HandOff {
     shared: Arc<Shared>,
-    q: QueueId,
+    q: Line,
 }
 
 impl Drop for HandOff {
@@ -216,24 +233,25 @@ impl Drop for HandOff {
     }
 }
 
-/// Sends the waiting joins of `q`, up to [`JOIN_BATCH_MAX`] per call, until none wait.
-async fn drive(shared: Arc<Shared>, q: QueueId) {
+/// Sends the waiting joins of `line`, up to [`JOIN_BATCH_MAX`] per call, until none wait.
+async fn drive(shared: Arc<Shared>, line: Line) {
+    let q = line.q.clone();
     // Should this task end any other way (the runtime stopping), the joins still waiting are
     // answered "try later" instead of waiting for a call that will not come.
     let mut clear = Clear {
         shared: shared.clone(),
-        q: q.clone(),
+        q: line.clone(),
         armed: true,
     };
     loop {
         let batch: Vec<_> = {
             let mut queues = shared.lock();
-            let Some(waiters) = queues.get_mut(&q) else {
+            let Some(waiters) = queues.get_mut(&line) else {
                 clear.armed = false;
                 return;
             };
             if waiters.is_empty() {
-                queues.remove(&q);
+                queues.remove(&line);
                 clear.armed = false;
                 return;
             }
@@ -241,7 +259,7 @@ async fn drive(shared: Arc<Shared>, q: QueueId) {
             waiters.drain(..n).collect()
         };
         let (proofs, txs): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-        let joined = shared.call(&q, proofs).await;
+        let joined = shared.call(&line, proofs).await;
         for (i, tx) in txs.into_iter().enumerate() {
             let reply = joined
                 .as_ref()
@@ -273,7 +291,7 @@ async fn drive(shared: Arc<Shared>, q: QueueId) {
 /// already belong to the next join's call.
 struct Clear {
     shared: Arc<Shared>,
-    q: QueueId,
+    q: Line,
     armed: bool,
 }
 

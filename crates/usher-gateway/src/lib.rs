@@ -58,6 +58,7 @@ mod inbox;
 mod invitation;
 mod joins;
 mod keepalive;
+mod lanes;
 mod limits;
 mod metrics;
 mod openapi;

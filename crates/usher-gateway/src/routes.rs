@@ -211,6 +211,7 @@ async fn status_handler(
             position,
             waiting,
             rate,
+            lane,
             ..
         } => PlaceStatus::Waiting(WaitingEvent {
             queue: q,
@@ -220,6 +221,7 @@ async fn status_handler(
             as_of_ms: now_ms(),
             // The stream's next `state` tells the inventory; a poll does without it.
             inventory: None,
+            lane,
         }),
         PlaceState::Admitted(rec) => PlaceStatus::Admitted(admitted_event(&q, &rec)),
         PlaceState::AdmissionPending | PlaceState::AdmittedNow { .. } => {

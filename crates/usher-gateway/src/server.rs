@@ -449,15 +449,16 @@ impl ClientConn {
                 .as_deref()
                 .map(|t| check_ticket(gw.ticket_key(), &q, t))
                 .transpose()?;
-            Ok::<_, ApiError>((q, place, ticket, (pow, proof, join)))
+            Ok::<_, ApiError>((q, place, ticket, pow, proof, join))
         })();
         let setup = match parsed {
             Ok(_) if self.reserve => {
                 metrics::refused(Refusal::Sockets);
                 Setup::TryLater
             }
-            Ok((q, place, ticket, asked)) => {
-                Box::pin(stream::open(gw, q, place, ticket, asked, r.client)).await
+            Ok((q, place, ticket, pow, proof, join)) => {
+                let asks = stream::Asks { pow, proof, join };
+                Box::pin(stream::open(gw, q, place, ticket, asks, r.client)).await
             }
             Err(e) => Setup::Failed(e),
         };

@@ -185,6 +185,7 @@ pub fn stream_response(queue: &QueueId, retry_ms: u64, as_of_ms: u64) -> Vec<u8>
         eta_seconds: Some(0),
         as_of_ms,
         inventory: None,
+        lane: None,
     };
     // A struct of a string and numbers always serializes.
     let data = serde_json::to_string(&event).unwrap_or_default();

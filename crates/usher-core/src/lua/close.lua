@@ -6,7 +6,8 @@
 -- but once the draw's steps began (`drawing` exists) part of the pre-queue is in `waiting`
 -- already, so the rest of it is dropped too, and the draw record so far: every entrant is
 -- treated alike (all were told the queue closed), and a reopened queue draws afresh.
--- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent, parked
+-- KEYS: meta, waiting, gws, away, pre, entrants, drawing, pre_away, absent, parked, then the
+--       lane keys (lanes.lua: every lane's places are dropped)
 -- ARGV: close reason (wire name, e.g. 'sold_out'), and for the tick's sold-out close the
 --       time (ms) it is checked at
 -- Returns false when the queue is unknown, else 1. Raises the settings' version.
@@ -19,6 +20,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 if ARGV[2] and not sold_out_due(KEYS[1], tonumber(ARGV[2])) then return false end
 -- <<< inventory
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[10])
+lane_keys_at = 11
+redis.call('DEL', KEYS[lane_keys_at], unpack(extra_lane_sets()))
 if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('DEL', KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
   redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff', 'draw_absent')

@@ -1,12 +1,14 @@
 -- Take new places at the tail of a queue: one for each of a batch of joins (a gateway sends
 -- the joins that arrived while its previous call for the queue was under way as one call).
 -- KEYS: meta, seq, waiting, gws, active, passed, away, pre, spent, bound, parked,
---       unarrived (one hash tag: {q:<id>}; a passthrough admission must arrive in time too)
+--       unarrived (one hash tag: {q:<id>}; a passthrough admission must arrive in time too),
+--       then the lane keys (lanes.lua)
 -- ARGV: gateway index, now ms, gws ttl ms, n (joins in the batch, 1..JOIN_BATCH_MAX),
 --       the joins' proofs of work: n entries joined by ',', each '' (none) or
 --       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash),
 --       the joins' browser-key thumbprints: n entries joined by ',', each '' (none) or the
---       43-character RFC 7638 thumbprint (checked by the gateway); '' when none has one
+--       43-character RFC 7638 thumbprint (checked by the gateway); '' when none has one,
+--       the lane every join of the batch goes to ('' = the default lane; lanes.lua)
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
@@ -32,6 +34,13 @@
 -- the gateway wakes it after this call. Only the dispatcher holds the signing key.
 local closed = closed_reply(KEYS[1])
 if closed then return {PLACE_QUEUE_CLOSED} end
+-- >>> lanes (lanes.lua): a batch's places go to one lane, named by ARGV[7]; a lane the queue
+-- does not have takes no place (checked before any proof of work is spent).
+lane_keys_at = 13
+local lane_slot_of_batch = lane_slot_named(lanes_of(KEYS[1]), ARGV[7] or '')
+if not lane_slot_of_batch then return {PLACE_NO_SUCH_LANE} end
+local lane_waiting, lane_parked = lane_sets(lane_slot_of_batch, KEYS[3], KEYS[11])
+-- <<< lanes
 local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
@@ -112,7 +121,8 @@ local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucke
   'bucket_rate', 'bucket_burst')
 -- bucket_ms is set by the first tick: until then there is no bucket to spend.
 if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
-    and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0 then
+    and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0
+    and extra_lanes_empty() then
   local last_ms = tonumber(p[4])
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
@@ -143,14 +153,20 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
 end
 
 if now_admitted < n then
-  local args = {}
+  local args, lane_of = {}, {}
   for seq = first + now_admitted, last do
     args[#args + 1] = seq
     args[#args + 1] = member_of(seq, gw)
+    lane_of[#lane_of + 1] = seq; lane_of[#lane_of + 1] = lane_slot_of_batch
   end
-  redis.call('ZADD', KEYS[3], unpack(args))
+  redis.call('ZADD', lane_waiting, unpack(args))
+  if lane_slot_of_batch ~= 0 then redis.call('HSET', KEYS[lane_keys_at], unpack(lane_of)) end
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
-local w = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[11])
+local w = redis.call('ZCARD', lane_waiting) + redis.call('ZCARD', lane_parked)
 local rate, configured = eta_rates(KEYS[1])
+-- >>> lanes: the ETA is at the lane's part of the rate.
+local part = lane_part(KEYS[1], lane_slot_of_batch, KEYS[3], KEYS[11])
+rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
+-- <<< lanes
 return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

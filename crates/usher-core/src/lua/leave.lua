@@ -1,5 +1,6 @@
 -- A browser leaves the line (or gives up its admitted session).
--- KEYS: waiting, active, tokens, away, meta, ended, pre, drawn, parked, bound
+-- KEYS: waiting, active, tokens, away, meta, ended, pre, drawn, parked, bound, then the lane
+--       keys (lanes.lua: a place outside the default lane leaves its own lane)
 --       (one hash tag: {q:<id>})
 -- ARGV: place, now ms, then for browser binding (prelude.lua, wrong_key): '1' for a browser's
 --       request ('' for the gateway's own), the key its proof was made with, the place's key
@@ -10,6 +11,7 @@
 -- place is not the requester's to leave. A pre-queue ticket maps to its drawn place through `drawn`.
 -- A released session ends like a booking service's release (end_session.lua): its capacity
 -- slot frees at once and it is remembered in `ended`, so a resume hears `session_ended`.
+lane_keys_at = 11
 local place = redis.call('HGET', KEYS[8], ARGV[1]) or ARGV[1]
 if wrong_key(KEYS[5], KEYS[10], KEYS[1], KEYS[9], KEYS[7], KEYS[2], place,
     ARGV[3] or '', ARGV[4] or '', ARGV[5] or '') then
@@ -20,16 +22,18 @@ if pre then
   redis.call('ZREM', KEYS[7], pre)
   return {LEAVE_LEFT, member_gateway(pre), place}
 end
-local found = find_member(KEYS[1], place)
-local from = KEYS[1]
+local waiting, parked = place_sets(place, KEYS[1], KEYS[9])
+local found = find_member(waiting, place)
+local from = waiting
 if not found then
   -- An away place (its browser leaves from another tab, or through the API).
-  found = find_member(KEYS[9], place)
-  from = KEYS[9]
+  found = find_member(parked, place)
+  from = parked
 end
 if found then
   redis.call('ZREM', from, found)
   redis.call('ZREM', KEYS[4], place)
+  lane_forget({place})
   return {LEAVE_LEFT, member_gateway(found), place}
 end
 if redis.call('ZSCORE', KEYS[2], place) then

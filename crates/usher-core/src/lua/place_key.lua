@@ -1,6 +1,7 @@
 -- The browser key a ticket's place is bound to, for the gateway's proof check (browser
 -- binding: meta `bind` = `browser_key`; docs/security.md).
--- KEYS: bound, drawn, waiting, parked, pre, active   (one hash tag: {q:<id>})
+-- KEYS: bound, drawn, waiting, parked, pre, active, then the lane keys (lanes.lua)
+--       (one hash tag: {q:<id>})
 -- ARGV: the ticket's place id
 -- A scheduled sale's ticket names the place's pre-queue id; after the draw, `drawn` maps it
 -- to its place in line, where the draw moved its key (prelude.lua, place_drawn).
@@ -10,6 +11,7 @@
 -- forgotten already: nothing of it can be taken with its ticket any more, so the gateway lets
 -- the request through for the place's own scripts to answer (`session_ended`, the close
 -- reason, ...), as it would a browser with the key.
+lane_keys_at = 7
 local place = redis.call('HGET', KEYS[2], ARGV[1]) or ARGV[1]
 local key = redis.call('HGET', KEYS[1], place)
 if key then return {BOUND_KEY, key} end

@@ -266,7 +266,7 @@ local function place_drawn(seq, pre, waiting, away, drawn, bound, order, now, gr
 end
 
 -- Whether `place` (an id in line, not a pre-queue ticket's id) is still live: in the
--- pre-queue, in line (`waiting` or away in `parked`), or admitted (`active`: a session
+-- pre-queue, in line (`waiting` or away in `parked`, or another lane's: lanes.lua), or admitted (`active`: a session
 -- being minted, valid, or expired and not yet ended by the tick). Any other place is over
 -- for good (left, dropped, closed, its session ended): lua/prune_bound.lua forgets its
 -- browser key and lua/place_key.lua tells the gateway so; the two agree by using this.
@@ -275,6 +275,7 @@ local function place_live(waiting, parked, pre, active, place)
     or redis.call('ZCOUNT', waiting, place, place) > 0
     or redis.call('ZCOUNT', parked, place, place) > 0
     or redis.call('ZCOUNT', pre, place, place) > 0
+    or in_a_lane(place)
 end
 
 -- Browser binding (meta `bind` = `browser_key`; docs/security.md): whether a request that

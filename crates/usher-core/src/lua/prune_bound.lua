@@ -1,6 +1,7 @@
 -- Forgets the browser keys of places that are over for good (browser binding; keys.rs,
 -- `bound`), a slice of `bound` a call, by the replica driving the queue after its tick.
--- KEYS: meta, bound, waiting, parked, pre, active   (one hash tag: {q:<id>})
+-- KEYS: meta, bound, waiting, parked, pre, active, then the lane keys (lanes.lua)
+--       (one hash tag: {q:<id>})
 -- ARGV: how many fields to look at (HSCAN COUNT)
 -- A place is over when `place_live` (prelude.lua) says so: it left, was dropped (away past
 -- its grace, or its gateway died), its queue closed, or its session ended. A live place
@@ -11,6 +12,7 @@
 -- few minutes at one call a second. Keys drawn places moved (place_drawn) are in `bound`
 -- under their place in line, which is what is checked.
 -- Returns how many keys it forgot.
+lane_keys_at = 7
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('HDEL', KEYS[1], 'bound_cursor')
   return 0

@@ -8,13 +8,16 @@
 -- its join or resume (`bound`), in this same call, so the place is never live without its key
 -- for the dispatcher to mint by (`cnf.jkt`) or the gateway to check (place_key.lua). A key
 -- already there is kept: a place's key never changes.
--- KEYS: meta, seq, waiting, active, ended, tokens, gws, away, parked, bound
+-- KEYS: meta, seq, waiting, active, ended, tokens, gws, away, parked, bound, then the lane keys
+--       (lanes.lua: a place still in a lane other than the default one stays there; a place
+--       Redis lost comes back in the default lane, its lane lost with it)
 --       (one hash tag: {q:<id>})
 -- ARGV: gateway index, now ms, gws ttl ms, then pairs in the line's order: place id, the
 --       thumbprint of its browser key ('' = none: the queue binds nothing)
 -- Returns {RESTORE_UNKNOWN} when the queue is not configured (yet), {RESTORE_CLOSED, reason or
 -- false} when it is closed, else {RESTORE_DONE, places put back, epoch or false}.
 if redis.call('EXISTS', KEYS[1]) == 0 then return {RESTORE_UNKNOWN} end
+lane_keys_at = 11
 local m = redis.call('HMGET', KEYS[1], 'open', 'close_reason', 'epoch')
 if m[1] ~= '1' then return {RESTORE_CLOSED, m[2] or false} end
 local gw = tonumber(ARGV[1])
@@ -26,15 +29,16 @@ for i = 4, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
   local live = true
   if place > highest then highest = place end
-  local member = find_member(KEYS[3], place)
-  local parked = find_member(KEYS[9], place)
+  local lane_w, lane_p = place_sets(place, KEYS[3], KEYS[9])
+  local member = find_member(lane_w, place)
+  local parked = find_member(lane_p, place)
   if parked then
-    redis.call('ZREM', KEYS[9], parked)
-    add[#add + 1] = place; add[#add + 1] = member_of(place, gw)
+    redis.call('ZREM', lane_p, parked)
+    redis.call('ZADD', lane_w, place, member_of(place, gw))
   elseif member then
     if member_gateway(member) ~= ARGV[1] then
-      redis.call('ZREM', KEYS[3], member)
-      add[#add + 1] = place; add[#add + 1] = member_of(place, gw)
+      redis.call('ZREM', lane_w, member)
+      redis.call('ZADD', lane_w, place, member_of(place, gw))
     end
   elseif not admitted_state(KEYS[4], KEYS[6], KEYS[5], ARGV[i], now) then
     add[#add + 1] = place; add[#add + 1] = member_of(place, gw)

@@ -1,6 +1,7 @@
 -- Resume the place a ticket names, for a browser now held by this gateway.
 -- KEYS: meta, seq, waiting, active, tokens, gws, away, ended, pre, drawn, pre_away, parked,
---       bound   (one hash tag)
+--       bound, then the lane keys (lanes.lua: a place's position and `waiting` count its own
+--       lane only)   (one hash tag)
 -- ARGV: place, gateway index, now ms, gws ttl ms, the thumbprint of the place's browser key as
 --       the gateway knows it ('' = none: from `bound`, or from the stream it held the place
 --       with; never merely the key of the request's proof)
@@ -13,7 +14,7 @@
 --   {PLACE_QUEUE_CLOSED, reason or false}  queue closed (for reason) or unknown
 --   {PLACE_GONE}                 the place no longer exists (left, grace expired, session over)
 --   {PLACE_WAITING, position, waiting, gateway that held it before or false, rate or false,
---    the bucket's rate (see eta_rates in prelude.lua), place id}
+--    the bucket's rate (see eta_rates in prelude.lua), place id, its lane's name or false}
 --   {PLACE_SCHEDULED, opens_at ms, gateway that held it before or false}   in a pre-queue
 --   {PLACE_WRONG_KEY}            a binding queue's place that is not the requester's: nothing
 --                                done (checked here, with the resume, not only by the gateway)
@@ -25,6 +26,7 @@
 -- names if it has none (a place put back without it); a place Redis lost is put back only
 -- with its key, else it is gone: its key is lost with it, and a place in line without a key
 -- could be resumed with a copied ticket and minted a token without `cnf`.
+lane_keys_at = 14
 local key = ARGV[5] or ''
 local function bind(id)
   if key ~= '' then redis.call('HSETNX', KEYS[13], id, key) end
@@ -55,14 +57,16 @@ if pre then
   return {PLACE_SCHEDULED, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), held_by}
 end
 local mine = member_of(seq, tonumber(ARGV[2]))
-local found = find_member(KEYS[3], seq)
+local slot = lane_slot(place)
+local waiting, parked_set = lane_sets(slot, KEYS[3], KEYS[12])
+local found = find_member(waiting, seq)
 local before = false
 if not found then
-  local parked = find_member(KEYS[12], seq)
+  local parked = find_member(parked_set, seq)
   if parked then
     if parked ~= mine then before = member_gateway(parked) end
-    redis.call('ZREM', KEYS[12], parked)
-    redis.call('ZADD', KEYS[3], seq, mine)
+    redis.call('ZREM', parked_set, parked)
+    redis.call('ZADD', waiting, seq, mine)
   else
     -- A ticket is signed, so its place existed. If it is past the counter, Redis lost it
     -- (restarted from an AOF that ended before this join): restore it where it stood.
@@ -76,13 +80,15 @@ if not found then
   end
 elseif found ~= mine then
   before = member_gateway(found)
-  redis.call('ZREM', KEYS[3], found)
-  redis.call('ZADD', KEYS[3], seq, mine)
+  redis.call('ZREM', waiting, found)
+  redis.call('ZADD', waiting, seq, mine)
 end
 bind(place)
 redis.call('ZREM', KEYS[7], place)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[4]), ARGV[2])
-local rank = redis.call('ZRANK', KEYS[3], mine) + redis.call('ZCOUNT', KEYS[12], '-inf', '(' .. fmt(seq))
-local w = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[12])
+local rank = redis.call('ZRANK', waiting, mine) + redis.call('ZCOUNT', parked_set, '-inf', '(' .. fmt(seq))
+local w = redis.call('ZCARD', waiting) + redis.call('ZCARD', parked_set)
 local rate, configured = eta_rates(KEYS[1])
-return {PLACE_WAITING, rank + 1, w, before, rate, configured, place}
+local part = lane_part(KEYS[1], slot, KEYS[3], KEYS[12])
+rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
+return {PLACE_WAITING, rank + 1, w, before, rate, configured, place, lane_name(KEYS[1], slot)}

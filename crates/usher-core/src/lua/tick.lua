@@ -24,7 +24,13 @@
 -- that many seconds of its admission ends here like an expired one (its slot frees), and
 -- counts in the no-show share (prelude.lua `end_no_shows`); admissions get their deadline.
 -- KEYS: meta, waiting, active, tokens, outbox, gws, away, lease, seq, ended, parked, bound,
---       unarrived, arrivals (one hash tag)
+--       unarrived, arrivals, then the lane keys (lanes.lua) (one hash tag)
+-- Lanes (meta `lanes`; lanes.lua): each call's admissions are split between the lanes with
+-- somebody present by share (`lane_plan`: a credit per lane in meta `lane_credit`), each lane
+-- admitted from its own head exactly as the one line is (away places, dead gateways, binding),
+-- and what a lane cannot use goes to the others. `waiting` counts every lane; `runs` and
+-- `samples` are the default lane's, and `lanes` holds each lane's
+-- {name, slot, waiting, admitted, runs, samples} ({} without lanes).
 -- Away places (their browser disconnected and the grace period is not over: an entry in
 -- `away`) wait in `parked`, with the same member and score as in `waiting` (away.lua moves
 -- them there, resume.lua and back.lua put them back at their exact spot), so the tick never
@@ -68,6 +74,7 @@
 --             present places left: call again
 -- cjson writes an empty list as {} and numbers with 14 significant digits: exact for place ids
 -- and millisecond times below 10^14 (a place id never gets there; a time not before 5138).
+lane_keys_at = 15 -- lanes
 if redis.call('GET', KEYS[8]) ~= ARGV[9] then return {TICK_LEASE_LOST} end
 redis.call('PEXPIRE', KEYS[8], ARGV[10])
 local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'bucket', 'bucket_ms',
@@ -121,19 +128,21 @@ local dropped = 0
 local gone = {}
 if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000) end
 for _, p in ipairs(gone) do
-  local parked = find_member(KEYS[11], p)
+  local lane_w, lane_p = place_sets(p, KEYS[2], KEYS[11]) -- lanes
+  local parked = find_member(lane_p, p)
   if parked then
-    redis.call('ZREM', KEYS[11], parked)
+    redis.call('ZREM', lane_p, parked)
     dropped = dropped + 1
   else
-    local mem = find_member(KEYS[2], p)
+    local mem = find_member(lane_w, p)
     if mem then
-      redis.call('ZREM', KEYS[2], mem)
+      redis.call('ZREM', lane_w, mem)
       dropped = dropped + 1
     end
   end
 end
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
+lane_forget(gone) -- lanes
 -- Every parked place has an `away` entry (the scripts write both together). One without
 -- (its entry expired by a dispatcher of the version before `parked`, during a rolling
 -- upgrade) would count in positions forever: the first few parked places are checked on
@@ -169,7 +178,17 @@ local capped = false
 local admitted = 0
 -- This call's outbox entries, also returned for immediate delivery.
 local fresh = {}
-if n > 0 then
+-- >>> lanes: the block below admits from one lane at a time, up to `n` admissions in all
+-- (each plan entry: the lane's quota, or what is left of `n`; lanes.lua `lane_plan`).
+local n_all = n
+local plan, lanes = lane_plan(KEYS[1], n_all, KEYS[2], KEYS[11])
+for _, lane in ipairs(plan) do
+local lane_before = admitted
+n = n_all
+if lane.quota then n = math.min(n_all, admitted + lane.quota) end
+local lane_left = {}
+-- <<< lanes
+if n > admitted then
   local exp = fmt(now + ttl_ms)
   local head = ARGV[1] .. '|' .. exp .. '|'
   -- A sliding session's token lasts until its cap, named after the places (old readers of
@@ -189,9 +208,9 @@ if n > 0 then
     if any_away then
       -- Read a little past what is left to admit, for the away places it may meet.
       local want = math.min(pop_cap - popped_total, 1000, 2 * (n - admitted) + 16)
-      popped = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
+      popped = redis.call('ZRANGE', lane.w, 0, want - 1, 'WITHSCORES')
     else
-      popped = redis.call('ZPOPMIN', KEYS[2], math.min(n - admitted, 1000))
+      popped = redis.call('ZPOPMIN', lane.w, math.min(n - admitted, 1000))
     end
     if #popped == 0 then break end
     -- Batched writes: one command per chunk of up to 1,000 places, and one outbox entry
@@ -206,13 +225,14 @@ if n > 0 then
       if any_away and redis.call('ZSCORE', KEYS[7], place) then
         park[#park + 1] = place; park[#park + 1] = member
       else
+        lane_left[#lane_left + 1] = place -- lanes
         local tag = string.sub(member, 5, 6)
         local gw = gw_of[tag]
         if not gw then
           gw = member_gateway(member)
           gw_of[tag] = gw
         end
-        if dead_since[gw] or (binds and redis.call('HEXISTS', KEYS[12], place) == 0) then
+        if dead_since[gw] or (binds and not redis.call('HGET', KEYS[12], place)) then
           dropped = dropped + 1
         else
           zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
@@ -221,8 +241,8 @@ if n > 0 then
         end
       end
     end
-    if #taken > 0 then redis.call('ZREM', KEYS[2], unpack(taken)) end
-    if #park > 0 then redis.call('ZADD', KEYS[11], unpack(park)) end
+    if #taken > 0 then redis.call('ZREM', lane.w, unpack(taken)) end
+    if #park > 0 then redis.call('ZADD', lane.p, unpack(park)) end
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
       expect_arrival(KEYS[1], KEYS[13], zadd, now)
@@ -231,14 +251,34 @@ if n > 0 then
       fresh[#fresh + 1] = entry
     end
   end
-  capped = popped_total >= pop_cap
-  if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
+  capped = capped or popped_total >= pop_cap
 end
+-- >>> lanes
+if lane.slot ~= 0 then lane_forget(lane_left) end
+lane.admitted = admitted - lane_before
+end
+n = n_all
+lane_settle(KEYS[1], plan, lanes)
+if admitted > 0 then redis.call('HINCRBY', KEYS[1], 'admitted_total', admitted) end
+-- <<< lanes
 if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 
 -- The line: present places (`waiting`) and away ones (`parked`).
 local present = redis.call('ZCARD', KEYS[2])
 local parked_n = redis.call('ZCARD', KEYS[11])
+-- >>> lanes: the other lanes' places are in line too.
+local lane_counts = {}
+for _, l in ipairs(lanes) do
+  local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
+  if l.slot == 0 then
+    lane_counts[l.slot] = {present, parked_n}
+  else
+    lane_counts[l.slot] = {redis.call('ZCARD', lw), redis.call('ZCARD', lp)}
+    present = present + lane_counts[l.slot][1]
+    parked_n = parked_n + lane_counts[l.slot][2]
+  end
+end
+-- <<< lanes
 local w = present + parked_n
 local carry = budget - admitted
 if w == 0 and m[7] ~= '1' then
@@ -255,100 +295,31 @@ redis.call('HSET', KEYS[1], 'bucket', tostring(carry), 'bucket_ms', fmt(math.max
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
 local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
 
--- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one).
+-- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one):
+-- the default lane's (the whole line without lanes) in `runs` and `samples`, each lane's in
+-- `lane_snapshots` (lanes.lua `line_snapshot`).
 local runs, samples, last_place = {}, {}, 0
+local lane_snapshots = {}
 if not more then
   last_place = tonumber(redis.call('GET', KEYS[9])) or 0
-  local exact = tonumber(ARGV[4])
-  -- The exact window: the first `exact` places of the line, present or away (the heads of
-  -- `waiting` and `parked`, merged by place id).
-  local ids = {}
-  local head
-  if parked_n > 0 then
-    local ph = redis.call('ZRANGE', KEYS[11], 0, exact - 1, 'WITHSCORES')
-    -- No present place after the exact-th away one is in the window: read up to it only
-    -- (behind a wall of away places, nothing).
-    local bound = '+inf'
-    if #ph >= 2 * exact then bound = ph[#ph] end
-    head = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', bound, 'WITHSCORES', 'LIMIT', 0, exact)
-    local i, j = 2, 2
-    while #ids < exact and (i <= #head or j <= #ph) do
-      local a, b = tonumber(head[i]), tonumber(ph[j])
-      if b == nil or (a ~= nil and a < b) then
-        ids[#ids + 1] = a; i = i + 2
-      else
-        ids[#ids + 1] = b; j = j + 2
-      end
-    end
-  else
-    head = redis.call('ZRANGE', KEYS[2], 0, exact - 1, 'WITHSCORES')
-    for i = 2, #head, 2 do ids[#ids + 1] = tonumber(head[i]) end
-  end
-  local start, count, last = nil, 0, nil
-  for _, s in ipairs(ids) do
-    if last ~= nil and s == last + 1 then
-      count = count + 1
-    else
-      if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
-      start, count = s, 1
-    end
-    last = s
-  end
-  if start ~= nil then runs[#runs + 1] = start; runs[#runs + 1] = count end
-
-  -- Samples beyond the exact window: (place, position) pairs, positions counting the away
-  -- places. Between two samples (s1, p1) and (s2, p2), interpolation is off by at most the
-  -- number of holes (places that left) in between, (s2 - s1) - (p2 - p1). Samples are taken
-  -- at present places (the ones whose browsers read positions), by their rank r in
-  -- `waiting`; a place's position is r plus the parked places ahead of it (ZCOUNT, O(log n)).
-  -- Start from coarse geometric samples and bisect only intervals with more holes than
-  -- `step` x p1 allows, so a line with few leavers costs a few dozen lookups, and the worst
-  -- case about log(w/exact)/step, however many places are away.
-  if w > exact then
-    local step = tonumber(ARGV[5])
-    local coarse = tonumber(ARGV[8])
-    local function ahead_parked(s)
-      if parked_n == 0 then return 0 end
-      return redis.call('ZCOUNT', KEYS[11], '-inf', '(' .. fmt(s))
-    end
-    -- The place id and position of the present place of rank r.
-    local function at(r)
-      local x = redis.call('ZRANGE', KEYS[2], r - 1, r - 1, 'WITHSCORES')
-      local s = tonumber(x[2])
-      return s, r + ahead_parked(s)
-    end
-    local function emit(s, p)
-      samples[#samples + 1] = s; samples[#samples + 1] = p
-    end
-    local function refine(r1, s1, p1, r2, s2, p2)
-      if r2 - r1 <= 1 then return end
-      if (s2 - s1) - (p2 - p1) <= math.floor(p1 * step) then return end
-      local rm = math.floor((r1 + r2) / 2)
-      local sm, pm = at(rm)
-      refine(r1, s1, p1, rm, sm, pm)
-      emit(sm, pm)
-      refine(rm, sm, pm, r2, s2, p2)
-    end
-    -- The first sample is the last place of the exact window; r counts the present places
-    -- up to it.
-    local s, p = ids[exact], exact
-    local r = exact
-    if parked_n > 0 then r = redis.call('ZCOUNT', KEYS[2], '-inf', fmt(s)) end
-    emit(s, p)
-    while r < present do
-      local r2 = math.min(present, r + math.max(1, math.floor(p * coarse)))
-      local s2, p2 = at(r2)
-      refine(r, s, p, r2, s2, p2)
-      emit(s2, p2)
-      r, s, p = r2, s2, p2
-    end
-    -- The last sample is the tail of the line, which may be an away place.
-    if p < w then
-      local t = redis.call('ZRANGE', KEYS[11], -1, -1, 'WITHSCORES')
-      emit(tonumber(t[2]), w)
-    end
-  end
+  local exact, step, coarse = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
+  local c0 = lane_counts[0] or {redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[11])}
+  runs, samples = line_snapshot(KEYS[2], KEYS[11], c0[1], c0[2], exact, step, coarse)
 end
+-- >>> lanes: every call says what each lane admitted; the last one also each lane's snapshot.
+for _, l in ipairs(lanes) do
+  local c = lane_counts[l.slot]
+  local lr, ls = {}, {}
+  if not more and l.slot == 0 then
+    lr, ls = runs, samples
+  elseif not more then
+    local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
+    lr, ls = line_snapshot(lw, lp, c[1], c[2], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]))
+  end
+  lane_snapshots[#lane_snapshots + 1] = {name = l.name, slot = l.slot, share = l.share,
+    waiting = c[1] + c[2], present = c[1], admitted = l.admitted or 0, runs = lr, samples = ls}
+end
+-- <<< lanes
 
 -- >>> inventory: what `state` tells of it, and whether the sold-out grace is over (the
 -- dispatcher then closes the queue with `sold_out`: close.lua checks this again)
@@ -363,4 +334,5 @@ return {TICK_TICKED, cjson.encode({
   gateways = gws, outbox_len = outbox, admit_per_second = aps, dropped = dropped, carry = carry,
   session_ttl_ms = ttl_ms, token_ttl_ms = token_ttl_ms, paused = m[6] == '1', fresh = fresh, more = more, no_shows = no_shows,
   inventory = inventory, sold_out = sold_out,
+  lanes = lane_snapshots, -- lanes
 })}

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::decode::{array, status, u};
 use super::reply::SettingsStatus;
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{Result, Store};
 use crate::binding::Bind;
 use crate::challenge::{Challenge, DEFAULT_POW_DIFFICULTY};
@@ -476,8 +476,8 @@ impl Store {
             .await?;
         let (outcomes, no_shows, no_shows_total) = arrivals;
         Ok(QueueStats {
-            // The line counts its away places, which wait in `parked`.
-            waiting: present + parked,
+            // The line counts its away places, which wait in `parked`, and every lane's.
+            waiting: present + parked + self.other_lanes_places(q).await?,
             away,
             active,
             admitted_total: total.unwrap_or(0),
@@ -540,6 +540,7 @@ impl Store {
             .key(&k.pre_away)
             .key(&k.absent)
             .key(&k.parked)
+            .lane_keys(&k)
             .arg(reason.as_str());
         if let Some(at) = sold_out_at {
             invocation.arg(at);

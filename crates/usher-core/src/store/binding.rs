@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::decode::{array, status, text};
 use super::reply::BoundStatus;
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{protocol, Result, Store};
 use crate::binding::{Thumbprint, PROOF_JTI_TTL_MS};
 use crate::ids::{PlaceId, QueueId};
@@ -79,6 +79,7 @@ impl Store {
             .key(&k.parked)
             .key(&k.pre)
             .key(&k.active)
+            .lane_keys(&k)
             .arg(place.0)
             .invoke_async(&mut self.c())
             .await?;
@@ -111,6 +112,7 @@ impl Store {
             .key(&k.parked)
             .key(&k.pre)
             .key(&k.active)
+            .lane_keys(&k)
             .arg(PRUNE_BOUND_COUNT)
             .invoke_async(&mut self.c())
             .await?)

@@ -46,6 +46,7 @@ mod gateway_load;
 mod gateways;
 mod inventory;
 mod invitations;
+mod lanes;
 mod oom;
 mod places;
 mod policy;
@@ -65,7 +66,9 @@ pub use binding::{Asker, TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
-pub use dispatch::tick::{Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
+pub use dispatch::tick::{
+    LaneOutcome, Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK,
+};
 pub use dispatch::Lease;
 pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawPhase, Schedule, VoidedDraw};
 pub use draw_restore::{PreQueueFate, PreRestore, SeenDraw};
@@ -74,6 +77,7 @@ pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use inventory::InventoryReport;
 pub use invitations::{AccountPlace, InvitationSetting, ACCOUNT_TTL_SECS};
+pub use lanes::{LaneCount, LanesWrite};
 pub use oom::OomLog;
 pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
 pub use policy::{RatePolicy, Wakes};
@@ -101,6 +105,9 @@ pub enum StoreError {
     /// Redis answered something the scripts never return (a bug, or a foreign writer).
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+    /// A join named a lane the queue does not have (crate::lanes): no place was taken.
+    #[error("the queue has no lane {0:?}")]
+    NoSuchLane(String),
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -7,13 +7,15 @@ use super::binding::Asker;
 use super::decode::{array, rate_of, status, text, u};
 use super::dispatch::records::TokenRecord;
 use super::gateways::GWS_TTL_MS;
+use super::lanes::{lane_in, no_such_lane};
 use super::reply::{LeaveStatus, PlaceStatus, PowVerdict};
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{protocol, Result, Store};
 use crate::binding::Thumbprint;
 use crate::challenge::{Proof, Refusal};
 use crate::ids::{PlaceId, QueueId};
 use crate::keys::QueueKeys;
+use crate::lanes::LaneName;
 use crate::messages::CloseReason;
 
 /// Where a place stands when a browser joins, resumes or polls.
@@ -26,6 +28,10 @@ pub enum PlaceState {
         rate: f64,
         /// The gateway that held the place before this call, when another one did (resume only).
         previous_gateway: Option<u16>,
+        /// The place's lane when it is not in the queue's default lane (crate::lanes):
+        /// `position` and `waiting` count that lane only. `None`: the default lane (or a queue
+        /// without lanes).
+        lane: Option<LaneName>,
     },
     Admitted(TokenRecord),
     /// Admitted a moment ago; the token is being minted. Ask again shortly.
@@ -111,6 +117,7 @@ impl Joined {
                     waiting,
                     rate,
                     previous_gateway: None,
+                    lane: None,
                 }
             }
             Joined::Scheduled {
@@ -140,6 +147,8 @@ pub struct JoinBatch {
     pub joined: Option<Joined>,
     /// In a proof-of-work queue, each join's verdict; empty otherwise (every join accepted).
     pub verdicts: Vec<PowVerdict>,
+    /// The lane the batch joined (`None`: the default lane): see [`Store::join_in_lane`].
+    pub lane: Option<LaneName>,
 }
 
 impl JoinBatch {
@@ -159,7 +168,13 @@ impl JoinBatch {
                 .count();
         }
         match &self.joined {
-            Some(joined) => Ok(joined.state(j)),
+            Some(joined) => {
+                let mut state = joined.state(j);
+                if let PlaceState::Waiting { lane, .. } = &mut state {
+                    lane.clone_from(&self.lane);
+                }
+                Ok(state)
+            }
             None => Err(Refusal::Invalid),
         }
     }
@@ -206,6 +221,7 @@ impl Store {
             JoinBatch {
                 joined: Some(j),
                 verdicts,
+                ..
             } if verdicts.is_empty() => Ok(j),
             _ => Err(protocol(format!(
                 "queue {q} asks a proof of work of every join"
@@ -237,6 +253,21 @@ impl Store {
         now_ms: u64,
         proofs: &[Option<Proof>],
         keys: &[Option<Thumbprint>],
+    ) -> Result<JoinBatch> {
+        self.join_in_lane(q, gw, now_ms, proofs, keys, None).await
+    }
+
+    /// [`Store::join_bound`] into lane `lane` (`None`: the queue's default lane; see
+    /// [`crate::lanes`]): every join of the batch takes its place at the tail of that lane.
+    /// A lane the queue does not have takes no place: [`super::StoreError::NoSuchLane`].
+    pub async fn join_in_lane(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        now_ms: u64,
+        proofs: &[Option<Proof>],
+        keys: &[Option<Thumbprint>],
+        lane: Option<&LaneName>,
     ) -> Result<JoinBatch> {
         let n = proofs.len();
         if !keys.is_empty() && keys.len() != n {
@@ -279,12 +310,14 @@ impl Store {
             .key(&k.bound)
             .key(&k.parked)
             .key(&k.unarrived)
+            .lane_keys(&k)
             .arg(gw)
             .arg(now_ms)
             .arg(GWS_TTL_MS)
             .arg(n)
             .arg(proof_arg)
             .arg(key_arg)
+            .arg(lane.map_or("", LaneName::as_str))
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
@@ -348,9 +381,14 @@ impl Store {
                 };
                 (Some(j), verdicts)
             }
+            Some(PlaceStatus::NoSuchLane) => return Err(no_such_lane(lane)),
             _ => return Err(protocol(format!("join reply {a:?}"))),
         };
-        Ok(JoinBatch { joined, verdicts })
+        Ok(JoinBatch {
+            joined,
+            verdicts,
+            lane: lane.cloned(),
+        })
     }
 
     /// Resumes `place` for a browser now held by gateway `gw` (moving the place's routing to
@@ -396,6 +434,7 @@ impl Store {
             .key(&k.pre_away)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(gw)
             .arg(now_ms)
@@ -435,6 +474,7 @@ impl Store {
             .key(&k.drawn)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(now_ms)
             .arg(asked)
@@ -493,16 +533,20 @@ impl Store {
                     Some(v) if with_previous_gateway => PlaceId(u(v)?),
                     _ => place,
                 };
+                // The lane: after the rates (status) or after the place id (resume).
+                let lane = lane_in(a.get(rate_at + 2 + usize::from(with_previous_gateway)));
                 Ok(PlaceState::Waiting {
                     place,
                     position: u(&a[1])?,
                     waiting: u(&a[2])?,
                     rate: rate_of(&a[rate_at], &a[rate_at + 1]),
                     previous_gateway: before,
+                    lane,
                 })
             }
             // Only a join answers this.
-            Some(PlaceStatus::Challenged | PlaceStatus::PreQueueFull) | None => Err(bad()),
+            Some(PlaceStatus::Challenged | PlaceStatus::PreQueueFull | PlaceStatus::NoSuchLane)
+            | None => Err(bad()),
         }
     }
 
@@ -536,6 +580,7 @@ impl Store {
             .key(&k.drawn)
             .key(&k.parked)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(place.0)
             .arg(crate::time::now_ms())
             .arg(asked)
@@ -570,7 +615,10 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.away.key(&k.meta);
-            inv.key(&k.waiting).key(&k.away).key(&k.parked);
+            inv.key(&k.waiting)
+                .key(&k.away)
+                .key(&k.parked)
+                .lane_keys(&k);
             inv.arg(gw).arg(now_ms);
             for p in chunk {
                 inv.arg(p.0);
@@ -600,9 +648,11 @@ impl Store {
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
         let k = QueueKeys::new(q);
         let seq = place.seq();
-        // The members of `place` in `waiting`, `parked` and `pre`, in that order.
+        // The members of `place` in `waiting`, `parked` and `pre`, in that order, then in the
+        // other lanes' zsets (crate::lanes: a place is in one of them at most).
         let mut pipe = redis::pipe();
-        for set in [&k.waiting, &k.parked, &k.pre] {
+        let lanes = k.lanes.iter().flat_map(|(w, p)| [w, p]);
+        for set in [&k.waiting, &k.parked, &k.pre].into_iter().chain(lanes) {
             pipe.cmd("ZRANGEBYSCORE").arg(set).arg(seq).arg(seq);
         }
         let found: Vec<Vec<Vec<u8>>> = pipe.query_async(&mut self.c()).await?;
@@ -620,7 +670,7 @@ impl Store {
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.back.key(&k.waiting);
-            inv.key(&k.away).key(&k.parked).arg(gw);
+            inv.key(&k.away).key(&k.parked).lane_keys(&k).arg(gw);
             for p in chunk {
                 inv.arg(p.0);
             }

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::decode::{array, int, status, text};
 use super::reply::RestoreStatus;
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{protocol, Result, Store};
 use crate::binding::Thumbprint;
 use crate::ids::{PlaceId, QueueId};
@@ -83,6 +83,7 @@ impl Store {
                 .key(&k.away)
                 .key(&k.parked)
                 .key(&k.bound)
+                .lane_keys(&k)
                 .arg(gw)
                 .arg(now_ms)
                 .arg(GWS_TTL_MS);

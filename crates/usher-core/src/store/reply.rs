@@ -82,6 +82,8 @@ statuses! {
         /// A binding queue's place that is not the requester's (its proof is by another key,
         /// by none, or the place has no key): nothing was done or told.
         WrongKey = 9 => "PLACE_WRONG_KEY",
+        /// A join named a lane the queue does not have (crate::lanes): no place taken.
+        NoSuchLane = 10 => "PLACE_NO_SUCH_LANE",
     }
 
     /// What `join.lua` made of one join's proof of work, in a proof-of-work queue.
@@ -161,6 +163,16 @@ statuses! {
         Stale = 0 => "SETTINGS_STALE",
         /// Written; the new version follows.
         Written = 1 => "SETTINGS_WRITTEN",
+    }
+
+    /// What a `put_lanes` call did (see `lua/put_lanes.lua`).
+    pub enum LanesStatus {
+        Written = 0 => "LANES_WRITTEN",
+        /// A lane removed or moved still has places; its name and count follow.
+        NotEmpty = 1 => "LANES_NOT_EMPTY",
+        /// A scheduled sale's draw is pending.
+        Scheduled = 2 => "LANES_SCHEDULED",
+        Unknown = 3 => "LANES_UNKNOWN",
     }
 
     /// What a `beacon` call did.

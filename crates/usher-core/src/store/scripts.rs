@@ -1,5 +1,5 @@
 //! The Lua scripts, loaded once per process. Each runs as the status constants of
-//! [`super::reply`], then `lua/prelude.lua` (shared helpers), then its own `lua/<name>.lua`.
+//! [`super::reply`], then `lua/lanes.lua` and `lua/prelude.lua` (shared helpers), then its own `lua/<name>.lua`.
 
 use std::sync::LazyLock;
 
@@ -8,6 +8,8 @@ use redis::Script;
 use super::reply;
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
+/// Lanes (`lua/lanes.lua`): before the prelude, whose `place_live` asks it.
+const LANES: &str = include_str!("../lua/lanes.lua");
 
 /// Defines [`Scripts`] (one field per script, named as its file) and [`SOURCES`] from one list.
 macro_rules! scripts {
@@ -20,6 +22,7 @@ macro_rules! scripts {
         #[cfg_attr(not(test), allow(dead_code))]
         pub(super) const SOURCES: &[(&str, &str)] = &[
             ("prelude.lua", PRELUDE),
+            ("lanes.lua", LANES),
             $((
                 concat!(stringify!($name), ".lua"),
                 include_str!(concat!("../lua/", stringify!($name), ".lua")),
@@ -27,7 +30,7 @@ macro_rules! scripts {
         ];
 
         pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-            let shared = format!("{}{PRELUDE}", reply::lua_constants());
+            let shared = format!("{}{LANES}{PRELUDE}", reply::lua_constants());
             Scripts {
                 $($name: Script::new(&format!(
                     "{shared}{}",
@@ -70,7 +73,23 @@ scripts!(
     put_settings,
     inventory,
     account,
+    put_lanes,
 );
+
+/// Appends a queue's lane keys ([`crate::keys::QueueKeys::lane_keys`]) to a lane-aware
+/// script's `KEYS`, after its own (each such script sets `lane_keys_at` to where they start).
+pub(super) trait WithLaneKeys {
+    fn lane_keys(&mut self, k: &crate::keys::QueueKeys) -> &mut Self;
+}
+
+impl WithLaneKeys for redis::ScriptInvocation<'_> {
+    fn lane_keys(&mut self, k: &crate::keys::QueueKeys) -> &mut Self {
+        for key in k.lane_keys() {
+            self.key(key);
+        }
+        self
+    }
+}
 
 #[cfg(test)]
 mod tests {

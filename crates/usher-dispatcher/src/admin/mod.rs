@@ -30,6 +30,7 @@ mod errors;
 mod gateways;
 mod inventory;
 mod invitations;
+mod lanes;
 mod no_shows;
 mod openapi;
 pub(crate) mod queues;

@@ -51,7 +51,7 @@ pub(crate) fn get_queue() {}
             headers(("ETag" = String, description = "The settings' new version."))),
         (status = 201, description = "Created; `ETag` is its version.", body = QueueView,
             headers(("ETag" = String, description = "The settings' version."))),
-        (status = 409, description = "A change that needs `\"confirm\": true` without it (the error names the reason): `grace_seconds` below 10, `max_entrants` below the pre-queue's entrants, an `opens_at` (or `null`) that discards a draw that ran. Or `draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed.", body = ErrorBody),
+        (status = 409, description = "A change that needs `\"confirm\": true` without it (the error names the reason): `grace_seconds` below 10, `max_entrants` below the pre-queue's entrants, an `opens_at` (or `null`) that discards a draw that ran. Or `draw_seed` differs from the seed a pending sale committed to, or is the seed of this queue's earlier draw (drawn or voided), which is public: a new sale needs a new seed. Or `lanes` would remove a lane that still has places in line (or make or unmake the default lane one that has), or a queue would have both lanes and `opens_at`.", body = ErrorBody),
         (status = 412, description = "`If-Match` names another version than the settings are at (someone changed them since), or the queue does not exist: nothing was changed.", body = ErrorBody),
         AdminWriteErrors,
     ),

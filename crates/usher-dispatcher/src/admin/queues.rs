@@ -12,10 +12,11 @@ use usher_core::binding::Bind;
 use usher_core::challenge::{check_difficulty, Challenge};
 use usher_core::ids::QueueId;
 use usher_core::invitation::{InvitationKey, InvitationMode};
+use usher_core::lanes::{Lane, LaneName};
 use usher_core::messages::{check_notice, CloseReason, StreamMessage};
 use usher_core::page_settings::PageSettings;
 use usher_core::policy::{Adaptive, RateReason, RateSource};
-use usher_core::store::{QueueConfig, QueueStats, VersionedWrite};
+use usher_core::store::{LaneCount, QueueConfig, QueueStats, VersionedWrite};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
@@ -54,6 +55,10 @@ pub struct QueueView {
     /// The booking service's last inventory report (`inventory_remaining`, …).
     #[serde(flatten)]
     pub inventory: super::inventory::InventoryView,
+    /// Lanes (`super::lanes`): each lane, its share, whether it is the default lane, and how
+    /// many are in line in it; absent without lanes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneCount>,
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -139,6 +144,13 @@ pub struct QueueUpdate {
     /// (1 ..= 86400).
     pub inventory_stale_after_seconds: Option<u64>,
     // <<< inventory
+    /// Lanes with guaranteed shares (`super::lanes`): each `{"name", "share"}`, at most 8,
+    /// names of 1..=32 characters of `a-z0-9_-`, shares in percent adding up to 100; a join
+    /// that names no lane goes to `default_lane` (the first lane when not given). Absent:
+    /// unchanged; `[]`: no lanes. A lane with places in line cannot be removed (409).
+    pub lanes: Option<Vec<Lane>>,
+    /// The lane joins that name none go to; absent: unchanged (or the first lane listed).
+    pub default_lane: Option<LaneName>,
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -215,6 +227,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let (effective_per_second, rate_reason) = source.effective(config.paused, full);
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
     let inventory = super::inventory::view(st, &q, &config, now).await?;
+    let lanes = st.store.lane_counts(&q).await.map_err(redis_down)?;
     Ok(Some(QueueView {
         queue: q,
         config,
@@ -223,6 +236,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
         effective_per_second,
         rate_reason,
         inventory,
+        lanes,
     }))
 }
 
@@ -431,6 +445,16 @@ pub(crate) async fn put_queue(
     let before = existing.clone();
     let cfg = configured(existing, &u)?;
     bind_switch(&st, &q, before.as_ref(), &cfg).await?;
+    let lanes = super::lanes::check(
+        &st.store,
+        &q,
+        &super::lanes::LaneChange {
+            lanes: u.lanes.as_deref(),
+            default_lane: u.default_lane.as_ref(),
+            schedules: matches!(scheduling, super::sale::Scheduling::At(..)),
+        },
+    )
+    .await?;
     if u.confirm != Some(true) {
         let discards_draw = super::sale::discards_draw(&st.store, &q, &scheduling).await?;
         edits::unconfirmed(&st.store, &q, before.as_ref(), &cfg, discards_draw).await?;
@@ -447,6 +471,11 @@ pub(crate) async fn put_queue(
         // settings are written whatever the version has become since (a PUT without
         // `If-Match`, or a DELETE, may land in between), so a `412` never follows a change.
         expected = None;
+    }
+    // Lanes of an existing queue before anything else is written: a refusal (a lane with
+    // places) changes nothing. A new queue's after its settings (it has no place yet).
+    if let (Some(l), false) = (&lanes, created) {
+        super::lanes::apply(&st.store, &q, l).await?;
     }
     // Before the settings: a new queue must not take joins into its line before its schedule.
     super::sale::apply(&st.store, &q, scheduling).await?;
@@ -473,6 +502,9 @@ pub(crate) async fn put_queue(
         .put_page_settings(&q, &page)
         .await
         .map_err(redis_down)?;
+    if let (Some(l), true) = (&lanes, created) {
+        super::lanes::apply(&st.store, &q, l).await?;
+    }
     let status = super::states::status_change(before.as_ref(), &cfg);
     let admits_more = before.is_none_or(|b| {
         (b.paused && !cfg.paused)

@@ -147,6 +147,11 @@ impl Courier<'_> {
                 Tick::Ticked(mut next) => {
                     next.admitted += out.admitted;
                     next.dropped += out.dropped;
+                    // lanes: each lane's admissions over the tick's calls.
+                    for l in &mut next.lanes {
+                        let before = out.lanes.iter().find(|p| p.name == l.name);
+                        l.admitted += before.map_or(0, |p| p.admitted);
+                    }
                     **out = next;
                     (read_back, fresh) = arrivals(out, unrecorded.entries);
                 }

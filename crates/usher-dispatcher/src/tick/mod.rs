@@ -20,6 +20,7 @@
 mod deliver;
 mod draw;
 mod gateways;
+mod lanes;
 mod lease;
 mod passthrough;
 mod premint;

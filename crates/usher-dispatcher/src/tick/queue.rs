@@ -278,7 +278,7 @@ impl QueueTick {
         bucket_rate: Option<f64>,
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
-        let state = QueueState {
+        let mut state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
             waiting: out.waiting,
@@ -294,7 +294,9 @@ impl QueueTick {
             samples: out.samples.clone(),
             last_place: out.last_place,
             inventory: out.inventory,
+            lanes: Vec::new(),
         };
+        super::lanes::split_state(&mut state, out);
         let batches: Vec<_> = out
             .gateways
             .iter()

@@ -51,6 +51,7 @@ mod tests {
             eta_seconds: None,
             as_of_ms: 0,
             inventory: None,
+            lane: None,
         };
         let r = hub.reserve(q, PlaceId(seq), None);
         hub.attach(r, Update::Waiting(waiting)).expect("attached").1

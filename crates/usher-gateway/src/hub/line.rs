@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::position::{Standing, Standings};
 use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::lanes::LaneName;
 use usher_core::messages::{eta_seconds, CloseReason, QueueState, WaitingEvent};
 
 use super::slots::Slot;
@@ -28,7 +29,20 @@ impl Hub {
         let Some(conns) = inner.queues.get_mut(&s.queue) else {
             return gone;
         };
+        // Lanes: each lane's own snapshot, for the places held in it (the default lane's
+        // places read the top-level one, `s` itself).
+        let views: Vec<(&LaneName, QueueState)> = s
+            .lanes
+            .iter()
+            .filter_map(|l| s.lane_view(&l.name).map(|v| (&l.name, v)))
+            .collect();
+        let whole = s;
         for (&place, slot) in conns.iter_mut() {
+            let s = slot
+                .lane
+                .as_ref()
+                .and_then(|lane| views.iter().find(|(name, _)| *name == lane))
+                .map_or(s, |(_, v)| v);
             // A pre-queue place is not in the line yet: it hears of the draw, not of positions.
             if slot.is_scheduled() {
                 continue;
@@ -52,7 +66,10 @@ impl Hub {
                 waiting: s.waiting.max(position),
                 eta_seconds: eta_seconds(position, s.rate),
                 as_of_ms: s.at_ms,
-                inventory: s.inventory.map(|i| i.outlook(position)),
+                inventory: s
+                    .inventory
+                    .map(|i| i.outlook(whole.admitted_before(position, s.rate))),
+                lane: slot.lane.clone(),
             };
             // Browsers hear again when their position (or ETA, or inventory outlook) changes;
             // the line's length rides along with that, so a burst of joins behind them costs

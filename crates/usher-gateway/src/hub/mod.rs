@@ -84,6 +84,7 @@ impl Hub {
             position: u64::MAX,
             resyncing: false,
             key: key.and_then(HeldKey::of),
+            lane: None,
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
             let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
@@ -156,6 +157,9 @@ impl Hub {
             Update::Waiting(w) => w.position,
             _ => u64::MAX,
         };
+        if let Update::Waiting(w) = &first {
+            slot.lane = w.lane.clone();
+        }
         let (tx, rx) = watch::channel(first);
         slot.tx = Some(tx);
         Some((a, rx))

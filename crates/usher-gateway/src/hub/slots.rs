@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::lanes::LaneName;
 
 use super::held_key::HeldKey;
 #[cfg(doc)]
@@ -27,6 +28,9 @@ pub(super) struct Slot {
     /// The browser key the place was proven with (a binding queue's; `None` elsewhere): put
     /// back with the place after a Redis data loss.
     pub(super) key: Option<HeldKey>,
+    /// The place's lane when it is not the queue's default lane (usher_core::lanes): its
+    /// positions are read off that lane's snapshot. Set from its first `waiting` event.
+    pub(super) lane: Option<LaneName>,
 }
 
 impl Slot {

@@ -17,6 +17,7 @@ fn waiting(position: u64) -> WaitingEvent {
         eta_seconds: Some(0),
         as_of_ms: 0,
         inventory: None,
+        lane: None,
     }
 }
 
@@ -283,4 +284,72 @@ fn pre_queue_places_are_restored_apart_and_told_of_a_void_draw() {
     assert!(matches!(*rx_waiting.borrow(), Update::Waiting(_)));
     assert_eq!(hub.scheduled_places(&q()), (vec![], None));
     assert_eq!(hub.connections(), 1);
+}
+
+/// Lanes: a place in a lane reads its position and ETA off its lane's snapshot (its lane's
+/// effective rate), a default-lane place off the top-level one, and both keep their lane in
+/// the events they hear.
+#[test]
+fn each_lane_reads_its_own_snapshot_and_rate() {
+    use usher_core::lanes::LaneName;
+    use usher_core::messages::LaneState;
+    let hub = Hub::new();
+    let members = LaneName::new("members").expect("valid");
+    // Place 4 is the 2nd member; place 9 the 5th in the default lane.
+    let r = hub.reserve(&q(), place(4), None);
+    let (_m, rx_m) = hub
+        .attach(
+            r,
+            Update::Waiting(WaitingEvent {
+                lane: Some(members.clone()),
+                ..waiting(2)
+            }),
+        )
+        .expect("attached");
+    let (_g, rx_g) = connect(&hub, place(9), 5);
+    let s = QueueState {
+        waiting: 5,
+        rate: 7.0,
+        runs: vec![(5, 5)],
+        lanes: vec![
+            LaneState {
+                name: LaneName::new("general").expect("valid"),
+                default: true,
+                share: 70,
+                waiting: 5,
+                rate: 7.0,
+                runs: vec![(5, 5)],
+                samples: Vec::new(),
+            },
+            LaneState {
+                name: members.clone(),
+                default: false,
+                share: 30,
+                waiting: 3,
+                rate: 3.0,
+                runs: vec![(2, 3)],
+                samples: Vec::new(),
+            },
+        ],
+        ..QueueState::empty(q())
+    };
+    assert!(hub.apply_state(&s).is_empty(), "nobody is gone");
+    // Member place 4 is 3rd in its lane's run [2, 3, 4] and was told 2: it stays 2 (never up);
+    // read off the default lane's run [5..10) it would be gone.
+    match &*rx_m.borrow() {
+        Update::Waiting(w) => {
+            assert_eq!((w.position, w.waiting), (2, 3));
+            assert_eq!(w.eta_seconds, Some(1), "2 places at the lane's 3/s");
+            assert_eq!(w.lane.as_ref(), Some(&members));
+        }
+        other => panic!("{other:?}"),
+    }
+    match &*rx_g.borrow() {
+        Update::Waiting(w) => {
+            assert_eq!((w.position, w.waiting), (5, 5));
+            assert_eq!(w.eta_seconds, Some(1), "5 places at the default lane's 7/s");
+            assert_eq!(w.lane, None);
+        }
+        other => panic!("{other:?}"),
+    };
 }

@@ -16,7 +16,8 @@ use tracing::Instrument;
 use usher_core::binding::{ProofRefusal, ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::invitation::InvitationRefusedEvent;
+use usher_core::invitation::{InvitationRefusal, InvitationRefusedEvent};
+use usher_core::lanes::LaneName;
 use usher_core::messages::{
     eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
@@ -156,6 +157,17 @@ impl Drop for Holding {
     }
 }
 
+/// What a stream request brings besides its ticket.
+pub(crate) struct Asks {
+    /// A proof-of-work solution (a join in a proof-of-work queue).
+    pub(crate) pow: Option<String>,
+    /// A proof of possession of the browser's key (a binding queue's).
+    pub(crate) proof: Option<String>,
+    /// A one-use join code (`crate::invitation`): the join is its invited account's, in the
+    /// invitation's lane.
+    pub(crate) join: Option<String>,
+}
+
 /// Sets a stream up: joins the queue, or resumes the place `ticket` names.
 ///
 /// The caller must run this to completion (the gateway's own connection task does: nothing
@@ -167,7 +179,7 @@ pub(crate) async fn open(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    (pow, proof, join): (Option<String>, Option<String>, Option<String>),
+    asks: Asks,
     client: IpKey,
 ) -> Setup {
     if gw.shutting_down() {
@@ -189,7 +201,7 @@ pub(crate) async fn open(
         .map(|()| slot)
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, (pow, proof, join), client, slot).await,
+        Ok(slot) => setup(gw, q, place, ticket, asks, client, slot).await,
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
@@ -203,7 +215,7 @@ async fn setup(
     q: QueueId,
     place: Option<PlaceId>,
     ticket: Option<String>,
-    (pow, proof, join): (Option<String>, Option<String>, Option<String>),
+    Asks { pow, proof, join }: Asks,
     client: IpKey,
     slot: StreamSlot,
 ) -> Setup {
@@ -242,6 +254,22 @@ async fn setup(
             key: p.key,
         }),
         (_, proven) => proven,
+    };
+    // The lane a join goes to: the invitation's `lane` claim (`None`: the queue's default
+    // lane). Its characters were checked with the invitation (`invitation::lane_ok`, the same
+    // rule as `LaneName`); a takeover keeps the lane its place joined in.
+    let lane = match invited
+        .as_ref()
+        .and_then(|i| i.lane.clone())
+        .map(LaneName::new)
+    {
+        None => None,
+        Some(Ok(lane)) => Some(lane),
+        Some(Err(_)) => {
+            metrics::refused(Refusal::Invitation);
+            let reason = InvitationRefusal::Invalid;
+            return Setup::InvitationRefused(InvitationRefusedEvent { queue: q, reason });
+        }
     };
     // <<< invitations
     let mut joined = None;
@@ -290,10 +318,8 @@ async fn setup(
             let join = Join {
                 pow: proof,
                 key: key.clone(),
+                lane,
             };
-            // lanes: the invitation's lane (`invited.lane`: a plain `Option<String>`, its
-            // length and characters checked by `usher_core::invitation::lane_ok`) stops here.
-            let _lane: Option<&str> = invited.as_ref().and_then(|i| i.lane.as_deref());
             match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {
                     let reserved = match &s {
@@ -307,7 +333,12 @@ async fn setup(
                     };
                     (s, reserved)
                 }
-                Err(JoinError::Store(e)) => return refused_by_redis(&e),
+                Err(JoinError::Store(e)) => {
+                    if let StoreError::NoSuchLane(lane) = &*e {
+                        return Setup::Failed(crate::lanes::no_such_lane(lane));
+                    }
+                    return refused_by_redis(&e);
+                }
                 Err(JoinError::Abandoned) => {
                     metrics::refused(Refusal::Redis);
                     return Setup::TryLater;
@@ -401,6 +432,7 @@ async fn setup(
             waiting,
             rate,
             previous_gateway,
+            lane,
         } => {
             let reserved = match reserved {
                 // A pre-queue ticket resumed after the draw: its place has a new id in line.
@@ -419,6 +451,7 @@ async fn setup(
                 as_of_ms: now_ms(),
                 // The inventory comes with the line's next `state` (one tick at most).
                 inventory: None,
+                lane,
             });
             live(ticket, reserved, place, first, previous_gateway)
         }

@@ -12,6 +12,7 @@ mod docs;
 mod inventory_page;
 mod invitations_page;
 mod k6;
+mod lanes_page;
 mod nginx_auth;
 mod openapi;
 mod pow_page;

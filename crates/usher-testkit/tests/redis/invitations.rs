@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ed25519_dalek::{Signer, SigningKey};
 use serde_json::{json, Value};
 use usher_testkit::dpop::BrowserKey;
 use usher_testkit::line::{data, jwks, verify_token, PAUSED};
@@ -16,46 +15,9 @@ use usher_testkit::sse::{SseConn, Watcher};
 use usher_testkit::stack::StackOptions;
 use usher_testkit::{eventually, SseClient, Stack};
 
+use crate::shop::Shop;
+
 const T: Duration = Duration::from_secs(10);
-
-/// A shop's signing key and the JWK the operator registers for it.
-struct Shop {
-    key: SigningKey,
-    kid: &'static str,
-}
-
-impl Shop {
-    fn new(kid: &'static str) -> Self {
-        Self {
-            key: SigningKey::from_bytes(&rand::random::<[u8; 32]>()),
-            kid,
-        }
-    }
-
-    fn jwk(&self) -> Value {
-        json!({"kty": "OKP", "crv": "Ed25519", "kid": self.kid,
-            "x": URL_SAFE_NO_PAD.encode(self.key.verifying_key().as_bytes())})
-    }
-
-    /// A compact JWS over `header` and `claims`, as a shop's code makes one.
-    fn sign_with(&self, header: Value, claims: Value) -> String {
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(claims.to_string())
-        );
-        let sig = self.key.sign(signed.as_bytes());
-        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
-    }
-
-    /// An invitation for `account` to `queue`, good for an hour.
-    fn invite(&self, account: &str, queue: &str) -> String {
-        self.sign_with(
-            json!({"alg": "EdDSA", "kid": self.kid, "typ": "JWT"}),
-            json!({"sub": account, "aud": queue, "exp": now_secs() + 3600}),
-        )
-    }
-}
 
 fn now_secs() -> u64 {
     usher_core::time::now_ms() / 1000

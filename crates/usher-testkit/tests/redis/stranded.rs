@@ -62,6 +62,7 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
                 samples: vec![(p4, 1)],
                 last_place: p4,
                 inventory: None,
+                lanes: Vec::new(),
             })],
         )])
         .await?;
@@ -139,6 +140,7 @@ async fn the_last_waiter_hears_of_its_admission_from_an_empty_line() -> anyhow::
                 samples: out.samples,
                 last_place: out.last_place,
                 inventory: None,
+                lanes: Vec::new(),
             })],
         )])
         .await?;

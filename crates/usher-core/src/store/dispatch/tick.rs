@@ -6,10 +6,11 @@ use serde::Deserialize;
 
 use crate::ids::QueueId;
 use crate::keys::{self, QueueKeys};
+use crate::lanes::LaneName;
 use crate::store::decode::{array, status, u};
 use crate::store::gateways::GatewayInfo;
 use crate::store::reply::TickStatus;
-use crate::store::scripts::SCRIPTS;
+use crate::store::scripts::{WithLaneKeys, SCRIPTS};
 use crate::store::{protocol, Result, Store};
 
 use super::outbox::OutboxEntry;
@@ -40,8 +41,8 @@ pub struct TickArgs<'a> {
 }
 
 /// What a tick found.
-// One value per tick call, moved once: the size difference between the variants costs
-// nothing worth a box.
+// One is returned per tick script call and never stored in bulk: boxing the outcome would
+// cost an allocation per call for nothing (it outgrew clippy's size limit with `lanes` and `inventory`).
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tick {
@@ -99,6 +100,27 @@ pub struct TickOutcome {
     /// Nothing is left and no session has been active for `sold_out_grace_seconds`: the
     /// dispatcher closes the queue with `sold_out` (`Store::close_sold_out`).
     pub sold_out: bool,
+    /// Each lane's line and admissions, and its snapshot on the tick's last call
+    /// (crate::lanes; empty without lanes). `waiting` above counts every lane; `runs` and
+    /// `samples` are the default lane's.
+    pub lanes: Vec<LaneOutcome>,
+}
+
+/// One lane as a tick left it (see [`TickOutcome::lanes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneOutcome {
+    pub name: LaneName,
+    /// Joins that name no lane go here (its snapshot is also the outcome's `runs`/`samples`).
+    pub default: bool,
+    pub share: u8,
+    /// In line in this lane (present and away).
+    pub waiting: u64,
+    /// Present (not away): the lane could be admitted from now.
+    pub present: u64,
+    /// Admitted from this lane by this call.
+    pub admitted: u64,
+    pub runs: Vec<(u64, u64)>,
+    pub samples: Vec<(u64, u64)>,
 }
 
 /// Spacing of the first, coarse position samples (25% apart); refined where needed.
@@ -142,6 +164,7 @@ impl Store {
             .key(&k.bound)
             .key(&k.unarrived)
             .key(&k.arrivals)
+            .lane_keys(&k)
             .arg(t.now_ms)
             .arg(t.first_elapsed_ms)
             .arg(t.max_elapsed_ms)
@@ -227,6 +250,24 @@ struct TickReply {
     inventory: Option<crate::inventory::InventoryState>,
     #[serde(default)]
     sold_out: bool,
+    #[serde(deserialize_with = "lua_list")]
+    lanes: Vec<LaneReply>,
+}
+
+/// One lane of a tick reply (`lane_snapshots` in `lua/tick.lua`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneReply {
+    name: LaneName,
+    slot: u8,
+    share: u8,
+    waiting: u64,
+    present: u64,
+    admitted: u64,
+    #[serde(deserialize_with = "lua_list")]
+    runs: Vec<u64>,
+    #[serde(deserialize_with = "lua_list")]
+    samples: Vec<u64>,
 }
 
 impl TickReply {
@@ -256,6 +297,22 @@ impl TickReply {
             more: self.more,
             inventory: self.inventory,
             sold_out: self.sold_out,
+            lanes: self
+                .lanes
+                .into_iter()
+                .map(|l| {
+                    Ok(LaneOutcome {
+                        name: l.name,
+                        default: l.slot == 0,
+                        share: l.share,
+                        waiting: l.waiting,
+                        present: l.present,
+                        admitted: l.admitted,
+                        runs: pairs(&l.runs)?,
+                        samples: pairs(&l.samples)?,
+                    })
+                })
+                .collect::<Result<_>>()?,
         })
     }
 }
@@ -318,7 +375,7 @@ mod tests {
         let json = r#"{"admitted":2,"waiting":5,"active":2,"runs":[10,5],"samples":{},
             "last_place":14,"gateways":["3","x"],"outbox_len":1,"admit_per_second":10,"dropped":0,
             "carry":0.5,"session_ttl_ms":600000,"token_ttl_ms":600000,"paused":false,
-            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0}"#;
+            "fresh":["1000|2000|8:3,9:3"],"more":false,"no_shows":0,"lanes":{}}"#;
         let reply: TickReply = serde_json::from_str(json).expect("decodes");
         let o = reply.into_outcome().expect("valid");
         assert_eq!(o.runs, vec![(10, 5)]);
