@@ -23,6 +23,7 @@
 //! | `usher:{q:<id>}:spent` | zset | proof of work (meta `challenge` = `pow`, `pow_difficulty`): the id of each puzzle whose solution took a place → until when to remember it (ms: the puzzle's expiry + 60 s, so gateways whose clocks differ by up to a minute still refuse it); `join.lua` adds with `ZADD NX` (one solution, one place) and first trims what is past (`ZREMRANGEBYSCORE`), so it holds the solutions of the last puzzle lifetime only |
 //! | `usher:{q:<id>}:bound` | hash | browser binding (meta `bind` = `browser_key`): place id → the RFC 7638 thumbprint of the browser key it joined with (43 base64url characters; about 100 bytes per place with the field and the hash's overhead: 9.8 MB for 100,000 places, Redis 7.0), written by `join.lua` with the place; a scheduled sale's draw moves it to the place's new id in the same call (`place_drawn`, prelude.lua); read by the gateway at each resume, status poll and leave (`place_key.lua`, which follows `drawn` from a pre-queue ticket's id) and by the dispatcher when it mints (`cnf.jkt`); an entry is deleted once its place is over for good (not in `pre`, `waiting`, `parked` or `active`: left, dropped, closed, its session ended) by `prune_bound.lua`, which the replica driving the queue calls once a second over a slice of 500 fields (`HSCAN`, its cursor in meta `bound_cursor`) |
 //! | `usher:{q:<id>}:proof:<key>:<jti>` | string | browser binding: a spent proof of possession's `jti` (1..=64 base64url characters) by the key whose thumbprint starts with `<key>` (16 characters), `SET NX PX` for 130 s (past it the proof's `iat` is too old): one proof, one request |
+//! | `usher:{q:<id>}:door` | list | the open door (meta `on_outage` = `open`, `door_after_seconds`): the periods gateways held their door open, newest first, each a [`crate::door::DoorPeriod`] as JSON, at most [`crate::door::DOOR_PERIODS_KEPT`] (`lua/door.lua`); meta `door_admitted_total` counts the browsers let through |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -152,6 +153,10 @@ pub struct QueueKeys {
     /// Pre-queue disconnects, and the absent entrants as the draw fixed them (see the table).
     pub pre_away: String,
     pub absent: String,
+    // >>> door
+    /// The open door's recorded periods (see the table above).
+    pub door: String,
+    // <<< door
 }
 
 impl QueueKeys {
@@ -181,6 +186,9 @@ impl QueueKeys {
             drawing: k("drawing"),
             pre_away: k("pre_away"),
             absent: k("absent"),
+            // >>> door
+            door: k("door"),
+            // <<< door
         }
     }
 }
@@ -343,6 +351,7 @@ mod tests {
                 &k.passed,
                 &k.spent,
                 &k.bound,
+                &k.door,
                 &k.used_proof("NzbLsXh8uDCcd-6M", "a-jti_1"),
             ] {
                 assert_eq!(hash_slot(key), slot, "{key}");

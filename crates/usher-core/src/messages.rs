@@ -45,6 +45,12 @@ pub struct QueueState {
     /// says nothing, and the tail of the line is used instead.
     #[serde(default)]
     pub last_place: u64,
+    // >>> door
+    /// The open door's tokens and rate share (`on_outage: "open"` queues only; absent
+    /// otherwise, and ignored by gateways that predate it): `crate::door`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<crate::door::DoorPass>,
+    // <<< door
 }
 
 impl QueueState {
@@ -60,6 +66,7 @@ impl QueueState {
             runs: Vec::new(),
             samples: Vec::new(),
             last_place: 0,
+            door: None,
         }
     }
 }
@@ -254,6 +261,11 @@ pub struct AdmittedEvent {
     pub expires_at: String,
     /// RFC 3339 with milliseconds: when the dispatcher admitted the place.
     pub admitted_at: String,
+    /// `true` when a gateway let the browser through its open door while Redis was
+    /// unreachable (`on_outage: "open"`): `token` is the window's door token, a bearer pass
+    /// until `expires_at` that names no place. Absent for an ordinary admission.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub door: bool,
 }
 
 /// `event: closed` payload.
@@ -349,6 +361,7 @@ impl AdmittedEvent {
             token: token.to_owned(),
             expires_at: crate::time::rfc3339_ms(expires_at_ms),
             admitted_at: crate::time::rfc3339_ms(admitted_at_ms),
+            door: false,
         }
     }
 }

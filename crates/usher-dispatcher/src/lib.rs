@@ -24,6 +24,9 @@ mod admin;
 mod backends;
 pub mod config;
 mod dev_secrets;
+// >>> door
+mod door_session;
+// <<< door
 mod facts;
 mod keys;
 mod metrics;

@@ -85,6 +85,26 @@ impl Bearer {
     }
 }
 
+// >>> door
+/// The `200` answer for a door token (`crate::door_session`), judged offline: no Redis.
+fn door_answer(
+    st: &AppState,
+    headers: &HeaderMap,
+    q: &ForQueue,
+) -> Result<Option<Response>, ApiError> {
+    Ok(
+        crate::door_session::door_bearer(st, headers, q.queue.as_deref())?.map(|d| {
+            let view = Json(SessionView {
+                queue: d.queue,
+                session: d.session,
+                expires_at: rfc3339_ms(d.exp_ms),
+            });
+            ([(header::CACHE_CONTROL, "no-store")], view).into_response()
+        }),
+    )
+}
+// <<< door
+
 fn ended_error() -> ApiError {
     ApiError::new(StatusCode::GONE, "the session has ended")
 }
@@ -177,7 +197,11 @@ async fn status(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .session(&b.queue, b.place, now_ms())
@@ -209,7 +233,11 @@ async fn touch(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .touch_session(&b.queue, b.place, now_ms(), b.cap_ms)
@@ -252,7 +280,11 @@ async fn consume(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let ended = st
         .store
         .end_session(&b.queue, b.place, now_ms())
@@ -288,7 +320,12 @@ async fn release(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let b = match bearer(&st, &headers, &for_queue(q)?).await {
+    let q = for_queue(q)?;
+    if door_answer(&st, &headers, &q)?.is_some() {
+        // A door token names no session: nothing to end.
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let b = match bearer(&st, &headers, &q).await {
         Ok(b) => b,
         // Past its cap the session has ended anyway: releasing it again is a no-op.
         Err(e) if e.status == StatusCode::GONE => return Ok(StatusCode::NO_CONTENT),

@@ -50,6 +50,9 @@ mod ticket;
 mod away;
 mod binding;
 mod client;
+// >>> door
+mod door;
+// <<< door
 mod draw;
 mod errors;
 mod frames;
@@ -216,5 +219,9 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     tokio::spawn(tasks::flush_away(gw.clone()));
     tokio::spawn(tasks::heartbeat(gw.clone()));
     tokio::spawn(inbox::consume(gw.clone(), reader));
+    // >>> door
+    tokio::spawn(door::release(gw.clone()));
+    tokio::spawn(door::record(gw.clone()));
+    // <<< door
     Ok(gw)
 }

@@ -60,6 +60,10 @@ pub(crate) struct Gateway {
     place_proofs: Buckets<(QueueId, PlaceId)>,
     /// Proof-of-work puzzles: issued and checked here.
     challenges: Challenges,
+    // >>> door
+    /// The open door: passes learnt, when Redis last answered, periods.
+    door: crate::door::Door,
+    // <<< door
 }
 
 impl Gateway {
@@ -111,8 +115,15 @@ impl Gateway {
             draining: AtomicBool::new(false),
             open_sockets: Arc::default(),
             challenges,
+            door: crate::door::Door::new(),
         }
     }
+
+    // >>> door
+    pub(crate) fn door(&self) -> &crate::door::Door {
+        &self.door
+    }
+    // <<< door
 
     pub(crate) fn challenges(&self) -> &Challenges {
         &self.challenges

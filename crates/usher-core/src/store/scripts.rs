@@ -68,6 +68,9 @@ scripts!(
     place_key,
     prune_bound,
     put_settings,
+    // >>> door
+    door,
+    // <<< door
 );
 
 #[cfg(test)]

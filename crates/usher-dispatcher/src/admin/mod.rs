@@ -23,6 +23,7 @@
 pub(crate) mod audit;
 pub(crate) mod auth;
 mod dashboard;
+mod door;
 mod edits;
 mod errors;
 mod gateways;

@@ -50,6 +50,11 @@ pub struct QueueView {
     pub effective_per_second: f64,
     /// Why `effective_per_second` is what it is.
     pub rate_reason: RateReason,
+    // >>> door
+    /// The open door's recorded periods and count (`door_periods`, `door_admitted_total`).
+    #[serde(flatten)]
+    pub door: usher_core::store::DoorRecord,
+    // <<< door
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -117,6 +122,15 @@ pub struct QueueUpdate {
     /// Raise the rate to make up for the measured no-show share: rate ÷ (1 − share), at most
     /// 2 × the rate (needs `arrival_seconds`).
     pub make_up_no_shows: Option<bool>,
+    // >>> door
+    /// What happens when a gateway cannot reach Redis: `"hold"` (nobody is admitted, everyone
+    /// keeps their place) or `"open"` (after `door_after_seconds`, each gateway lets its own
+    /// browsers through at a bounded rate with a door token). `"open"` with `bind:
+    /// "browser_key"` is refused (`409`).
+    pub on_outage: Option<usher_core::door::OnOutage>,
+    /// Seconds without Redis before an `open` queue's door opens (1..=3600; default 30).
+    pub door_after_seconds: Option<u64>,
+    // <<< door
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -192,6 +206,9 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let full = config.max_active.is_some_and(|m| stats.active >= m);
     let (effective_per_second, rate_reason) = source.effective(config.paused, full);
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
+    // >>> door
+    let door = st.store.door_record(&q).await.map_err(redis_down)?;
+    // <<< door
     Ok(Some(QueueView {
         queue: q,
         config,
@@ -199,6 +216,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
         page,
         effective_per_second,
         rate_reason,
+        door,
     }))
 }
 
@@ -333,6 +351,15 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         },
     )?;
     super::states::apply(&mut cfg, u.state_change())?;
+    // >>> door
+    super::door::apply(
+        &mut cfg,
+        super::door::DoorChange {
+            on_outage: u.on_outage,
+            door_after_seconds: u.door_after_seconds,
+        },
+    )?;
+    // <<< door
     Ok(cfg)
 }
 
@@ -448,7 +475,7 @@ pub(crate) async fn put_queue(
     if let Some((state, message)) = status {
         super::states::announce(&st, &q, state, message).await?;
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), arrival_seconds = ?cfg.arrival_seconds, make_up_no_shows = cfg.make_up_no_shows, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), arrival_seconds = ?cfg.arrival_seconds, make_up_no_shows = cfg.make_up_no_shows, on_outage = cfg.on_outage.as_str(), door_after_seconds = cfg.door_after_seconds, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

@@ -44,6 +44,10 @@ pub(super) struct Held {
     pub(super) premint: Option<Premint>,
     /// When this replica last pruned the queue's browser keys (`Store::prune_bound`).
     bound_pruned_ms: u64,
+    // >>> door
+    /// The open door's setting and signed tokens (`on_outage: "open"`).
+    door: super::door::DoorCache,
+    // <<< door
 }
 
 /// How often the replica driving a queue prunes the keys of places over for good: one call
@@ -106,6 +110,7 @@ impl QueueTick {
                     rate: MeasuredRate::default(),
                     premint: None,
                     bound_pruned_ms: 0,
+                    door: Default::default(),
                 }
             }
         };
@@ -218,7 +223,7 @@ impl QueueTick {
         };
         drop(tokens);
         held.rate.observe(self.now, &out);
-        self.publish_state(q, &held, &out, bucket_rate).await?;
+        self.publish_state(q, &mut held, &out, bucket_rate).await?;
         self.premint_next(q, &mut held, &out);
         Ok(Outcome::Ticked {
             held,
@@ -269,11 +274,31 @@ impl QueueTick {
     async fn publish_state(
         &self,
         q: &QueueId,
-        held: &Held,
+        held: &mut Held,
         out: &TickOutcome,
         bucket_rate: Option<f64>,
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
+        // >>> door
+        // The door lets through at the rate the queue admits at now (none while paused),
+        // shared by the live gateways.
+        let door_rate = if out.paused {
+            0.0
+        } else {
+            bucket_rate.unwrap_or(out.admit_per_second).max(0.0)
+        };
+        let door = held
+            .door
+            .pass(
+                &self.store,
+                &self.key,
+                q,
+                self.now,
+                door_rate,
+                live.len() as u64,
+            )
+            .await;
+        // <<< door
         let state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
@@ -289,6 +314,7 @@ impl QueueTick {
             runs: out.runs.clone(),
             samples: out.samples.clone(),
             last_place: out.last_place,
+            door,
         };
         let batches: Vec<_> = out
             .gateways

@@ -207,6 +207,7 @@ impl Hub {
 }
 
 mod admissions;
+mod door;
 mod draw_void;
 mod held_key;
 mod line;

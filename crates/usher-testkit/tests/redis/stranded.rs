@@ -61,6 +61,7 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
                 runs: vec![(p4, 1)],
                 samples: vec![(p4, 1)],
                 last_place: p4,
+                door: None,
             })],
         )])
         .await?;
@@ -137,6 +138,7 @@ async fn the_last_waiter_hears_of_its_admission_from_an_empty_line() -> anyhow::
                 runs: out.runs,
                 samples: out.samples,
                 last_place: out.last_place,
+                door: None,
             })],
         )])
         .await?;
