@@ -45,8 +45,9 @@ pub(super) struct Held {
     /// When this replica last pruned the queue's browser keys (`Store::prune_bound`).
     bound_pruned_ms: u64,
     // >>> door
-    /// The open door's setting and signed tokens (`on_outage: "open"`).
-    door: super::door::DoorCache,
+    /// The open door's setting and signed tokens (`on_outage: "open"`); boxed, so a queue
+    /// that holds in an outage keeps `Held` small.
+    door: Box<super::door::DoorCache>,
     // <<< door
 }
 
