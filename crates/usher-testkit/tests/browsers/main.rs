@@ -11,6 +11,7 @@ mod dashboard;
 mod docs;
 mod k6;
 mod nginx_auth;
+mod open_door_nginx;
 mod openapi;
 mod pow_page;
 mod states_page;
