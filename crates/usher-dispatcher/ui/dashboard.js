@@ -36,6 +36,11 @@ const STATS = [
   ["dropped_total", "Dropped in total"],
   ["maintenance", "Maintenance text"],
   ["ended", "Ended text"],
+  // >>> door
+  ["on_outage", "When Redis is away"],
+  ["door_admitted_total", "Let through the open door"],
+  ["door_last", "Last open-door period"],
+  // <<< door
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -279,6 +284,16 @@ function settingsForm(id, entry) {
           el("option", { value: "", text: "—" }),
           el("option", { value: "true", text: "on" }),
           el("option", { value: "false", text: "off" })))),
+    // >>> door
+    el("div", { class: "row" },
+      el("label", {}, "When Redis is away",
+        el("select", { name: "on_outage" },
+          el("option", { value: "", text: "—" }),
+          el("option", { value: "hold", text: "hold the line" }),
+          el("option", { value: "open", text: "open the door" }))),
+      el("label", {}, "Open the door after, s",
+        el("input", { name: "door_after_seconds", type: "number", min: "1", max: "3600", step: "1" }))),
+    // <<< door
     adaptive,
     el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Apply changes…" })));
   markChanged(form);
@@ -313,6 +328,12 @@ function changedSettings(form) {
   if (changed("make_up_no_shows") && form.elements.make_up_no_shows.value !== "") {
     body.make_up_no_shows = form.elements.make_up_no_shows.value === "true";
   }
+  // >>> door
+  if (changed("on_outage") && form.elements.on_outage.value !== "") body.on_outage = form.elements.on_outage.value;
+  if (changed("door_after_seconds") && form.elements.door_after_seconds.value !== "") {
+    body.door_after_seconds = Number(form.elements.door_after_seconds.value);
+  }
+  // <<< door
   const adaptiveTouched = changed("adaptive_on") ||
     ADAPTIVE_FIELDS.some(([n]) => changed("adaptive." + n));
   if (adaptiveTouched) {
@@ -350,6 +371,10 @@ function fillSettings(form, q, all) {
   set("opens_at", localFromIso(q.opens_at));
   set("arrival_seconds", q.arrival_seconds);
   set("make_up_no_shows", typeof q.make_up_no_shows === "boolean" ? String(q.make_up_no_shows) : "");
+  // >>> door
+  set("on_outage", q.on_outage || "");
+  set("door_after_seconds", q.door_after_seconds);
+  // <<< door
   const a = q.adaptive && typeof q.adaptive === "object" ? q.adaptive : null;
   set("adaptive_on", !!a);
   for (const [n] of ADAPTIVE_FIELDS) set("adaptive." + n, a ? a[n] : "");
@@ -413,7 +438,7 @@ function card(id) {
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
       statesRow,
-      el("details", {}, el("summary", { text: "Rate, capacity, no-shows, adaptive rate and schedule" }), entry.settings)));
+      el("details", {}, el("summary", { text: "Rate, capacity, no-shows, the open door, adaptive rate and schedule" }), entry.settings)));
   return entry;
 }
 
@@ -434,6 +459,10 @@ function update(entry, q, now) {
     // A share, shown as a percentage (null until enough sessions arrived or not).
     no_show_ratio: typeof q.no_show_ratio === "number" ? Math.round(q.no_show_ratio * 100) + " %" : null,
     opens_at: opensAt(q) ? new Date(opensAt(q)).toLocaleString() : q.opens_at,
+    // >>> door
+    on_outage: q.on_outage === "open" ? "open the door after " + q.door_after_seconds + " s" : q.on_outage,
+    door_last: doorPeriod(q),
+    // <<< door
   });
   for (const [name] of STATS) {
     const v = values[name];
@@ -443,6 +472,17 @@ function update(entry, q, now) {
   entry.last = q;
   draw(entry, now);
 }
+
+// >>> door
+// The newest open-door period a gateway recorded once Redis was back: when, how long, how many.
+function doorPeriod(q) {
+  const p = Array.isArray(q.door_periods) ? q.door_periods[0] : null;
+  if (!p) return null;
+  const opened = new Date(p.opened_at), closed = new Date(p.closed_at);
+  const secs = Math.max(0, Math.round((closed - opened) / 1000));
+  return opened.toLocaleString() + ", " + secs + " s, " + p.admitted + " let through (gateway " + p.gateway + ")";
+}
+// <<< door
 
 // The chart's window in milliseconds (the history always keeps the last hour).
 function windowMs() {

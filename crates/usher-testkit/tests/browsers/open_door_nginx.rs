@@ -19,7 +19,10 @@ use usher_testkit::stack::{Server, Stack, StackOptions};
 async fn nginx_lets_a_door_token_through_while_redis_is_stopped() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     stack
-        .put_queue("show", json!({"on_outage": "open", "door_after_seconds": 1}))
+        .put_queue(
+            "show",
+            json!({"on_outage": "open", "door_after_seconds": 1}),
+        )
         .await?;
     stack.create_queue("quiet", 1.0).await?;
     let key = dispatcher_key(&stack).await?;
@@ -60,7 +63,11 @@ async fn nginx_lets_a_door_token_through_while_redis_is_stopped() -> anyhow::Res
     let now = now_ms() / 1000;
     let start = now - now % 600;
     let door = |q: &str, from: u64| key.mint_door(&DoorClaims::new(q, from, from + 600, now, 30));
-    let (current, ended, quiet) = (door("show", start), door("show", start - 1200), door("quiet", start));
+    let (current, ended, quiet) = (
+        door("show", start),
+        door("show", start - 1200),
+        door("quiet", start),
+    );
     // Redis stops (SIGSTOP): the dispatcher can read nothing.
     let pid = stack.redis.pid().to_string();
     let signal = |sig: &str| {
