@@ -20,6 +20,9 @@
 //!   answered only with a fresh, single-use proof of that key for the request the browser
 //!   made (`DPoP`, `X-Original-Method`, `X-Original-URL`; [`crate::session_proof`]), so a
 //!   copied token alone neither books nor browses.
+//!
+//! A door token (the open door of a queue with `on_outage: "open"`, handed out by gateways
+//! while Redis is unreachable) is answered first, offline: [`crate::door_session`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -183,13 +186,13 @@ async fn bearer(
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
+        (status = 200, description = "The session is active (`Cache-Control: no-store`). Also a door token (the open door, `on_outage: \"open\"`) inside its window, answered without Redis: `session` is its `jti`, `expires_at` its `exp`.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
-        (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
+        (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`; a door token outside its window.", body = ErrorBody),
     ),
 )]
 async fn status(
@@ -219,7 +222,7 @@ async fn status(
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
+        (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry. A door token inside its window: its `exp`, without Redis.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
@@ -266,7 +269,7 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended.", body = SessionView),
+        (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended. A door token inside its window gets `200` every time, without Redis, and nothing is recorded: it is a bearer pass for its window, not single-use.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
