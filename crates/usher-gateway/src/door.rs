@@ -127,6 +127,8 @@ pub(crate) async fn release(gw: Arc<Gateway>) {
 
 /// One look at every door.
 fn step(gw: &Gateway, least: Duration) {
+    // Queues with browsers held here: a door opens only where someone could go through it.
+    let held = gw.hub().queues();
     let mut inner = gw.door().lock();
     let silent = inner.reached.elapsed();
     let now = now_ms();
@@ -147,6 +149,9 @@ fn step(gw: &Gateway, least: Duration) {
             continue;
         }
         if !open {
+            if !held.contains(q) {
+                continue;
+            }
             if periods.contains_key(q) {
                 // The last period is not recorded yet (Redis went away again at once): the
                 // door stays shut until it is, so periods never mix.
@@ -279,5 +284,46 @@ fn written(gw: &Gateway, w: &Write) {
     };
     if done {
         inner.periods.remove(&w.queue);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use usher_core::door::DoorToken;
+
+    fn state(at_ms: u64, door: Option<f64>) -> QueueState {
+        QueueState {
+            at_ms,
+            door: door.map(|rate| DoorPass {
+                after_ms: 1000,
+                rate,
+                gateways: 1,
+                tokens: vec![DoorToken {
+                    from_ms: 0,
+                    until_ms: 1,
+                    token: "t".into(),
+                }],
+            }),
+            ..QueueState::empty(QueueId::new("q").expect("valid"))
+        }
+    }
+
+    fn rate(door: &Door) -> Option<f64> {
+        let q = QueueId::new("q").expect("valid");
+        door.lock().passes.get(&q).map(|(_, p)| p.rate)
+    }
+
+    /// The newest snapshot's pass is kept; an older one arriving late changes nothing; a
+    /// snapshot without one (the queue holds) forgets it.
+    #[test]
+    fn the_newest_pass_wins_and_hold_forgets_it() {
+        let door = Door::new();
+        door.learn(&state(10, Some(5.0)));
+        door.learn(&state(20, Some(8.0)));
+        door.learn(&state(15, Some(1.0)));
+        assert_eq!(rate(&door), Some(8.0));
+        door.learn(&state(30, None));
+        assert_eq!(rate(&door), None);
     }
 }
