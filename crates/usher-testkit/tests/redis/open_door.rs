@@ -70,8 +70,13 @@ async fn book(stack: &Stack, queue: &str, token: &str) -> anyhow::Result<u16> {
         .booking
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("no booking demo"))?;
+    book_at(&booking.url(), queue, token).await
+}
+
+/// `POST /api/bookings` at the booking demo at `url` with `token`: its status.
+async fn book_at(url: &str, queue: &str, token: &str) -> anyhow::Result<u16> {
     let r = reqwest::Client::new()
-        .post(format!("{}/api/bookings", booking.url()))
+        .post(format!("{url}/api/bookings"))
         .bearer_auth(token)
         .json(&json!({"queue": queue, "seat": "A1"}))
         .send()
@@ -304,7 +309,8 @@ fn base64_claims(token: &str) -> anyhow::Result<Vec<u8>> {
 
 /// Door tokens are accepted only in their window and for their queue, by the session API
 /// (`410` outside the window, `403` for another queue) and by the booking demo (usher-admission
-/// verifies offline: `401` for a token it does not accept); `bind` and an open door refuse each other.
+/// verifies offline: `401` for a token it does not accept), its guarded route too, and still
+/// once the dispatcher is gone; `bind` and an open door refuse each other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn door_tokens_hold_only_in_their_window_and_bind_refuses_the_door() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions {
@@ -381,5 +387,36 @@ async fn door_tokens_hold_only_in_their_window_and_bind_refuses_the_door() -> an
     assert_eq!(book(&stack, "a", &other).await?, 401);
     // A door token is a bearer pass for its window: a consume records nothing.
     assert_eq!(book(&stack, "a", &current).await?, 201);
+    // The demo's guarded route (usher-admission's layer, touching) takes it too, in its window.
+    let booking = stack
+        .booking
+        .as_ref()
+        .map(|b| b.url())
+        .ok_or_else(|| anyhow::anyhow!("no booking demo"))?;
+    let seats = |token: String| {
+        let url = format!("{booking}/api/seats?queue=a");
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await?;
+            Ok::<_, anyhow::Error>(r.status().as_u16())
+        }
+    };
+    assert_eq!(seats(current.clone()).await?, 200);
+    assert_eq!(seats(past.clone()).await?, 403);
+    // The dispatcher gone: usher-admission judges a door token by itself (its JWKS cached),
+    // in its window only.
+    let Stack {
+        dispatcher,
+        booking: demo,
+        ..
+    } = stack;
+    dispatcher.stop().await?;
+    assert_eq!(book_at(&booking, "a", &current).await?, 201);
+    assert_eq!(seats(current).await?, 200);
+    assert_eq!(book_at(&booking, "a", &past).await?, 401);
+    drop(demo);
     Ok(())
 }
