@@ -420,3 +420,86 @@ async fn door_tokens_hold_only_in_their_window_and_bind_refuses_the_door() -> an
     drop(demo);
     Ok(())
 }
+
+/// The door's rate is the queue's, shared by the live gateways: with two, each lets its own
+/// browsers through at half the rate, lowest place first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_the_doors_rate() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions {
+        gateways: 2,
+        ..Default::default()
+    })
+    .await?;
+    let rate = 4.0;
+    stack
+        .put_queue(
+            "shared",
+            json!({"admit_per_second": rate, "open": true, "passthrough": false,
+                "max_active": 1, "on_outage": "open", "door_after_seconds": 1}),
+        )
+        .await?;
+    let clients = [
+        SseClient::new(stack.gateway_url(0)),
+        SseClient::new(stack.gateway_url(1)),
+    ];
+    let (_, _, first) = join_watch(&clients[0], "shared").await?;
+    eventually("the first to take the slot", async || admitted(&first)).await?;
+    let mut lines = Vec::new();
+    for c in &clients {
+        lines.push(waiters(c, "shared", 5).await?);
+    }
+    let dispatcher = stack.dispatcher.url();
+    eventually("door tokens signed", async || {
+        let n = labelled(
+            &stack.http,
+            &dispatcher,
+            "usher_door_tokens_signed_total{queue=\"shared\"}",
+        )
+        .await?;
+        anyhow::ensure!(n >= 2, "{n} signed");
+        Ok(())
+    })
+    .await?;
+    counter_grows(&dispatcher, "usher_tick_duration_seconds_count", 2).await?;
+
+    let _frozen = Frozen::stop(stack.redis.pid())?;
+    let through = |line: &[(String, Watcher)]| -> Vec<u64> {
+        line.iter()
+            .filter_map(|(_, w)| admitted(w))
+            .map(|a| parse_rfc3339_ms(a["admitted_at"].as_str().unwrap_or("")).unwrap_or(0))
+            .collect()
+    };
+    eventually_within(
+        "three let through on each gateway",
+        Duration::from_secs(20),
+        async || {
+            let n: Vec<usize> = lines.iter().map(|l| through(l).len()).collect();
+            if n.iter().all(|&n| n >= 3) {
+                Ok(())
+            } else {
+                Err(Seen(n))
+            }
+        },
+    )
+    .await?;
+    let share = rate / 2.0;
+    for line in &lines {
+        let mut at = through(line);
+        // Lowest place first on each gateway: a prefix of its own line.
+        let n = at.len();
+        assert!(line.iter().take(n).all(|(_, w)| admitted(w).is_some()));
+        at.sort_unstable();
+        for (j, t) in at.iter().enumerate() {
+            let allowed = 1.0 + (t - at[0]) as f64 / 1000.0 * share * 1.1;
+            assert!(
+                (j + 1) as f64 <= allowed,
+                "{} in {} ms at {share}/s: {at:?}",
+                j + 1,
+                t - at[0]
+            );
+        }
+        let measured = (n - 1) as f64 / ((at[n - 1] - at[0]) as f64 / 1000.0);
+        assert!(measured >= share / 2.0, "{measured:.1}/s: {at:?}");
+    }
+    Ok(())
+}
