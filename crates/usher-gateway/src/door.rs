@@ -110,6 +110,24 @@ impl Door {
     }
 }
 
+impl Door {
+    /// For `/readyz?verbose`: the queues whose door this gateway could open (it holds their
+    /// door tokens) and those whose door is open now, each sorted.
+    pub(crate) fn report(&self) -> serde_json::Value {
+        let inner = self.lock();
+        let mut ready: Vec<&str> = inner.passes.keys().map(QueueId::as_str).collect();
+        let mut open: Vec<&str> = inner
+            .periods
+            .iter()
+            .filter(|(_, p)| p.closed_ms.is_none())
+            .map(|(q, _)| q.as_str())
+            .collect();
+        ready.sort_unstable();
+        open.sort_unstable();
+        serde_json::json!({ "ready": ready, "open": open })
+    }
+}
+
 /// Lets browsers through the open doors, and closes them once Redis answers, until the
 /// gateway stops.
 pub(crate) async fn release(gw: Arc<Gateway>) {
