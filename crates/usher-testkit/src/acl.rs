@@ -144,4 +144,9 @@ const GATEWAY: &[&str] = &[
     "+zremrangebyscore",
     "+sadd",
     "+srem",
+    // >>> door
+    // The open door's record (`lua/door.lua`): the periods' list.
+    "+lpush",
+    "+ltrim",
+    // <<< door
 ];

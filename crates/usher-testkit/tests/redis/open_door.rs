@@ -505,3 +505,55 @@ async fn two_gateways_share_the_doors_rate() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A gateway records its door period as the Redis user of exactly its ACL
+/// (`usher_testkit::acl`, as docs/managed-redis.md prints it), and the dispatcher's user
+/// reads it back: `lua/door.lua` calls nothing either is denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_door_is_recorded_and_read_with_the_binaries_acls() -> anyhow::Result<()> {
+    use usher_core::door::DoorPeriod;
+    use usher_core::ids::{PlaceId, QueueId};
+    use usher_core::store::{QueueConfig, Store};
+    use usher_testkit::acl::Component;
+
+    let redis = usher_testkit::RedisServer::start()?;
+    let admin = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("acl")?;
+    admin.put_queue(&q, &QueueConfig::default()).await?;
+    let mut conn = redis::Client::open(redis.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut url = |c: Component| {
+        let line = c.setuser(c.name(), "door-acl-password");
+        let mut words = line.split_whitespace();
+        let mut cmd = redis::cmd(words.next().unwrap_or_default());
+        cmd.arg(words.collect::<Vec<_>>());
+        (
+            cmd,
+            format!(
+                "redis://{}:door-acl-password@127.0.0.1:{}",
+                c.name(),
+                redis.port()
+            ),
+        )
+    };
+    let (gw_cmd, gw_url) = url(Component::Gateway);
+    let (d_cmd, d_url) = url(Component::Dispatcher);
+    let _: () = gw_cmd.query_async(&mut conn).await?;
+    let _: () = d_cmd.query_async(&mut conn).await?;
+    let gateway = Store::connect(&gw_url).await?;
+    let period = DoorPeriod {
+        gateway: 3,
+        opened_at: "2026-05-01T09:00:00.000Z".into(),
+        closed_at: "2026-05-01T09:00:05.000Z".into(),
+        admitted: 2,
+    };
+    assert_eq!(
+        gateway.close_door(&q, &[PlaceId(1)], Some(&period)).await?,
+        0
+    );
+    let record = Store::connect(&d_url).await?.door_record(&q).await?;
+    assert_eq!(record.door_periods, vec![period]);
+    assert_eq!(record.door_admitted_total, 2);
+    Ok(())
+}
