@@ -523,7 +523,7 @@ async fn the_door_is_recorded_and_read_with_the_binaries_acls() -> anyhow::Resul
     let mut conn = redis::Client::open(redis.url())?
         .get_multiplexed_async_connection()
         .await?;
-    let mut url = |c: Component| {
+    let url = |c: Component| {
         let line = c.setuser(c.name(), "door-acl-password");
         let mut words = line.split_whitespace();
         let mut cmd = redis::cmd(words.next().unwrap_or_default());
