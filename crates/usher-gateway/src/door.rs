@@ -7,18 +7,20 @@
 //! * Anything that gets an answer from Redis says so ([`Door::reached`]): the heartbeat, the
 //!   stream reads, this module's own writes.
 //! * Once Redis has not answered for the queue's `door_after_seconds` (at least three
-//!   heartbeats, so a slow heartbeat alone never opens it), [`release`] lets the waiting
-//!   browsers held here through, lowest place id first, at the queue's rate divided by the
-//!   live gateways it last knew (the first at once), each with an `admitted` event carrying
-//!   the current window's door token and `"door": true`. Without a token for now (the outage
-//!   outlasted the windows signed ahead) nobody is let through. Gateways never mint.
-//! * When Redis answers again the door closes. [`record`] takes the places let through out
-//!   of the line (tried all along, so they leave it as soon as Redis is back, before the
-//!   dispatcher could admit them again) and records the period (`Store::close_door`): the
-//!   admin API and the dashboard show it. Everyone else keeps their place exactly.
+//!   heartbeats, so a slow heartbeat alone never opens it), [`Door::step`] (every 20 ms, from
+//!   `crate::door_tasks`) lets the waiting browsers held here through, lowest place id first,
+//!   at the queue's rate divided by the live gateways it last knew (the first at once), each
+//!   with an `admitted` event carrying the current window's door token and `"door": true`.
+//!   Without a token for now (the outage outlasted the windows signed ahead) nobody is let
+//!   through. Gateways never mint.
+//! * When Redis answers again the door closes. `crate::door_tasks::record` takes the places
+//!   let through out of the line (tried all along, so they leave it as soon as Redis is back,
+//!   before the dispatcher could admit them again) and records the period
+//!   (`Store::close_door`): the admin API and the dashboard show it. Everyone else keeps
+//!   their place exactly.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use usher_core::door::{DoorPass, DoorPeriod};
@@ -26,17 +28,17 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{AdmittedEvent, QueueState};
 use usher_core::time::{now_ms, rfc3339_ms};
 
+use crate::hub::Hub;
 use crate::metrics;
-use crate::shared::Gateway;
 use crate::update::Admitted;
 
-/// How often the door is looked at: the spacing of the first browsers let through is at
-/// least this fine.
-const DOOR_STEP: Duration = Duration::from_millis(20);
+/// How often the door is looked at (`crate::door_tasks`): the spacing of the browsers let
+/// through is this fine.
+pub(crate) const DOOR_STEP: Duration = Duration::from_millis(20);
 /// How often the places let through are written to Redis (tried while it is away too).
-const RECORD_STEP: Duration = Duration::from_millis(100);
+pub(crate) const RECORD_STEP: Duration = Duration::from_millis(100);
 /// The door waits at least this many heartbeats without Redis, whatever the queue's setting.
-const MIN_HEARTBEATS: u32 = 3;
+pub(crate) const MIN_HEARTBEATS: u32 = 3;
 
 /// The door's state: the passes learnt, when Redis last answered, the periods.
 pub(crate) struct Door {
@@ -128,180 +130,135 @@ impl Door {
     }
 }
 
-/// Lets browsers through the open doors, and closes them once Redis answers, until the
-/// gateway stops.
-pub(crate) async fn release(gw: Arc<Gateway>) {
-    let mut every = tokio::time::interval(DOOR_STEP);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let least = gw.config().heartbeat() * MIN_HEARTBEATS;
-    loop {
-        tokio::select! {
-            () = gw.stopped().cancelled() => break,
-            _ = every.tick() => {}
-        }
-        step(&gw, least);
-    }
-}
-
-/// One look at every door.
-fn step(gw: &Gateway, least: Duration) {
-    // Queues with browsers held here: a door opens only where someone could go through it.
-    let held = gw.hub().queues();
-    let mut inner = gw.door().lock();
-    let silent = inner.reached.elapsed();
-    let now = now_ms();
-    let Inner {
-        passes, periods, ..
-    } = &mut *inner;
-    for (q, (_, pass)) in passes.iter() {
-        let threshold = Duration::from_millis(pass.after_ms).max(least);
-        let open = periods.get(q).is_some_and(|p| p.closed_ms.is_none());
-        if silent < threshold {
-            if open {
-                if let Some(p) = periods.get_mut(q) {
-                    p.closed_ms = Some(now);
-                    metrics::door_closed();
-                    tracing::warn!(queue = %q, admitted = p.through, open_for_ms = now.saturating_sub(p.opened_ms), "redis answers again: the open door closes");
-                }
-            }
-            continue;
-        }
-        if !open {
-            if !held.contains(q) {
-                continue;
-            }
-            if periods.contains_key(q) {
-                // The last period is not recorded yet (Redis went away again at once): the
-                // door stays shut until it is, so periods never mix.
-                continue;
-            }
-            periods.insert(
-                q.clone(),
-                Period {
-                    opened_ms: now,
-                    opened: Instant::now(),
-                    closed_ms: None,
-                    spent: 0,
-                    through: 0,
-                    unwritten: Vec::new(),
-                },
-            );
-            metrics::door_opened();
-            tracing::warn!(queue = %q, silent_ms = silent.as_millis() as u64, share_per_second = pass.share(), "redis unreachable past door_after_seconds: the door opens");
-        }
-        let Some(p) = periods.get_mut(q) else {
-            continue;
-        };
-        let Some(token) = pass.token_at(now) else {
-            continue;
-        };
-        let share = pass.share();
-        if share <= 0.0 {
-            continue;
-        }
-        // The first at once, then `share` per second.
-        let allowed = 1 + (p.opened.elapsed().as_secs_f64() * share).floor() as u64;
-        let due = allowed.saturating_sub(p.spent) as usize;
-        if due == 0 {
-            continue;
-        }
-        let event = Admitted::new(AdmittedEvent {
-            door: true,
-            ..AdmittedEvent::of_token(q.clone(), &token.token, now, token.until_ms)
-        });
-        let through = gw.hub().let_through(q, due, &event);
-        // Fewer waiting than due: the rest of the allowance lapses (the rate bounds the door
-        // at every moment; nobody arriving later gets a burst of it).
-        p.spent = if through.len() < due {
-            allowed
-        } else {
-            p.spent + through.len() as u64
-        };
-        if through.is_empty() {
-            continue;
-        }
-        p.through += through.len() as u64;
-        metrics::door_admitted(through.len() as u64);
-        tracing::info!(queue = %q, n = through.len(), first = %through[0], "let through the open door");
-        p.unwritten.extend(through);
-    }
-}
-
-/// What one write to Redis carries for a queue.
-struct Write {
-    queue: QueueId,
-    places: Vec<PlaceId>,
-    period: Option<DoorPeriod>,
-}
-
-/// Writes the places let through (and each closed period) to Redis, until the gateway
-/// stops: tried while Redis is away too, so they leave the line the moment it answers.
-pub(crate) async fn record(gw: Arc<Gateway>) {
-    let mut every = tokio::time::interval(RECORD_STEP);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = gw.stopped().cancelled() => break,
-            _ = every.tick() => {}
-        }
-        for w in pending(&gw) {
-            match gw
-                .store()
-                .close_door(&w.queue, &w.places, w.period.as_ref())
-                .await
-            {
-                Ok(removed) => {
-                    gw.door().reached();
-                    written(&gw, &w);
-                    if let Some(p) = &w.period {
-                        tracing::info!(queue = %w.queue, opened_at = %p.opened_at, closed_at = %p.closed_at, admitted = p.admitted, removed, "door period recorded");
+impl Door {
+    /// One look at every door: open, let through, or close. `least`: the shortest silence that
+    /// opens a door (three heartbeats).
+    pub(crate) fn step(&self, hub: &Hub, least: Duration) {
+        // Queues with browsers held here: a door opens only where someone could go through it.
+        let held = hub.queues();
+        let mut inner = self.lock();
+        let silent = inner.reached.elapsed();
+        let now = now_ms();
+        let Inner {
+            passes, periods, ..
+        } = &mut *inner;
+        for (q, (_, pass)) in passes.iter() {
+            let threshold = Duration::from_millis(pass.after_ms).max(least);
+            let open = periods.get(q).is_some_and(|p| p.closed_ms.is_none());
+            if silent < threshold {
+                if open {
+                    if let Some(p) = periods.get_mut(q) {
+                        p.closed_ms = Some(now);
+                        metrics::door_closed();
+                        tracing::warn!(queue = %q, admitted = p.through, open_for_ms = now.saturating_sub(p.opened_ms), "redis answers again: the open door closes");
                     }
                 }
-                Err(e) => {
-                    if !e.is_unreachable() {
-                        gw.door().reached();
-                    }
-                    metrics::redis_error();
-                    tracing::debug!(queue = %w.queue, error = %e, "could not record the door's places yet");
-                }
+                continue;
             }
+            if !open {
+                if !held.contains(q) {
+                    continue;
+                }
+                if periods.contains_key(q) {
+                    // The last period is not recorded yet (Redis went away again at once): the
+                    // door stays shut until it is, so periods never mix.
+                    continue;
+                }
+                periods.insert(
+                    q.clone(),
+                    Period {
+                        opened_ms: now,
+                        opened: Instant::now(),
+                        closed_ms: None,
+                        spent: 0,
+                        through: 0,
+                        unwritten: Vec::new(),
+                    },
+                );
+                metrics::door_opened();
+                tracing::warn!(queue = %q, silent_ms = silent.as_millis() as u64, share_per_second = pass.share(), "redis unreachable past door_after_seconds: the door opens");
+            }
+            let Some(p) = periods.get_mut(q) else {
+                continue;
+            };
+            let Some(token) = pass.token_at(now) else {
+                continue;
+            };
+            let share = pass.share();
+            if share <= 0.0 {
+                continue;
+            }
+            // The first at once, then `share` per second.
+            let allowed = 1 + (p.opened.elapsed().as_secs_f64() * share).floor() as u64;
+            let due = allowed.saturating_sub(p.spent) as usize;
+            if due == 0 {
+                continue;
+            }
+            let event = Admitted::new(AdmittedEvent {
+                door: true,
+                ..AdmittedEvent::of_token(q.clone(), &token.token, now, token.until_ms)
+            });
+            let through = hub.let_through(q, due, &event);
+            // Fewer waiting than due: the rest of the allowance lapses (the rate bounds the door
+            // at every moment; nobody arriving later gets a burst of it).
+            p.spent = if through.len() < due {
+                allowed
+            } else {
+                p.spent + through.len() as u64
+            };
+            if through.is_empty() {
+                continue;
+            }
+            p.through += through.len() as u64;
+            metrics::door_admitted(through.len() as u64);
+            tracing::info!(queue = %q, n = through.len(), first = %through[0], "let through the open door");
+            p.unwritten.extend(through);
         }
     }
 }
 
-/// The writes due: each queue's unwritten places, and its period once closed.
-fn pending(gw: &Gateway) -> Vec<Write> {
-    let index = gw.index();
-    let inner = gw.door().lock();
-    inner
-        .periods
-        .iter()
-        .filter(|(_, p)| !p.unwritten.is_empty() || p.closed_ms.is_some())
-        .map(|(q, p)| Write {
-            queue: q.clone(),
-            places: p.unwritten.clone(),
-            period: p.closed_ms.map(|closed| DoorPeriod {
-                gateway: index,
-                opened_at: rfc3339_ms(p.opened_ms),
-                closed_at: rfc3339_ms(closed),
-                admitted: p.through,
-            }),
-        })
-        .collect()
+/// What one write to Redis carries for a queue (`Store::close_door`).
+pub(crate) struct Write {
+    pub queue: QueueId,
+    pub places: Vec<PlaceId>,
+    pub period: Option<DoorPeriod>,
 }
 
-/// `w` is in Redis: its places leave the unwritten list, and a recorded period is done.
-fn written(gw: &Gateway, w: &Write) {
-    let mut inner = gw.door().lock();
-    let done = match inner.periods.get_mut(&w.queue) {
-        Some(p) => {
-            p.unwritten.retain(|x| !w.places.contains(x));
-            w.period.is_some()
+impl Door {
+    /// The writes due: each queue's unwritten places, and its period once closed; `index` is
+    /// this gateway's registry index, which the period names.
+    pub(crate) fn pending(&self, index: u16) -> Vec<Write> {
+        let inner = self.lock();
+        inner
+            .periods
+            .iter()
+            .filter(|(_, p)| !p.unwritten.is_empty() || p.closed_ms.is_some())
+            .map(|(q, p)| Write {
+                queue: q.clone(),
+                places: p.unwritten.clone(),
+                period: p.closed_ms.map(|closed| DoorPeriod {
+                    gateway: index,
+                    opened_at: rfc3339_ms(p.opened_ms),
+                    closed_at: rfc3339_ms(closed),
+                    admitted: p.through,
+                }),
+            })
+            .collect()
+    }
+
+    /// `w` is in Redis: its places leave the unwritten list, and a recorded period is done.
+    pub(crate) fn written(&self, w: &Write) {
+        let mut inner = self.lock();
+        let done = match inner.periods.get_mut(&w.queue) {
+            Some(p) => {
+                p.unwritten.retain(|x| !w.places.contains(x));
+                w.period.is_some()
+            }
+            None => false,
+        };
+        if done {
+            inner.periods.remove(&w.queue);
         }
-        None => false,
-    };
-    if done {
-        inner.periods.remove(&w.queue);
     }
 }
 

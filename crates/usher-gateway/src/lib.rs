@@ -52,6 +52,7 @@ mod binding;
 mod client;
 // >>> door
 mod door;
+mod door_tasks;
 // <<< door
 mod draw;
 mod errors;
@@ -220,8 +221,8 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     tokio::spawn(tasks::heartbeat(gw.clone()));
     tokio::spawn(inbox::consume(gw.clone(), reader));
     // >>> door
-    tokio::spawn(door::release(gw.clone()));
-    tokio::spawn(door::record(gw.clone()));
+    tokio::spawn(door_tasks::release(gw.clone()));
+    tokio::spawn(door_tasks::record(gw.clone()));
     // <<< door
     Ok(gw)
 }
