@@ -113,6 +113,15 @@ impl Door {
 }
 
 impl Door {
+    /// How many queues' doors are open now (`usher_door_open`).
+    pub(crate) fn open_count(&self) -> usize {
+        self.lock()
+            .periods
+            .values()
+            .filter(|p| p.closed_ms.is_none())
+            .count()
+    }
+
     /// For `/readyz?verbose`: the queues whose door this gateway could open (it holds their
     /// door tokens) and those whose door is open now, each sorted.
     pub(crate) fn report(&self) -> serde_json::Value {
@@ -149,7 +158,6 @@ impl Door {
                 if open {
                     if let Some(p) = periods.get_mut(q) {
                         p.closed_ms = Some(now);
-                        metrics::door_closed();
                         tracing::warn!(queue = %q, admitted = p.through, open_for_ms = now.saturating_sub(p.opened_ms), "redis answers again: the open door closes");
                     }
                 }

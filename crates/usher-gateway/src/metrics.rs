@@ -193,11 +193,11 @@ pub(crate) const DOOR_ADMITTED: &str = "usher_door_admitted_total";
 
 pub(crate) fn door_opened() {
     counter!(DOOR_PERIODS).increment(1);
-    gauge!(DOOR_OPEN).increment(1.0);
 }
 
-pub(crate) fn door_closed() {
-    gauge!(DOOR_OPEN).decrement(1.0);
+/// Set at every scrape (0 included, so alert rules always find the series).
+pub(crate) fn doors_open(n: usize) {
+    gauge!(DOOR_OPEN).set(n as f64);
 }
 
 pub(crate) fn door_admitted(n: u64) {

@@ -62,6 +62,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             }
         }))
         .merge(usher_http::metrics::metrics_routes(move || {
+            metrics::doors_open(scraped_gw.door().open_count());
             metrics::connections(
                 scraped_gw.open_sockets(),
                 scraped_gw.connections(),
