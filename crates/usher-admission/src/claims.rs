@@ -33,6 +33,27 @@ pub struct Claims {
     /// [`crate::check_proof`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<crate::proof::Confirmation>,
+    // >>> door
+    /// A door token's window start (seconds since the epoch): the token was handed out by a
+    /// gateway's open door while usher's Redis was unreachable (a queue with `on_outage:
+    /// "open"`). It names no place (`sub` is `"door"`) and is a bearer pass until `exp`,
+    /// shared by everyone let through in the window; the session calls answer it offline
+    /// ([`crate::Admission::check`] is `Active` until `exp`, a consume records nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<u64>,
+    /// Not before (seconds since the epoch): a door token's window start, less a small skew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
+    // <<< door
+}
+
+impl Claims {
+    // >>> door
+    /// Whether this is a door token (see [`Claims::door`]).
+    pub fn is_door(&self) -> bool {
+        self.door.is_some()
+    }
+    // <<< door
 }
 
 /// Why a token is not accepted offline.
@@ -53,6 +74,11 @@ pub enum VerifyError {
     /// Genuine, but past its `exp`: the session has ended.
     #[error("token expired")]
     Expired,
+    // >>> door
+    /// Genuine, but before its `nbf`: a door token of a window that has not begun.
+    #[error("token not valid yet")]
+    NotYetValid,
+    // <<< door
     /// Genuine, but for another queue.
     #[error("token is for another queue")]
     Audience,
@@ -100,10 +126,13 @@ pub(crate) async fn verify(
     }
     v.set_required_spec_claims(&["exp", "aud", "sub"]);
     v.leeway = LEEWAY_SECONDS;
+    // A door token's window starts at its `nbf`; entry tokens have none.
+    v.validate_nbf = true;
     jsonwebtoken::decode::<Claims>(token, &key, &v)
         .map(|d| d.claims)
         .map_err(|e| match e.kind() {
             ErrorKind::ExpiredSignature => VerifyError::Expired,
+            ErrorKind::ImmatureSignature => VerifyError::NotYetValid,
             ErrorKind::InvalidAudience => VerifyError::Audience,
             _ => VerifyError::Invalid(e),
         })

@@ -31,6 +31,12 @@
 //! and [`Admission::release_bound`] ([`Proof`]); the plain calls get
 //! [`SessionStatus::ProofRefused`] for a bound token.
 //!
+//! A queue with `on_outage: "open"` lets browsers through while usher's Redis is unreachable,
+//! each with a **door token** ([`Claims::is_door`]): a bearer pass for its window, signed by the
+//! dispatcher's key, that names no place. The session calls answer it here, offline, without
+//! the dispatcher (`Active` until its `exp`; a consume records nothing, so it may book more
+//! than once: limit door bookings yourself where that matters).
+//!
 //! [`Admission::layer`] does both for every request to the routes it guards,
 //! [`Admission::report_load`] feeds the dispatcher's adaptive admission rate, and
 //! [`Admission::report_inventory`] tells it what is left to sell.
@@ -77,6 +83,9 @@
 //! ```
 
 mod claims;
+// >>> door
+mod door;
+// <<< door
 mod keys;
 mod layer;
 mod proof;
@@ -485,6 +494,11 @@ impl Admission {
                     .cloned()
             }
         };
+        // >>> door
+        if let Some(answer) = self.door_session(call, token, queue.as_deref()).await {
+            return answer;
+        }
+        // <<< door
         self.inner
             .sessions
             .call(call, token, queue.as_deref(), proof)

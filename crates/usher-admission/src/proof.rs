@@ -176,6 +176,8 @@ gnA9LyeGLTOMjTK+ONj7dJNpDh/4mt2mfaU86DRaHrjKjE6eGaSyF1Fl
             exp: 2000,
             jti: "q.1".into(),
             cnf: jkt.map(|jkt| Confirmation { jkt }),
+            door: None,
+            nbf: None,
         }
     }
 

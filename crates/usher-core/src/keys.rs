@@ -28,6 +28,7 @@
 //! | `usher:{q:<id>}:join:<code>` | string | invitations (meta `invitations`, `invitation_keys`): a one-use join code the gateway issued for a checked invitation, `<account id>\n<lane or empty>`, `SET PX` 60 s; the join takes it with `GETDEL` (one use, whichever gateway) |
 //! | `usher:{q:<id>}:account:<hash>` | string | invitations: the place id an invited account holds (a pre-queue place's pre-queue id), `<hash>` = the first 32 hex characters of SHA-256 of the account id; written after the account's join (`SET … GET`: of two racing joins the later keeps its place and the earlier is removed), refreshed by each takeover, `EX` 24 h; a record naming a place that is over is ignored (the account joins anew) |
 //! | `usher:{q:<id>}:account:<hash>:lock` | string | invitations: held (`SET NX PX` 5 s) by the one join of the account that looks at its place and records the place it takes; another join of the account waits for it, so two devices joining at once end with one place; deleted when that join is set up |
+//! | `usher:{q:<id>}:door` | list | the open door (meta `on_outage` = `open`, `door_after_seconds`): the periods gateways held their door open, newest first, each a [`crate::door::DoorPeriod`] as JSON, at most [`crate::door::DOOR_PERIODS_KEPT`] (`lua/door.lua`); meta `door_admitted_total` counts the browsers let through |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
@@ -167,6 +168,10 @@ pub struct QueueKeys {
     /// Pre-queue disconnects, and the absent entrants as the draw fixed them (see the table).
     pub pre_away: String,
     pub absent: String,
+    // >>> door
+    /// The open door's recorded periods (see the table above).
+    pub door: String,
+    // <<< door
 }
 
 impl QueueKeys {
@@ -205,6 +210,9 @@ impl QueueKeys {
             drawing: k("drawing"),
             pre_away: k("pre_away"),
             absent: k("absent"),
+            // >>> door
+            door: k("door"),
+            // <<< door
         }
     }
 }
@@ -414,6 +422,7 @@ mod tests {
                 &k.passed,
                 &k.spent,
                 &k.bound,
+                &k.door,
                 &k.used_proof("NzbLsXh8uDCcd-6M", "a-jti_1"),
             ]
             .into_iter()

@@ -13,6 +13,8 @@
 //!   time), for the gateway and the dispatcher's session API.
 //! * [`challenge`] — a queue's proof-of-work setting, why a join was refused, and the checked
 //!   proof the join script spends (the puzzles themselves are `usher-pow`'s).
+//! * [`door`] — the open door: a queue's `on_outage` setting, door tokens carried in `state`,
+//!   door periods.
 //! * [`draw`] — a scheduled sale's seed, commitment, entrant hashes and drawn order.
 //! * [`page_settings`] — a queue's waiting-room page settings (booking URL, embedding origin,
 //!   title, logo) and their checks.
@@ -28,6 +30,7 @@
 
 pub mod binding;
 pub mod challenge;
+pub mod door;
 pub mod draw;
 pub mod ids;
 pub mod inventory;

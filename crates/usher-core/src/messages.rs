@@ -56,6 +56,12 @@ pub struct QueueState {
     /// know lanes still shows the default lane's places their right positions and ETAs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lanes: Vec<LaneState>,
+    // >>> door
+    /// The open door's tokens and rate share (`on_outage: "open"` queues only; absent
+    /// otherwise, and ignored by gateways that predate it): `crate::door`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<crate::door::DoorPass>,
+    // <<< door
 }
 
 /// One lane of a [`QueueState`].
@@ -90,6 +96,7 @@ impl QueueState {
             last_place: self.last_place,
             inventory: self.inventory,
             lanes: Vec::new(),
+            door: None,
         })
     }
 
@@ -119,6 +126,7 @@ impl QueueState {
             last_place: 0,
             inventory: None,
             lanes: Vec::new(),
+            door: None,
         }
     }
 }
@@ -329,6 +337,11 @@ pub struct AdmittedEvent {
     pub expires_at: String,
     /// RFC 3339 with milliseconds: when the dispatcher admitted the place.
     pub admitted_at: String,
+    /// `true` when a gateway let the browser through its open door while Redis was
+    /// unreachable (`on_outage: "open"`): `token` is the window's door token, a bearer pass
+    /// until `expires_at` that names no place. Absent for an ordinary admission.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub door: bool,
 }
 
 /// `event: closed` payload.
@@ -424,6 +437,7 @@ impl AdmittedEvent {
             token: token.to_owned(),
             expires_at: crate::time::rfc3339_ms(expires_at_ms),
             admitted_at: crate::time::rfc3339_ms(admitted_at_ms),
+            door: false,
         }
     }
 }

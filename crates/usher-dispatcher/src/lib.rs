@@ -25,6 +25,9 @@ mod admin;
 mod backends;
 pub mod config;
 mod dev_secrets;
+// >>> door
+mod door_session;
+// <<< door
 mod facts;
 mod inventory;
 mod keys;

@@ -61,6 +61,13 @@ pub(crate) const SESSION_PROOFS_REFUSED: &str = "usher_session_proofs_refused_to
 pub(crate) const LANE_ADMITTED: &str = "usher_lane_admitted_total";
 pub(crate) const LANE_WAITING: &str = "usher_lane_waiting";
 
+// >>> door
+/// Door tokens signed (one per queue with `on_outage: "open"` and window), by `queue`.
+pub(crate) const DOOR_TOKENS_SIGNED: &str = "usher_door_tokens_signed_total";
+/// Session API calls answered for a door token, offline (no Redis), by `queue`.
+pub(crate) const DOOR_SESSIONS: &str = "usher_door_session_checks_total";
+// <<< door
+
 /// Gives every series its help text (once per process is enough; repeating is harmless).
 pub(crate) fn describe() {
     describe_gauge!(
@@ -83,6 +90,16 @@ pub(crate) fn describe() {
         "Admitted sessions active at the last tick, by queue."
     );
     describe_counter!(REDIS_ERRORS, "Redis requests that failed.");
+    // >>> door
+    describe_counter!(
+        DOOR_TOKENS_SIGNED,
+        "Door tokens signed for the open door (one per window), by queue."
+    );
+    describe_counter!(
+        DOOR_SESSIONS,
+        "Session API calls answered offline for a door token, by queue."
+    );
+    // <<< door
     describe_counter!(
         NO_SHOWS,
         "Sessions ended for not arriving within arrival_seconds, by queue."
@@ -178,6 +195,16 @@ pub(crate) fn queue_no_shows(q: &QueueId, no_shows: u64, ratio: Option<f64>) {
         gauge!(QUEUE_NO_SHOW_RATIO, "queue" => queue).set(r);
     }
 }
+
+// >>> door
+pub(crate) fn door_token_signed(q: &QueueId) {
+    counter!(DOOR_TOKENS_SIGNED, "queue" => q.to_string()).increment(1);
+}
+
+pub(crate) fn door_session_check(q: &QueueId) {
+    counter!(DOOR_SESSIONS, "queue" => q.to_string()).increment(1);
+}
+// <<< door
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);

@@ -20,6 +20,9 @@
 //!   answered only with a fresh, single-use proof of that key for the request the browser
 //!   made (`DPoP`, `X-Original-Method`, `X-Original-URL`; [`crate::session_proof`]), so a
 //!   copied token alone neither books nor browses.
+//!
+//! A door token (the open door of a queue with `on_outage: "open"`, handed out by gateways
+//! while Redis is unreachable) is answered first, offline: [`crate::door_session`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -84,6 +87,26 @@ impl Bearer {
         })
     }
 }
+
+// >>> door
+/// The `200` answer for a door token (`crate::door_session`), judged offline: no Redis.
+fn door_answer(
+    st: &AppState,
+    headers: &HeaderMap,
+    q: &ForQueue,
+) -> Result<Option<Response>, ApiError> {
+    Ok(
+        crate::door_session::door_bearer(st, headers, q.queue.as_deref())?.map(|d| {
+            let view = Json(SessionView {
+                queue: d.queue,
+                session: d.session,
+                expires_at: rfc3339_ms(d.exp_ms),
+            });
+            ([(header::CACHE_CONTROL, "no-store")], view).into_response()
+        }),
+    )
+}
+// <<< door
 
 fn ended_error() -> ApiError {
     ApiError::new(StatusCode::GONE, "the session has ended")
@@ -163,13 +186,13 @@ async fn bearer(
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "The session is active (`Cache-Control: no-store`).", body = SessionView),
+        (status = 200, description = "The session is active (`Cache-Control: no-store`). Also a door token (the open door, `on_outage: \"open\"`) inside its window, answered without Redis: `session` is its `jti`, `expires_at` its `exp`.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
         (status = 429, description = "A bound token's session sent proofs faster than a booking page does (60 at once, then 5 a second, per dispatcher): nothing was spent; try again after `Retry-After`.", body = ErrorBody),
         (status = 503, description = "Redis is unreachable.", body = ErrorBody),
-        (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`.", body = ErrorBody),
+        (status = 410, description = "The session has ended (released or expired), or the token is past its `exp`; a door token outside its window.", body = ErrorBody),
     ),
 )]
 async fn status(
@@ -177,7 +200,11 @@ async fn status(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .session(&b.queue, b.place, now_ms())
@@ -195,7 +222,7 @@ async fn status(
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry.", body = SessionView),
+        (status = 200, description = "Touched: a sliding session now expires at min(now + TTL, the token's cap); another keeps its expiry. A door token inside its window: its `exp`, without Redis.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`.", body = ErrorBody),
@@ -209,7 +236,11 @@ async fn touch(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let s = st
         .store
         .touch_session(&b.queue, b.place, now_ms(), b.cap_ms)
@@ -238,7 +269,7 @@ fn active(b: &Bearer, s: SessionState) -> Result<Response, ApiError> {
     security(("entry_token" = [])),
     params(ForQueue, ProofHeaders),
     responses(
-        (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended.", body = SessionView),
+        (status = 200, description = "This call ended the active session (book now): its slot is free, a resume of its place gets `closed` `session_ended`, and every other consume gets `410`. `expires_at` is when it would have ended. A door token inside its window gets `200` every time, without Redis, and nothing is recorded: it is a bearer pass for its window, not single-use.", body = SessionView),
         (status = 401, description = "Not an entry token this dispatcher's keys signed, or it names no session of a configured queue; or a token bound to the browser's key (`cnf.jkt`) without a good proof of it: `proof_required: <reason>`, `missing` (no `DPoP`), `invalid` (not an ES256 proof, a bad signature, `X-Original-Method`/`X-Original-URL` absent, or made for another request or token), `expired` (`iat` more than 60 s away), `replayed` (its `jti` was used already) or `wrong_key` (signed by another key than `cnf.jkt`); the session is left as it was.", body = ErrorBody),
         (status = 400, description = "A query that cannot be read (e.g. `queue` given twice).", body = ErrorBody),
         (status = 403, description = "The token admits to another queue than `?queue=`; the session is left as it was.", body = ErrorBody),
@@ -252,7 +283,11 @@ async fn consume(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let b = bearer(&st, &headers, &for_queue(q)?).await?;
+    let q = for_queue(q)?;
+    if let Some(door) = door_answer(&st, &headers, &q)? {
+        return Ok(door);
+    }
+    let b = bearer(&st, &headers, &q).await?;
     let ended = st
         .store
         .consume_session(&b.queue, b.place, now_ms())
@@ -288,7 +323,12 @@ async fn release(
     q: Result<Query<ForQueue>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    let b = match bearer(&st, &headers, &for_queue(q)?).await {
+    let q = for_queue(q)?;
+    if door_answer(&st, &headers, &q)?.is_some() {
+        // A door token names no session: nothing to end.
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let b = match bearer(&st, &headers, &q).await {
         Ok(b) => b,
         // Past its cap the session has ended anyway: releasing it again is a no-op.
         Err(e) if e.status == StatusCode::GONE => return Ok(StatusCode::NO_CONTENT),

@@ -45,6 +45,11 @@ const STATS = [
   ["invitations", "Invitations"], // invitations: the mode and the keys' kids (set through the API)
   // Lanes: each lane's share and how many wait in it ("—" without lanes).
   ["lanes", "Lanes (share: waiting)"],
+  // >>> door
+  ["on_outage", "When Redis is away"],
+  ["door_admitted_total", "Let through the open door"],
+  ["door_last", "Last open-door period"],
+  // <<< door
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -295,6 +300,16 @@ function settingsForm(id, entry) {
       el("label", {}, "Sold-out grace, s",
         el("input", { name: "sold_out_grace_seconds", type: "number", min: "1", step: "1" }))),
     // <<< inventory
+    // >>> door
+    el("div", { class: "row" },
+      el("label", {}, "When Redis is away",
+        el("select", { name: "on_outage" },
+          el("option", { value: "", text: "—" }),
+          el("option", { value: "hold", text: "hold the line" }),
+          el("option", { value: "open", text: "open the door" }))),
+      el("label", {}, "Open the door after, s",
+        el("input", { name: "door_after_seconds", type: "number", min: "1", max: "3600", step: "1" }))),
+    // <<< door
     adaptive,
     el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Apply changes…" })));
   markChanged(form);
@@ -332,6 +347,12 @@ function changedSettings(form) {
   for (const name of ["basket_size", "sold_out_grace_seconds"]) { // inventory
     if (changed(name) && form.elements[name].value !== "") body[name] = Number(form.elements[name].value);
   }
+  // >>> door
+  if (changed("on_outage") && form.elements.on_outage.value !== "") body.on_outage = form.elements.on_outage.value;
+  if (changed("door_after_seconds") && form.elements.door_after_seconds.value !== "") {
+    body.door_after_seconds = Number(form.elements.door_after_seconds.value);
+  }
+  // <<< door
   const adaptiveTouched = changed("adaptive_on") ||
     ADAPTIVE_FIELDS.some(([n]) => changed("adaptive." + n));
   if (adaptiveTouched) {
@@ -371,6 +392,10 @@ function fillSettings(form, q, all) {
   set("make_up_no_shows", typeof q.make_up_no_shows === "boolean" ? String(q.make_up_no_shows) : "");
   set("basket_size", q.basket_size); // inventory
   set("sold_out_grace_seconds", q.sold_out_grace_seconds);
+  // >>> door
+  set("on_outage", q.on_outage || "");
+  set("door_after_seconds", q.door_after_seconds);
+  // <<< door
   const a = q.adaptive && typeof q.adaptive === "object" ? q.adaptive : null;
   set("adaptive_on", !!a);
   for (const [n] of ADAPTIVE_FIELDS) set("adaptive." + n, a ? a[n] : "");
@@ -434,7 +459,7 @@ function card(id) {
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
       statesRow,
-      el("details", {}, el("summary", { text: "Rate, capacity, no-shows, adaptive rate and schedule" }), entry.settings)));
+      el("details", {}, el("summary", { text: "Rate, capacity, no-shows, the open door, adaptive rate and schedule" }), entry.settings)));
   return entry;
 }
 
@@ -459,6 +484,10 @@ function update(entry, q, now) {
     invitations: q.invitations && q.invitations !== "none"
       ? q.invitations + " (keys " + (q.invitation_keys || []).map((k) => k.kid).join(", ") + ")" : null,
     lanes: lanesText(q),
+    // >>> door
+    on_outage: q.on_outage === "open" ? "open the door after " + q.door_after_seconds + " s" : q.on_outage,
+    door_last: doorPeriod(q),
+    // <<< door
   });
   for (const [name] of STATS) {
     const v = values[name];
@@ -474,6 +503,16 @@ function lanesText(q) {
   if (!Array.isArray(q.lanes) || q.lanes.length === 0) return null;
   return q.lanes.map((l) => l.name + (l.default ? "*" : "") + " " + l.share + " %: " + l.waiting).join(" · ");
 }
+// >>> door
+// The newest open-door period a gateway recorded once Redis was back: when, how long, how many.
+function doorPeriod(q) {
+  const p = Array.isArray(q.door_periods) ? q.door_periods[0] : null;
+  if (!p) return null;
+  const opened = new Date(p.opened_at), closed = new Date(p.closed_at);
+  const secs = Math.max(0, Math.round((closed - opened) / 1000));
+  return opened.toLocaleString() + ", " + secs + " s, " + p.admitted + " let through (gateway " + p.gateway + ")";
+}
+// <<< door
 
 // The chart's window in milliseconds (the history always keeps the last hour).
 function windowMs() {

@@ -36,6 +36,7 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
         match read {
             Ok(Some(entries)) => {
                 backoff = Duration::from_millis(100);
+                gw.door().reached();
                 if entries.is_empty() {
                     continue;
                 }
@@ -83,6 +84,7 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
     let hub = gw.hub();
     match m {
         StreamMessage::State(s) => {
+            gw.door().learn(&s);
             for place in hub.apply_state(&s) {
                 tokio::spawn(resync(gw.clone(), s.queue.clone(), place));
             }

@@ -50,6 +50,10 @@ mod ticket;
 mod away;
 mod binding;
 mod client;
+// >>> door
+mod door;
+mod door_tasks;
+// <<< door
 mod draw;
 mod errors;
 mod frames;
@@ -218,5 +222,9 @@ async fn start(cfg: Config) -> Result<Arc<Gateway>, Error> {
     tokio::spawn(tasks::flush_away(gw.clone()));
     tokio::spawn(tasks::heartbeat(gw.clone()));
     tokio::spawn(inbox::consume(gw.clone(), reader));
+    // >>> door
+    tokio::spawn(door_tasks::release(gw.clone()));
+    tokio::spawn(door_tasks::record(gw.clone()));
+    // <<< door
     Ok(gw)
 }

@@ -100,6 +100,14 @@ pub(crate) fn describe() {
         "Client connections open, by state (streaming, idle)."
     );
     describe_counter!(JOINS, "New places taken in a line.");
+    // >>> door
+    describe_counter!(
+        DOOR_PERIODS,
+        "Open-door periods begun here (an on_outage open queue without redis)."
+    );
+    describe_gauge!(DOOR_OPEN, "Queues whose door is open here now.");
+    describe_counter!(DOOR_ADMITTED, "Browsers let through an open door here.");
+    // <<< door
     describe_counter!(RESUMES, "Streams opened with a ticket that Redis answered.");
     describe_counter!(LEAVES, "Places left through the leave route.");
     describe_counter!(
@@ -177,6 +185,28 @@ pub(crate) fn admission_delivered() {
 pub(crate) fn refused(reason: Refusal) {
     counter!(STREAMS_REFUSED, "reason" => reason.label()).increment(1);
 }
+
+// >>> door
+/// Door periods opened on this gateway (`on_outage: "open"` queues without Redis).
+pub(crate) const DOOR_PERIODS: &str = "usher_door_periods_total";
+/// Queues whose door is open on this gateway now.
+pub(crate) const DOOR_OPEN: &str = "usher_door_open";
+/// Browsers let through an open door.
+pub(crate) const DOOR_ADMITTED: &str = "usher_door_admitted_total";
+
+pub(crate) fn door_opened() {
+    counter!(DOOR_PERIODS).increment(1);
+}
+
+/// Set at every scrape (0 included, so alert rules always find the series).
+pub(crate) fn doors_open(n: usize) {
+    gauge!(DOOR_OPEN).set(n as f64);
+}
+
+pub(crate) fn door_admitted(n: u64) {
+    counter!(DOOR_ADMITTED).increment(n);
+}
+// <<< door
 
 pub(crate) fn redis_error() {
     counter!(REDIS_ERRORS).increment(1);

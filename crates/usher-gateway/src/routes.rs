@@ -52,7 +52,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
                 // Ready unless draining: with Redis away, streams still get `200` + `retry:`.
                 let draining = gw.shutting_down();
                 let details = if verbose {
-                    serde_json::json!({ "draining": draining, "redis": redis_health(&gw).await })
+                    serde_json::json!({ "draining": draining, "redis": redis_health(&gw).await, "door": gw.door().report() })
                 } else {
                     serde_json::Value::Null
                 };
@@ -63,6 +63,7 @@ pub(crate) fn router(gw: Arc<Gateway>, page: Arc<Page>) -> Router {
             }
         }))
         .merge(usher_http::metrics::metrics_routes(move || {
+            metrics::doors_open(scraped_gw.door().open_count());
             metrics::connections(
                 scraped_gw.open_sockets(),
                 scraped_gw.connections(),

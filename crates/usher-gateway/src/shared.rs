@@ -62,6 +62,10 @@ pub(crate) struct Gateway {
     challenges: Challenges,
     /// Queues' invitation settings, cached briefly.
     invitations: crate::invitation::Settings,
+    // >>> door
+    /// The open door: passes learnt, when Redis last answered, periods.
+    door: crate::door::Door,
+    // <<< door
 }
 
 impl Gateway {
@@ -114,12 +118,19 @@ impl Gateway {
             open_sockets: Arc::default(),
             challenges,
             invitations: Default::default(),
+            door: crate::door::Door::new(),
         }
     }
 
     pub(crate) fn invitations(&self) -> &crate::invitation::Settings {
         &self.invitations
     }
+
+    // >>> door
+    pub(crate) fn door(&self) -> &crate::door::Door {
+        &self.door
+    }
+    // <<< door
 
     pub(crate) fn challenges(&self) -> &Challenges {
         &self.challenges

@@ -91,7 +91,18 @@ pub(crate) async fn heartbeat(gw: Arc<Gateway>) {
             () = gw.stopped().cancelled() => break,
             _ = every.tick() => {}
         }
-        match beat(&gw).await {
+        let beat = beat(&gw).await;
+        // >>> door
+        // Any answer from Redis, a refusal included, is Redis reached: the open door counts
+        // only silence (`crate::door`).
+        if beat
+            .as_ref()
+            .map_or_else(|e| !e.is_unreachable(), |()| true)
+        {
+            gw.door().reached();
+        }
+        // <<< door
+        match beat {
             Ok(()) if failing => {
                 tracing::info!("redis is back; heartbeat resumed");
                 failing = false;

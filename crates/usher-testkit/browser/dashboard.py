@@ -255,6 +255,25 @@ def main():
             admin_put(f"/admin/queues/{Q}", {"arrival_seconds": None, "make_up_no_shows": False})
             until(page, f"document.querySelector(\"{CARD} [name=arrival_seconds]\").value === ''")
 
+        # >>> door
+        @scenario("the open door: set through the form, its last period shown")
+        def open_door():
+            # A period a gateway recorded once Redis was back (the test writes one through the
+            # store as soon as the queue exists: an outage is open_door::'s to cause).
+            until(page, f"document.querySelector(\"{CARD} [data-field='door_last']\").textContent.includes('7 let through (gateway 1)')")
+            assert page.inner_text(f"{CARD} [data-field='door_admitted_total']") == "7"
+            assert page.inner_text(f"{CARD} [data-field='on_outage']") == "hold"
+            page.select_option(f"{CARD} [name=on_outage]", "open")
+            page.fill(f"{CARD} [name=door_after_seconds]", "20")
+            page.click(f"{CARD} button:text('Apply changes…')")
+            assert confirm(page, f"PUT /admin/queues/{Q}") == {"on_outage": "open", "door_after_seconds": 20}
+            q = admin("GET", f"/admin/queues/{Q}")
+            assert (q["on_outage"], q["door_after_seconds"], q["door_admitted_total"]) == ("open", 20, 7), q
+            until(page, f"document.querySelector(\"{CARD} [data-field='on_outage']\").textContent === 'open the door after 20 s'")
+            admin_put(f"/admin/queues/{Q}", {"on_outage": "hold"})
+            until(page, f"document.querySelector(\"{CARD} [name=on_outage]\").value === 'hold'")
+        # <<< door
+
         @scenario("a stale edit is refused with 412 and the form shows the settings now")
         def stale_edit():
             version = admin("GET", f"/admin/queues/{Q}")["settings_version"]
@@ -357,7 +376,7 @@ def main():
             assert page.query_selector(CARD) is None
 
         for s in [wrong_token, sign_in, create, numbers, cancel, pause, notice, states, rate,
-                  no_shows, stale_edit, resume, confirm_again, close, readiness, sign_out]:
+                  no_shows, open_door, stale_edit, resume, confirm_again, close, readiness, sign_out]:
             s()
         # Chromium logs every refused call: the wrong token's 401, the stale edit's 412 and
         # the unconfirmed change's 409.

@@ -147,4 +147,9 @@ const GATEWAY: &[&str] = &[
     // Invitations: a join code is taken once (`GETDEL`); an account's join lock is given back.
     "+getdel",
     "+del",
+    // >>> door
+    // The open door's record (`lua/door.lua`): the periods' list.
+    "+lpush",
+    "+ltrim",
+    // <<< door
 ];

@@ -110,12 +110,30 @@ pub struct QueueConfig {
     #[serde(default = "default_stale_after")]
     pub inventory_stale_after_seconds: u64,
     // <<< inventory
+    // >>> door
+    /// What happens when a gateway cannot reach Redis: `hold` (nobody is admitted, everyone
+    /// keeps their place: the default, and queues stored before the setting existed) or
+    /// `open` (after `door_after_seconds`, each gateway lets its own browsers through at a
+    /// bounded rate with a door token: docs/sale-day.md, "The open door"). Not with `bind`.
+    #[serde(default)]
+    pub on_outage: crate::door::OnOutage,
+    /// Seconds a gateway must be without Redis before an `open` queue's door opens (1..=3600,
+    /// default 30).
+    #[serde(default = "default_door_after_seconds")]
+    pub door_after_seconds: u64,
+    // <<< door
     /// The settings' version: each write adds 1 (a queue stored before versions existed is
     /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
     /// version. Read-only: a `PUT` cannot set it.
     #[serde(default)]
     pub settings_version: u64,
 }
+
+// >>> door
+fn default_door_after_seconds() -> u64 {
+    crate::door::DEFAULT_DOOR_AFTER_SECONDS
+}
+// <<< door
 
 fn default_pow_difficulty() -> u8 {
     DEFAULT_POW_DIFFICULTY
@@ -162,6 +180,10 @@ impl Default for QueueConfig {
             basket_size: default_basket_size(),
             sold_out_grace_seconds: default_sold_out_grace(),
             inventory_stale_after_seconds: default_stale_after(),
+            // >>> door
+            on_outage: crate::door::OnOutage::Hold,
+            door_after_seconds: crate::door::DEFAULT_DOOR_AFTER_SECONDS,
+            // <<< door
             settings_version: 0,
         }
     }
@@ -279,6 +301,13 @@ impl Store {
                 "inventory_stale_after_seconds",
                 d.inventory_stale_after_seconds,
             ),
+            // >>> door
+            on_outage: v
+                .get("on_outage")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_default(),
+            door_after_seconds: parsed_or(&v, "door_after_seconds", d.door_after_seconds),
+            // <<< door
             settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
@@ -355,6 +384,10 @@ impl Store {
                 "inventory_stale_after_seconds",
                 cfg.inventory_stale_after_seconds.to_string(),
             ),
+            // >>> door
+            ("on_outage", cfg.on_outage.as_str().to_owned()),
+            ("door_after_seconds", cfg.door_after_seconds.to_string()),
+            // <<< door
         ];
         // Optional settings: stored when set, deleted when `null`.
         let mut delete: Vec<&str> = Vec::new();

@@ -39,6 +39,9 @@ mod binding;
 mod connection;
 mod decode;
 mod dispatch;
+// >>> door
+mod door;
+// <<< door
 mod draw;
 mod draw_restore;
 mod draw_run;
@@ -70,6 +73,9 @@ pub use dispatch::tick::{
     LaneOutcome, Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK,
 };
 pub use dispatch::Lease;
+// >>> door
+pub use door::DoorRecord;
+// <<< door
 pub use draw::{Beacon, BeaconChange, BeaconOutcome, DrawPhase, Schedule, VoidedDraw};
 pub use draw_restore::{PreQueueFate, PreRestore, SeenDraw};
 pub use draw_run::{DrawOutcome, DrawPrep, DrawStep, DueDraw, DRAW_STEP};
@@ -125,6 +131,23 @@ impl StoreError {
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, Self::OutOfMemory(_))
     }
+
+    // >>> door
+    /// Whether Redis could not be reached at all (no connection, a dropped one, no answer in
+    /// time), as opposed to an answer that refused the command: what the open door counts as
+    /// an outage (`crate::door`).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.is_connection_dropped()
+            }
+            Self::OutOfMemory(_) | Self::Protocol(_) | Self::NoSuchLane(_) => false,
+        }
+    }
+    // <<< door
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

@@ -74,6 +74,9 @@ scripts!(
     inventory,
     account,
     put_lanes,
+    // >>> door
+    door,
+    // <<< door
 );
 
 /// Appends a queue's lane keys ([`crate::keys::QueueKeys::lane_keys`]) to a lane-aware

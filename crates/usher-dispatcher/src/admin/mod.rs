@@ -25,6 +25,7 @@
 pub(crate) mod audit;
 pub(crate) mod auth;
 mod dashboard;
+mod door;
 mod edits;
 mod errors;
 mod gateways;

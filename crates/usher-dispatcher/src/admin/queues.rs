@@ -59,6 +59,11 @@ pub struct QueueView {
     /// many are in line in it; absent without lanes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lanes: Vec<LaneCount>,
+    // >>> door
+    /// The open door's recorded periods and count (`door_periods`, `door_admitted_total`).
+    #[serde(flatten)]
+    pub door: usher_core::store::DoorRecord,
+    // <<< door
 }
 
 /// `PUT /admin/queues/{queue}` body: omitted fields keep their current value (or the default
@@ -151,6 +156,15 @@ pub struct QueueUpdate {
     pub lanes: Option<Vec<Lane>>,
     /// The lane joins that name none go to; absent: unchanged (or the first lane listed).
     pub default_lane: Option<LaneName>,
+    // >>> door
+    /// What happens when a gateway cannot reach Redis: `"hold"` (nobody is admitted, everyone
+    /// keeps their place) or `"open"` (after `door_after_seconds`, each gateway lets its own
+    /// browsers through at a bounded rate with a door token). `"open"` with `bind:
+    /// "browser_key"` is refused (`409`).
+    pub on_outage: Option<usher_core::door::OnOutage>,
+    /// Seconds without Redis before an `open` queue's door opens (1..=3600; default 30).
+    pub door_after_seconds: Option<u64>,
+    // <<< door
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -228,6 +242,9 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
     let page = st.store.page_settings(&q).await.map_err(redis_down)?;
     let inventory = super::inventory::view(st, &q, &config, now).await?;
     let lanes = st.store.lane_counts(&q).await.map_err(redis_down)?;
+    // >>> door
+    let door = st.store.door_record(&q).await.map_err(redis_down)?;
+    // <<< door
     Ok(Some(QueueView {
         queue: q,
         config,
@@ -237,6 +254,7 @@ async fn view(st: &AppState, q: QueueId) -> Result<Option<QueueView>, ApiError> 
         rate_reason,
         inventory,
         lanes,
+        door,
     }))
 }
 
@@ -386,6 +404,15 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         },
     )?;
     super::states::apply(&mut cfg, u.state_change())?;
+    // >>> door
+    super::door::apply(
+        &mut cfg,
+        super::door::DoorChange {
+            on_outage: u.on_outage,
+            door_after_seconds: u.door_after_seconds,
+        },
+    )?;
+    // <<< door
     Ok(cfg)
 }
 
@@ -519,7 +546,7 @@ pub(crate) async fn put_queue(
     if let Some((state, message)) = status {
         super::states::announce(&st, &q, state, message).await?;
     }
-    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), arrival_seconds = ?cfg.arrival_seconds, make_up_no_shows = cfg.make_up_no_shows, created, "queue configured");
+    tracing::info!(queue = %q, admit_per_second = cfg.admit_per_second, session_ttl_seconds = cfg.session_ttl_seconds, sliding_session = cfg.sliding_session, max_session_seconds = cfg.max_session_seconds, grace_seconds = cfg.grace_seconds, open = cfg.open, max_active = ?cfg.max_active, max_entrants = ?cfg.max_entrants, passthrough = cfg.passthrough, adaptive = cfg.adaptive.is_some(), challenge = cfg.challenge.as_str(), pow_difficulty = cfg.pow_difficulty, bind = cfg.bind.as_str(), arrival_seconds = ?cfg.arrival_seconds, make_up_no_shows = cfg.make_up_no_shows, on_outage = cfg.on_outage.as_str(), door_after_seconds = cfg.door_after_seconds, created, "queue configured");
     let v = view(&st, q)
         .await?
         .ok_or_else(|| ApiError::unavailable("queue vanished while being configured"))?;

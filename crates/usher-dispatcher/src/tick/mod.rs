@@ -18,6 +18,9 @@
 //! Imports run one way: this file uses its submodules, and none of them uses it.
 
 mod deliver;
+// >>> door
+mod door;
+// <<< door
 mod draw;
 mod gateways;
 mod lanes;

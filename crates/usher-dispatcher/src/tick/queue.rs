@@ -44,6 +44,11 @@ pub(super) struct Held {
     pub(super) premint: Option<Premint>,
     /// When this replica last pruned the queue's browser keys (`Store::prune_bound`).
     bound_pruned_ms: u64,
+    // >>> door
+    /// The open door's setting and signed tokens (`on_outage: "open"`); boxed, so a queue
+    /// that holds in an outage keeps `Held` small.
+    door: Box<super::door::DoorCache>,
+    // <<< door
 }
 
 /// How often the replica driving a queue prunes the keys of places over for good: one call
@@ -106,6 +111,7 @@ impl QueueTick {
                     rate: MeasuredRate::default(),
                     premint: None,
                     bound_pruned_ms: 0,
+                    door: Default::default(),
                 }
             }
         };
@@ -219,7 +225,7 @@ impl QueueTick {
         };
         drop(tokens);
         held.rate.observe(self.now, &out);
-        self.publish_state(q, &held, &out, bucket_rate).await?;
+        self.publish_state(q, &mut held, &out, bucket_rate).await?;
         if out.sold_out {
             super::sold_out::close(&self.store, &self.gateways, q, self.now).await?;
         }
@@ -273,11 +279,31 @@ impl QueueTick {
     async fn publish_state(
         &self,
         q: &QueueId,
-        held: &Held,
+        held: &mut Held,
         out: &TickOutcome,
         bucket_rate: Option<f64>,
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
+        // >>> door
+        // The door lets through at the rate the queue admits at now (none while paused),
+        // shared by the live gateways.
+        let door_rate = if out.paused {
+            0.0
+        } else {
+            bucket_rate.unwrap_or(out.admit_per_second).max(0.0)
+        };
+        let door = held
+            .door
+            .pass(
+                &self.store,
+                &self.key,
+                q,
+                self.now,
+                door_rate,
+                live.len() as u64,
+            )
+            .await;
+        // <<< door
         let mut state = QueueState {
             queue: q.clone(),
             at_ms: self.now,
@@ -295,6 +321,7 @@ impl QueueTick {
             last_place: out.last_place,
             inventory: out.inventory,
             lanes: Vec::new(),
+            door,
         };
         super::lanes::split_state(&mut state, out);
         let batches: Vec<_> = out

@@ -211,6 +211,7 @@ impl Hub {
 }
 
 mod admissions;
+mod door;
 mod draw_void;
 mod held_key;
 mod inventory;

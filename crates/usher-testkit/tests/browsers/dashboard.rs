@@ -17,7 +17,7 @@ use usher_testkit::{RedisServer, SseClient};
 const TOKEN: &str = "dashboard-test-admin-token-5c2e8a41f09b";
 
 /// Every scenario the driver must report as passed.
-const SCENARIOS: [&str; 16] = [
+const SCENARIOS: [&str; 17] = [
     "a wrong token shows an error",
     "sign in keeps the token in sessionStorage, no cookie",
     "create a queue through the UI",
@@ -28,6 +28,9 @@ const SCENARIOS: [&str; 16] = [
     "maintenance with its text, and a scheduled sale's entrants",
     "change the rate: only the changed field is sent",
     "no-shows: the arrival deadline and make-up are set, the share is shown",
+    // >>> door
+    "the open door: set through the form, its last period shown",
+    // <<< door
     "a stale edit is refused with 412 and the form shows the settings now",
     "resume admits everyone",
     "a change that needs confirming is asked again with the reason",
@@ -204,7 +207,12 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         dispatcher: d.url(),
         browsers: Vec::new(),
     };
+    // >>> door
+    // The open-door scenario shows a recorded period: one is written through the store (as a
+    // gateway writes it once Redis is back) as soon as the UI has created the queue.
+    let seeded = tokio::spawn(seed_door_period(redis.url(), d.url()));
     let passed = drive(driver, &mut controls, Duration::from_secs(240)).await?;
+    // <<< door
     // The browsers of the line the dashboard watched (not those of the scheduled sale's
     // pre-queue, which stay there until its draw).
     let browsers: Vec<Browser> = controls
@@ -212,6 +220,7 @@ async fn the_dashboard_works_in_chromium() -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|(queue, b)| (queue == "dash").then_some(b))
         .collect();
+    seeded.await??;
     assert_eq!(passed, SCENARIOS, "every scenario ran and passed");
     // The simulated browsers the dashboard watched were all admitted (it resumed the queue
     // and saw nobody waiting before closing it).
@@ -282,3 +291,40 @@ impl Controls for JoinControls {
         Ok(())
     }
 }
+
+// >>> door
+/// Once the dashboard created queue `dash`, records an open-door period for it, as a gateway
+/// does when Redis answers again (`Store::close_door`).
+async fn seed_door_period(redis_url: String, dispatcher_url: String) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    // Polled like `eventually` (whose checks are not `Send`, and this runs beside the driver).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let created = http
+            .get(format!("{dispatcher_url}/admin/queues/dash"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        if created {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the dashboard did not create its queue"
+        );
+        tokio::time::sleep(usher_testkit::wait::POLL).await;
+    }
+    let store = usher_core::store::Store::connect(&redis_url).await?;
+    let period = usher_core::door::DoorPeriod {
+        gateway: 1,
+        opened_at: "2026-05-01T09:00:00.000Z".into(),
+        closed_at: "2026-05-01T09:01:30.000Z".into(),
+        admitted: 7,
+    };
+    store
+        .close_door(&usher_core::ids::QueueId::new("dash")?, &[], Some(&period))
+        .await?;
+    Ok(())
+}
+// <<< door

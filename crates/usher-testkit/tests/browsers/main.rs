@@ -14,6 +14,7 @@ mod invitations_page;
 mod k6;
 mod lanes_page;
 mod nginx_auth;
+mod open_door_nginx;
 mod openapi;
 mod pow_page;
 mod states_page;

@@ -43,6 +43,7 @@ mod logs;
 mod metrics;
 mod no_shows;
 mod notices;
+mod open_door;
 mod out_of_memory;
 mod outage;
 mod page;

@@ -63,6 +63,7 @@ async fn a_snapshot_without_a_held_place_makes_the_gateway_ask_redis() -> anyhow
                 last_place: p4,
                 inventory: None,
                 lanes: Vec::new(),
+                door: None,
             })],
         )])
         .await?;
@@ -141,6 +142,7 @@ async fn the_last_waiter_hears_of_its_admission_from_an_empty_line() -> anyhow::
                 last_place: out.last_place,
                 inventory: None,
                 lanes: Vec::new(),
+                door: None,
             })],
         )])
         .await?;

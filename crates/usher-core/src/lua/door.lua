@@ -1,0 +1,34 @@
+-- A gateway closes its open door for a queue once it reaches Redis again (crate::door): the
+-- places it let through leave the line, so the dispatcher never admits them a second time,
+-- and the period is recorded for the admin API and the dashboard. Everyone else keeps their
+-- place exactly: nothing but the named places is touched.
+-- KEYS: waiting, parked, away, door, meta (one hash tag: {q:<id>}), then the lane keys
+--       (lanes.lua: a place outside the default lane leaves its own lane)
+-- ARGV: the period as JSON ('' = places only: a late batch of a period already recorded),
+--       periods kept, browsers let through (added to meta `door_admitted_total`), then the
+--       place ids let through
+-- Returns the number of places taken out of the line.
+lane_keys_at = 6
+local removed = 0
+for i = 4, #ARGV do
+  local place = ARGV[i]
+  local waiting, parked = place_sets(place, KEYS[1], KEYS[2])
+  local found = find_member(waiting, place)
+  local from = waiting
+  if not found then
+    found = find_member(parked, place)
+    from = parked
+  end
+  if found then
+    redis.call('ZREM', from, found)
+    lane_forget({place})
+    removed = removed + 1
+  end
+  redis.call('ZREM', KEYS[3], place)
+end
+if ARGV[1] ~= '' then
+  redis.call('LPUSH', KEYS[4], ARGV[1])
+  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[2]) - 1)
+  redis.call('HINCRBY', KEYS[5], 'door_admitted_total', tonumber(ARGV[3]))
+end
+return removed
