@@ -196,9 +196,9 @@ impl Template {
     }
 
     /// Total size of the files a browser loads (the page and its assets, strings of one
-    /// language): the built-in page keeps it under 35 KB (30 KB before the browser-key code of
+    /// language): the built-in page keeps it under 37 KB (30 KB before the browser-key code of
     /// `bind` queues, issue 23; 32 KB before the maintenance, ended and opening-time texts of
-    /// issue 24; 34 KB before its invitations).
+    /// issue 24; 34 KB before its invitations; 35 KB before its inventory and lane lines).
     #[cfg(test)]
     pub fn weight(&self, lang: &str) -> usize {
         self.index.len()
@@ -299,11 +299,11 @@ mod tests {
     }
 
     #[test]
-    fn the_built_in_page_stays_under_35_kb() {
+    fn the_built_in_page_stays_under_37_kb() {
         let t = built_in();
         for lang in ["en", "ko"] {
             assert!(
-                t.weight(lang) < 35 * 1024,
+                t.weight(lang) < 37 * 1024,
                 "{lang}: {} bytes",
                 t.weight(lang)
             );
