@@ -227,8 +227,7 @@
       stopCountdown();
       setConn("connected");
       setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first,
-        inventory: d.inventory });
-      setState({ phase: "waiting", position: d.position, eta: d.eta_seconds, first: saved().first, lane: d.lane });
+        inventory: d.inventory, lane: d.lane });
     });
     es.addEventListener("admitted", (e) => {
       es.close();

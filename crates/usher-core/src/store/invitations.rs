@@ -13,7 +13,7 @@
 use redis::Value;
 
 use super::decode::{array, text};
-use super::scripts::SCRIPTS;
+use super::scripts::{WithLaneKeys, SCRIPTS};
 use super::{protocol, Result, Store};
 use crate::binding::{Bind, Thumbprint};
 use crate::ids::{PlaceId, QueueId};
@@ -134,6 +134,7 @@ impl Store {
             .key(&k.drawn)
             .key(&k.active)
             .key(&k.bound)
+            .lane_keys(&k)
             .arg(key.map_or("", Thumbprint::as_str))
             .arg(crate::time::now_ms())
             .invoke_async(&mut self.c())

@@ -58,7 +58,12 @@ impl Lanes {
     /// A join code for an invitation of a new account to `lane`, as the page gets one.
     async fn code_for(&self, lane: &str) -> anyhow::Result<String> {
         let account = format!("acct-{:016x}", rand::random::<u64>());
-        let invitation = self.shop.invite_to_lane(&account, "lanes", lane);
+        self.code_of(&account, lane).await
+    }
+
+    /// A join code for an invitation of `account` to `lane`.
+    async fn code_of(&self, account: &str, lane: &str) -> anyhow::Result<String> {
+        let invitation = self.shop.invite_to_lane(account, "lanes", lane);
         let r = reqwest::Client::new()
             .post(format!(
                 "{}/api/queues/lanes/invitation",
@@ -218,4 +223,54 @@ impl Lanes {
             .filter(|l| l.contains(&format!("lane=\"{lane}\"")) && l.contains("queue=\"lanes\""))
             .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse().ok()))
     }
+}
+
+/// An account invited to a lane holds one place there, whatever number of devices it joins
+/// from: the second device takes the first one's place over (same place, same lane position),
+/// and the first stream hears `resumed_elsewhere` (`lua/account.lua` looks in the lane).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_in_a_lane_holds_one_place_from_two_devices() -> anyhow::Result<()> {
+    let s = Lanes::start().await?;
+    let (status, v) = s
+        .put(
+            json!({"admit_per_second": PAUSED, "open": true, "passthrough": false,
+            "invitations": "optional", "invitation_keys": [s.shop.jwk()],
+            "lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 30}]}),
+        )
+        .await?;
+    assert_eq!(status, 201, "{v}");
+    let (_, _other) = s.join(Some("members")).await?;
+    let open = |code: String| {
+        let url = s.gateway.url().to_owned();
+        async move {
+            let mut conn = SseClient::new(&url)
+                .open(&format!("/api/queues/lanes/stream?join={code}"), None)
+                .await?;
+            anyhow::ensure!(conn.status == 200, "join answered {}", conn.status);
+            let e = conn.wait_for("waiting", T).await?;
+            anyhow::Ok((e.id.clone(), data(&e), conn))
+        }
+    };
+    let (laptop_ticket, laptop, mut laptop_conn) =
+        open(s.code_of("fan-1", "members").await?).await?;
+    assert_eq!(
+        (laptop["lane"].as_str(), laptop["position"].as_u64()),
+        (Some("members"), Some(2))
+    );
+    let (phone_ticket, phone, _phone_conn) = open(s.code_of("fan-1", "members").await?).await?;
+    let place = |t: &str| t.split('.').nth(1).unwrap_or_default().to_owned();
+    assert_eq!(
+        place(&phone_ticket),
+        place(&laptop_ticket),
+        "the phone holds the laptop's place"
+    );
+    assert_eq!(
+        (phone["lane"].as_str(), phone["position"].as_u64()),
+        (Some("members"), Some(2))
+    );
+    let closed = laptop_conn.wait_for("closed", T).await?;
+    assert_eq!(data(&closed)["reason"], "resumed_elsewhere");
+    let v = s.get().await?;
+    assert_eq!(v["waiting"], 2, "two accounts, two places: {v}");
+    Ok(())
 }
