@@ -74,7 +74,7 @@ pub const DOOR_PERIODS_KEPT: usize = 20;
 pub struct DoorToken {
     /// The window's start (ms since the epoch; the token's `door` claim, in seconds).
     pub from_ms: u64,
-    /// The window's end (ms since the epoch); the token's `exp` is a little later.
+    /// The window's end (ms since the epoch); the token's `exp` is later by a small skew and the queue's session lifetime.
     pub until_ms: u64,
     pub token: String,
 }

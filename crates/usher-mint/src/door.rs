@@ -4,7 +4,7 @@
 //! The dispatcher signs one per queue and window, ahead, with the same key as entry tokens,
 //! so a booking service verifies it against the same JWKS. Claims: `aud` = the queue, `door`
 //! = the window's start (seconds since the epoch), `nbf`/`exp` = the window widened by a small
-//! skew, `iat`, `jti` = `<queue>.door.<window start>` and `sub` = `"door"`: a door token names
+//! skew (and `exp` by the session lifetime the dispatcher passes: [`DoorClaims::lasting`]), `iat`, `jti` = `<queue>.door.<window start>` and `sub` = `"door"`: a door token names
 //! no place. It is a **bearer pass for its window**: every browser let through in that window
 //! carries the same token, and it cannot be consumed once (there is no record to consume).
 
@@ -49,6 +49,14 @@ impl DoorClaims {
         }
     }
 
+    /// The same claims good `session_s` longer: a browser let through at the end of the
+    /// window still has a whole session to book in (the dispatcher passes the queue's token
+    /// lifetime).
+    pub fn lasting(mut self, session_s: u64) -> Self {
+        self.exp += session_s;
+        self
+    }
+
     /// Whether the token is good at `now_s` (inside `nbf..exp`).
     pub fn within(&self, now_s: u64) -> bool {
         self.nbf <= now_s && now_s < self.exp
@@ -74,6 +82,10 @@ mod tests {
         let claims = DoorClaims::new("show", 600, 1200, 550, 30);
         assert!(claims.within(570) && claims.within(1229));
         assert!(!claims.within(569) && !claims.within(1230));
+        // Lasting a session longer: a browser let through at 1199 has 300 s to book.
+        let lasting = claims.clone().lasting(300);
+        assert!(lasting.within(1529) && !lasting.within(1530));
+        assert_eq!(lasting.nbf, claims.nbf);
         let ring = KeyRing::single(key.clone());
         let t = key.mint_door(&claims);
         assert_eq!(ring.verify_door(&t).expect("door"), claims);

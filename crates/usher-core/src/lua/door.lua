@@ -26,7 +26,9 @@ for i = 4, #ARGV do
   end
   redis.call('ZREM', KEYS[3], place)
 end
-if ARGV[1] ~= '' then
+-- The period is recorded for a queue that still exists: after a Redis data loss the queue's
+-- meta is gone, and a write here would make a settings-less queue appear.
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[5], 'open') then
   redis.call('LPUSH', KEYS[4], ARGV[1])
   redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[2]) - 1)
   redis.call('HINCRBY', KEYS[5], 'door_admitted_total', tonumber(ARGV[3]))

@@ -32,7 +32,14 @@ pub(super) async fn check(
     let current = store.queue_lanes(q).await.map_err(redis_down)?;
     let wanted = match (change.lanes, change.default_lane) {
         (None, None) => None,
-        (Some(l), d) => Some(Lanes::new(l.to_vec(), d.cloned())),
+        // An absent `default_lane` keeps the current one while it is still listed (else the
+        // first lane): a PUT that only changes shares never moves uninvited joins elsewhere.
+        (Some(l), d) => {
+            let kept = current
+                .default_lane()
+                .filter(|cur| l.iter().any(|lane| &lane.name == *cur));
+            Some(Lanes::new(l.to_vec(), d.or(kept).cloned()))
+        }
         (None, Some(d)) => Some(Lanes::new(current.lanes().to_vec(), Some(d.clone()))),
     };
     let wanted = wanted

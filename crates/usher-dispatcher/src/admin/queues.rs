@@ -487,9 +487,12 @@ pub(crate) async fn put_queue(
         edits::unconfirmed(&st.store, &q, before.as_ref(), &cfg, discards_draw).await?;
     }
     let closing = !cfg.open && existing_open;
+    // Lanes of an existing queue are written by their own script before the settings, so
+    // they claim the version first too.
     let side_effects = !matches!(scheduling, super::sale::Scheduling::Unchanged)
         || u.draw_beacon.is_some()
-        || closing;
+        || closing
+        || (lanes.is_some() && !created);
     if let (Some(v), true) = (expected, side_effects) {
         // The schedule and a close are written before the settings: the version is claimed
         // first, so an editor who lost the race changes none of them.

@@ -17,6 +17,15 @@ use usher_mint::token::SigningKey;
 /// within this and a tick.
 const SETTING_EVERY_MS: u64 = 1_000;
 
+/// What a tick's snapshot says of the door: the rate the gateways share, how many they are,
+/// and how long an admission's token lasts (a door token lasts that much past its window).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DoorShare {
+    pub(super) rate: f64,
+    pub(super) gateways: u64,
+    pub(super) session_s: u64,
+}
+
 /// What the replica driving a queue remembers of its door.
 #[derive(Debug, Default)]
 pub(super) struct DoorCache {
@@ -30,16 +39,20 @@ pub(super) struct DoorCache {
 
 impl DoorCache {
     /// The door tokens and threshold to send with `q`'s state at `now` (`None` for a `hold`
-    /// queue), signing the windows not signed yet. `rate` and `gateways` are the snapshot's.
+    /// queue), signing the windows not signed yet. `share` is the snapshot's.
     pub(super) async fn pass(
         &mut self,
         store: &Store,
         key: &SigningKey,
         q: &QueueId,
         now: u64,
-        rate: f64,
-        gateways: u64,
+        share: DoorShare,
     ) -> Option<DoorPass> {
+        let DoorShare {
+            rate,
+            gateways,
+            session_s,
+        } = share;
         if self.read_ms == 0 || now >= self.read_ms + SETTING_EVERY_MS {
             match store.door_setting(q).await {
                 Ok((on, after_ms)) => {
@@ -68,7 +81,8 @@ impl DoorCache {
                 (from_ms + window_ms) / 1000,
                 now / 1000,
                 DOOR_SKEW_SECONDS,
-            );
+            )
+            .lasting(session_s);
             self.tokens.push(DoorToken {
                 from_ms,
                 until_ms: from_ms + window_ms,

@@ -285,9 +285,11 @@ impl QueueTick {
     ) -> Result<(), StoreError> {
         let live = live_at(&self.gateways, self.now);
         // >>> door
-        // The door lets through at the rate the queue admits at now (none while paused),
+        // The door lets through at the rate the queue admits at now (none while paused, nor
+        // once the reported inventory is taken: what is left is held by the active sessions),
         // shared by the live gateways.
-        let door_rate = if out.paused {
+        let sold = out.inventory.is_some_and(|i| i.remaining <= i.held);
+        let door_rate = if out.paused || sold {
             0.0
         } else {
             bucket_rate.unwrap_or(out.admit_per_second).max(0.0)
@@ -299,8 +301,11 @@ impl QueueTick {
                 &self.key,
                 q,
                 self.now,
-                door_rate,
-                live.len() as u64,
+                super::door::DoorShare {
+                    rate: door_rate,
+                    gateways: live.len() as u64,
+                    session_s: out.token_ttl_ms / 1000,
+                },
             )
             .await;
         // <<< door

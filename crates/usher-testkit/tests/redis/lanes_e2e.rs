@@ -274,3 +274,76 @@ async fn an_account_in_a_lane_holds_one_place_from_two_devices() -> anyhow::Resu
     assert_eq!(v["waiting"], 2, "two accounts, two places: {v}");
     Ok(())
 }
+
+/// Lanes follow the queue's settings' rules: a `PUT` with a stale `If-Match` changes no lane
+/// (`412`, as for every other setting), and a `PUT` that lists the lanes without
+/// `default_lane` keeps the default lane it had (only the shares change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_edit_changes_no_lane_and_the_default_lane_is_kept() -> anyhow::Result<()> {
+    let s = Lanes::start().await?;
+    let (status, v) = s
+        .put(json!({"admit_per_second": PAUSED, "open": true,
+            "lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 30}],
+            "default_lane": "general"}))
+        .await?;
+    assert_eq!(status, 201, "{v}");
+    let url = format!("{}/admin/queues/lanes", s.dispatcher.url());
+    let etag = |r: &reqwest::Response| {
+        r.headers()
+            .get("etag")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let old = etag(&s.http.get(&url).send().await?);
+    let (status, v) = s.put(json!({"paused": true})).await?;
+    assert_eq!(status, 200, "{v}");
+    // Stale: refused, and the lanes are as they were.
+    let r = s
+        .http
+        .put(&url)
+        .header("if-match", &old)
+        .json(&json!({"lanes": [{"name": "general", "share": 50}, {"name": "vip", "share": 50}]}))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 412);
+    let lanes = |v: &Value| {
+        v["lanes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|l| {
+                        (
+                            l["name"].as_str().map(String::from),
+                            l["share"].as_u64(),
+                            l["default"].as_bool(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let want = |g: u64, m: u64| {
+        vec![
+            (Some("general".to_owned()), Some(g), Some(true)),
+            (Some("members".to_owned()), Some(m), Some(false)),
+        ]
+    };
+    assert_eq!(
+        lanes(&s.get().await?),
+        want(70, 30),
+        "the stale PUT changed nothing"
+    );
+    // Listed in another order without `default_lane`: general stays the default lane.
+    let (status, v) = s
+        .put(json!({"lanes": [{"name": "members", "share": 40}, {"name": "general", "share": 60}]}))
+        .await?;
+    assert_eq!(status, 200, "{v}");
+    let got = lanes(&s.get().await?);
+    assert!(
+        got.contains(&(Some("general".to_owned()), Some(60), Some(true)))
+            && got.contains(&(Some("members".to_owned()), Some(40), Some(false))),
+        "{got:?}"
+    );
+    Ok(())
+}

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use usher_core::store::Store;
 use usher_core::time::{now_ms, parse_rfc3339_ms};
 use usher_mint::door::DoorClaims;
 use usher_testkit::line::*;
@@ -141,8 +142,16 @@ async fn redis_stopped_opens_the_door_at_the_rate_and_the_line_resumes_after() -
         (Some("open"), Some(1))
     );
     stack.put_queue("held", settings("hold")).await?;
+    // An `open` queue whose reported inventory is taken (1 left, held by its one session):
+    // its door lets nobody through either.
+    stack.put_queue("sold", settings("open")).await?;
+    let sold_q = usher_core::ids::QueueId::new("sold")?;
+    Store::connect(&stack.redis.url())
+        .await?
+        .report_inventory(&sold_q, 1, now_ms())
+        .await?;
     let client = SseClient::new(stack.gateway_url(0));
-    for q in ["door", "held"] {
+    for q in ["door", "held", "sold"] {
         let (_, _, w) = join_watch(&client, q).await?;
         eventually(&format!("the first of {q} to take the slot"), async || {
             admitted(&w)
@@ -151,8 +160,10 @@ async fn redis_stopped_opens_the_door_at_the_rate_and_the_line_resumes_after() -
     }
     let line = waiters(&client, "door", 8).await?;
     let held = waiters(&client, "held", 2).await?;
+    let sold = waiters(&client, "sold", 2).await?;
     // The gateway has the door tokens (a `state` carried them); the dispatcher signed them.
     door_ready(&stack, "door").await?;
+    door_ready(&stack, "sold").await?;
     let dispatcher = stack.dispatcher.url();
     let signed = labelled(
         &stack.http,
@@ -216,10 +227,14 @@ async fn redis_stopped_opens_the_door_at_the_rate_and_the_line_resumes_after() -
     }
     let measured = (n - 1) as f64 / ((at[n - 1] - at[0]) as f64 / 1000.0);
     assert!(measured >= RATE / 2.0, "{measured:.1}/s: {at:?}");
-    // The hold queue lets nobody through.
+    // The hold queue lets nobody through, nor the sold-out one (its door's rate is 0).
     assert!(
         held.iter().all(|(_, w)| admitted(w).is_none()),
         "a hold queue holds"
+    );
+    assert!(
+        sold.iter().all(|(_, w)| admitted(w).is_none()),
+        "a door lets nobody through once the inventory is taken"
     );
     // Redis is still away: the booking demo (usher-admission) and the dispatcher's session API
     // accept the door token offline.
@@ -308,6 +323,8 @@ async fn redis_stopped_opens_the_door_at_the_rate_and_the_line_resumes_after() -
     // The hold queue's browsers kept their places too.
     assert_eq!(stack.waiting("held").await?, 2);
     assert!(held.iter().all(|(_, w)| admitted(w).is_none()));
+    assert_eq!(stack.waiting("sold").await?, 2);
+    assert!(sold.iter().all(|(_, w)| admitted(w).is_none()));
     Ok(())
 }
 
@@ -513,7 +530,7 @@ async fn two_gateways_share_the_doors_rate() -> anyhow::Result<()> {
 async fn the_door_is_recorded_and_read_with_the_binaries_acls() -> anyhow::Result<()> {
     use usher_core::door::DoorPeriod;
     use usher_core::ids::{PlaceId, QueueId};
-    use usher_core::store::{QueueConfig, Store};
+    use usher_core::store::QueueConfig;
     use usher_testkit::acl::Component;
 
     let redis = usher_testkit::RedisServer::start()?;
