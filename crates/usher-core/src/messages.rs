@@ -105,11 +105,17 @@ impl QueueState {
     /// meanwhile, so that many × the queue's rate ÷ the lane's (the inventory's outlook
     /// counts the baskets of all of them); without lanes, `position` itself.
     pub fn admitted_before(&self, position: u64, rate: f64) -> u64 {
+        scaled(position, self.lane_scale(rate))
+    }
+
+    /// Places the whole queue admits per place admitted at `rate` (a lane's): the sum of
+    /// the lanes' rates ÷ `rate`; 1 without lanes (or when `rate` is the whole rate).
+    pub fn lane_scale(&self, rate: f64) -> f64 {
         let total: f64 = self.lanes.iter().map(|l| l.rate).sum();
         if self.lanes.is_empty() || rate <= 0.0 || total <= rate {
-            return position;
+            return 1.0;
         }
-        (position as f64 * total / rate).ceil() as u64
+        total / rate
     }
 
     /// An empty line of `queue` at time 0: no places, no rate. A starting point for a
@@ -129,6 +135,15 @@ impl QueueState {
             door: None,
         }
     }
+}
+
+/// `position` places of a lane, counted in places of the whole queue (`scale` from
+/// [`QueueState::lane_scale`]).
+pub fn scaled(position: u64, scale: f64) -> u64 {
+    if scale <= 1.0 {
+        return position;
+    }
+    (position as f64 * scale).ceil() as u64
 }
 
 /// Why a stream ended with `closed`, or why a gateway stopped holding a place. A closed set:

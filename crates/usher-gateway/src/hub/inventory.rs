@@ -3,13 +3,15 @@
 
 use usher_core::ids::QueueId;
 use usher_core::inventory::InventoryState;
+use usher_core::messages::scaled;
 
 use super::Hub;
 use crate::update::Update;
 
 impl Hub {
     /// Gives every waiting browser of `queue` its outlook under `inv` at its last known
-    /// position; those whose outlook changed hear a `waiting` event now (a pending notice
+    /// position (a lane's place: the places every lane admits before it, as of the last
+    /// snapshot); those whose outlook changed hear a `waiting` event now (a pending notice
     /// carries it along). Returns how many were woken.
     pub fn apply_inventory(&self, queue: &QueueId, inv: &InventoryState) -> usize {
         let inner = self.lock();
@@ -24,7 +26,7 @@ impl Hub {
                     Update::Waiting(w) | Update::Notice { waiting: w, .. } => w,
                     _ => return false,
                 };
-                let told = Some(inv.outlook(w.position));
+                let told = Some(inv.outlook(scaled(w.position, slot.lane_scale)));
                 let changed = w.inventory != told;
                 w.inventory = told;
                 changed

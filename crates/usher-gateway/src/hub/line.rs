@@ -92,6 +92,7 @@ impl Hub {
                 _ => false,
             });
             slot.position = position;
+            slot.lane_scale = whole.lane_scale(s.rate);
         }
         gone
     }

@@ -85,6 +85,7 @@ impl Hub {
             resyncing: false,
             key: key.and_then(HeldKey::of),
             lane: None,
+            lane_scale: 1.0,
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
             let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));

@@ -31,6 +31,10 @@ pub(super) struct Slot {
     /// The place's lane when it is not the queue's default lane (usher_core::lanes): its
     /// positions are read off that lane's snapshot. Set from its first `waiting` event.
     pub(super) lane: Option<LaneName>,
+    /// Places the whole queue admits per place of this place's lane, as of the last snapshot
+    /// (1 without lanes: [`usher_core::messages::QueueState::lane_scale`]): an inventory report
+    /// pushed between snapshots counts the places every lane admits ahead of this one.
+    pub(super) lane_scale: f64,
 }
 
 impl Slot {

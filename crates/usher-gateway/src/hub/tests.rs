@@ -353,3 +353,63 @@ fn each_lane_reads_its_own_snapshot_and_rate() {
         other => panic!("{other:?}"),
     };
 }
+
+#[test]
+fn an_inventory_push_counts_the_places_every_lane_admits_first() {
+    use usher_core::inventory::{Chance, InventoryState};
+    use usher_core::lanes::LaneName;
+    use usher_core::messages::LaneState;
+    let hub = Hub::new();
+    let members = LaneName::new("members").expect("valid");
+    // Place 2 is the 2nd member (members 3/s, general 7/s).
+    let r = hub.reserve(&q(), place(2), None);
+    let (_m, rx) = hub
+        .attach(
+            r,
+            Update::Waiting(WaitingEvent {
+                lane: Some(members.clone()),
+                ..waiting(2)
+            }),
+        )
+        .expect("attached");
+    let lane = |name: LaneName, default, share, rate, runs| LaneState {
+        name,
+        default,
+        share,
+        waiting: 10,
+        rate,
+        runs,
+        samples: Vec::new(),
+    };
+    let s = QueueState {
+        waiting: 10,
+        rate: 7.0,
+        runs: vec![(10, 10)],
+        lanes: vec![
+            lane(
+                LaneName::new("general").expect("valid"),
+                true,
+                70,
+                7.0,
+                vec![(10, 10)],
+            ),
+            lane(members, false, 30, 3.0, vec![(1, 10)]),
+        ],
+        ..QueueState::empty(q())
+    };
+    hub.apply_state(&s);
+    // While its 2nd member place waits, the queue admits about 2 × 10/3 ≈ 7 places: 4 left is
+    // unlikely for it, though only one member is ahead (its lane position alone said likely).
+    let inv = InventoryState {
+        remaining: 4,
+        held: 0,
+        basket_size: 1,
+        stale: false,
+    };
+    hub.apply_inventory(&q(), &inv);
+    let told = match &*rx.borrow() {
+        Update::Waiting(w) => (w.position, w.inventory.map(|i| i.chance)),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(told, (2, Some(Chance::Unlikely)));
+}
