@@ -208,7 +208,10 @@
     setConn("connecting");
     const source = new EventSource(cfg.stream + (query ? "?" + query : ""));
     es = source;
-    es.onopen = () => setConn("connected");
+    // A stream in maintenance says so (`status`) before its first `waiting`: a first `waiting`
+    // without it means maintenance ended while this browser was away.
+    let opened = false;
+    es.onopen = () => { opened = true; setConn("connected"); };
     es.onerror = () => {
       if (source.readyState === EventSource.CLOSED) return permanentError();
       setConn("reconnecting"); // EventSource retries by itself, with Last-Event-ID = ticket
@@ -223,6 +226,8 @@
       const d = JSON.parse(e.data);
       const s = saved();
       const fresh = s.ticket !== e.lastEventId;
+      if (opened && held) showStatus({ state: "open" });
+      opened = false;
       save({ ticket: e.lastEventId, first: fresh ? d.position : Math.max(s.first || 0, d.position) });
       stopCountdown();
       setConn("connected");
@@ -239,6 +244,7 @@
       if (channel) channel.postMessage({ type: "notice", message: d.message });
     });
     es.addEventListener("status", (e) => {
+      opened = false;
       const d = JSON.parse(e.data);
       showStatus(d);
       if (channel) channel.postMessage({ type: "status", status: d });

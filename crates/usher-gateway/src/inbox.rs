@@ -119,6 +119,9 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             state,
             message,
         } => {
+            // The cached setting says whether a stream opening now hears `status` first:
+            // read it again, so no browser joining after this push misses the new state.
+            gw.challenges().forget(&queue);
             let n = hub.announce(&queue, Update::status_frame(&queue, state, message));
             tracing::info!(queue = %queue, ?state, browsers = n, "status passed on");
         }

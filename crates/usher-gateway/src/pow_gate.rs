@@ -71,7 +71,7 @@ impl Challenges {
     ) -> Result<Option<ChallengeSetting>, StoreError> {
         if let Some((at, s)) = self.lock().get(q) {
             if at.elapsed() < SETTING_TTL {
-                return Ok(*s);
+                return Ok(s.clone());
             }
         }
         let s = store.challenge_setting(q).await?;
@@ -79,7 +79,7 @@ impl Challenges {
         if cache.len() >= MAX_CACHED {
             cache.clear();
         }
-        cache.insert(q.clone(), (Instant::now(), s));
+        cache.insert(q.clone(), (Instant::now(), s.clone()));
         Ok(s)
     }
 
@@ -110,7 +110,7 @@ impl Challenges {
     pub(crate) fn gate(
         &self,
         q: &QueueId,
-        setting: Option<ChallengeSetting>,
+        setting: Option<&ChallengeSetting>,
         solution: Option<&str>,
     ) -> Gate {
         let Some(s) = setting.filter(|s| s.challenge == Challenge::Pow) else {

@@ -105,9 +105,9 @@ impl Store {
     }
 }
 
-/// What a queue asks of a join, and how long it keeps an away place (read together, so a
-/// gateway learns both in one `HMGET`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a queue asks of a join, how long it keeps an away place, and whether it is in
+/// maintenance (read together, so a gateway learns them in one `HMGET`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChallengeSetting {
     pub challenge: Challenge,
     /// Leading zero bits (meaningful with [`Challenge::Pow`]).
@@ -118,6 +118,9 @@ pub struct ChallengeSetting {
     /// Whether every stream request and status poll must prove the browser's key (read in
     /// the same `HMGET`: the gateway caches both together).
     pub bind: Bind,
+    /// The operator's text while the queue is in maintenance: a stream that opens meanwhile
+    /// hears `status` first (it may have missed the push while it reconnected).
+    pub maintenance: Option<std::sync::Arc<str>>,
 }
 
 impl Store {
@@ -130,14 +133,16 @@ impl Store {
             Option<u8>,
             Option<u64>,
             Option<String>,
+            Option<String>,
         );
-        let (open, challenge, difficulty, grace, bind): Fields = redis::cmd("HMGET")
+        let (open, challenge, difficulty, grace, bind, maintenance): Fields = redis::cmd("HMGET")
             .arg(&k.meta)
             .arg("open")
             .arg("challenge")
             .arg("pow_difficulty")
             .arg("grace_seconds")
             .arg("bind")
+            .arg("maintenance")
             .query_async(&mut self.c())
             .await?;
         Ok(open.map(|_| ChallengeSetting {
@@ -145,6 +150,7 @@ impl Store {
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
             grace_seconds: grace.unwrap_or(QueueConfig::default().grace_seconds),
             bind: bind.and_then(|b| b.parse().ok()).unwrap_or_default(),
+            maintenance: maintenance.map(Into::into),
         }))
     }
 }

@@ -155,10 +155,10 @@ impl Hub {
             return Some((a, rx));
         }
         slot.position = match &first {
-            Update::Waiting(w) => w.position,
+            Update::Waiting(w) | Update::Notice { waiting: w, .. } => w.position,
             _ => u64::MAX,
         };
-        if let Update::Waiting(w) = &first {
+        if let Update::Waiting(w) | Update::Notice { waiting: w, .. } = &first {
             slot.lane = w.lane.clone();
         }
         let (tx, rx) = watch::channel(first);

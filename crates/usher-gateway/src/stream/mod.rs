@@ -19,7 +19,7 @@ use usher_core::ids::{PlaceId, QueueId};
 use usher_core::invitation::{InvitationRefusal, InvitationRefusedEvent};
 use usher_core::lanes::LaneName;
 use usher_core::messages::{
-    eta_seconds, CloseReason, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
+    eta_seconds, CloseReason, LineStatus, PreQueueFullEvent, ScheduledEvent, WaitingEvent,
 };
 use usher_core::store::{Asker, PlaceState, QueueConfig, StoreError};
 use usher_core::time::now_ms;
@@ -287,7 +287,9 @@ async fn setup(
         Err(e) => return refused_by_redis(&logged(e)),
     };
     let grace = Duration::from_secs(
-        setting.map_or(QueueConfig::default().grace_seconds, |s| s.grace_seconds),
+        setting
+            .as_ref()
+            .map_or(QueueConfig::default().grace_seconds, |s| s.grace_seconds),
     );
     // The resumed place's own key (a binding queue's), kept with the stream: after a Redis
     // data loss the place is put back with it.
@@ -307,7 +309,7 @@ async fn setup(
         }
         None => {
             // A proof-of-work queue: the solution is checked before Redis is asked anything.
-            let proof = match challenges.gate(&q, setting, pow.as_deref()) {
+            let proof = match challenges.gate(&q, setting.as_ref(), pow.as_deref()) {
                 Gate::Pass(proof) => proof,
                 Gate::Refuse(puzzle) => return challenged(puzzle),
             };
@@ -443,7 +445,7 @@ async fn setup(
                 Some(r) => r,
                 None => return Setup::TryLater,
             };
-            let first = Update::Waiting(WaitingEvent {
+            let ev = WaitingEvent {
                 queue: q.clone(),
                 position,
                 waiting,
@@ -452,7 +454,22 @@ async fn setup(
                 // The inventory comes with the line's next `state` (one tick at most).
                 inventory: None,
                 lane,
-            });
+            };
+            // A stream that opens while the queue is in maintenance hears `status` before its
+            // first `waiting` (a browser reconnecting may have missed the push; the page takes
+            // a first `waiting` without it as "not in maintenance"). The setting is cached a
+            // second at most.
+            let first = match setting.as_ref().and_then(|s| s.maintenance.as_deref()) {
+                Some(text) => Update::Notice {
+                    notice: Update::status_frame(
+                        &q,
+                        LineStatus::Maintenance,
+                        Some(text.to_owned()),
+                    ),
+                    waiting: ev,
+                },
+                None => Update::Waiting(ev),
+            };
             live(ticket, reserved, place, first, previous_gateway)
         }
         PlaceState::Scheduled {

@@ -174,6 +174,10 @@ async fn pump_live(
     if let Update::Admitted(_) = &first {
         metrics::admission_delivered();
     }
+    // A stream opened in maintenance starts with its `status` (a notice's way): written once.
+    if let Update::Notice { notice, .. } = &first {
+        gw.hub().notice_shown(&holding.attached, notice);
+    }
     let mut last_write = tokio::time::Instant::now();
     // Bytes a client sent mid-stream are not a request this server can answer afterwards.
     let mut clean = true;

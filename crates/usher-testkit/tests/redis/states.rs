@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use usher_core::time::{now_ms, rfc3339_ms};
 use usher_testkit::answers::header;
 use usher_testkit::line::{admitted, data, join_watch, waiters, PAUSED, T};
+use usher_testkit::sse::Watcher;
 use usher_testkit::stack::{Stack, StackOptions};
 use usher_testkit::wait::eventually;
 use usher_testkit::SseClient;
@@ -99,6 +100,44 @@ async fn maintenance_holds_admission_keeps_places_and_reaches_every_browser_at_o
     let v = stack.queue("gig").await?;
     assert_eq!(v["waiting"], 5, "every place is kept: {v}");
     assert_eq!(v["admitted_total"], 0, "nobody admitted: {v}");
+
+    // A stream that opens during maintenance hears `status` before its first `waiting`: a
+    // join, and a browser coming back on another gateway (it may have missed the push). Both
+    // gateways heard the push, which makes them read the queue's setting again.
+    let first_two = |mut conn: usher_testkit::sse::SseConn| async move {
+        anyhow::ensure!(conn.status == 200, "answered {}", conn.status);
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let e = conn
+                .next_event(T)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the stream ended"))?;
+            got.push(e);
+        }
+        anyhow::Ok((got, conn))
+    };
+    let (got, conn) = first_two(a.open("/api/queues/gig/stream", None).await?).await?;
+    assert_eq!(
+        (
+            got[0].event.as_str(),
+            data(&got[0])["state"].clone(),
+            got[1].event.as_str()
+        ),
+        ("status", json!("maintenance"), "waiting")
+    );
+    let ticket = got[1].id.clone();
+    drop(conn);
+    let (got, conn) = first_two(b.open("/api/queues/gig/stream", Some(&ticket)).await?).await?;
+    assert_eq!(
+        (
+            got[0].event.as_str(),
+            data(&got[0])["message"].clone(),
+            got[1].event.as_str()
+        ),
+        ("status", json!(text), "waiting")
+    );
+    assert_eq!(got[1].id, ticket, "the same place");
+    line.push((ticket, Watcher::spawn_with(conn, got)));
 
     // Contradictions and bad texts are refused, and change nothing.
     for body in [
