@@ -76,7 +76,8 @@ pub struct Args {
     pub bind: bool,
 
     /// Each gateway's open-files limit (20,000 on the machine BENCHMARKS.md was measured on;
-    /// the Kubernetes and ECS examples set 65,536).
+    /// the Kubernetes and ECS examples set 65,536). A gateway holds at most this less its 64
+    /// reserve sockets; keep its `USHER_MAX_SOCKETS` at or below the limit too.
     #[arg(long, env = "USHER_SIZE_OPEN_FILES", value_name = "FILES", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub open_files: u64,
 
