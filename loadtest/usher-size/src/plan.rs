@@ -203,6 +203,12 @@ pub fn plan(inputs: &Inputs, costs: &Costs) -> Plan {
         "Gateway memory is resident memory (RSS). The kernel's socket buffers, which a container's memory limit also counts, are not measured and come on top.".to_owned(),
         format!("Headroom {hp}% is added to the gateway counts and to Redis memory, not to the CPU figures."),
     ];
+    if inputs.max_connections as f64 > files_cap {
+        assumptions.push(format!(
+            "USHER_MAX_CONNECTIONS {} is above the open-files limit {} less the {HEALTH_RESERVE_SOCKETS} reserve sockets: such a gateway refuses connections (`accept failed`) before its cap, so the plan counts at most {} streams on one. Raise the limit or lower the cap.",
+            n(inputs.max_connections as f64), n(inputs.open_files as f64), n(files_cap)
+        ));
+    }
     if peak_streams > c.held.value {
         assumptions.push(format!(
             "{} streams at the peak is more than the {} held at once in the load run: each gateway holds only its own, but that many together was not measured.",

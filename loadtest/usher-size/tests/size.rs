@@ -126,6 +126,28 @@ fn a_named_shape_is_planned_from_this_trees_figures() -> anyhow::Result<()> {
 }
 
 #[test]
+fn two_waves_drain_between_them_and_after() -> anyhow::Result<()> {
+    // 100 people in two waves over 8 s: 25, 25, 0, 0, 25, 25, 0, 0 joins; at 10 a second
+    // 15, 30, 20, 10, 25, 40, 30, 20 wait; the last 20 need 2 s more.
+    let p = json(&[
+        "--crowd",
+        "100",
+        "--shape",
+        "two-waves",
+        "--duration",
+        "8",
+        "--rate",
+        "10",
+        "--json",
+    ])?;
+    assert_eq!(p["inputs"]["curve"], "two-waves over 8 s");
+    assert_eq!(value(&p, "peak_join_rate"), 25.0);
+    assert_eq!(value(&p, "peak_waiting"), 40.0);
+    assert_eq!(value(&p, "line_empties"), 10.0);
+    Ok(())
+}
+
+#[test]
 fn bad_input_is_refused_with_what_is_wrong() -> anyhow::Result<()> {
     let refused = |args: &[&str], code: i32, says: &str| -> anyhow::Result<()> {
         let out = size(args)?;

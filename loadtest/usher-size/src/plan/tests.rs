@@ -149,9 +149,22 @@ fn a_small_sale_still_gets_two_of_each_and_a_tight_open_files_limit_binds() {
     let p = plan(&i, &costs());
     assert_eq!(p.peak_waiting.value, 180.0);
     assert_eq!(p.streams_per_gateway_max.value, 1_000.0);
+    assert!(
+        p.assumptions
+            .iter()
+            .any(|a| a.contains("USHER_MAX_CONNECTIONS 18,000 is above the open-files limit 1,064")),
+        "{:?}",
+        p.assumptions
+    );
     assert_eq!(p.gateways.value, 2.0);
     assert_eq!(p.dispatcher_replicas.value, 2.0);
     assert!(p.assumptions.iter().all(|a| !a.contains("more than")));
+    // At the default limits (18,000 streams under 20,000 files) no such warning.
+    let p = plan(&inputs(vec![100, 100], 10.0), &costs());
+    assert!(p
+        .assumptions
+        .iter()
+        .all(|a| !a.contains("USHER_MAX_CONNECTIONS")));
 }
 
 #[test]
