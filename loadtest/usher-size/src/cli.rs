@@ -179,6 +179,7 @@ pub fn run(args: &Args) -> anyhow::Result<String> {
                 "benchmarks": benchmarks,
             },
             "plan": p,
+            "costs": costs,
         });
         return Ok(serde_json::to_string_pretty(&json)? + "\n");
     }

@@ -71,6 +71,16 @@ fn a_csv_curve_gives_the_line_worked_out_by_hand() -> anyhow::Result<()> {
         "Load: Redis memory; Load: tick behind away places"
     );
     assert_eq!(p["inputs"]["benchmarks"], "built in");
+    // The costs used, each with its row, as read from BENCHMARKS.md.
+    let costs = Costs::from_markdown(BUILT_IN)?;
+    assert_eq!(
+        p["costs"]["kib_per_connection"]["source"],
+        "Load: gateway memory"
+    );
+    assert_eq!(
+        p["costs"]["kib_per_connection"]["value"].as_f64(),
+        Some(costs.kib_per_connection.value)
+    );
     Ok(())
 }
 
