@@ -151,9 +151,11 @@ pub fn plan(inputs: &Inputs, costs: &Costs) -> Plan {
     // than a gateway of the load run held (more was not measured).
     let measured_per_gw = (c.held.value / load_gw).floor();
     let files_cap = inputs.open_files.saturating_sub(HEALTH_RESERVE_SOCKETS) as f64;
+    // At least one, so that a limit below the reserve cannot divide by zero.
     let per_gw = (inputs.max_connections as f64)
         .min(files_cap)
-        .min(measured_per_gw);
+        .min(measured_per_gw)
+        .max(1.0);
     let joins_per_gw = c.join_rate.value / load_gw;
     let for_streams = ceil_div(peak_streams * h, per_gw);
     let for_joins = ceil_div(peak_join * h, joins_per_gw);
