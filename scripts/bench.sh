@@ -298,6 +298,10 @@ fi
 if want redis && want joins && want hold && want admit && want sweep; then
     log "writing BENCHMARKS.md"
     python3 scripts/bench-report.py "$OUT" BENCHMARKS.md
+    # usher-size plans from these figures: its worked example in docs/deploying.md (checked
+    # by `make test`) is printed again from them.
+    log "rewriting usher-size's worked example in docs/deploying.md"
+    USHER_BLESS=1 cargo test -q -p usher-size --test size the_worked_example >/dev/null
     log "done: results in $OUT and BENCHMARKS.md"
 else
     log "done: results in $OUT (a subset of the scenarios ran; BENCHMARKS.md left alone)"
