@@ -123,9 +123,16 @@ impl Door {
     }
 
     /// For `/readyz?verbose`: the queues whose door this gateway could open (it holds their
-    /// door tokens) and those whose door is open now, each sorted.
+    /// door tokens) and those whose door is open now, each sorted, and the browsers per second
+    /// each door would let through here (0 while the queue admits nobody: paused, or its
+    /// reported inventory taken).
     pub(crate) fn report(&self) -> serde_json::Value {
         let inner = self.lock();
+        let shares: serde_json::Map<String, serde_json::Value> = inner
+            .passes
+            .iter()
+            .map(|(q, (_, p))| (q.as_str().to_owned(), serde_json::json!(p.share())))
+            .collect();
         let mut ready: Vec<&str> = inner.passes.keys().map(QueueId::as_str).collect();
         let mut open: Vec<&str> = inner
             .periods
@@ -135,7 +142,7 @@ impl Door {
             .collect();
         ready.sort_unstable();
         open.sort_unstable();
-        serde_json::json!({ "ready": ready, "open": open })
+        serde_json::json!({ "ready": ready, "open": open, "share_per_second": shares })
     }
 }
 

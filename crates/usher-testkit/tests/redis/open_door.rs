@@ -164,6 +164,15 @@ async fn redis_stopped_opens_the_door_at_the_rate_and_the_line_resumes_after() -
     // The gateway has the door tokens (a `state` carried them); the dispatcher signed them.
     door_ready(&stack, "door").await?;
     door_ready(&stack, "sold").await?;
+    // The gateway learnt that the sold-out queue's door lets nobody through (a `state` after
+    // its one session was admitted), before Redis stops.
+    let url = format!("{}/readyz?verbose", stack.gateway_url(0));
+    eventually("the sold-out queue's door share to be 0", async || {
+        let v: Value = stack.http.get(&url).send().await?.json().await?;
+        anyhow::ensure!(v["door"]["share_per_second"]["sold"] == json!(0.0), "{v}");
+        Ok(())
+    })
+    .await?;
     let dispatcher = stack.dispatcher.url();
     let signed = labelled(
         &stack.http,
