@@ -73,9 +73,8 @@ pub use binding::{Asker, TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
-pub use dispatch::tick::{
-    LaneOutcome, Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK,
-};
+pub use dispatch::tick::{TickArgs, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
+pub use dispatch::tick_outcome::{LaneOutcome, Tick, TickOutcome};
 pub use dispatch::Lease;
 // >>> door
 pub use door::DoorRecord;

@@ -7,7 +7,7 @@ use crate::lanes::LaneName;
 use crate::store::{protocol, Result};
 
 use super::outbox::OutboxEntry;
-use super::tick::{LaneOutcome, TickOutcome};
+use super::tick_outcome::{LaneOutcome, TickOutcome};
 
 /// The outcome of a tick call as `lua/tick.lua` encodes it: a JSON object whose field names
 /// are these (a missing or unknown field is an error, so the two cannot drift apart).
