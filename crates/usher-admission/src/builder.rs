@@ -45,21 +45,25 @@ impl Builder {
         self
     }
 
-    /// Tokens of any queue of the dispatcher's: for a service that takes the queue per request
-    /// and names it in [`Admission::verify_for`], [`Admission::check_for`],
-    /// [`Admission::touch_for`] and [`Admission::consume_for`] (or the layer's
-    /// [`AdmissionLayer::queue_from_query`](crate::AdmissionLayer::queue_from_query)). The plain calls then accept any queue's token.
+    /// Tokens of any queue of the dispatcher's: for a service that takes the queue per request and
+    /// names it in [`Admission::verify_for`], [`Admission::check_for`], [`Admission::touch_for`]
+    /// and [`Admission::consume_for`] (or the layer's [`AdmissionLayer::queue_from_query`]). The
+    /// plain calls then accept any queue's token.
+    ///
+    /// [`AdmissionLayer::queue_from_query`]: crate::AdmissionLayer::queue_from_query
     pub fn any_queue(mut self) -> Self {
         self.audience = Some(Audience::Any);
         self
     }
 
-    /// How often the JWKS is fetched: at most once per `min_gap` whatever the tokens' key ids
-    /// (a request with an unknown kid waits for the next fetch, due `min_gap` after the last,
-    /// and shared by every request waiting then), and again once the cached set is older than
-    /// `max_age`, so a key removed from the set stops being accepted within `max_age`.
-    /// Defaults: [`DEFAULT_JWKS_MIN_GAP`](crate::DEFAULT_JWKS_MIN_GAP) and
-    /// [`DEFAULT_JWKS_MAX_AGE`](crate::DEFAULT_JWKS_MAX_AGE).
+    /// How often the JWKS is fetched: at most once per `min_gap` whatever the tokens' key ids (a
+    /// request with an unknown kid waits for the next fetch, due `min_gap` after the last, and
+    /// shared by every request waiting then), and again once the cached set is older than
+    /// `max_age`, so a key removed from the set stops being accepted within `max_age`. Defaults:
+    /// [`DEFAULT_JWKS_MIN_GAP`] and [`DEFAULT_JWKS_MAX_AGE`].
+    ///
+    /// [`DEFAULT_JWKS_MIN_GAP`]: crate::DEFAULT_JWKS_MIN_GAP
+    /// [`DEFAULT_JWKS_MAX_AGE`]: crate::DEFAULT_JWKS_MAX_AGE
     pub fn jwks_refresh(mut self, min_gap: Duration, max_age: Duration) -> Self {
         self.refresh = Refresh { min_gap, max_age };
         self

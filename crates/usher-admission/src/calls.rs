@@ -6,7 +6,9 @@ use crate::{Admission, Audience, Consumption, Error, Proof, SessionStatus};
 
 impl Admission {
     /// Online: where the token's session stands (`GET /api/session?queue=`), for the queue of
-    /// [`Builder::audiences`](crate::Builder::audiences) (of several, the token's own when it is one of them).
+    /// [`Builder::audiences`] (of several, the token's own when it is one of them).
+    ///
+    /// [`Builder::audiences`]: crate::Builder::audiences
     pub async fn check(&self, token: &str) -> Result<SessionStatus, Error> {
         self.session_call(Call::Check, token, None, None).await
     }

@@ -15,7 +15,12 @@ pub enum Error {
     /// The dispatcher's answer could not be read.
     #[error("cannot read the dispatcher's answer: {0}")]
     BadReply(String),
-    /// [`Admission::report_load`](crate::Admission::report_load) or [`Admission::report_inventory`](crate::Admission::report_inventory) without a service token ([`Builder::service_token`](crate::Builder::service_token)).
+    /// [`Admission::report_load`] or [`Admission::report_inventory`] without a service token
+    /// ([`Builder::service_token`]).
+    ///
+    /// [`Admission::report_load`]: crate::Admission::report_load
+    /// [`Admission::report_inventory`]: crate::Admission::report_inventory
+    /// [`Builder::service_token`]: crate::Builder::service_token
     #[error("no service token is configured")]
     NoServiceToken,
     /// The dispatcher refused the service token (`401`).
@@ -33,7 +38,9 @@ pub enum Error {
     NoAudience,
 }
 
-/// Why an [`Admission`](crate::Admission) could not be built.
+/// Why an [`Admission`] could not be built.
+///
+/// [`Admission`]: crate::Admission
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("bad URL {url:?}: {source}")]
@@ -46,14 +53,19 @@ pub enum BuildError {
     Scheme(String),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
-    /// Neither [`Builder::audiences`](crate::Builder::audiences) nor [`Builder::any_queue`](crate::Builder::any_queue) (nor a service token, for a
-    /// handle that only reports load): such a handle would accept every queue's tokens.
+    /// Neither [`Builder::audiences`] nor [`Builder::any_queue`] (nor a service token, for a handle
+    /// that only reports load): such a handle would accept every queue's tokens.
+    ///
+    /// [`Builder::audiences`]: crate::Builder::audiences
+    /// [`Builder::any_queue`]: crate::Builder::any_queue
     #[error(
         "no audience: name the queues whose tokens this service accepts (Builder::audiences), \
          or say Builder::any_queue and pass the queue to the *_for calls"
     )]
     NoAudience,
-    /// [`Builder::jwks_refresh`](crate::Builder::jwks_refresh) with a maximum age shorter than the minimum gap.
+    /// [`Builder::jwks_refresh`] with a maximum age shorter than the minimum gap.
+    ///
+    /// [`Builder::jwks_refresh`]: crate::Builder::jwks_refresh
     #[error("jwks_refresh: max_age ({max_age:?}) must be at least min_gap ({min_gap:?})")]
     JwksRefresh {
         min_gap: Duration,
