@@ -31,7 +31,7 @@ use usher_core::lanes::Lanes;
 use usher_core::store::{BeaconChange, QueueConfig, Store, StoreError};
 use usher_core::time::{now_ms, parse_rfc3339_ms};
 
-use crate::admin::queues::{configured, QueueUpdate};
+use crate::admin::queue_update::{configured, QueueUpdate};
 
 /// How often the dispatcher looks for queues of the file missing from Redis.
 pub const RECHECK: Duration = Duration::from_secs(1);

@@ -5,7 +5,9 @@
 //! * `admin` — queue settings and counters (the dispatcher's admin API);
 //! * `gateways` — the gateway registry and gateways' interest in queues;
 //! * `streams` — the per-gateway streams the dispatcher writes and each gateway reads;
-//! * `places` — a browser's place: join, resume, status, leave, away (the gateways);
+//! * `joins` — browsers taking places in line, a gateway's batch in one call (the gateways);
+//! * `places` — a browser's place: resume, status, leave (the gateways);
+//! * `away` — a dropped connection's place kept for the grace period, and back (the gateways);
 //! * `binding` — the browser key a place joined with, and spent proofs of possession (the
 //!   gateways; the dispatcher reads the keys to mint `cnf.jkt`);
 //! * `queue_meta` — a queue's page and proof-of-work settings (the admin API writes the page's,
@@ -35,6 +37,7 @@ use crate::keys;
 
 mod admin;
 mod audit;
+mod away;
 mod binding;
 mod connection;
 mod decode;
@@ -49,6 +52,7 @@ mod gateway_load;
 mod gateways;
 mod inventory;
 mod invitations;
+mod joins;
 mod lanes;
 mod oom;
 mod places;
@@ -69,9 +73,8 @@ pub use binding::{Asker, TicketKey, PRUNE_BOUND_COUNT};
 pub use connection::{RedisArgs, RedisMode};
 pub use dispatch::outbox::{OutboxEntry, OutboxList};
 pub use dispatch::records::TokenRecord;
-pub use dispatch::tick::{
-    LaneOutcome, Tick, TickArgs, TickOutcome, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK,
-};
+pub use dispatch::tick::{TickArgs, ADMIT_PER_CALL, MAX_ADMIT_PER_TICK};
+pub use dispatch::tick_outcome::{LaneOutcome, Tick, TickOutcome};
 pub use dispatch::Lease;
 // >>> door
 pub use door::DoorRecord;
@@ -83,9 +86,10 @@ pub use gateway_load::GatewayConnections;
 pub use gateways::{GatewayInfo, Interest, GWS_TTL_MS};
 pub use inventory::InventoryReport;
 pub use invitations::{AccountPlace, InvitationSetting, ACCOUNT_TTL_SECS};
+pub use joins::{JoinBatch, Joined, JOIN_BATCH_MAX};
 pub use lanes::{LaneCount, LanesWrite};
 pub use oom::OomLog;
-pub use places::{JoinBatch, Joined, LeaveOutcome, PlaceState, JOIN_BATCH_MAX};
+pub use places::{LeaveOutcome, PlaceState};
 pub use policy::{RatePolicy, Wakes};
 pub use queue_meta::{ChallengeSetting, QueuePage};
 pub use readiness::{DispatcherFacts, GatewayFacts, RedisFacts, MEMORY_PER_PLACE_BYTES};

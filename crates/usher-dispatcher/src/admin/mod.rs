@@ -13,6 +13,9 @@
 //!   in `PUT /admin/queues/{queue}`, and the last inventory report `GET` shows.
 //! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
 //!   changes that need `"confirm": true`.
+//! * `queue_update` — the `PUT /admin/queues/{queue}` body and `configured`, its checks and
+//!   the settings it makes (shared with `USHER_QUEUES_FILE`).
+//! * `queue_view` — a queue as the admin API shows it.
 //! * `queues` — the queue handlers: list, get, put, close, notice.
 //! * `openapi` — the queue handlers' descriptions (the other handlers carry their own).
 //! * `gateways` — `GET /admin/gateways`: the registered gateways and their queues.
@@ -34,6 +37,8 @@ mod invitations;
 mod lanes;
 mod no_shows;
 mod openapi;
+pub(crate) mod queue_update;
+mod queue_view;
 pub(crate) mod queues;
 mod readiness;
 mod sale;

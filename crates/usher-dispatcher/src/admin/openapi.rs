@@ -7,7 +7,9 @@ use usher_core::ids::QueueId;
 use usher_http::openapi::ErrorBody;
 
 use super::errors::{AdminReadErrors, AdminWriteErrors};
-use super::queues::{NoticeBody, NoticeSent, QueueList, QueueUpdate, QueueView};
+use super::queue_update::QueueUpdate;
+use super::queue_view::{QueueList, QueueView};
+use super::queues::{NoticeBody, NoticeSent};
 
 #[utoipa::path(
     get,

@@ -20,7 +20,7 @@ use usher_http::ApiError;
 
 use crate::state::{redis_down, AppState};
 
-/// The fields of a `PUT /admin/queues/{queue}` body (`queues::QueueUpdate`) the states read.
+/// The fields of a `PUT /admin/queues/{queue}` body (`queue_update::QueueUpdate`) the states read.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StateChange<'a> {
     /// Absent: unchanged; a text: maintenance; `null`: maintenance ends.

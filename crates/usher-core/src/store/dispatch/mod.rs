@@ -1,6 +1,6 @@
 //! What the dispatcher does in Redis: hold queue leases ([`Lease`]), register its replicas,
-//! and per queue tick (`tick`), deliver admissions from the outbox (`outbox`) and store the
-//! minted tokens (`records`).
+//! and per queue tick (`tick`; its reply decoded by `tick_reply` into a `tick_outcome`),
+//! deliver admissions from the outbox (`outbox`) and store the minted tokens (`records`).
 
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use crate::keys::{self, QueueKeys};
 pub(super) mod outbox;
 pub(super) mod records;
 pub(super) mod tick;
+pub(super) mod tick_outcome;
+mod tick_reply;
 
 /// A queue lease held by one dispatcher replica: `<owner>|<fencing token>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
