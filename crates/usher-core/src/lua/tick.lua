@@ -54,7 +54,7 @@
 -- `bucket_ms`) spend it, so no single call blocks Redis for long.
 -- Returns {TICK_LEASE_LOST} when the lease is not ours, {TICK_CLOSED, outbox length} when the
 -- queue is closed (sessions still expire and the outbox is still delivered), else
--- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick.rs,
+-- {TICK_TICKED, outcome}: a JSON object (cjson) decoded by field name in store/dispatch/tick_reply.rs,
 --   admitted, waiting, active, dropped (this call), no_shows (sessions ended by this call
 --   for not arriving), outbox_len, admit_per_second,
 --   carry (the bucket's level after this call),
