@@ -13,8 +13,7 @@
 //! `resumed_elsewhere`; on a binding queue the place is bound to the new device's key first:
 //! `lua/account.lua`). Otherwise it takes a new place, recorded for the account.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, State};
@@ -29,7 +28,7 @@ use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::invitation::{verify, InvitationRefusal, Invitee};
 use usher_core::messages::CloseReason;
-use usher_core::store::{AccountPlace, InvitationSetting, LeaveOutcome, Store, StoreError};
+use usher_core::store::{AccountPlace, LeaveOutcome, Store, StoreError};
 use usher_core::time::now_ms;
 use usher_http::ApiError;
 
@@ -44,43 +43,6 @@ use crate::update::Update;
 pub(crate) const JOIN_CODE_TTL: Duration = Duration::from_secs(60);
 /// A join code's length: 16 random bytes, base64url.
 const JOIN_CODE_LEN: usize = 22;
-/// How long a queue's invitation setting is used before it is read again.
-const SETTING_TTL: Duration = Duration::from_secs(1);
-/// Most queues whose setting is cached (past this the cache starts over).
-const MAX_CACHED: usize = 10_000;
-
-type Cached = (Instant, Option<Arc<InvitationSetting>>);
-
-/// Queues' invitation settings, cached for [`SETTING_TTL`]: every join asks whether its queue
-/// requires an invitation, and a flood of joins must not become a flood of reads.
-#[derive(Default)]
-pub(crate) struct Settings {
-    cache: Mutex<HashMap<QueueId, Cached>>,
-}
-
-impl Settings {
-    /// `q`'s setting; `None` for an unknown queue.
-    pub(crate) async fn get(
-        &self,
-        store: &Store,
-        q: &QueueId,
-    ) -> Result<Option<Arc<InvitationSetting>>, StoreError> {
-        let lock = || self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, s)) = lock().get(q) {
-            if at.elapsed() < SETTING_TTL {
-                return Ok(s.clone());
-            }
-        }
-        let s = store.invitation_setting(q).await?.map(Arc::new);
-        let mut cache = lock();
-        if cache.len() >= MAX_CACHED {
-            cache.clear();
-        }
-        cache.insert(q.clone(), (Instant::now(), s.clone()));
-        Ok(s)
-    }
-}
-
 /// The answer of `POST /api/queues/{queue}/invitation`.
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct JoinCode {

@@ -60,6 +60,7 @@ mod frames;
 mod hub;
 mod inbox;
 mod invitation;
+mod invitation_settings;
 mod joins;
 mod keepalive;
 mod lanes;

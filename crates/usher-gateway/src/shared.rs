@@ -61,7 +61,7 @@ pub(crate) struct Gateway {
     /// Proof-of-work puzzles: issued and checked here.
     challenges: Challenges,
     /// Queues' invitation settings, cached briefly.
-    invitations: crate::invitation::Settings,
+    invitations: crate::invitation_settings::Settings,
     // >>> door
     /// The open door: passes learnt, when Redis last answered, periods.
     door: crate::door::Door,
@@ -122,7 +122,7 @@ impl Gateway {
         }
     }
 
-    pub(crate) fn invitations(&self) -> &crate::invitation::Settings {
+    pub(crate) fn invitations(&self) -> &crate::invitation_settings::Settings {
         &self.invitations
     }
 
