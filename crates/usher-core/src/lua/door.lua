@@ -12,18 +12,7 @@ lane_keys_at = 6
 local removed = 0
 for i = 4, #ARGV do
   local place = ARGV[i]
-  local waiting, parked = place_sets(place, KEYS[1], KEYS[2])
-  local found = find_member(waiting, place)
-  local from = waiting
-  if not found then
-    found = find_member(parked, place)
-    from = parked
-  end
-  if found then
-    redis.call('ZREM', from, found)
-    lane_forget({place})
-    removed = removed + 1
-  end
+  if take_from_line(place, KEYS[1], KEYS[2]) then removed = removed + 1 end
   redis.call('ZREM', KEYS[3], place)
 end
 -- The period is recorded for a queue that still exists: after a Redis data loss the queue's

@@ -22,18 +22,10 @@ if pre then
   redis.call('ZREM', KEYS[7], pre)
   return {LEAVE_LEFT, member_gateway(pre), place}
 end
-local waiting, parked = place_sets(place, KEYS[1], KEYS[9])
-local found = find_member(waiting, place)
-local from = waiting
-if not found then
-  -- An away place (its browser leaves from another tab, or through the API).
-  found = find_member(parked, place)
-  from = parked
-end
+-- A waiting place, or an away one (its browser leaves from another tab, or through the API).
+local found = take_from_line(place, KEYS[1], KEYS[9])
 if found then
-  redis.call('ZREM', from, found)
   redis.call('ZREM', KEYS[4], place)
-  lane_forget({place})
   return {LEAVE_LEFT, member_gateway(found), place}
 end
 if redis.call('ZSCORE', KEYS[2], place) then

@@ -265,6 +265,24 @@ local function place_drawn(seq, pre, waiting, away, drawn, bound, order, now, gr
   return first
 end
 
+-- Takes `place` out of the line: from its lane's `waiting`, or its `parked` when it is away
+-- (`waiting`, `parked`: the default lane's; lanes.lua finds its own). Returns the member it
+-- had (its gateway is in it), or nil when the place was not in line.
+local function take_from_line(place, waiting, parked)
+  local w, p = place_sets(place, waiting, parked)
+  local from = w
+  local found = find_member(w, place)
+  if not found then
+    found = find_member(p, place)
+    from = p
+  end
+  if found then
+    redis.call('ZREM', from, found)
+    lane_forget({place})
+  end
+  return found
+end
+
 -- Whether `place` (an id in line, not a pre-queue ticket's id) is still live: in the
 -- pre-queue, in line (`waiting` or away in `parked`, or another lane's: lanes.lua), or admitted (`active`: a session
 -- being minted, valid, or expired and not yet ended by the tick). Any other place is over
