@@ -147,20 +147,9 @@ impl SessionApi {
         if !load.is_finite() {
             return Err(Error::Rejected("the load must be a finite number".into()));
         }
-        let r = self
-            .http
-            .put(self.load_url(backend)?)
-            .bearer_auth(service_token)
-            .json(&serde_json::json!({ "load": load }))
-            .send()
+        let body = serde_json::json!({ "load": load });
+        self.put_report(self.load_url(backend)?, service_token, &body, &[])
             .await
-            .map_err(Error::Unreachable)?;
-        match r.status() {
-            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
-            StatusCode::UNAUTHORIZED => Err(Error::Unauthorized),
-            StatusCode::BAD_REQUEST => Err(Error::Rejected(error_text(r).await)),
-            status => Err(Error::Unexpected { status }),
-        }
     }
 
     /// `PUT /api/queues/{queue}/inventory`: what is left of `queue`'s inventory.
@@ -170,18 +159,38 @@ impl SessionApi {
         queue: &str,
         remaining: u64,
     ) -> Result<(), Error> {
+        let body = serde_json::json!({ "remaining": remaining });
+        // An unknown queue is the caller's mistake too: its answer says which.
+        self.put_report(
+            self.inventory_url(queue)?,
+            service_token,
+            &body,
+            &[StatusCode::NOT_FOUND],
+        )
+        .await
+    }
+
+    /// `PUT`s a booking service's report `body` to `url` with its service token. `400` (and
+    /// the statuses in `rejected_too`) carry the dispatcher's reason; `401` is a wrong token.
+    async fn put_report(
+        &self,
+        url: Url,
+        service_token: &str,
+        body: &serde_json::Value,
+        rejected_too: &[StatusCode],
+    ) -> Result<(), Error> {
         let r = self
             .http
-            .put(self.inventory_url(queue)?)
+            .put(url)
             .bearer_auth(service_token)
-            .json(&serde_json::json!({ "remaining": remaining }))
+            .json(body)
             .send()
             .await
             .map_err(Error::Unreachable)?;
         match r.status() {
             StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
             StatusCode::UNAUTHORIZED => Err(Error::Unauthorized),
-            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND => {
+            s if s == StatusCode::BAD_REQUEST || rejected_too.contains(&s) => {
                 Err(Error::Rejected(error_text(r).await))
             }
             status => Err(Error::Unexpected { status }),
@@ -190,21 +199,21 @@ impl SessionApi {
 
     /// `PUT` URL of `queue`'s inventory: the name is one path segment, percent-encoded.
     fn inventory_url(&self, queue: &str) -> Result<Url, Error> {
-        let mut url = self.base.clone();
-        url.path_segments_mut()
-            .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
-            .pop_if_empty()
-            .extend(["api", "queues", queue, "inventory"]);
-        Ok(url)
+        self.api_url(["api", "queues", queue, "inventory"])
     }
 
     /// `PUT` URL of `backend`'s load: the name is one path segment, percent-encoded.
     fn load_url(&self, backend: &str) -> Result<Url, Error> {
+        self.api_url(["api", "backends", backend, "load"])
+    }
+
+    /// The dispatcher's URL with `segments` as its path, each percent-encoded.
+    fn api_url<const N: usize>(&self, segments: [&str; N]) -> Result<Url, Error> {
         let mut url = self.base.clone();
         url.path_segments_mut()
             .map_err(|()| Error::Url(url::ParseError::RelativeUrlWithCannotBeABaseBase))?
             .pop_if_empty()
-            .extend(["api", "backends", backend, "load"]);
+            .extend(segments);
         Ok(url)
     }
 }

@@ -71,6 +71,13 @@ pub struct InventoryOutlook {
 }
 
 impl InventoryState {
+    /// Whether the report lets the queue admit anyone now: something is left beyond the
+    /// baskets the active sessions hold (`tick.lua`/`join.lua` apply the same rule through
+    /// prelude.lua's `inventory_slots`).
+    pub fn admits(&self) -> bool {
+        self.remaining > self.held
+    }
+
     /// What the browser at `position` (1 = next) is told. The admission rule admits while
     /// anything is left beyond the active sessions' baskets, so the place at `position` is
     /// admitted once the `position − 1` places ahead have taken a basket each: it is

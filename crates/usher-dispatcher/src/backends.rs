@@ -15,7 +15,7 @@ use usher_http::ApiError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::state::{bearer_is, redis_down, AppState};
+use crate::state::{redis_down, service_bearer, AppState};
 
 /// The routes, merged into the dispatcher's router.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -56,19 +56,10 @@ async fn report(
     headers: HeaderMap,
     body: Result<Json<LoadBody>, JsonRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(expected) = &st.service_token else {
-        if !WARNED_UNSET.swap(true, Ordering::Relaxed) {
-            tracing::warn!("a booking backend reported its load, but USHER_SERVICE_TOKEN is not set: every load report is refused, so adaptive queues admit nobody");
-        }
-        return Err(ApiError::unauthorized(
-            "USHER_SERVICE_TOKEN is not set: load reports are refused",
-        ));
-    };
-    if !bearer_is(&headers, expected) {
-        return Err(ApiError::unauthorized(
-            "missing or wrong service bearer token",
-        ));
+    if st.service_token.is_none() && !WARNED_UNSET.swap(true, Ordering::Relaxed) {
+        tracing::warn!("a booking backend reported its load, but USHER_SERVICE_TOKEN is not set: every load report is refused, so adaptive queues admit nobody");
     }
+    service_bearer(&st, &headers, "load reports")?;
     let name = BackendName::new(raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if !(b.load.is_finite() && b.load >= 0.0) {

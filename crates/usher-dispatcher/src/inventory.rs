@@ -21,7 +21,7 @@ use usher_http::ApiError;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::state::{bearer_is, redis_down, AppState};
+use crate::state::{redis_down, service_bearer, AppState};
 
 /// The routes, merged into the dispatcher's router.
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -76,7 +76,7 @@ async fn report_inventory(
     headers: HeaderMap,
     body: Result<Json<InventoryBody>, JsonRejection>,
 ) -> Result<Json<InventoryAnswer>, ApiError> {
-    service(&st, &headers)?;
+    service_bearer(&st, &headers, "inventory reports")?;
     let q = QueueId::new(&raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Json(b) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     check_remaining(b.remaining).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -88,7 +88,7 @@ async fn report_inventory(
         .map_err(redis_down)?
         .ok_or_else(|| ApiError::not_found(format!("no queue {raw:?}")))?;
     let gateways = tell_line(&st, &q, inv, now).await;
-    if inv.remaining > inv.held {
+    if inv.admits() {
         // Admission may resume: mint the next tick's tokens now.
         let _ = st.hints.send(q.clone());
     }
@@ -98,7 +98,7 @@ async fn report_inventory(
         remaining: inv.remaining,
         held: inv.held,
         basket_size: inv.basket_size,
-        admitting: inv.remaining > inv.held,
+        admitting: inv.admits(),
         gateways,
     }))
 }
@@ -123,7 +123,7 @@ async fn forget_inventory(
     Path(raw): Path<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    service(&st, &headers)?;
+    service_bearer(&st, &headers, "inventory reports")?;
     let q = QueueId::new(&raw).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !st.store.forget_inventory(&q).await.map_err(redis_down)? {
         return Err(ApiError::not_found(format!("no queue {raw:?}")));
@@ -131,21 +131,6 @@ async fn forget_inventory(
     let _ = st.hints.send(q.clone());
     tracing::info!(queue = %q, "inventory report forgotten");
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `401` unless the request carries the service token.
-fn service(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = &st.service_token else {
-        return Err(ApiError::unauthorized(
-            "USHER_SERVICE_TOKEN is not set: inventory reports are refused",
-        ));
-    };
-    if !bearer_is(headers, expected) {
-        return Err(ApiError::unauthorized(
-            "missing or wrong service bearer token",
-        ));
-    }
-    Ok(())
 }
 
 /// Tells every live gateway holding browsers of `q` the new inventory (they pass each

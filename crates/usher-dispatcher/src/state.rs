@@ -60,6 +60,27 @@ pub(crate) fn redis_down(e: StoreError) -> ApiError {
     ApiError::unavailable("redis is unavailable")
 }
 
+/// A booking service's request: its `Authorization: Bearer` token must be
+/// `USHER_SERVICE_TOKEN`. `401` otherwise, and while the token is unset (`reports` names what
+/// is then refused, e.g. "load reports").
+pub(crate) fn service_bearer(
+    st: &AppState,
+    headers: &HeaderMap,
+    reports: &str,
+) -> Result<(), ApiError> {
+    let Some(expected) = &st.service_token else {
+        return Err(ApiError::unauthorized(format!(
+            "USHER_SERVICE_TOKEN is not set: {reports} are refused"
+        )));
+    };
+    if !bearer_is(headers, expected) {
+        return Err(ApiError::unauthorized(
+            "missing or wrong service bearer token",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether the request's `Authorization: Bearer` token is `expected`. Compares digests:
 /// constant time, and no length leak.
 pub(crate) fn bearer_is(headers: &HeaderMap, expected: &str) -> bool {

@@ -79,6 +79,47 @@ pub fn spawn_driver(
         .context("cannot start the Playwright driver")
 }
 
+/// The processes a page driver runs against: Redis, a dispatcher ticking every 200 ms, a
+/// gateway whose streams retry after 1 s, and the booking demo (`page_driver_env` names them
+/// to the driver).
+pub struct PageStack {
+    pub redis: crate::RedisServer,
+    pub dispatcher: crate::procs::Proc,
+    pub gateway: crate::procs::Proc,
+    pub booking: crate::procs::Proc,
+}
+
+impl PageStack {
+    pub async fn start() -> anyhow::Result<Self> {
+        let redis = crate::RedisServer::start()?;
+        let url = ("USHER_REDIS_URL", redis.url());
+        let dispatcher = crate::procs::Proc::start(
+            "usher-dispatcher",
+            &[url.clone(), ("USHER_TICK_MS", "200".into())],
+        )
+        .await?;
+        let gateway =
+            crate::procs::Proc::start("usher-gateway", &[url, ("USHER_RETRY_MS", "1000".into())])
+                .await?;
+        let booking = booking_demo(&dispatcher).await?;
+        Ok(Self {
+            redis,
+            dispatcher,
+            gateway,
+            booking,
+        })
+    }
+
+    /// The driver's environment ([`page_driver_env`]) for these processes.
+    pub fn driver_env(&self) -> Vec<(&'static str, String)> {
+        page_driver_env(
+            &self.gateway.url(),
+            &self.dispatcher.url(),
+            &self.booking.url(),
+        )
+    }
+}
+
 /// The environment a page driver (`browser/*.py`) reads: the servers it talks to, and the
 /// test admin token.
 pub fn page_driver_env(

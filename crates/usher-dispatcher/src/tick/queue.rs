@@ -288,7 +288,7 @@ impl QueueTick {
         // The door lets through at the rate the queue admits at now (none while paused, nor
         // once the reported inventory is taken: what is left is held by the active sessions),
         // shared by the live gateways.
-        let sold = out.inventory.is_some_and(|i| i.remaining <= i.held);
+        let sold = out.inventory.is_some_and(|i| !i.admits());
         let door_rate = if out.paused || sold {
             0.0
         } else {

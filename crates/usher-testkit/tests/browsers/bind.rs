@@ -12,47 +12,19 @@ use std::time::Duration;
 
 use usher_core::ids::QueueId;
 use usher_core::keys::QueueKeys;
-use usher_testkit::procs::Proc;
 use usher_testkit::redis_server::cli;
-use usher_testkit::tools::{booking_demo, browser_venv, drive, page_driver_env, spawn_driver};
-use usher_testkit::RedisServer;
-
-/// Redis, a dispatcher, a gateway and the booking demo, as the drivers expect them.
-struct Stack {
-    _redis: RedisServer,
-    dispatcher: Proc,
-    gateway: Proc,
-    booking: Proc,
-}
-
-async fn stack() -> anyhow::Result<Stack> {
-    let redis = RedisServer::start()?;
-    let url = ("USHER_REDIS_URL", redis.url());
-    let dispatcher = Proc::start(
-        "usher-dispatcher",
-        &[url.clone(), ("USHER_TICK_MS", "200".into())],
-    )
-    .await?;
-    let gateway = Proc::start("usher-gateway", &[url, ("USHER_RETRY_MS", "1000".into())]).await?;
-    let booking = booking_demo(&dispatcher).await?;
-    Ok(Stack {
-        _redis: redis,
-        dispatcher,
-        gateway,
-        booking,
-    })
-}
+use usher_testkit::tools::{browser_venv, drive, spawn_driver, PageStack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
     let venv = browser_venv()?;
-    let s = stack().await?;
-    let mut env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    let s = PageStack::start().await?;
+    let mut env = s.driver_env();
     // To watch the pruning of its queue's keys: `redis-cli` and the key (only usher-core
     // names keys).
     env.push((
         "USHER_TEST_REDIS_CLI",
-        format!("{} -h 127.0.0.1 -p {}", cli(), s._redis.port()),
+        format!("{} -h 127.0.0.1 -p {}", cli(), s.redis.port()),
     ));
     env.push((
         "USHER_TEST_BOUND_KEY",
@@ -83,8 +55,8 @@ async fn a_python_client_proves_its_key_with_pyjwt() -> anyhow::Result<()> {
 async fn the_page_binds_its_place_and_forgets_the_ticket_in_chromium() -> anyhow::Result<()> {
     let _chromium = usher_testkit::solo::chromium_slot().await;
     let venv = browser_venv()?;
-    let s = stack().await?;
-    let env = page_driver_env(&s.gateway.url(), &s.dispatcher.url(), &s.booking.url());
+    let s = PageStack::start().await?;
+    let env = s.driver_env();
     let driver = spawn_driver(&venv, "bind_page.py", &env)?;
     let passed = drive(driver, &mut (), Duration::from_secs(240)).await?;
     assert_eq!(

@@ -9,9 +9,7 @@
 
 use std::time::Duration;
 
-use usher_testkit::procs::Proc;
-use usher_testkit::tools::{booking_demo, browser_venv, drive, workspace, Controls};
-use usher_testkit::RedisServer;
+use usher_testkit::tools::{browser_venv, drive, workspace, Controls, PageStack};
 
 const SCENARIOS: [&str; 3] = [
     "the page solves the puzzle in its worker, with progress, and joins",
@@ -24,24 +22,8 @@ async fn the_page_solves_the_proof_of_work_in_chromium() -> anyhow::Result<()> {
     let _chromium = usher_testkit::solo::chromium_slot().await;
     let started = std::time::SystemTime::now();
     let venv = browser_venv()?;
-    let redis = RedisServer::start()?;
-    let redis_url = ("USHER_REDIS_URL", redis.url());
-    let dispatcher = Proc::start(
-        "usher-dispatcher",
-        &[redis_url.clone(), ("USHER_TICK_MS", "200".into())],
-    )
-    .await?;
-    let gateway = Proc::start(
-        "usher-gateway",
-        &[redis_url, ("USHER_RETRY_MS", "1000".into())],
-    )
-    .await?;
-    let booking = booking_demo(&dispatcher).await?;
-    let driver = usher_testkit::tools::spawn_driver(
-        &venv,
-        "pow.py",
-        &usher_testkit::tools::page_driver_env(&gateway.url(), &dispatcher.url(), &booking.url()),
-    )?;
+    let stack = PageStack::start().await?;
+    let driver = usher_testkit::tools::spawn_driver(&venv, "pow.py", &stack.driver_env())?;
     let mut figures = Figures(Vec::new());
     let passed = drive(driver, &mut figures, Duration::from_secs(240)).await?;
     let figures = figures.0;

@@ -85,6 +85,21 @@ fn place_of(ticket: &str) -> String {
     ticket.split('.').nth(1).unwrap_or_default().to_owned()
 }
 
+/// Admits at 50/s and waits until `w` (`what`) hears `admitted`: its entry token, and the
+/// token's claims verified on the dispatcher's JWKS as a booking service verifies them.
+async fn admit(stack: &Stack, q: &str, w: &Watcher, what: &str) -> anyhow::Result<(String, Value)> {
+    stack
+        .put_queue(q, json!({"admit_per_second": 50.0}))
+        .await?;
+    let admitted = eventually(what, async || w.last("admitted")).await?;
+    let token = data(&admitted)["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let claims = verify_token(&jwks(stack).await?, &token, q)?;
+    Ok((token, claims))
+}
+
 /// Waits until `w` heard `closed` and returns its reason.
 async fn closed_reason(w: &Watcher) -> anyhow::Result<String> {
     eventually("the stream to hear `closed`", async || {
@@ -278,18 +293,7 @@ async fn two_browsers_with_one_account_hold_one_place() -> anyhow::Result<()> {
     let _ = (ta, tb);
 
     // The laptop's place is admitted: the token verifies as a booking service checks it.
-    stack
-        .put_queue(q, json!({"admit_per_second": 50.0}))
-        .await?;
-    let admitted = eventually("the laptop to be admitted", async || {
-        laptop.last("admitted")
-    })
-    .await?;
-    let token = data(&admitted)["token"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let claims = verify_token(&jwks(&stack).await?, &token, q)?;
+    let (token, claims) = admit(&stack, q, &laptop, "the laptop to be admitted").await?;
     assert_eq!(claims["aud"], q);
     assert!(
         phone.last("admitted").is_none(),
@@ -382,18 +386,7 @@ async fn an_invitation_rebinds_a_bound_place_to_the_new_browser() -> anyhow::Res
         ("proof_required", &json!("wrong_key"))
     );
 
-    stack
-        .put_queue(q, json!({"admit_per_second": 50.0}))
-        .await?;
-    let admitted = eventually("the new device to be admitted", async || {
-        new.last("admitted")
-    })
-    .await?;
-    let token = data(&admitted)["token"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let claims = verify_token(&jwks(&stack).await?, &token, q)?;
+    let (_, claims) = admit(&stack, q, &new, "the new device to be admitted").await?;
     assert_eq!(claims["cnf"]["jkt"], new_key.thumbprint(), "{claims}");
 
     // Admitted on a binding queue: the token is the device's; a third device is told so.

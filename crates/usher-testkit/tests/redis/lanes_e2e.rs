@@ -35,6 +35,20 @@ impl Lanes {
         })
     }
 
+    /// Creates the paused queue `lanes` with lanes general (70 %, the default) and members
+    /// (30 %), taking the shop's invitations.
+    async fn create(&self) -> anyhow::Result<()> {
+        let (status, v) = self
+            .put(
+                json!({"admit_per_second": PAUSED, "open": true, "passthrough": false,
+                "invitations": "optional", "invitation_keys": [self.shop.jwk()],
+                "lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 30}]}),
+            )
+            .await?;
+        anyhow::ensure!(status == 201, "creating the queue answered {status}: {v}");
+        Ok(())
+    }
+
     async fn put(&self, body: Value) -> anyhow::Result<(u16, Value)> {
         let r = self
             .http
@@ -98,14 +112,7 @@ impl Lanes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_stream_hears_its_own_lane_and_the_admin_api_counts_lanes() -> anyhow::Result<()> {
     let s = Lanes::start().await?;
-    let (status, v) = s
-        .put(
-            json!({"admit_per_second": PAUSED, "open": true, "passthrough": false,
-            "invitations": "optional", "invitation_keys": [s.shop.jwk()],
-            "lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 30}]}),
-        )
-        .await?;
-    assert_eq!(status, 201, "{v}");
+    s.create().await?;
     // Shares that do not add up to 100 are refused, with the reason.
     let (status, v) = s
         .put(json!({"lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 20}]}))
@@ -231,14 +238,7 @@ impl Lanes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_in_a_lane_holds_one_place_from_two_devices() -> anyhow::Result<()> {
     let s = Lanes::start().await?;
-    let (status, v) = s
-        .put(
-            json!({"admit_per_second": PAUSED, "open": true, "passthrough": false,
-            "invitations": "optional", "invitation_keys": [s.shop.jwk()],
-            "lanes": [{"name": "general", "share": 70}, {"name": "members", "share": 30}]}),
-        )
-        .await?;
-    assert_eq!(status, 201, "{v}");
+    s.create().await?;
     let (_, _other) = s.join(Some("members")).await?;
     let open = |code: String| {
         let url = s.gateway.url().to_owned();
