@@ -31,8 +31,12 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 # plain redis-server: most of them), `topologies` (Cluster, Sentinel, TLS) and `browsers`
 # (Chromium, k6, nginx). One test: `cargo test -p usher-testkit --test redis flow::`.
 # Most tests wait on sockets and child processes, not on the CPU: TEST_THREADS runs that many
-# at once in each binary. USHER_TEST_PATIENCE=2 doubles every wait's limit on a slow machine.
-TEST_THREADS ?= 4
+# at once in each binary. On 2 cores the `redis` binary used 0.86 of a core at 4 threads and
+# its tests that must run alone (`usher_testkit::solo`) take ~105 s one after another, so 6
+# threads bring its wall time from ~160 s to ~125 s without starving anyone; Chromium tests
+# take one of two slots whatever this says. USHER_TEST_PATIENCE=2 doubles every wait's limit
+# on a slow machine.
+TEST_THREADS ?= 6
 
 test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test (docs' links and examples too)
 	bash scripts/validate-deploy.sh
