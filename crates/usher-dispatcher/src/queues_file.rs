@@ -148,6 +148,10 @@ impl QueuesFile {
     pub fn len(&self) -> usize {
         self.queues.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
 }
 
 /// Configures every queue of `file` that Redis does not know, and lists the others in the

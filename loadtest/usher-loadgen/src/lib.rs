@@ -3,7 +3,7 @@
 //! The binary's coordinator ([`coordinator`]) starts worker processes of itself ([`worker`]);
 //! each worker runs thousands of browser-like connections ([`conn`]) over bare HTTP/1.1
 //! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
-//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`].
+//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of [`svg`]).
 //!
 //! [`joins_floor`] is the other side: the server of `usher-joins-floor`, a stand-in gateway
 //! that answers every stream alike, for measuring what joins cost without usher.
@@ -21,6 +21,7 @@ pub mod proto;
 pub mod report;
 pub mod stalls;
 pub mod stats;
+pub mod svg;
 pub mod worker;
 
 use cli::Args;
