@@ -212,24 +212,33 @@ impl Report {
         }
     }
 
-    /// One line for the terminal.
+    /// Two lines for the terminal: what happened to the crowd (the same for the same inputs
+    /// and seed), then what it cost Redis and how long the run took (these vary a little
+    /// from run to run).
     pub fn headline(&self) -> String {
         let s = &self.summary;
         let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} s"));
         format!(
-            "rehearsed {} joins over {:.0} virtual s in {:.1} s: admitted {}, left {}, still waiting {}; wait p50 {} p90 {} p99 {}; line empty at {}; peak Redis memory {} B, {} commands",
+            "{} joined over {:.0} virtual s: {} admitted, {} left, {} still waiting, {} booked; wait p50 {}, p90 {}, p99 {}; ETA error p50 {}; line empty at {}{}\n\
+             Redis peak memory {:.1} MiB, {} commands; {:.1} s of wall time",
             s.joined,
             s.simulated_s,
-            s.wall_s,
             s.admitted,
             s.left,
             s.still_waiting,
+            s.booked,
             f(s.wait_s.p50),
             f(s.wait_s.p90),
             f(s.wait_s.p99),
+            f(s.eta_error_s.p50),
             f(s.line_empty_at_s),
-            s.peak_redis_memory_bytes,
-            s.redis_commands
+            s.sold_out.as_ref().map_or_else(String::new, |so| format!(
+                "; sold out at {} s with {} waiting",
+                so.second, so.waiting
+            )),
+            s.peak_redis_memory_bytes as f64 / 1_048_576.0,
+            s.redis_commands,
+            s.wall_s
         )
     }
 }

@@ -354,11 +354,14 @@ impl Sim<'_> {
                     if let Some(p) = self.run.places.get_mut(&id) {
                         p.away = false;
                     }
-                    if self.store.mark_back(&q, &[place], self.gw).await? == 0
-                        && self.store.status(&q, place, now).await? == PlaceState::Gone
-                    {
+                    // The browser reconnects with its ticket (`Last-Event-ID`): a resume.
+                    match self.store.resume(&q, place, self.gw, now).await? {
+                        PlaceState::Waiting { .. } | PlaceState::Scheduled { .. } => {}
+                        // Admitted meanwhile (a tick raced the away mark): its admission
+                        // arrives on the stream.
+                        PlaceState::Admitted(_) | PlaceState::AdmissionPending => {}
                         // Away past the queue's grace: the tick dropped the place.
-                        self.gone(id, t);
+                        _ => self.gone(id, t),
                     }
                 }
                 Event::Arrive => {
