@@ -66,6 +66,8 @@ struct Samples {
     errors: BTreeMap<String, u64>,
     closed_reasons: BTreeMap<String, u64>,
     admissions: Vec<AdmissionRecord>,
+    /// Arrival and admission of each admitted connection (`crate::waits`).
+    waits: Vec<crate::waits::WaitRecord>,
     /// First and last join completion, µs since the epoch.
     join_span_us: Option<(u64, u64)>,
 }
@@ -136,6 +138,7 @@ impl Recorder {
             admission: s.admission.to_buckets(),
             admissions: s.admissions.clone(),
             join_span_us: s.join_span_us,
+            waits: s.waits.clone(),
         }
     }
 }
@@ -188,6 +191,8 @@ struct State {
     ticket: Option<String>,
     retry: Duration,
     started: Instant,
+    /// When the browser arrived (the connection was started), ms since the epoch.
+    arrived_ms: u64,
     /// Got its first `waiting` event.
     joined: bool,
     /// Counted in the `waiting` gauge.
@@ -242,6 +247,7 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         ticket: None,
         retry: ctx.default_retry,
         started: Instant::now(),
+        arrived_ms: now_us() / 1000,
         joined: false,
         in_line: false,
         challenge: None,
@@ -523,7 +529,7 @@ fn handle(ctx: &Ctx, st: &mut State, item: Item) -> Option<Final> {
                     on_waiting(rec, st, &e);
                     None
                 }
-                "admitted" => Some(on_admitted(rec, &e)),
+                "admitted" => Some(on_admitted(rec, &e, st.arrived_ms)),
                 "challenge" => {
                     inc(&rec.challenges);
                     match serde_json::from_str::<ChallengeEvent>(&e.data) {
@@ -574,7 +580,7 @@ fn on_waiting(rec: &Recorder, st: &mut State, e: &Event) {
     }
 }
 
-fn on_admitted(rec: &Recorder, e: &Event) -> Final {
+fn on_admitted(rec: &Recorder, e: &Event, arrived_ms: u64) -> Final {
     let now = now_us();
     let a: AdmittedEvent = match serde_json::from_str(&e.data) {
         Ok(a) => a,
@@ -600,5 +606,7 @@ fn on_admitted(rec: &Recorder, e: &Event) -> Final {
         fingerprint(&a.token),
         latency_us,
     ));
+    s.waits
+        .push(crate::waits::WaitRecord(arrived_ms, admitted_at_ms));
     Final::Admitted
 }

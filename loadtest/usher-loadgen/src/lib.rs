@@ -22,6 +22,7 @@ pub mod report;
 pub mod stalls;
 pub mod stats;
 pub mod svg;
+pub mod waits;
 pub mod worker;
 
 use cli::Args;

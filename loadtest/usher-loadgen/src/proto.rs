@@ -115,6 +115,9 @@ pub struct WorkerResult {
     /// the epoch; `None` without joins.
     #[serde(default)]
     pub join_span_us: Option<(u64, u64)>,
+    /// Each admitted connection's arrival and admission (`crate::waits`).
+    #[serde(default)]
+    pub waits: Vec<crate::waits::WaitRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

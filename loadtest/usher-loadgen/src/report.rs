@@ -142,6 +142,10 @@ pub struct Report {
     /// Windows in which a CPU of this machine ran nothing (see `stalls`): on a virtual machine,
     /// the host stopping a vCPU. Slow joins or admissions during one are not the servers' doing.
     pub cpu_stalls: CpuStalls,
+    /// Each admitted browser's wait from its arrival, and when the line emptied
+    /// (`crate::waits`): what `make bench` compares a rehearsal with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<crate::waits::WaitSummary>,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -249,6 +253,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     let mut closed_reasons = BTreeMap::new();
     let (mut join, mut pos, mut adm) = (Hist::new(), Hist::new(), Hist::new());
     let mut admissions = Vec::new();
+    let mut waits = Vec::new();
     let mut join_span: Option<(u64, u64)> = None;
     for r in results {
         c.add(&r.counters);
@@ -265,6 +270,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         pos.add_buckets(&r.position_update);
         adm.add_buckets(&r.admission);
         admissions.extend_from_slice(&r.admissions);
+        waits.extend_from_slice(&r.waits);
     }
     let checks = checks::check(&admissions);
     let unique_admitted = {
@@ -347,6 +353,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         },
         admission_by_tick: by_tick(&admissions),
         cpu_stalls: CpuStalls::new(&run.stalls, run.stall_cpus, run.started_at_ms),
+        wait: crate::waits::summarize(&waits, run.started_at_ms),
         timeline: run.timeline,
         exit_code,
     }
