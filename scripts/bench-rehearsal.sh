@@ -2,11 +2,12 @@
 # The rehearsal against a real run (`make bench`'s `rehearse` scenario; docs/rehearsal.md):
 # one constant-rate scenario run twice, and the two must agree within 10% on the median wait
 # and on when the line empties.
-#   real       — a redis-server, a dispatcher (tick 1 s) and a gateway; usher-loadgen opens
-#                --connections at a constant --join-rate, each waiting until admitted
-#                (`wait` in its report: arrival to admitted_at, and the last admission)
-#   rehearsal  — usher-rehearse with the same crowd, rate and settings on a scratch redis-server
-#                (a spike: the same joins every second), on its virtual clock
+#   real       — a redis-server, a dispatcher (tick 1 s) and a gateway; usher-loadgen opens the
+#                connections of a constant arrival curve (--arrivals: $JOIN_RATE a second), each
+#                waiting until admitted (`wait` in its report: arrival to admitted_at, and the
+#                last admission)
+#   rehearsal  — usher-rehearse with the same curve and settings on a scratch redis-server, on
+#                its virtual clock
 # Writes $OUT/rehearsal-real.json, $OUT/rehearsal/ and $OUT/rehearsal-check.json, prints the
 # comparison, and exits 1 when a figure is more than 10% off the real run's.
 #
@@ -65,15 +66,24 @@ echo "{\"admit_per_second\": $RATE}" >"$SETTINGS"
 curl -fsS -X PUT "$DISPATCHER/admin/queues/$QUEUE" -H "Authorization: Bearer ${TOKEN#bench:}" \
     -H 'content-type: application/json' --data-binary "@$SETTINGS" >/dev/null
 
-DURATION=$(( (CROWD + JOIN_RATE - 1) / JOIN_RATE ))
+# One arrival curve for both: $JOIN_RATE joins a second until the crowd is in.
+CSV="$OUT/rehearsal-arrivals.csv"
+python3 -c "
+import sys
+crowd, rate = int(sys.argv[1]), int(sys.argv[2])
+print('second,joins')
+s = 0
+while crowd > 0:
+    print(f'{s},{min(rate, crowd)}'); crowd -= rate; s += 1
+" "$CROWD" "$JOIN_RATE" >"$CSV"
 LIMIT=$(( CROWD / RATE * 2 + 60 ))
-log "real: $CROWD browsers at $JOIN_RATE/s, admitted at $RATE/s (at most $LIMIT s)"
-"$BIN/usher-loadgen" --gateways "$GATEWAY" --queue "$QUEUE" --connections "$CROWD" --join-rate "$JOIN_RATE" \
+log "real: $CROWD browsers at $JOIN_RATE/s (usher-loadgen --arrivals), admitted at $RATE/s (at most $LIMIT s)"
+"$BIN/usher-loadgen" --gateways "$GATEWAY" --queue "$QUEUE" --arrivals "$CSV" \
     --until-admitted --duration "$LIMIT" --linger-ms 0 --quiet --report "$OUT/rehearsal-real.json" >/dev/null
 
-log "rehearsal: the same crowd as a $DURATION s spike"
+log "rehearsal: the same curve and settings on a virtual clock"
 "$BIN/usher-rehearse" --redis "redis://127.0.0.1:$SCRATCH_PORT" --settings "$SETTINGS" --queue "$QUEUE" \
-    --crowd "$CROWD" --shape spike --duration "$DURATION" --booking-seconds 0 --out "$OUT/rehearsal" >&2
+    --arrivals "$CSV" --booking-seconds 0 --out "$OUT/rehearsal" >&2
 
 python3 - "$OUT/rehearsal-real.json" "$OUT/rehearsal/rehearsal.json" "$OUT/rehearsal-check.json" <<'PY'
 import json, sys

@@ -69,6 +69,13 @@ pub struct Args {
     #[arg(long, env = "USHER_LOADGEN_JOIN_RATE", default_value_t = 500.0)]
     pub join_rate: f64,
 
+    /// Join times from an arrival curve instead: a CSV of `second,joins` lines (the format
+    /// usher-size and usher-rehearse read; seconds increasing, a `second,joins` header, blank
+    /// lines and `#` comments allowed). Each second's joins start evenly spread over it, and
+    /// the connections are the curve's total (--connections and --join-rate are not used).
+    #[arg(long, env = "USHER_LOADGEN_ARRIVALS", value_name = "CSV")]
+    pub arrivals: Option<PathBuf>,
+
     /// Worker processes. Each process holds at most ~19,000 connections (the machine's hard
     /// open-files limit is 20,000), so use at least connections / 19,000.
     #[arg(long, env = "USHER_LOADGEN_WORKERS", default_value_t = 1)]

@@ -8,6 +8,7 @@
 //! [`joins_floor`] is the other side: the server of `usher-joins-floor`, a stand-in gateway
 //! that answers every stream alike, for measuring what joins cost without usher.
 
+pub mod arrivals;
 pub mod checks;
 pub mod cli;
 pub mod conn;
