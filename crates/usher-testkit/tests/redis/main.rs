@@ -58,6 +58,7 @@ mod readiness;
 mod reconnect;
 mod redis_acl;
 mod rehearsal_clock;
+mod rehearsal_lanes;
 mod rotation;
 mod scale;
 mod session_dpop;
