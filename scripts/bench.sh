@@ -21,13 +21,13 @@
 #                gateways, each followed by the same run against as many joins floors;
 #                admission latency at 1,000 and 2,500 admissions per tick, each followed by
 #                usher-floor for a burst of that size: where this machine meets the targets
-#   7. rehearse — scripts/bench-rehearsal.sh: a constant-rate line through a real stack and
-#                through usher-rehearse (virtual clock); they must agree within 10% on the
-#                median wait and on when the line empties (the run fails otherwise)
 #   6. shards  — usher-bench-shards: joins/s and admissions/s (usher's scripts, no HTTP) with
 #                24 queues on one redis-server vs a Redis Cluster of three masters, each started
 #                by the tool on its own (twice, to show the noise); then one queue on one Redis,
 #                its ceiling. No latency is reported, so no floor is needed
+#   7. rehearse — scripts/bench-rehearsal.sh: a constant-rate line through a real stack and
+#                through usher-rehearse (virtual clock); they must agree within 10% on the
+#                median wait and on when the line empties (the run fails otherwise)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (six to nine minutes) and stops by itself; every process started
@@ -290,7 +290,7 @@ done
 fi
 
 if want shards; then
-log "6/6 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
+log "6/7 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
 settle
 for run in 1 2; do
     "$BIN/usher-bench-shards" --queues "$SHARD_QUEUES" >"$OUT/shards-$run.json"

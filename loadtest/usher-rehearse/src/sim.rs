@@ -138,6 +138,13 @@ struct Sim<'a> {
     left: u64,
     active: u64,
     commands_at_start: u64,
+    /// A scheduled sale's pre-queue tickets, until the draw puts them in line, and when it
+    /// opens (ms since the start).
+    pre_queue: Vec<u64>,
+    opens_at: Option<u64>,
+    /// Drawn places found admitted through their tickets: their admissions on the stream
+    /// name the drawn place, unknown here, and are not counted twice.
+    resolved_admitted: u64,
 }
 
 /// Runs `sc` on the Redis at `url`.
@@ -184,6 +191,9 @@ pub async fn rehearse(sc: &Scenario, url: &str) -> Result<Run, RehearsalError> {
         left: 0,
         active: 0,
         commands_at_start,
+        pre_queue: Vec::new(),
+        opens_at: None,
+        resolved_admitted: 0,
     };
     let backend = adaptive_backend(&sim).await?;
     let mut next_second = 0usize;
@@ -202,6 +212,9 @@ pub async fn rehearse(sc: &Scenario, url: &str) -> Result<Run, RehearsalError> {
             sim.report(t, backend.as_ref()).await?;
         }
         admitter.tick_at(now).await?;
+        if sim.opens_at.is_some_and(|o| t >= o) && !sim.pre_queue.is_empty() {
+            sim.after_the_draw(t).await?;
+        }
         let closed = sim.read_admissions().await?;
         if last_sample_s != Some(second) {
             last_sample_s = Some(second);
@@ -225,6 +238,10 @@ pub async fn rehearse(sc: &Scenario, url: &str) -> Result<Run, RehearsalError> {
         }
     }
     sim.sample_redis(t).await?;
+    sim.run.admitted_unmatched = sim
+        .run
+        .admitted_unmatched
+        .saturating_sub(sim.resolved_admitted);
     sim.run.simulated_ms = t;
     sim.run.wall_ms = started.elapsed().as_millis() as u64;
     Ok(sim.run)
@@ -286,7 +303,13 @@ impl Sim<'_> {
                 let eta = (rate > 0.0).then(|| (position as f64 / rate * 1000.0) as u64);
                 (place, eta, false)
             }
-            PlaceState::Scheduled { place, .. } => (place, None, false),
+            PlaceState::Scheduled {
+                place, opens_at_ms, ..
+            } => {
+                self.pre_queue.push(place.0);
+                self.opens_at = Some(opens_at_ms.saturating_sub(self.sc.start_ms));
+                (place, None, false)
+            }
             PlaceState::AdmittedNow { place } => (place, Some(0), true),
             _ => {
                 self.run.refused += 1;
@@ -314,6 +337,49 @@ impl Sim<'_> {
         if admitted {
             self.admitted_one(place, t);
         }
+    }
+
+    /// After a scheduled sale's draw: each pre-queue ticket's drawn place (the join's place
+    /// from now on), found by resuming with the ticket, as its browser does after `drawn`.
+    async fn after_the_draw(&mut self, t: u64) -> Result<(), RehearsalError> {
+        let now = self.sc.start_ms + t;
+        for ticket in std::mem::take(&mut self.pre_queue) {
+            // The gateway hears `drawn` and its entrants' browsers resume with their tickets.
+            let state = self
+                .store
+                .resume(&self.sc.queue, PlaceId(ticket), self.gw, now)
+                .await?;
+            match state {
+                PlaceState::Scheduled { .. } => self.pre_queue.push(ticket),
+                PlaceState::Waiting {
+                    place,
+                    position,
+                    rate,
+                    ..
+                } => {
+                    if let Some(mut p) = self.run.places.remove(&ticket) {
+                        // The first ETA this browser sees, counted from its join like
+                        // its wait: the time to the opening, then position ÷ rate.
+                        p.eta_ms = (rate > 0.0).then(|| {
+                            t.saturating_sub(p.joined_ms) + (position as f64 / rate * 1000.0) as u64
+                        });
+                        self.run.places.insert(place.0, p);
+                    }
+                }
+                PlaceState::Admitted(_) | PlaceState::AdmissionPending => {
+                    self.resolved_admitted += 1;
+                    self.admitted_one(PlaceId(ticket), t);
+                    // Counted once a second from the stream, which names the drawn place.
+                    self.admitted -= 1;
+                }
+                _ => {
+                    if self.run.places.get(&ticket).is_some_and(Place::waiting) {
+                        self.gone(ticket, t);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn at(&mut self, t: u64, e: Event, place: PlaceId) {
@@ -423,13 +489,17 @@ impl Sim<'_> {
         self.at(t + ARRIVAL_MS + booking, Event::Book, place);
     }
 
-    /// What the booking service and the backend report, once a virtual second.
+    /// What the gateway, the booking service and the backend report, once a virtual second.
     async fn report(
         &mut self,
         t: u64,
         backend: Option<&BackendName>,
     ) -> Result<(), RehearsalError> {
         let now = self.sc.start_ms + t;
+        // The gateway still holds the queue's browsers (what a gateway's heartbeat says).
+        self.store
+            .refresh_interest(std::slice::from_ref(&self.sc.queue), self.gw, now)
+            .await?;
         if let Some(items) = self.sc.inventory {
             let left = items.saturating_sub(self.run.booked);
             self.store
