@@ -44,6 +44,7 @@ pub struct Recorder {
     admitted: AtomicU64,
     closed: AtomicU64,
     failed: AtomicU64,
+    left: AtomicU64,
     errors: AtomicU64,
     reconnects: AtomicU64,
     empty_streams: AtomicU64,
@@ -98,6 +99,7 @@ impl Recorder {
             admitted: g(&self.admitted),
             closed: g(&self.closed),
             failed: g(&self.failed),
+            left: g(&self.left),
             errors: g(&self.errors),
             reconnects: g(&self.reconnects),
             empty_streams: g(&self.empty_streams),
@@ -153,6 +155,10 @@ pub struct Ctx {
     pub default_retry: Duration,
     pub linger: Duration,
     pub rec: Arc<Recorder>,
+    /// `--leave-per-minute` and `--seed` (`crate::leaving`), and the queue left.
+    pub leave_per_minute: f64,
+    pub seed: u64,
+    pub queue: String,
 }
 
 impl Ctx {
@@ -166,6 +172,9 @@ impl Ctx {
             default_retry: Duration::from_millis(plan.default_retry_ms),
             linger: Duration::from_millis(plan.linger_ms),
             rec,
+            leave_per_minute: plan.leave_per_minute,
+            seed: plan.seed,
+            queue: plan.queue.clone(),
         }
     }
 }
@@ -176,6 +185,8 @@ enum Final {
     Admitted,
     Closed,
     Failed,
+    /// Left the line when its patience ran out (`crate::leaving`).
+    Left,
 }
 
 enum Flow {
@@ -193,6 +204,8 @@ struct State {
     started: Instant,
     /// When the browser arrived (the connection was started), ms since the epoch.
     arrived_ms: u64,
+    /// When it gives up waiting (`--leave-per-minute`).
+    leaves_at: Option<Instant>,
     /// Got its first `waiting` event.
     joined: bool,
     /// Counted in the `waiting` gauge.
@@ -248,6 +261,8 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         retry: ctx.default_retry,
         started: Instant::now(),
         arrived_ms: now_us() / 1000,
+        leaves_at: crate::leaving::patience(ctx.seed, index, ctx.leave_per_minute)
+            .map(|d| Instant::now() + d),
         joined: false,
         in_line: false,
         challenge: None,
@@ -275,6 +290,7 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         Final::Admitted => inc(&rec.admitted),
         Final::Closed => inc(&rec.closed),
         Final::Failed => inc(&rec.failed),
+        Final::Left => inc(&rec.left),
     }
     rec.finish();
 }
@@ -396,6 +412,14 @@ async fn open(
     }
 }
 
+/// Sleeps until `at`; never returns without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One request: returns whether to reconnect or stop for good.
 async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State) -> Flow {
     let rec = &ctx.rec;
@@ -453,7 +477,25 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
         if body.decoder.is_done() {
             break;
         }
-        let read = tokio::time::timeout(ctx.idle_timeout, stream.read(&mut buf)).await;
+        // A browser whose patience ran out while it holds a place leaves (`crate::leaving`).
+        let leaves_at = st.leaves_at.filter(|_| st.ticket.is_some());
+        let read = tokio::select! {
+            r = tokio::time::timeout(ctx.idle_timeout, stream.read(&mut buf)) => r,
+            () = until(leaves_at) => {
+                let ticket = st.ticket.clone().unwrap_or_default();
+                return match crate::leaving::leave(gw, source, &ctx.queue, &ticket, ctx.connect_timeout).await {
+                    Some(204) => Flow::Final(Final::Left),
+                    Some(status) => {
+                        rec.error(&format!("leave_status_{status}"));
+                        Flow::Final(Final::Failed)
+                    }
+                    None => {
+                        rec.error("leave");
+                        Flow::Final(Final::Failed)
+                    }
+                };
+            }
+        };
         match read {
             Err(_) => {
                 rec.error("idle_timeout");

@@ -15,6 +15,7 @@ pub mod conn;
 pub mod coordinator;
 pub mod http;
 pub mod joins_floor;
+pub mod leaving;
 pub mod limits;
 pub mod plan;
 pub mod plot;

@@ -73,6 +73,9 @@ pub struct Plan {
     /// `--arrivals`: each connection's start from a curve instead of `join_rate`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arrivals: Option<crate::arrivals::Arrivals>,
+    /// `--leave-per-minute` and its `--seed` (`crate::leaving`).
+    pub leave_per_minute: f64,
+    pub seed: u64,
 }
 
 impl Plan {
@@ -83,6 +86,9 @@ impl Plan {
             None => None,
         };
         let connections = arrivals.as_ref().map_or(a.connections, |c| c.total());
+        if !(0.0..=1.0).contains(&a.leave_per_minute) {
+            return Err(invalid("--leave-per-minute must be a share from 0 to 1"));
+        }
         if a.gateways.is_empty() {
             return Err(invalid("--gateways: give at least one gateway URL"));
         }
@@ -144,6 +150,8 @@ impl Plan {
             connections,
             join_rate: a.join_rate,
             arrivals,
+            leave_per_minute: a.leave_per_minute,
+            seed: a.seed,
             workers: a.workers,
             source_ips,
             duration_secs: a.duration,
@@ -382,6 +390,8 @@ mod tests {
             connections: 10,
             join_rate: 0.0,
             arrivals: None,
+            leave_per_minute: 0.0,
+            seed: 1,
             workers: 3,
             source_ips: None,
             allow_remote: false,

@@ -69,6 +69,8 @@ pub struct Totals {
     pub admitted: u64,
     pub closed: u64,
     pub failed: u64,
+    /// Left the line (`--leave-per-minute`).
+    pub left: u64,
     /// Holding a place but not admitted when the run ended.
     pub still_waiting: u64,
     /// Streams open when the run ended.
@@ -281,7 +283,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     };
     let missing = plan
         .until_admitted
-        .then(|| plan.connections.saturating_sub(unique_admitted));
+        .then(|| plan.connections.saturating_sub(unique_admitted + c.left));
     let violation = checks.duplicate_admissions > 0 || checks.fifo_violations > 0;
     let lost = run.workers.iter().any(|w| !w.reported);
     let exit_code = if violation {
@@ -320,6 +322,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             admitted: c.admitted,
             closed: c.closed,
             failed: c.failed,
+            left: c.left,
             still_waiting: c.waiting,
             still_connected: c.connected,
             reconnects: c.reconnects,
