@@ -56,10 +56,22 @@ pub fn page(r: &Report, waits: &str, timeline: &str) -> String {
         format!("{} B / {}", m.peak_redis_memory_bytes, m.redis_commands),
     );
     match &m.sold_out {
-        Some(so) => row(
-            "inventory ran out",
-            format!("at {} s, with {} still waiting", so.second, so.waiting),
-        ),
+        Some(so) => {
+            let by_minute: Vec<String> = so
+                .waiting_by_arrival_minute
+                .iter()
+                .map(|(m, n)| format!("{n} of minute {m}"))
+                .collect();
+            row(
+                "inventory ran out",
+                format!(
+                    "at {} s, with {} still waiting ({})",
+                    so.second,
+                    so.waiting,
+                    by_minute.join(", ")
+                ),
+            )
+        }
         None => row("inventory ran out", "no".to_owned()),
     }
     row(
