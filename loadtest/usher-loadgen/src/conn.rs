@@ -483,7 +483,13 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
             r = tokio::time::timeout(ctx.idle_timeout, stream.read(&mut buf)) => r,
             () = until(leaves_at) => {
                 let ticket = st.ticket.clone().unwrap_or_default();
-                return match crate::leaving::leave(gw, source, &ctx.queue, &ticket, ctx.connect_timeout).await {
+                let sent = match connect(gw.addr, source).await {
+                    Ok(s) => {
+                        crate::leaving::leave(s, gw, &ctx.queue, &ticket, ctx.connect_timeout).await
+                    }
+                    Err(_) => None,
+                };
+                return match sent {
                     Some(204) => Flow::Final(Final::Left),
                     Some(status) => {
                         rec.error(&format!("leave_status_{status}"));

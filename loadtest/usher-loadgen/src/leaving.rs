@@ -2,10 +2,10 @@
 //! seed and its index, so a run is reproducible, and a browser still waiting when it runs out
 //! leaves as the page does, `DELETE /api/queues/{queue}/tickets/{ticket}`.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::plan::Gateway;
 
@@ -33,16 +33,16 @@ pub fn patience(seed: u64, index: u64, per_minute: f64) -> Option<Duration> {
     Some(Duration::from_secs_f64((minutes * 60.0).min(1e9)))
 }
 
-/// Sends the leave of `ticket` to `gw` on a connection of its own; the response's status.
+/// Sends the leave of `ticket` to `gw` over `s`, a connection of its own (the caller opens
+/// it, so this module needs nothing of `conn`); the response's status.
 pub async fn leave(
+    mut s: TcpStream,
     gw: &Gateway,
-    source: Option<IpAddr>,
     queue: &str,
     ticket: &str,
     timeout: Duration,
 ) -> Option<u16> {
     let send = async {
-        let mut s = crate::conn::connect(gw.addr, source).await.ok()?;
         let request = format!(
             "DELETE /api/queues/{queue}/tickets/{ticket} HTTP/1.1\r\nHost: {}\r\n\
              User-Agent: usher-loadgen\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
