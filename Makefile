@@ -59,9 +59,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 # fails while the committed page differs from what they render (tests/browsers/docs.rs).
 # usher-size's worked example is its output on this tree's BENCHMARKS.md: `make bench`
 # changes it, and `make test` fails until it is written again.
-docs: ## Regenerate docs/configuration.md from the binaries' flags and usher-size's example in docs/deploying.md
+docs: ## Regenerate docs/configuration.md from the binaries' flags, usher-size's example in docs/deploying.md and usher-rehearse's in docs/rehearsal.md
 	USHER_BLESS=1 $(CARGO) test -p usher-testkit --test browsers docs::config_reference
 	USHER_BLESS=1 $(CARGO) test -p usher-size --test size the_worked_example
+	USHER_BLESS=1 $(CARGO) test -p usher-rehearse --test rehearse the_worked_example
 
 build: ## Release build of every binary (the same build make run and make bench use)
 	$(RELEASE_BUILD)

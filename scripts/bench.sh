@@ -25,6 +25,9 @@
 #                24 queues on one redis-server vs a Redis Cluster of three masters, each started
 #                by the tool on its own (twice, to show the noise); then one queue on one Redis,
 #                its ceiling. No latency is reported, so no floor is needed
+#   7. rehearse — scripts/bench-rehearsal.sh: a constant-rate line through a real stack and
+#                through usher-rehearse (virtual clock); they must agree within 10% on the
+#                median wait and on when the line empties (the run fails otherwise)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (six to nine minutes) and stops by itself; every process started
@@ -35,7 +38,7 @@
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
 # ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (8200),
-# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards"; a subset runs just those and
+# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
 # RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
 # Cluster") by hand: the report script rewrites only the load section.
@@ -56,7 +59,7 @@ REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
 BIN=target/release
-SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards} "
+SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehearse} "
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
 
@@ -287,12 +290,18 @@ done
 fi
 
 if want shards; then
-log "6/6 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
+log "6/7 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
 settle
 for run in 1 2; do
     "$BIN/usher-bench-shards" --queues "$SHARD_QUEUES" >"$OUT/shards-$run.json"
 done
 "$BIN/usher-bench-shards" --queues 1 --clients 16 --layouts single >"$OUT/shards-one-queue.json"
+fi
+
+if want rehearse; then
+log "7/7 rehearse: a rehearsal against a real run of the same line"
+settle
+USHER_BENCH_OUT="$OUT" USHER_BENCH_BIN="$BIN" bash scripts/bench-rehearsal.sh
 fi
 
 if want redis && want joins && want hold && want admit && want sweep; then

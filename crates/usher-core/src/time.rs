@@ -1,6 +1,8 @@
 //! Wall-clock helpers. Admission timestamps are milliseconds since the Unix epoch.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use time::format_description::well_known::Rfc3339;
 use time::format_description::BorrowedFormatItem;
@@ -19,6 +21,70 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Where the admission path takes the time from: the wall clock in the running binaries, a
+/// [`VirtualClock`] in a rehearsal (`usher-rehearse`), where a day of a sale runs in minutes.
+/// Code that decides by the time (the dispatcher's tick, rate and pre-mint; the store calls
+/// that take `now_ms`) asks its clock, never [`now_ms`] directly, so both run the same code.
+pub trait Clock: std::fmt::Debug + Send + Sync {
+    /// Milliseconds since the Unix epoch, as this clock has it.
+    fn now_ms(&self) -> u64;
+
+    /// How long to really wait for this clock to reach `at_ms`. The wall clock waits the
+    /// difference; a virtual clock never waits, because whoever drives it moves it forward.
+    fn wait_for(&self, at_ms: u64) -> Duration {
+        Duration::from_millis(at_ms.saturating_sub(self.now_ms()))
+    }
+}
+
+/// A clock shared by the tasks that read it.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// The real time: [`now_ms`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WallClock;
+
+impl Clock for WallClock {
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+}
+
+/// The wall clock, shared: what every binary runs with.
+pub fn wall_clock() -> SharedClock {
+    Arc::new(WallClock)
+}
+
+/// A clock that moves only when told to ([`VirtualClock::set_ms`]), and never backwards:
+/// a rehearsal's time, or a test's.
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    ms: AtomicU64,
+}
+
+impl VirtualClock {
+    /// A clock that reads `start_ms` until it is moved.
+    pub fn starting_at(start_ms: u64) -> Arc<Self> {
+        Arc::new(Self {
+            ms: AtomicU64::new(start_ms),
+        })
+    }
+
+    /// Moves the clock to `ms` (a time before the current one leaves it where it is).
+    pub fn set_ms(&self, ms: u64) {
+        self.ms.fetch_max(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now_ms(&self) -> u64 {
+        self.ms.load(Ordering::SeqCst)
+    }
+
+    fn wait_for(&self, _at_ms: u64) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// RFC 3339 (UTC, always three fraction digits) for a millisecond timestamp.
@@ -52,6 +118,21 @@ mod tests {
         assert_eq!(super::parse_rfc3339_ms("tomorrow"), None);
         assert_eq!(super::parse_rfc3339_ms("2023-11-14 22:13:20"), None);
         assert_eq!(super::parse_rfc3339_ms("1969-12-31T23:59:59Z"), None);
+    }
+
+    #[test]
+    fn a_virtual_clock_moves_only_forward_and_never_waits() {
+        use super::Clock;
+        let clock = super::VirtualClock::starting_at(1_000);
+        assert_eq!(clock.now_ms(), 1_000);
+        clock.set_ms(61_000);
+        clock.set_ms(5_000);
+        assert_eq!(clock.now_ms(), 61_000, "a virtual clock never goes back");
+        assert_eq!(clock.wait_for(120_000), std::time::Duration::ZERO);
+        // The wall clock waits for a time ahead, and not for one passed.
+        let wall = super::WallClock;
+        assert!(wall.wait_for(wall.now_ms() + 60_000) > std::time::Duration::from_secs(50));
+        assert_eq!(wall.wait_for(0), std::time::Duration::ZERO);
     }
 
     #[test]

@@ -33,7 +33,7 @@ mod inventory;
 mod keys;
 mod metrics;
 mod openapi;
-mod queues_file;
+pub mod queues_file;
 mod routes;
 mod session_proof;
 mod sessions;

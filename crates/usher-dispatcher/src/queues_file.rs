@@ -106,7 +106,10 @@ impl QueuesFile {
         Self::parse(path, &text)
     }
 
-    fn parse(path: &Path, text: &str) -> Result<Self, QueuesFileError> {
+    /// Checks `text` as the file at `path` would be (`path` only names it in errors): what
+    /// a rehearsal (`usher-rehearse`) reads its queue's settings with, so they are exactly
+    /// what `PUT /admin/queues/{queue}` takes.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, QueuesFileError> {
         let entries: BTreeMap<String, QueueUpdate> =
             serde_yaml_ng::from_str(text).map_err(|source| QueuesFileError::Parse {
                 path: path.to_owned(),
@@ -145,6 +148,10 @@ impl QueuesFile {
     pub fn len(&self) -> usize {
         self.queues.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
 }
 
 /// Configures every queue of `file` that Redis does not know, and lists the others in the
@@ -152,6 +159,16 @@ impl QueuesFile {
 pub async fn configure_missing(
     store: &Store,
     file: &QueuesFile,
+) -> Result<Vec<QueueId>, StoreError> {
+    configure_missing_at(store, file, now_ms()).await
+}
+
+/// [`configure_missing`] at `now_ms` of a given clock (a rehearsal's virtual one): a sale
+/// whose `opens_at` is after `now_ms` is scheduled.
+pub async fn configure_missing_at(
+    store: &Store,
+    file: &QueuesFile,
+    now_ms: u64,
 ) -> Result<Vec<QueueId>, StoreError> {
     let mut configured = Vec::new();
     let mut present = Vec::new();
@@ -165,7 +182,7 @@ pub async fn configure_missing(
         }
         // Before the settings, as `PUT` does: the queue takes no join into its line first.
         if let Some(sale) = sale {
-            schedule(store, q, sale).await?;
+            schedule(store, q, sale, now_ms).await?;
         }
         store.put_queue(q, cfg).await?;
         if !lanes.is_empty() {
@@ -187,8 +204,8 @@ pub async fn configure_missing(
 }
 
 /// Schedules the file's `sale` of `q` (missing from Redis) if its `opens_at` is ahead.
-async fn schedule(store: &Store, q: &QueueId, sale: &Sale) -> Result<(), StoreError> {
-    if sale.opens_at_ms <= now_ms() {
+async fn schedule(store: &Store, q: &QueueId, sale: &Sale, now_ms: u64) -> Result<(), StoreError> {
+    if sale.opens_at_ms <= now_ms {
         tracing::warn!(queue = %q, opens_at_ms = sale.opens_at_ms, "USHER_QUEUES_FILE: the sale's opens_at has passed: configured without a draw");
         return Ok(());
     }

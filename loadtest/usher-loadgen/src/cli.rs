@@ -69,6 +69,29 @@ pub struct Args {
     #[arg(long, env = "USHER_LOADGEN_JOIN_RATE", default_value_t = 500.0)]
     pub join_rate: f64,
 
+    /// Join times from an arrival curve instead: a CSV of `second,joins` lines (the format
+    /// usher-size and usher-rehearse read; seconds increasing, a `second,joins` header, blank
+    /// lines and `#` comments allowed). Each second's joins start evenly spread over it, and
+    /// the connections are the curve's total (--connections and --join-rate are not used).
+    #[arg(long, env = "USHER_LOADGEN_ARRIVALS", value_name = "CSV")]
+    pub arrivals: Option<PathBuf>,
+
+    /// Share of the browsers still waiting that leave in each minute of waiting, 0 to 1: each
+    /// connection's patience is drawn from --seed and its index; one that runs out while it
+    /// waits leaves the line (`DELETE /api/queues/{queue}/tickets/{ticket}`) and closes. 0:
+    /// nobody leaves.
+    #[arg(
+        long,
+        env = "USHER_LOADGEN_LEAVE_PER_MINUTE",
+        value_name = "SHARE",
+        default_value_t = 0.0
+    )]
+    pub leave_per_minute: f64,
+
+    /// Seed of the connections' patience (--leave-per-minute): the same seed, the same leaves.
+    #[arg(long, env = "USHER_LOADGEN_SEED", default_value_t = 1)]
+    pub seed: u64,
+
     /// Worker processes. Each process holds at most ~19,000 connections (the machine's hard
     /// open-files limit is 20,000), so use at least connections / 19,000.
     #[arg(long, env = "USHER_LOADGEN_WORKERS", default_value_t = 1)]

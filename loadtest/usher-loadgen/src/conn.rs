@@ -44,6 +44,7 @@ pub struct Recorder {
     admitted: AtomicU64,
     closed: AtomicU64,
     failed: AtomicU64,
+    left: AtomicU64,
     errors: AtomicU64,
     reconnects: AtomicU64,
     empty_streams: AtomicU64,
@@ -66,6 +67,8 @@ struct Samples {
     errors: BTreeMap<String, u64>,
     closed_reasons: BTreeMap<String, u64>,
     admissions: Vec<AdmissionRecord>,
+    /// Arrival and admission of each admitted connection (`crate::waits`).
+    waits: Vec<crate::waits::WaitRecord>,
     /// First and last join completion, µs since the epoch.
     join_span_us: Option<(u64, u64)>,
 }
@@ -96,6 +99,7 @@ impl Recorder {
             admitted: g(&self.admitted),
             closed: g(&self.closed),
             failed: g(&self.failed),
+            left: g(&self.left),
             errors: g(&self.errors),
             reconnects: g(&self.reconnects),
             empty_streams: g(&self.empty_streams),
@@ -136,6 +140,7 @@ impl Recorder {
             admission: s.admission.to_buckets(),
             admissions: s.admissions.clone(),
             join_span_us: s.join_span_us,
+            waits: s.waits.clone(),
         }
     }
 }
@@ -150,6 +155,10 @@ pub struct Ctx {
     pub default_retry: Duration,
     pub linger: Duration,
     pub rec: Arc<Recorder>,
+    /// `--leave-per-minute` and `--seed` (`crate::leaving`), and the queue left.
+    pub leave_per_minute: f64,
+    pub seed: u64,
+    pub queue: String,
 }
 
 impl Ctx {
@@ -163,6 +172,9 @@ impl Ctx {
             default_retry: Duration::from_millis(plan.default_retry_ms),
             linger: Duration::from_millis(plan.linger_ms),
             rec,
+            leave_per_minute: plan.leave_per_minute,
+            seed: plan.seed,
+            queue: plan.queue.clone(),
         }
     }
 }
@@ -173,6 +185,8 @@ enum Final {
     Admitted,
     Closed,
     Failed,
+    /// Left the line when its patience ran out (`crate::leaving`).
+    Left,
 }
 
 enum Flow {
@@ -188,6 +202,10 @@ struct State {
     ticket: Option<String>,
     retry: Duration,
     started: Instant,
+    /// When the browser arrived (the connection was started), ms since the epoch.
+    arrived_ms: u64,
+    /// When it gives up waiting (`--leave-per-minute`).
+    leaves_at: Option<Instant>,
     /// Got its first `waiting` event.
     joined: bool,
     /// Counted in the `waiting` gauge.
@@ -242,6 +260,9 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         ticket: None,
         retry: ctx.default_retry,
         started: Instant::now(),
+        arrived_ms: now_us() / 1000,
+        leaves_at: crate::leaving::patience(ctx.seed, index, ctx.leave_per_minute)
+            .map(|d| Instant::now() + d),
         joined: false,
         in_line: false,
         challenge: None,
@@ -269,6 +290,7 @@ pub async fn run(ctx: Arc<Ctx>, index: u64) {
         Final::Admitted => inc(&rec.admitted),
         Final::Closed => inc(&rec.closed),
         Final::Failed => inc(&rec.failed),
+        Final::Left => inc(&rec.left),
     }
     rec.finish();
 }
@@ -390,6 +412,14 @@ async fn open(
     }
 }
 
+/// Sleeps until `at`; never returns without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One request: returns whether to reconnect or stop for good.
 async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State) -> Flow {
     let rec = &ctx.rec;
@@ -447,7 +477,31 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
         if body.decoder.is_done() {
             break;
         }
-        let read = tokio::time::timeout(ctx.idle_timeout, stream.read(&mut buf)).await;
+        // A browser whose patience ran out while it holds a place leaves (`crate::leaving`).
+        let leaves_at = st.leaves_at.filter(|_| st.ticket.is_some());
+        let read = tokio::select! {
+            r = tokio::time::timeout(ctx.idle_timeout, stream.read(&mut buf)) => r,
+            () = until(leaves_at) => {
+                let ticket = st.ticket.clone().unwrap_or_default();
+                let sent = match connect(gw.addr, source).await {
+                    Ok(s) => {
+                        crate::leaving::leave(s, gw, &ctx.queue, &ticket, ctx.connect_timeout).await
+                    }
+                    Err(_) => None,
+                };
+                return match sent {
+                    Some(204) => Flow::Final(Final::Left),
+                    Some(status) => {
+                        rec.error(&format!("leave_status_{status}"));
+                        Flow::Final(Final::Failed)
+                    }
+                    None => {
+                        rec.error("leave");
+                        Flow::Final(Final::Failed)
+                    }
+                };
+            }
+        };
         match read {
             Err(_) => {
                 rec.error("idle_timeout");
@@ -523,7 +577,7 @@ fn handle(ctx: &Ctx, st: &mut State, item: Item) -> Option<Final> {
                     on_waiting(rec, st, &e);
                     None
                 }
-                "admitted" => Some(on_admitted(rec, &e)),
+                "admitted" => Some(on_admitted(rec, &e, st.arrived_ms)),
                 "challenge" => {
                     inc(&rec.challenges);
                     match serde_json::from_str::<ChallengeEvent>(&e.data) {
@@ -574,7 +628,7 @@ fn on_waiting(rec: &Recorder, st: &mut State, e: &Event) {
     }
 }
 
-fn on_admitted(rec: &Recorder, e: &Event) -> Final {
+fn on_admitted(rec: &Recorder, e: &Event, arrived_ms: u64) -> Final {
     let now = now_us();
     let a: AdmittedEvent = match serde_json::from_str(&e.data) {
         Ok(a) => a,
@@ -600,5 +654,7 @@ fn on_admitted(rec: &Recorder, e: &Event) -> Final {
         fingerprint(&a.token),
         latency_us,
     ));
+    s.waits
+        .push(crate::waits::WaitRecord(arrived_ms, admitted_at_ms));
     Final::Admitted
 }

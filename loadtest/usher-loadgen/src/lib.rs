@@ -3,17 +3,19 @@
 //! The binary's coordinator ([`coordinator`]) starts worker processes of itself ([`worker`]);
 //! each worker runs thousands of browser-like connections ([`conn`]) over bare HTTP/1.1
 //! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
-//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`].
+//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of [`svg`]).
 //!
 //! [`joins_floor`] is the other side: the server of `usher-joins-floor`, a stand-in gateway
 //! that answers every stream alike, for measuring what joins cost without usher.
 
+pub mod arrivals;
 pub mod checks;
 pub mod cli;
 pub mod conn;
 pub mod coordinator;
 pub mod http;
 pub mod joins_floor;
+pub mod leaving;
 pub mod limits;
 pub mod plan;
 pub mod plot;
@@ -21,6 +23,8 @@ pub mod proto;
 pub mod report;
 pub mod stalls;
 pub mod stats;
+pub mod svg;
+pub mod waits;
 pub mod worker;
 
 use cli::Args;

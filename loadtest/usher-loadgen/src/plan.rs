@@ -70,10 +70,25 @@ pub struct Plan {
     pub idle_timeout_secs: u64,
     pub default_retry_ms: u64,
     pub linger_ms: u64,
+    /// `--arrivals`: each connection's start from a curve instead of `join_rate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<crate::arrivals::Arrivals>,
+    /// `--leave-per-minute` and its `--seed` (`crate::leaving`).
+    pub leave_per_minute: f64,
+    pub seed: u64,
 }
 
 impl Plan {
     pub fn from_args(a: &Args) -> Result<Self, PlanError> {
+        // An arrival curve brings its own count of connections (`crate::arrivals`).
+        let arrivals = match &a.arrivals {
+            Some(path) => Some(crate::arrivals::Arrivals::load(path).map_err(invalid)?),
+            None => None,
+        };
+        let connections = arrivals.as_ref().map_or(a.connections, |c| c.total());
+        if !(0.0..=1.0).contains(&a.leave_per_minute) {
+            return Err(invalid("--leave-per-minute must be a share from 0 to 1"));
+        }
         if a.gateways.is_empty() {
             return Err(invalid("--gateways: give at least one gateway URL"));
         }
@@ -85,7 +100,7 @@ impl Plan {
             .collect::<Result<Vec<_>, _>>()?;
         QueueId::new(a.queue.clone())
             .map_err(|e| invalid(format!("--queue {:?}: {e}", a.queue)))?;
-        if a.connections == 0 || a.connections > MAX_CONNECTIONS {
+        if connections == 0 || connections > MAX_CONNECTIONS {
             return Err(invalid(format!(
                 "--connections must be between 1 and {MAX_CONNECTIONS}"
             )));
@@ -100,14 +115,14 @@ impl Plan {
                 "--workers must be between 1 and {MAX_WORKERS}"
             )));
         }
-        let per_worker = a.connections.div_ceil(u64::from(a.workers));
+        let per_worker = connections.div_ceil(u64::from(a.workers));
         if per_worker > MAX_PER_PROCESS {
-            let need = a.connections.div_ceil(MAX_PER_PROCESS);
+            let need = connections.div_ceil(MAX_PER_PROCESS);
             return Err(invalid(format!(
                 "--connections {} over --workers {} is {per_worker} connections per process, \
                  but one process may hold at most {MAX_PER_PROCESS} (the hard open-files limit \
                  is about 20,000); use --workers {need} or more",
-                a.connections, a.workers
+                connections, a.workers
             )));
         }
         if a.duration == 0 || a.duration > MAX_DURATION_SECS {
@@ -132,8 +147,11 @@ impl Plan {
         Ok(Self {
             gateways,
             queue: a.queue.clone(),
-            connections: a.connections,
+            connections,
             join_rate: a.join_rate,
+            arrivals,
+            leave_per_minute: a.leave_per_minute,
+            seed: a.seed,
             workers: a.workers,
             source_ips,
             duration_secs: a.duration,
@@ -371,6 +389,9 @@ mod tests {
             queue: "q".into(),
             connections: 10,
             join_rate: 0.0,
+            arrivals: None,
+            leave_per_minute: 0.0,
+            seed: 1,
             workers: 3,
             source_ips: None,
             allow_remote: false,
@@ -396,5 +417,18 @@ mod tests {
         };
         let err = Plan::from_args(&too_many).expect_err("refused").to_string();
         assert!(err.contains("--workers 3"), "{err}");
+        // An arrival curve brings its own count; a bad one is refused naming the line.
+        let curve = tempfile::NamedTempFile::new().expect("a temporary file");
+        std::fs::write(curve.path(), "second,joins\n0,2\n3,4\n").expect("written");
+        let from_curve = Args {
+            arrivals: Some(curve.path().to_owned()),
+            ..too_many.clone()
+        };
+        assert_eq!(Plan::from_args(&from_curve).expect("valid").connections, 6);
+        std::fs::write(curve.path(), "0,2\n3;4\n").expect("written");
+        let err = Plan::from_args(&from_curve)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
     }
 }

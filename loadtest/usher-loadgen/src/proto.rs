@@ -22,6 +22,9 @@ pub struct Counters {
     pub closed: u64,
     /// Connections that gave up (non-200 answer, wrong content type, unparsable event).
     pub failed: u64,
+    /// Connections that left the line (`--leave-per-minute`, `crate::leaving`).
+    #[serde(default)]
+    pub left: u64,
     /// Errors of every kind (see the report's `errors` map).
     pub errors: u64,
     /// New requests after the first one of a connection.
@@ -58,6 +61,7 @@ impl Counters {
         self.admitted += o.admitted;
         self.closed += o.closed;
         self.failed += o.failed;
+        self.left += o.left;
         self.errors += o.errors;
         self.reconnects += o.reconnects;
         self.empty_streams += o.empty_streams;
@@ -69,7 +73,7 @@ impl Counters {
 
     /// Connections in a final state.
     pub fn finished(&self) -> u64 {
-        self.admitted + self.closed + self.failed
+        self.admitted + self.closed + self.failed + self.left
     }
 }
 
@@ -115,6 +119,9 @@ pub struct WorkerResult {
     /// the epoch; `None` without joins.
     #[serde(default)]
     pub join_span_us: Option<(u64, u64)>,
+    /// Each admitted connection's arrival and admission (`crate::waits`).
+    #[serde(default)]
+    pub waits: Vec<crate::waits::WaitRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -69,6 +69,8 @@ pub struct Totals {
     pub admitted: u64,
     pub closed: u64,
     pub failed: u64,
+    /// Left the line (`--leave-per-minute`).
+    pub left: u64,
     /// Holding a place but not admitted when the run ended.
     pub still_waiting: u64,
     /// Streams open when the run ended.
@@ -142,6 +144,10 @@ pub struct Report {
     /// Windows in which a CPU of this machine ran nothing (see `stalls`): on a virtual machine,
     /// the host stopping a vCPU. Slow joins or admissions during one are not the servers' doing.
     pub cpu_stalls: CpuStalls,
+    /// Each admitted browser's wait from its arrival, and when the line emptied
+    /// (`crate::waits`): what `make bench` compares a rehearsal with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<crate::waits::WaitSummary>,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -249,6 +255,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     let mut closed_reasons = BTreeMap::new();
     let (mut join, mut pos, mut adm) = (Hist::new(), Hist::new(), Hist::new());
     let mut admissions = Vec::new();
+    let mut waits = Vec::new();
     let mut join_span: Option<(u64, u64)> = None;
     for r in results {
         c.add(&r.counters);
@@ -265,6 +272,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         pos.add_buckets(&r.position_update);
         adm.add_buckets(&r.admission);
         admissions.extend_from_slice(&r.admissions);
+        waits.extend_from_slice(&r.waits);
     }
     let checks = checks::check(&admissions);
     let unique_admitted = {
@@ -275,7 +283,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
     };
     let missing = plan
         .until_admitted
-        .then(|| plan.connections.saturating_sub(unique_admitted));
+        .then(|| plan.connections.saturating_sub(unique_admitted + c.left));
     let violation = checks.duplicate_admissions > 0 || checks.fifo_violations > 0;
     let lost = run.workers.iter().any(|w| !w.reported);
     let exit_code = if violation {
@@ -314,6 +322,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             admitted: c.admitted,
             closed: c.closed,
             failed: c.failed,
+            left: c.left,
             still_waiting: c.waiting,
             still_connected: c.connected,
             reconnects: c.reconnects,
@@ -347,6 +356,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         },
         admission_by_tick: by_tick(&admissions),
         cpu_stalls: CpuStalls::new(&run.stalls, run.stall_cpus, run.started_at_ms),
+        wait: crate::waits::summarize(&waits, run.started_at_ms),
         timeline: run.timeline,
         exit_code,
     }

@@ -138,11 +138,15 @@ async fn work(
     let launcher = {
         let ctx = ctx.clone();
         let (w, rate) = (u64::from(plan.workers), plan.join_rate);
+        let arrivals = plan.arrivals.clone();
         tokio::spawn(async move {
             let mut set = JoinSet::new();
             for k in 0..assigned {
                 let j = k * w + u64::from(index);
-                if rate > 0.0 {
+                if let Some(curve) = &arrivals {
+                    // --arrivals: connection j starts when the curve says.
+                    tokio::time::sleep_until((epoch + curve.offset(j)).into()).await;
+                } else if rate > 0.0 {
                     let at = epoch + Duration::from_secs_f64(j as f64 / rate);
                     tokio::time::sleep_until(at.into()).await;
                 } else {

@@ -90,6 +90,17 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert_eq!(r["latency_ms"]["admission"]["count"], CONNECTIONS);
     assert!(r["latency_ms"]["position_update"]["count"].as_u64() > Some(0));
     assert!(r["timeline"].as_array().is_some_and(|t| !t.is_empty()));
+    // Each browser's whole wait (arrival to admitted_at) and when the line emptied: what
+    // `make bench` compares a rehearsal with (usher_loadgen::waits).
+    let w = &r["wait"];
+    assert_eq!(w["count"], CONNECTIONS, "{w}");
+    let (p50, max, empty) = (
+        w["p50_s"].as_f64().unwrap_or(-1.0),
+        w["max_s"].as_f64().unwrap_or(-1.0),
+        w["line_empty_at_s"].as_f64().unwrap_or(-1.0),
+    );
+    assert!(0.0 <= p50 && p50 <= max && max < 60.0, "{w}");
+    assert!(empty > 0.0 && empty < 60.0, "{w}");
     // 300 joins offered at 600/s: the measured rate is that pace (generous bounds: a loaded
     // CI machine may start some late).
     let rate = t["join_rate_per_s"]

@@ -267,12 +267,12 @@ if dropped > 0 then redis.call('HINCRBY', KEYS[1], 'dropped_total', dropped) end
 local present = redis.call('ZCARD', KEYS[2])
 local parked_n = redis.call('ZCARD', KEYS[11])
 -- >>> lanes: the other lanes' places are in line too.
-local lane_counts = {}
+-- The default lane's counts are taken before the others are added: it need not be listed
+-- first (`default_lane`), and its snapshot must not count the other lanes' places.
+local lane_counts = {[0] = {present, parked_n}}
 for _, l in ipairs(lanes) do
-  local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
-  if l.slot == 0 then
-    lane_counts[l.slot] = {present, parked_n}
-  else
+  if l.slot ~= 0 then
+    local lw, lp = lane_sets(l.slot, KEYS[2], KEYS[11])
     lane_counts[l.slot] = {redis.call('ZCARD', lw), redis.call('ZCARD', lp)}
     present = present + lane_counts[l.slot][1]
     parked_n = parked_n + lane_counts[l.slot][2]

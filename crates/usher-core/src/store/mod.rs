@@ -66,6 +66,7 @@ mod sentinel;
 mod sessions;
 mod streams;
 mod timed;
+mod usage;
 
 pub use admin::{QueueConfig, QueueStats, VersionedWrite, EPOCH_IDS_PER_MS};
 pub use audit::{AuditRecord, AUDIT_MAXLEN};
@@ -98,6 +99,7 @@ pub use reply::PowVerdict;
 pub use sessions::{SessionEnd, SessionState};
 pub use streams::{StreamEntry, StreamLag, STREAM_MAXLEN};
 pub use timed::{describe_redis_metrics, REDIS_COMMAND_DURATION, REDIS_COMMAND_ERRORS};
+pub use usage::RedisUsage;
 
 /// Why a store operation failed. The messages do not say "redis" themselves: the callers'
 /// errors name the component that failed, so a message reads the word once.

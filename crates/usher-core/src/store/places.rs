@@ -244,6 +244,12 @@ impl Store {
         self.leave_as(q, place, Asker::Gateway).await
     }
 
+    /// [`Store::leave`] at `now_ms` of a given clock (a rehearsal's virtual one): a released
+    /// session is remembered in `ended` from then, not from the wall clock's now.
+    pub async fn leave_at(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<LeaveOutcome> {
+        self.leave_as_at(q, place, Asker::Gateway, now_ms).await
+    }
+
     /// [`Store::leave`] for `asker`: a browser's request on a binding queue leaves nothing
     /// ([`LeaveOutcome::WrongKey`]) unless it proved the place's key (checked in the same
     /// call).
@@ -252,6 +258,18 @@ impl Store {
         q: &QueueId,
         place: PlaceId,
         asker: Asker<'_>,
+    ) -> Result<LeaveOutcome> {
+        self.leave_as_at(q, place, asker, crate::time::now_ms())
+            .await
+    }
+
+    /// [`Store::leave_as`] at `now_ms` (see [`Store::leave_at`]).
+    pub async fn leave_as_at(
+        &self,
+        q: &QueueId,
+        place: PlaceId,
+        asker: Asker<'_>,
+        now_ms: u64,
     ) -> Result<LeaveOutcome> {
         let (asked, proven, known) = asker.args();
         let k = QueueKeys::new(q);
@@ -269,7 +287,7 @@ impl Store {
             .key(&k.bound)
             .lane_keys(&k)
             .arg(place.0)
-            .arg(crate::time::now_ms())
+            .arg(now_ms)
             .arg(asked)
             .arg(proven)
             .arg(known)

@@ -214,7 +214,7 @@ impl Store {
 
 /// The text(s) of an `INFO` reply: one bulk string from one server; a map (or array of
 /// pairs) of node → text from a cluster. A report has many lines; a node's name has one.
-fn info_texts(v: Value, out: &mut Vec<String>) {
+pub(super) fn info_texts(v: Value, out: &mut Vec<String>) {
     let mut push = |t: String| {
         if t.contains('\n') {
             out.push(t);

@@ -73,15 +73,37 @@ impl Store {
         count: usize,
         block: Duration,
     ) -> Result<Option<Vec<StreamEntry>>> {
+        self.read_stream_with(id, count, Some(block)).await
+    }
+
+    /// [`Store::read_stream`] without blocking: what is there now (a rehearsal reads its
+    /// gateway's stream after each virtual tick; Redis times a short `BLOCK` out only at
+    /// its own cron's pace, tens of milliseconds).
+    pub async fn read_stream_now(
+        &self,
+        id: &ServerId,
+        count: usize,
+    ) -> Result<Option<Vec<StreamEntry>>> {
+        self.read_stream_with(id, count, None).await
+    }
+
+    async fn read_stream_with(
+        &self,
+        id: &ServerId,
+        count: usize,
+        block: Option<Duration>,
+    ) -> Result<Option<Vec<StreamEntry>>> {
         let key = keys::gateway_stream(id);
-        let r: redis::RedisResult<Value> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
             .arg(keys::STREAM_GROUP)
             .arg(id.as_str())
             .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(block.as_millis() as u64)
+            .arg(count);
+        if let Some(block) = block {
+            cmd.arg("BLOCK").arg(block.as_millis() as u64);
+        }
+        let r: redis::RedisResult<Value> = cmd
             .arg("STREAMS")
             .arg(&key)
             .arg(">")

@@ -44,6 +44,8 @@ pub(super) struct Courier<'a> {
     pub(super) now: u64,
     /// Which list the admissions come from.
     pub(super) list: OutboxList,
+    /// The clock the token records' delay is timed on (the admitter's).
+    pub(super) clock: &'a dyn usher_core::time::Clock,
     /// How long after `now` the token records are stored: `timing::token_store_delay` for a tick,
     /// nothing for the few admissions of passthrough joins.
     pub(super) store_delay: Duration,
@@ -274,7 +276,7 @@ impl Courier<'_> {
         // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
         // than the delay itself: a wall clock stepped back must not hold the tick.
         let delay = self.store_delay.as_millis() as u64;
-        sleep_until_ms(self.now + delay, delay).await;
+        sleep_until_ms(self.clock, self.now + delay, delay).await;
         if self
             .store
             .store_tokens(self.q, self.lease, records)

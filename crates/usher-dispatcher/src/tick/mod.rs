@@ -42,7 +42,7 @@ use futures::stream::{self, StreamExt};
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::QueueId;
 use usher_core::store::{GatewayInfo, Store, StoreError};
-use usher_core::time::now_ms;
+use usher_core::time::{now_ms, wall_clock, SharedClock};
 use usher_mint::token::SigningKey;
 
 use crate::metrics;
@@ -69,6 +69,9 @@ pub struct Admitter {
     leases: HeldLeases,
     /// What the queue registries listed since this replica started.
     registries: Registries,
+    /// Where [`Admitter::tick`], the rate and the pre-mint take the time from: the wall
+    /// clock, unless [`Admitter::with_clock`] gave another (a rehearsal's virtual clock).
+    clock: SharedClock,
 }
 
 /// Queues whose admission just became possible or faster (sent by the admin API).
@@ -96,7 +99,17 @@ impl Admitter {
             gateways: Default::default(),
             leases: HeldLeases::default(),
             registries: Registries::default(),
+            clock: wall_clock(),
         }
+    }
+
+    /// This admitter, taking the time from `clock` instead of the wall clock: the seam a
+    /// rehearsal (`usher-rehearse`) drives a virtual day through, calling
+    /// [`Admitter::tick_at`] with the clock's time. [`Admitter::run`] is the wall-clock loop
+    /// and is not meant for another clock.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Ticks until `cancel` fires, then releases every lease. Redis errors are logged and the
@@ -177,6 +190,7 @@ impl Admitter {
             &self.store,
             &self.key,
             &self.gateways,
+            &self.clock,
             PremintPlan {
                 q,
                 expected: expected_per_tick(0.0, cfg.admit_per_second, self.settings.tick),
@@ -207,7 +221,7 @@ impl Admitter {
 
     /// One tick over every queue this replica holds or should hold, now.
     pub async fn tick(&mut self) -> Result<TickReport, StoreError> {
-        self.tick_at(now_ms()).await
+        self.tick_at(self.clock.now_ms()).await
     }
 
     /// One tick with admission time `now`. When `now` is still ahead, the registries are read
@@ -225,7 +239,12 @@ impl Admitter {
         .inspect_err(|_| metrics::redis_error())?;
         let (queues, sales) = self.registries.relist(&self.store, queues, sales).await;
         // (Capped: a wall clock stepped back must not stall every tick.)
-        sleep_until_ms(now, read_lead(self.settings.tick).as_millis() as u64).await;
+        sleep_until_ms(
+            &*self.clock,
+            now,
+            read_lead(self.settings.tick).as_millis() as u64,
+        )
+        .await;
         let gateways = Arc::new(gateways);
         self.gateways = gateways.clone();
         let sales: HashSet<QueueId> = sales.into_iter().collect();
@@ -249,6 +268,7 @@ impl Admitter {
                 settings: self.settings.clone(),
                 now,
                 sale: sales.contains(&q),
+                clock: self.clock.clone(),
             };
             jobs.push(async move {
                 let r = job.run(&q, held).await;

@@ -119,6 +119,8 @@ impl Passthrough {
             lease,
             now,
             list: OutboxList::Passed,
+            // The courier runs only in the wall-clock loop (`Admitter::run`).
+            clock: &usher_core::time::WallClock,
             store_delay: Duration::ZERO,
         };
         match courier.deliver_outbox(u64::MAX).await? {

@@ -7,7 +7,7 @@ use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::{GatewayInfo, Store, MAX_ADMIT_PER_TICK};
-use usher_core::time::now_ms;
+use usher_core::time::SharedClock;
 use usher_mint::token::{BoundClaims, Claims, Confirmation, SigningKey};
 
 use super::gateways::{in_messages, live_at};
@@ -83,6 +83,7 @@ pub(super) fn spawn_premint(
     store: &Store,
     key: &Arc<SigningKey>,
     gateways: &Arc<Vec<GatewayInfo>>,
+    clock: &SharedClock,
     plan: PremintPlan<'_>,
 ) -> Premint {
     let PremintPlan {
@@ -95,12 +96,13 @@ pub(super) fn spawn_premint(
     } = plan;
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
     let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
+    let clock = clock.clone();
     let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
             // Never longer than from the read time to the admission time: a wall clock stepped
             // back must not hold the tick that waits for these tokens.
-            sleep_until_ms(t, at_ms.saturating_sub(t)).await;
+            sleep_until_ms(&*clock, t, at_ms.saturating_sub(t)).await;
         }
         let head = match store.head(&q, want).await {
             Ok(p) => p,
@@ -120,7 +122,16 @@ pub(super) fn spawn_premint(
             .unwrap_or_default();
             let gateway_of: HashMap<PlaceId, u16> =
                 part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect();
-            let staged = stage(&store, &gateways, &q, &minted, &gateway_of, at_ms, exp_ms).await;
+            let staged = stage(
+                &store,
+                &gateways,
+                &q,
+                &minted,
+                &gateway_of,
+                (at_ms, exp_ms),
+                clock.now_ms(),
+            )
+            .await;
             let batch = minted
                 .into_iter()
                 .map(|(place, token)| {
@@ -239,10 +250,10 @@ async fn stage(
     q: &QueueId,
     minted: &[(PlaceId, String)],
     gateway_of: &HashMap<PlaceId, u16>,
-    at_ms: u64,
-    exp_ms: u64,
+    (at_ms, exp_ms): (u64, u64),
+    now_ms: u64,
 ) -> HashSet<u16> {
-    let live = live_at(gateways, now_ms());
+    let live = live_at(gateways, now_ms);
     let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();
     for (place, token) in minted {
         let Some(gw) = gateway_of.get(place).filter(|g| live.contains_key(g)) else {

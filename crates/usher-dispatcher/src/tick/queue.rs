@@ -12,7 +12,7 @@ use usher_core::policy::{LoadReport, RateReason, RateSource};
 use usher_core::store::{
     GatewayInfo, Lease, OutboxList, RatePolicy, Store, StoreError, Tick, TickArgs, TickOutcome,
 };
-use usher_core::time::now_ms;
+use usher_core::time::SharedClock;
 use usher_mint::token::SigningKey;
 
 use super::deliver::{Courier, Delivery};
@@ -77,6 +77,8 @@ pub(super) struct QueueTick {
     pub(super) now: u64,
     /// The queue has a scheduled sale whose draw may be pending (`usher:draws`).
     pub(super) sale: bool,
+    /// The admitter's clock: the wall clock, or a rehearsal's virtual one.
+    pub(super) clock: SharedClock,
 }
 
 impl QueueTick {
@@ -104,7 +106,7 @@ impl QueueTick {
                 // ran out), and that was before now: a tick planned earlier, which reached
                 // its lease late (a loaded machine), is stamped with the time it holds it.
                 // Nothing was minted ahead for a queue just taken over, so no token is lost.
-                self.now = self.now.max(now_ms());
+                self.now = self.now.max(self.clock.now_ms());
                 tracing::info!(queue = %q, fence = lease.fence, "driving queue");
                 Held {
                     lease,
@@ -157,7 +159,7 @@ impl QueueTick {
         // The bucket's rate: the adaptive rate (0 without a fresh report), or the configured
         // one (`None`: the script reads `admit_per_second` itself); either made up for the
         // measured no-show share when the queue asks for it (`make_up_no_shows`).
-        let bucket_rate = inputs.bucket_rate(now_ms());
+        let bucket_rate = inputs.bucket_rate(self.clock.now_ms());
         // No admissions (an adaptive queue's backend is silent): no ETA either.
         let stopped = bucket_rate.is_some_and(|r| r <= 0.0);
         let args = TickArgs {
@@ -181,6 +183,7 @@ impl QueueTick {
             lease: &lease,
             now: self.now,
             list: OutboxList::Ticks,
+            clock: &*self.clock,
             store_delay: token_store_delay(self.settings.tick),
         };
         let mut out = match self.store.tick(q, &args).await? {
@@ -251,6 +254,7 @@ impl QueueTick {
             &self.store,
             &self.key,
             &self.gateways,
+            &self.clock,
             PremintPlan {
                 q,
                 expected: expected_per_tick(out.carry, out.admit_per_second, self.settings.tick),

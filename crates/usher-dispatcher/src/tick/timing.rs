@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use usher_core::time::now_ms;
+use usher_core::time::{now_ms, Clock};
 
 /// A tick starting at most this late still uses its scheduled time as the admission time.
 const ON_TIME_MS: u64 = 50;
@@ -60,12 +60,13 @@ pub(super) fn token_store_delay(tick: Duration) -> Duration {
     (tick * 3 / 10).min(Duration::from_millis(300))
 }
 
-/// Sleeps until `at_ms` on the wall clock, but never longer than `cap_ms`: a wall clock
-/// stepped back must not hold a tick.
-pub(super) async fn sleep_until_ms(at_ms: u64, cap_ms: u64) {
-    let wait = at_ms.saturating_sub(now_ms()).min(cap_ms);
-    if wait > 0 {
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+/// Sleeps until `clock` reads `at_ms`, but never longer than `cap_ms`: a wall clock stepped
+/// back must not hold a tick. A virtual clock (a rehearsal's) never sleeps: its driver moves
+/// it (`Clock::wait_for`).
+pub(super) async fn sleep_until_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
+    let wait = clock.wait_for(at_ms).min(Duration::from_millis(cap_ms));
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -57,6 +57,8 @@ mod proxy_wait;
 mod readiness;
 mod reconnect;
 mod redis_acl;
+mod rehearsal_clock;
+mod rehearsal_lanes;
 mod rotation;
 mod scale;
 mod session_dpop;
