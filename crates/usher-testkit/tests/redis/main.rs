@@ -18,6 +18,7 @@ mod abuse;
 mod adaptive;
 mod admin_auth;
 mod admission;
+mod admitted_first;
 mod away_wall;
 mod bind_loss;
 mod bind_script;
