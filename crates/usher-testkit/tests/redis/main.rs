@@ -44,6 +44,7 @@ mod logs;
 mod metrics;
 mod no_shows;
 mod notices;
+mod open_files_cap;
 mod open_door;
 mod out_of_memory;
 mod outage;
