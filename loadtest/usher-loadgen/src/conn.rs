@@ -136,6 +136,7 @@ impl Recorder {
             admission: s.admission.to_buckets(),
             admissions: s.admissions.clone(),
             join_span_us: s.join_span_us,
+            cpu_s: crate::cpu::own_cpu_s(),
         }
     }
 }

@@ -115,6 +115,9 @@ pub struct WorkerResult {
     /// the epoch; `None` without joins.
     #[serde(default)]
     pub join_span_us: Option<(u64, u64)>,
+    /// CPU seconds this worker process used (`crate::cpu`); `None` where `/proc` does not say.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
