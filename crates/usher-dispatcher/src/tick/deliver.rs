@@ -62,61 +62,32 @@ struct Fresh {
     entries: u64,
 }
 
-/// Admissions sent whose outbox entries are not removed yet: [`Courier::record_sent`] stores
-/// their records and removes the entries.
+/// Admissions sent whose outbox entries are not removed yet.
 #[derive(Default)]
-#[must_use = "sent admissions stay in the outbox until recorded"]
-pub(super) struct Unrecorded {
+struct Unrecorded {
     records: Vec<(PlaceId, TokenRecord)>,
     /// Outbox entries they fill.
     entries: u64,
 }
 
 impl Courier<'_> {
-    /// Sends a tick's admissions, starting from its first call's outcome `out`, and admits
+    /// Delivers a tick's admissions, starting from its first call's outcome `out`, and admits
     /// the rest of the tick's budget on the way. On return `out` is the last call's outcome
-    /// with the whole tick's admitted and dropped counts, and every admission of the tick is
-    /// written to its gateway's stream; the records of the last ones are left to
-    /// [`Courier::record_sent`] (the caller publishes the line's new state in between, so
-    /// positions do not wait for the records' delay).
+    /// with the whole tick's admitted and dropped counts.
     pub(super) async fn deliver_tick(
         &self,
         tokens: &mut TickTokens,
         args: &TickArgs<'_>,
         out: &mut TickOutcome,
-    ) -> Result<(Delivery, Unrecorded), StoreError> {
+    ) -> Result<Delivery, StoreError> {
         self.drain(tokens, Some((args, out)), 0).await
     }
 
     /// Delivers the first `outbox_len` entries of the courier's list without admitting (a
-    /// closed queue's outbox, or the admissions of passthrough joins), records included.
+    /// closed queue's outbox, or the admissions of passthrough joins).
     pub(super) async fn deliver_outbox(&self, outbox_len: u64) -> Result<Delivery, StoreError> {
-        let (delivery, sent) = self
-            .drain(&mut TickTokens::default(), None, outbox_len)
-            .await?;
-        self.record_sent(delivery, sent).await
-    }
-
-    /// Stores the records of admissions `sent` (after the records' delay) and removes their
-    /// outbox entries; `delivery` counts them too on return. A lost lease leaves them in the
-    /// outbox, for the next holder.
-    pub(super) async fn record_sent(
-        &self,
-        delivery: Delivery,
-        sent: Unrecorded,
-    ) -> Result<Delivery, StoreError> {
-        if matches!(delivery, Delivery::LeaseLost) {
-            return Ok(delivery);
-        }
-        if sent.entries > 0 && !self.record(&sent.records, sent.entries).await? {
-            return Ok(Delivery::LeaseLost);
-        }
-        let n = sent.records.len() as u64;
-        Ok(match delivery {
-            Delivery::Done(d) => Delivery::Done(d + n),
-            Delivery::Closed(d) => Delivery::Closed(d + n),
-            Delivery::LeaseLost => Delivery::LeaseLost,
-        })
+        self.drain(&mut TickTokens::default(), None, outbox_len)
+            .await
     }
 
     /// The drain loop. Each round sends one batch of admissions, from one of two places:
@@ -132,13 +103,12 @@ impl Courier<'_> {
     ///
     /// `calls`: the tick (its arguments and its last call's outcome); `None` for a closed
     /// queue, which admits no more. `read_back`: how many outbox entries to read back first.
-    /// Returns what was delivered and recorded, and the admissions sent but not recorded.
     async fn drain(
         &self,
         tokens: &mut TickTokens,
         mut calls: Option<(&TickArgs<'_>, &mut TickOutcome)>,
         mut read_back: u64,
-    ) -> Result<(Delivery, Unrecorded), StoreError> {
+    ) -> Result<Delivery, StoreError> {
         let mut delivered = 0;
         let mut unrecorded = Unrecorded::default();
         let mut fresh = Fresh::default();
@@ -155,7 +125,7 @@ impl Courier<'_> {
                 }
                 let records = self.send(&batch, tokens).await?;
                 if !self.record(&records, entries).await? {
-                    return Ok((Delivery::LeaseLost, Unrecorded::default()));
+                    return Ok(Delivery::LeaseLost);
                 }
                 delivered += batch.len() as u64;
                 read_back = read_back.saturating_sub(entries);
@@ -190,16 +160,19 @@ impl Courier<'_> {
                     closed = true;
                     break;
                 }
-                Tick::LeaseLost => return Ok((Delivery::LeaseLost, Unrecorded::default())),
+                Tick::LeaseLost => return Ok(Delivery::LeaseLost),
             }
         }
         tokens.stop_minting();
-        let delivery = if closed {
+        if unrecorded.entries > 0 && !self.record(&unrecorded.records, unrecorded.entries).await? {
+            return Ok(Delivery::LeaseLost);
+        }
+        delivered += unrecorded.records.len() as u64;
+        Ok(if closed {
             Delivery::Closed(delivered)
         } else {
             Delivery::Done(delivered)
-        };
-        Ok((delivery, unrecorded))
+        })
     }
 
     /// Sends `entries` to the gateways holding their browsers (a place whose token is staged

@@ -204,18 +204,7 @@ impl QueueTick {
             }
         };
         let mut tokens = TickTokens::from_premint(held.premint.take(), self.now);
-        let (delivery, sent) = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
-        drop(tokens);
-        // Every admission of the tick is in its gateway's stream now: the line's new state
-        // follows them at once (ARCHITECTURE.md, "admitted before positions"), and the token
-        // records after their delay (`timing::token_store_delay`). Positions no longer wait
-        // for the records: the gateways apply admissions first, so the state's fan-out does
-        // not hold the burst back.
-        if let Delivery::Done(_) = delivery {
-            held.rate.observe(self.now, &out);
-            self.publish_state(q, &mut held, &out, bucket_rate).await?;
-        }
-        let delivery = courier.record_sent(delivery, sent).await?;
+        let delivery = courier.deliver_tick(&mut tokens, &args, &mut out).await?;
         crate::metrics::queue_ticked(q, &out);
         crate::metrics::queue_rate(q, inputs.effective(&out, self.now));
         crate::metrics::queue_no_shows(q, out.no_shows, inputs.policy.no_show_ratio);
@@ -234,6 +223,9 @@ impl QueueTick {
             }
             Delivery::LeaseLost => return Ok(Outcome::NotHeld),
         };
+        drop(tokens);
+        held.rate.observe(self.now, &out);
+        self.publish_state(q, &mut held, &out, bucket_rate).await?;
         if out.sold_out {
             super::sold_out::close(&self.store, &self.gateways, q, self.now).await?;
         }

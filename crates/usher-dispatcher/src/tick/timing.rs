@@ -51,11 +51,11 @@ pub(super) fn read_lead(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(20))
 }
 
-/// How long after a tick's admission time its token records are written: three tenths of
-/// the tick, at most 300 ms. Until then Redis serves the admissions' delivery alone: the
-/// records of a full tick are megabytes, and a resume meanwhile would wait for them. The
-/// line's new state does not wait for them: it is written right after the tick's admissions,
-/// which every gateway applies first (so its fan-out does not slow the burst).
+/// How long after a tick's admission time its token records are written and the line's new
+/// state is published: three tenths of the tick, at most 300 ms. Until then the machines
+/// deliver the admissions alone: a full tick's burst keeps the gateways busy for a good part
+/// of that time, and the state that follows moves every other browser (up to one write
+/// each), so sent sooner it slows the burst's tail. Positions refresh once a tick either way.
 pub(super) fn token_store_delay(tick: Duration) -> Duration {
     (tick * 3 / 10).min(Duration::from_millis(300))
 }
