@@ -160,16 +160,46 @@ def p99(rep, kind):
     return l["p99_ms"] if l and l.get("count") else None
 
 
+def median_run(name, usher_name, floor_name, p99_of):
+    """The run whose usher / floor is the median of the runs `scripts/bench.sh` made (its
+    USHER_BENCH_RUNS: run 1 is `usher_name`, run k `<usher_name>-rk`, the same for the floor),
+    as (usher report, floor report), and a note listing every run's ratio (None with one run)."""
+    found = []
+    for k in range(1, 10):
+        suffix = "" if k == 1 else f"-r{k}"
+        u, f = load(usher_name(suffix)), load(floor_name(suffix))
+        if u is None:
+            break
+        found.append((ratio_of(p99_of(u), p99_of(f)), u, f))
+    if len(found) <= 1:
+        return (found[0][1], found[0][2]) if found else (None, None), None
+    ranked = sorted(found, key=lambda t: (t[0] is None, t[0] or 0))
+    mid = ranked[(len(ranked) - 1) // 2]
+    note = (f"{name}: the median of {len(found)} runs by usher / floor (each run with its own floor): "
+            + ", ".join(ratio_text(r) for r, _, _ in found))
+    return (mid[1], mid[2]), note
+
+
+def floor_p99(f):
+    return f["overall"]["p99_ms"] if f else None
+
+
+def admit_p99(rep):
+    return p99(rep, "admission") if "latency_ms" in (rep or {}) else floor_p99(rep)
+
+
 rows = []  # what, target, usher, floor, usher/floor, verdict, command
 notes = []
 redis = load("redis.json")
-joins = load("joins.json")
-joins_floor = load("joins-floor.json")
+(joins, joins_floor), joins_runs = median_run(
+    "joins", lambda s: f"joins{s}.json", lambda s: f"joins{s}-floor.json", lambda r: p99(r, "join"))
 hold = load("hold.json")
 hold_server = load("hold-server.json")
-admit = load("admit.json")
-floors = {k: load(f"floor-{k}.json") for k in ("2x2", "1x1")}
+(admit, admit_floor), admit_runs = median_run(
+    "admissions", lambda s: f"admit{s}.json", lambda s: f"floor-2x2{s}.json", admit_p99)
+floors = {"2x2": admit_floor, "1x1": load("floor-1x1.json")}
 NOT_MEASURED = "not yet measured"
+notes += [n for n in (joins_runs, admit_runs) if n]
 
 # Joins: the rate (absolute) and the latency (over the joins floor's).
 jl = lat(joins, "join")
@@ -201,9 +231,12 @@ if hold and hold_server:
     rows.append(("concurrent SSE connections", "≥ 100,000 held across ≥ 6 gateways, all receiving updates",
                  f"{held:,} waiting ({joined:,} joined); {updated / max(joined, 1):.1f} `waiting` events each", "—", "—",
                  verdict(held >= 100000 and pu is not None and pu["count"] > 0), hold_cmd))
-    if pu:
-        notes.append(f"position-update delay (not a target) with {held:,} held: p50 {pu['p50_ms']:.0f} ms, "
-                     f"p99 {pu['p99_ms']:.0f} ms")
+    if pu and pu.get("count"):
+        tick_ms = 1000
+        rows.append(("position-update delay (tick → `waiting` received)",
+                     f"p99 ≤ 1 tick ({tick_ms:,} ms) with 100,000 held", lat_text(pu), "—",
+                     f"{pu['p99_ms'] / tick_ms:.2f} ticks", verdict(held >= 100000 and pu["p99_ms"] <= tick_ms),
+                     hold_cmd))
     per_conn = (hold_server["gateway_rss_kb"] - hold_server["gateway_base_rss_kb"]) / max(held, 1)
     rows.append(("gateway memory", "≤ 8 KiB RSS per held connection",
                  f"{per_conn:.2f} KiB ({hold_server['gateway_rss_kb'] / 1024:.0f} MiB over six gateways, "
@@ -305,6 +338,45 @@ for n in (1000, 2500):
 if admit and al and al["count"]:
     sweep.append(("admission", "5,000 per tick", f"{al['count']:,} admitted", al,
                   f22["overall"]["p99_ms"] if f22 else None, ADMIT_BOUNDS, admit, f22))
+
+def loadgen_cpu(rep):
+    """The load generator's own CPU over a run (its `load_generator_cpu`), or None."""
+    c = (rep or {}).get("load_generator_cpu")
+    if not c or c.get("us_per_event") is None:
+        return None
+    text = (f"{c['us_per_event']:.1f} µs per event, busiest worker {100 * (c.get('busiest_worker') or 0):.0f}% "
+            f"of a core")
+    return text + (" — **short of CPU**" if c.get("short_of_cpu") else "")
+
+
+# Where the time goes: each role's CPU per position event (20 s of the hold run, where every
+# held browser gets one position event per 1 s tick) and per admission (from the unpause to
+# the end of the admission run: the admitted events and the position events of those still
+# waiting), beside the bare write of the same bytes (usher-floor's CPU per event, all CPUs).
+hold_cpu = load("hold-cpu.json")
+if hold_cpu and hold_server and hold_server.get("held"):
+    events = hold_server["held"] * hold_server["seconds"]
+    notes.append(f"CPU per position event ({events:,.0f} events: {hold_server['held']:,} held × "
+                 f"{hold_server['seconds']:.0f} ticks): "
+                 + ", ".join(f"{k} {v * 1e6 / events:.1f} µs" for k, v in hold_cpu.items()))
+admit_cpu = None
+if admit:
+    for k in range(1, 10):
+        sfx = "" if k == 1 else f"-r{k}"
+        if load(f"admit{sfx}.json") is admit or load(f"admit{sfx}.json") == admit:
+            admit_cpu = load(f"admit-cpu{sfx}.json")
+            break
+if admit_cpu and al and al.get("count"):
+    bare = ((floors.get("2x2") or {}).get("machine") or {}).get("busy_cpu_us_per_event")
+    notes.append(f"CPU per admission ({al['count']:,} admitted; includes the position events of the places still "
+                 f"waiting): " + ", ".join(f"{k} {v * 1e6 / al['count']:.1f} µs" for k, v in admit_cpu.items())
+                 + (f"; the bare write and read of the same bytes (`usher-floor`, all CPUs): {bare} µs" if bare else ""))
+
+cpu_notes = [f"{name} {t}" for name, rep in (("joins", joins), ("joins floor run", joins_floor), ("hold", hold),
+                                             ("admissions", admit)) if (t := loadgen_cpu(rep))]
+if cpu_notes:
+    notes.append("load generator's own CPU (`load gen cpu`; short of CPU when a worker used 90% of its core): "
+                 + "; ".join(cpu_notes))
 
 facts = (f"{os.cpu_count()} cores ({cpu_model()}), {mem_gib()}, {platform.system()} {platform.release()}, "
          f"{cmd('redis-server', '--version').split(' sha=')[0]}, {cmd('rustc', '--version')}")

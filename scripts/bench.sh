@@ -40,7 +40,8 @@
 # ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (8200),
 # USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
-# RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
+# USHER_BENCH_RUNS (1: runs of the joins and admission scenarios, the median shown),
+# USHER_BENCH_BIN (binaries built elsewhere; nothing is built), RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
 # Cluster") by hand: the report script rewrites only the load section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,9 +59,16 @@ BASE=${USHER_BENCH_BASE_PORT:-8200}
 REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
-BIN=target/release
+# USHER_BENCH_BIN: binaries built elsewhere (e.g. an older tree's, for a before/after on the
+# same machine); when set, nothing is built.
+BIN=${USHER_BENCH_BIN:-target/release}
 SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehearse} "
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
+# USHER_BENCH_RUNS: how many times the joins and admission scenarios run, each run followed by
+# its own floor run; BENCHMARKS.md shows the run whose usher / floor is the median (and every
+# run's ratio). 1 (the default) keeps `make bench` under ten minutes; 3 adds about five.
+RUNS=${USHER_BENCH_RUNS:-1}
+run_suffix() { [ "$1" = 1 ] || echo "-r$1"; }
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
 
 log() { echo "bench: $*" >&2; }
@@ -69,9 +77,20 @@ rm -f "$OUT"/*.json "$OUT"/*.svg "$OUT"/*.log
 
 bash scripts/ensure-redis.sh
 ulimit -n "$(ulimit -Hn)"
+# One gateway can hold 100,000 streams where the open-files limit allows it: the gateways'
+# caps are 100,000 then (a gateway refuses to start with a cap above its limit). Below that
+# limit, all of it for sockets and 95% for streams (this machine's 20,000: 19,000 streams).
+NOFILE=$(ulimit -Hn)
+if [ "$NOFILE" = unlimited ] || [ "$NOFILE" -ge 100000 ]; then
+    GW_STREAMS=100000 GW_SOCKETS=100000
+else
+    GW_STREAMS=$((NOFILE * 95 / 100)) GW_SOCKETS=$NOFILE
+fi
 # The same command as `make build` and `make run`: switching between them rebuilds nothing.
-log "building release binaries"
-cargo build --release --workspace --bins >&2
+if [ -z "${USHER_BENCH_BIN:-}" ]; then
+    log "building release binaries"
+    cargo build --release --workspace --bins >&2
+fi
 
 PIDS=()
 cleanup() {
@@ -94,6 +113,7 @@ nice -n "$NICE_REDIS" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "
     --appendonly yes --appendfsync everysec --daemonize no --loglevel notice \
     >"$OUT/redis.log" 2>&1 &
 PIDS+=($!)
+REDIS_PID=$!
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 export USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
@@ -102,15 +122,16 @@ BENCH_ADMIN_TOKEN="bench:$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 USHER_ADMIN_TOKEN="$BENCH_ADMIN_TOKEN" USHER_LISTEN="127.0.0.1:$((BASE + 81))" USHER_TICK_MS=1000 nice -n "$NICE_DISPATCHER" "$BIN/usher-dispatcher" \
     >"$OUT/dispatcher.log" 2>&1 &
 PIDS+=($!)
+DISPATCHER_PID=$!
 GATEWAY_PIDS=()
 GATEWAYS=""
 for i in 1 2 3 4 5 6; do
     port=$((BASE + i))
     # The load generator bursts from one loopback address: the per-IP limits are off here
-    # (0), and the socket cap leaves room above the 19,000 streams.
-    USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=19000 USHER_WORKER_THREADS=1 \
+    # (0), and the socket cap leaves room above the streams' (see GW_STREAMS above).
+    USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=$GW_STREAMS USHER_WORKER_THREADS=1 \
         USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 \
-        USHER_MAX_SOCKETS=20000 USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
+        USHER_MAX_SOCKETS=$GW_SOCKETS USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
         >"$OUT/gateway-$i.log" 2>&1 &
     PIDS+=($!)
     GATEWAY_PIDS+=($!)
@@ -159,6 +180,24 @@ server_ticks() {
     done
     echo "$total"
 }
+# CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis" (for the "where the
+# time goes" figures: CPU per position event and per admission, by role).
+role_ticks() {
+    local pid gw=0
+    for pid in "${GATEWAY_PIDS[@]}"; do
+        gw=$((gw + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$gw $(awk '{print $14 + $15}' "/proc/$DISPATCHER_PID/stat") $(awk '{print $14 + $15}' "/proc/$REDIS_PID/stat")"
+}
+# Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3.
+role_cpu_json() {
+    python3 - "$OUT/$1" "$2" "$3" <<'PY'
+import json, sys
+a, b = [list(map(int, x.split())) for x in sys.argv[2:4]]
+json.dump({k: (y - x) / 100 for k, x, y in zip(("gateways", "dispatcher", "redis"), a, b)},
+          open(sys.argv[1], "w"))
+PY
+}
 # Waits (at most 30 s) until the servers use less than 5% of a core.
 settle() {
     local a b
@@ -196,7 +235,10 @@ admit_run() {
         sleep 1
     done
     queue "$q" '{"paused": false}'
+    local cpu0
+    cpu0=$(role_ticks)
     wait "$lg" || true
+    [ -n "${ADMIT_CPU_OUT:-}" ] && role_cpu_json "$ADMIT_CPU_OUT" "$cpu0" "$(role_ticks)"
     close "$q"
 }
 
@@ -208,8 +250,10 @@ fi
 
 if want joins; then
 log "2/5 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
-join_run joins joins "$GATEWAYS" "$FLOORS" --connections "$JOINS" --join-rate "$JOINS_RATE" \
-    --workers 4 --duration $((JOINS / JOINS_RATE + 15))
+for k in $(seq "$RUNS"); do
+    join_run joins "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
+        --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
+done
 fi
 
 if want hold; then
@@ -231,9 +275,10 @@ queue hold '{"paused": false}'
 sleep 5
 held=$(field hold waiting)
 rss=$(gateway_rss_kb)
-calls0=$(redis_calls); t0=$(date +%s.%N)
+calls0=$(redis_calls); t0=$(date +%s.%N); cpu0=$(role_ticks)
 redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-0.txt"
 sleep 20
+role_cpu_json hold-cpu.json "$cpu0" "$(role_ticks)"
 calls1=$(redis_calls); t1=$(date +%s.%N)
 redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-1.txt"
 wait "$LOADGEN" || true
@@ -259,13 +304,17 @@ fi
 
 if want admit; then
 log "4/5 admit: $ADMIT waiting, then 5,000 admissions per tick"
-queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
-admit_run admit "$ADMIT" --workers 4 --duration 90 --report "$OUT/admit.json" --plot "$OUT/admit.svg"
-settle
-# The machine's floor for the same burst without usher: 5,000 bare loopback writes of an
-# admitted-sized event, one per connection, read by plain tasks (the servers are idle now).
-log "4/5 admit: this machine's floor for a burst of 5,000 events (usher-floor)"
-"$BIN/usher-floor" --connections 5000 --senders 2 --receivers 2 >"$OUT/floor-2x2.json"
+for k in $(seq "$RUNS"); do
+    sfx=$(run_suffix "$k")
+    queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
+    ADMIT_CPU_OUT="admit-cpu$sfx.json" admit_run admit "$ADMIT" --workers 4 --duration 90 \
+        --report "$OUT/admit$sfx.json" --plot "$OUT/admit$sfx.svg"
+    settle
+    # The machine's floor for the same burst without usher: 5,000 bare loopback writes of an
+    # admitted-sized event, one per connection, read by plain tasks (the servers are idle now).
+    log "4/5 admit: this machine's floor for a burst of 5,000 events (usher-floor), run $k of $RUNS"
+    "$BIN/usher-floor" --connections 5000 --senders 2 --receivers 2 >"$OUT/floor-2x2$sfx.json"
+done
 "$BIN/usher-floor" --connections 5000 --senders 1 --receivers 1 >"$OUT/floor-1x1.json"
 fi
 

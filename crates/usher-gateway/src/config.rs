@@ -57,7 +57,8 @@ pub struct Config {
 
     /// Most browsers held at once. Past it, new streams answer `200` with a jittered `retry:`
     /// and end, so the browser tries again (often on another gateway). Keep it below the
-    /// process's open-file limit.
+    /// process's open-file limit: the binary refuses to start with it above that limit (taken
+    /// after raising the soft limit to the hard one).
     #[arg(long, env = "USHER_MAX_CONNECTIONS", default_value_t = 18_000)]
     pub max_connections: u64,
 
@@ -151,7 +152,8 @@ pub struct Config {
     /// Most client sockets open at once, streams and others. The last
     /// `--health-reserve-sockets` of them serve only `/healthz`, `/readyz` and `/metrics`
     /// (other requests answer `429`, streams a jittered `retry:`); past the cap a new
-    /// connection is closed at once. Keep it below the process's open-file limit.
+    /// connection is closed at once. Keep it below the process's open-file limit: the binary
+    /// refuses to start with it above that limit (taken after raising the soft limit).
     #[arg(long, env = "USHER_MAX_SOCKETS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sockets: u64,
 
@@ -239,6 +241,16 @@ pub enum ConfigError {
     TicketKey(#[from] TicketKeyError),
     #[error("USHER_CHALLENGE_SECRET: {0}")]
     ChallengeSecret(#[from] ShortSecret),
+    #[error(
+        "{var} = {value} is above this process's open-files limit of {limit}: every socket is a \
+         file, so the process would run out of files before reaching the cap; raise the limit \
+         (`ulimit -n`, systemd's LimitNOFILE, the container's nofile) or lower {var}"
+    )]
+    AboveOpenFiles {
+        var: &'static str,
+        value: u64,
+        limit: u64,
+    },
 }
 
 impl Config {
@@ -290,6 +302,25 @@ impl Config {
         }
         self.ticket_key()?;
         self.challenge_secret()?;
+        Ok(())
+    }
+
+    /// Checks the caps on streams and sockets against the process's open-files `limit`
+    /// (`None`: unlimited or unknown), read after the soft limit was raised to the hard one
+    /// (`usher_runtime::raise_open_files_limit`). A cap above it would never be reached: the
+    /// process would run out of descriptors first, and `accept` would fail with `EMFILE`
+    /// where the cap answers with a `retry:`. The binary checks this at start; a `Config`
+    /// run in-process (tests) does not, since its limit is the host process's.
+    pub fn check_open_files(&self, limit: Option<u64>) -> Result<(), ConfigError> {
+        let Some(limit) = limit else { return Ok(()) };
+        for (var, value) in [
+            ("USHER_MAX_CONNECTIONS", self.max_connections),
+            ("USHER_MAX_SOCKETS", self.max_sockets),
+        ] {
+            if value > limit {
+                return Err(ConfigError::AboveOpenFiles { var, value, limit });
+            }
+        }
         Ok(())
     }
 
@@ -381,6 +412,33 @@ mod tests {
         let e = cfg.validate().expect_err("a short key");
         assert!(e.to_string().starts_with("USHER_TICKET_KEY: "), "{e}");
         assert!(e.to_string().contains("got 5"), "{e}");
+    }
+
+    #[test]
+    fn caps_above_the_open_files_limit_are_refused_naming_both_numbers() {
+        let mut cfg = config("redis://127.0.0.1:1");
+        assert!(cfg.check_open_files(None).is_ok(), "unlimited");
+        assert!(
+            cfg.check_open_files(Some(20_000)).is_ok(),
+            "the defaults fit 20,000"
+        );
+        let e = cfg
+            .check_open_files(Some(1_024))
+            .expect_err("18,000 streams in 1,024 files");
+        assert!(
+            e.to_string().starts_with(
+                "USHER_MAX_CONNECTIONS = 18000 is above this process's open-files limit of 1024"
+            ),
+            "{e}"
+        );
+        cfg.max_connections = 1_000;
+        let e = cfg
+            .check_open_files(Some(1_024))
+            .expect_err("20,000 sockets");
+        assert!(
+            e.to_string().starts_with("USHER_MAX_SOCKETS = 20000 "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::{CloseReason, StreamMessage};
-use usher_core::store::{PlaceState, Store};
+use usher_core::store::{PlaceState, Store, StreamEntry};
 use usher_core::time::now_ms;
 
+use crate::admissions_first::admissions_first;
 use crate::metrics;
 use crate::shared::Gateway;
 use crate::update::{Admitted, Update};
@@ -41,13 +42,16 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                     continue;
                 }
                 let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
-                for e in entries {
-                    let trace = e.traceparent.map(Arc::<str>::from);
-                    match e.message {
-                        Some(m) => apply(&gw, m, trace.as_ref()),
-                        None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
-                    }
+                // Admissions first, then the newest line snapshot of each queue.
+                let batch = admissions_first(entries);
+                apply_all(&gw, batch.first);
+                if batch.admits && !batch.snapshots.is_empty() {
+                    // The connections just given their `admitted` event are queued to run;
+                    // the snapshot would queue every other browser of the queue behind them.
+                    // Yielding lets them write first (the runtime runs woken tasks in order).
+                    tokio::task::yield_now().await;
                 }
+                apply_all(&gw, batch.snapshots);
                 // Acknowledge in the background: the next read must not wait for Redis to answer
                 // (it may be busy with a large admission). Unacknowledged entries are only
                 // memory: nothing re-reads them.
@@ -74,6 +78,17 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
+        }
+    }
+}
+
+/// Applies `entries` in their order.
+fn apply_all(gw: &Arc<Gateway>, entries: Vec<StreamEntry>) {
+    for e in entries {
+        let trace = e.traceparent.map(Arc::<str>::from);
+        match e.message {
+            Some(m) => apply(gw, m, trace.as_ref()),
+            None => tracing::warn!(entry = %e.id, "undecodable stream entry skipped"),
         }
     }
 }

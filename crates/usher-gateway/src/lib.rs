@@ -29,6 +29,7 @@
 //! * `shared` — `Gateway`, the state every task reaches: identity, Redis,
 //!   and the above.
 //! * `binding` — a binding queue's checks: the request's proof, the place's key, one use.
+//! * `admissions_first` — the order a batch read from the stream is applied in.
 //! * `inbox` — this gateway's Redis Stream, read and applied to the browsers held here.
 //! * `tasks` — heartbeat, flush of disconnects, drain.
 //! * `stream` — an SSE stream: setup (join or resume) and the per-connection pump.
@@ -47,6 +48,7 @@ pub mod config;
 pub mod position;
 mod ticket;
 
+mod admissions_first;
 mod away;
 mod binding;
 mod client;

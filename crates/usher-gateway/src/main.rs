@@ -14,6 +14,7 @@ fn main() -> anyhow::Result<()> {
         .context("cannot set traces up")?;
     usher_runtime::disable_transparent_huge_pages();
     usher_runtime::raise_open_files_limit();
+    cfg.check_open_files(usher_runtime::open_files_limit())?;
     let rt = usher_runtime::runtime(cfg.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {
         let listener = usher_http::listen(cfg.listen)

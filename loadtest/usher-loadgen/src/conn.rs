@@ -141,6 +141,7 @@ impl Recorder {
             admissions: s.admissions.clone(),
             join_span_us: s.join_span_us,
             waits: s.waits.clone(),
+            cpu_s: crate::cpu::own_cpu_s(),
         }
     }
 }

@@ -247,6 +247,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     let report = report::build(
         &plan,
         RunInfo {
+            coordinator_cpu_s: crate::cpu::own_cpu_s(),
             argv,
             started_at_ms: epoch_ms,
             elapsed_s,

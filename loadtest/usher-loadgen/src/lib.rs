@@ -3,7 +3,9 @@
 //! The binary's coordinator ([`coordinator`]) starts worker processes of itself ([`worker`]);
 //! each worker runs thousands of browser-like connections ([`conn`]) over bare HTTP/1.1
 //! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
-//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of [`svg`]).
+//! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of
+//! [`svg`]); [`cpu`] says what the run cost the load generator itself, and whether it was short
+//! of CPU.
 //!
 //! [`joins_floor`] is the other side: the server of `usher-joins-floor`, a stand-in gateway
 //! that answers every stream alike, for measuring what joins cost without usher.
@@ -13,6 +15,7 @@ pub mod checks;
 pub mod cli;
 pub mod conn;
 pub mod coordinator;
+pub mod cpu;
 pub mod http;
 pub mod joins_floor;
 pub mod leaving;

@@ -122,6 +122,9 @@ pub struct WorkerResult {
     /// Each admitted connection's arrival and admission (`crate::waits`).
     #[serde(default)]
     pub waits: Vec<crate::waits::WaitRecord>,
+    /// CPU seconds this worker process used (`crate::cpu`); `None` where `/proc` does not say.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

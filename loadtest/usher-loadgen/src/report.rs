@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{self, Checks};
+use crate::cpu::{LoadGenCpu, WorkerCpu};
 use crate::plan::Plan;
 use crate::proto::{AdmissionRecord, Counters, WorkerResult};
 use crate::stalls::Stall;
@@ -148,6 +149,8 @@ pub struct Report {
     /// (`crate::waits`): what `make bench` compares a rehearsal with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait: Option<crate::waits::WaitSummary>,
+    /// What the run cost the load generator itself, and whether it was short of CPU.
+    pub load_generator_cpu: LoadGenCpu,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -247,6 +250,8 @@ pub struct RunInfo {
     pub stalls: Vec<Stall>,
     /// The CPUs the stall probe watched.
     pub stall_cpus: Vec<usize>,
+    /// CPU seconds the coordinator used (`None` where `/proc` does not say).
+    pub coordinator_cpu_s: Option<f64>,
 }
 
 pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
@@ -296,6 +301,21 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         0
     };
     let started_at = usher_core::time::rfc3339_ms(run.started_at_ms);
+    let load_generator_cpu = crate::cpu::assess(
+        run.coordinator_cpu_s.unwrap_or(0.0),
+        &results
+            .iter()
+            .filter_map(|r| {
+                r.cpu_s.map(|cpu_s| WorkerCpu {
+                    cpu_s,
+                    wall_s: r.elapsed_ms as f64 / 1000.0,
+                })
+            })
+            .collect::<Vec<_>>(),
+        run.elapsed_s,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        c.joined + c.waiting_events + c.admitted + c.closed,
+    );
     Report {
         tool: "usher-loadgen".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -357,6 +377,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         admission_by_tick: by_tick(&admissions),
         cpu_stalls: CpuStalls::new(&run.stalls, run.stall_cpus, run.started_at_ms),
         wait: crate::waits::summarize(&waits, run.started_at_ms),
+        load_generator_cpu,
         timeline: run.timeline,
         exit_code,
     }
@@ -446,6 +467,7 @@ pub fn summary(r: &Report) -> String {
         ),
     };
     let _ = writeln!(s, "cpu stalls   {stalls}");
+    let _ = writeln!(s, "{}", crate::cpu::summary_line(&r.load_generator_cpu));
     let errors = if r.errors.is_empty() {
         "none".to_owned()
     } else {

@@ -122,6 +122,21 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
         .as_str()
         .is_some_and(|c| c.contains("--until-admitted")));
     assert_eq!(r["exit_code"], 0);
+    // The load generator's own CPU, beside the run: every join and event counted, each with
+    // its cost, and the line in the summary.
+    let cpu = &r["load_generator_cpu"];
+    let events = cpu["events"].as_u64().unwrap_or(0);
+    assert!(
+        events >= 3 * CONNECTIONS,
+        "joins, first waiting, admitted: {cpu}"
+    );
+    assert!(cpu["cpu_s"].as_f64().is_some_and(|s| s > 0.0), "{cpu}");
+    assert!(
+        cpu["us_per_event"].as_f64().is_some_and(|us| us > 0.0),
+        "{cpu}"
+    );
+    assert!(cpu["short_of_cpu"].is_boolean(), "{cpu}");
+    assert!(stdout.contains("load gen cpu "), "{stdout}");
 
     let svg = std::fs::read_to_string(&plot)?;
     assert!(
