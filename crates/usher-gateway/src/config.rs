@@ -153,7 +153,8 @@ pub struct Config {
     /// `--health-reserve-sockets` of them serve only `/healthz`, `/readyz` and `/metrics`
     /// (other requests answer `429`, streams a jittered `retry:`); past the cap a new
     /// connection is closed at once. Keep it below the process's open-file limit: the binary
-    /// refuses to start with it above that limit (taken after raising the soft limit).
+    /// refuses to start with it set above that limit (taken after raising the soft limit),
+    /// and lowers the default to fit.
     #[arg(long, env = "USHER_MAX_SOCKETS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sockets: u64,
 
@@ -253,6 +254,37 @@ pub enum ConfigError {
     },
 }
 
+/// Files a gateway keeps back from its open-files limit when it lowers a default socket cap:
+/// its Redis connections, the listener, logs and the trace exporter.
+pub const FILES_KEPT_BACK: u64 = 100;
+
+/// Which caps the operator set by flag or environment (not left at their defaults).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CapsGiven {
+    pub max_connections: bool,
+    pub max_sockets: bool,
+}
+
+/// A default cap lowered to fit the open-files limit, as [`Config::fit_open_files`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapLowered {
+    pub var: &'static str,
+    pub from: u64,
+    pub to: u64,
+    pub limit: u64,
+}
+
+impl std::fmt::Display for CapLowered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} lowered from its default {} to {} to fit this process's open-files limit of {}; \
+             set it (and the limit) to hold more",
+            self.var, self.from, self.to, self.limit
+        )
+    }
+}
+
 impl Config {
     /// Checks what clap checks on the command line, for a `Config` built in code too, and the
     /// ticket key, before anything connects.
@@ -305,23 +337,84 @@ impl Config {
         Ok(())
     }
 
-    /// Checks the caps on streams and sockets against the process's open-files `limit`
-    /// (`None`: unlimited or unknown), read after the soft limit was raised to the hard one
+    /// Parses flags and environment as `Config::parse` does, and notes which caps the
+    /// operator set: [`Config::fit_open_files`] refuses a given cap above the open-files limit
+    /// but lowers a default one.
+    pub fn parse_noting_caps() -> (Config, CapsGiven) {
+        use clap::{parser::ValueSource, CommandFactory, FromArgMatches};
+        let matches = Config::command().get_matches();
+        let cfg = Config::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let given = |id: &str| {
+            matches!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        };
+        let caps = CapsGiven {
+            max_connections: given("max_connections"),
+            max_sockets: given("max_sockets"),
+        };
+        (cfg, caps)
+    }
+
+    /// Fits the caps on streams and sockets to the process's open-files `limit` (`None`:
+    /// unlimited or unknown), read after the soft limit was raised to the hard one
     /// (`usher_runtime::raise_open_files_limit`). A cap above it would never be reached: the
     /// process would run out of descriptors first, and `accept` would fail with `EMFILE`
-    /// where the cap answers with a `retry:`. The binary checks this at start; a `Config`
-    /// run in-process (tests) does not, since its limit is the host process's.
-    pub fn check_open_files(&self, limit: Option<u64>) -> Result<(), ConfigError> {
-        let Some(limit) = limit else { return Ok(()) };
-        for (var, value) in [
-            ("USHER_MAX_CONNECTIONS", self.max_connections),
-            ("USHER_MAX_SOCKETS", self.max_sockets),
+    /// where the cap answers with a `retry:`.
+    ///
+    /// A cap the operator set above the limit is refused: they asked for something this
+    /// process cannot give. A cap left at its default is lowered to fit instead, so the
+    /// defaults start anywhere (a laptop's 4,096 files too): sockets to the limit less
+    /// [`FILES_KEPT_BACK`], streams to nine tenths of the sockets (the defaults' own ratio).
+    /// Returns what was lowered, for the binary to log. The binary runs this at start; a
+    /// `Config` run in-process (tests) does not, since its limit is the host process's.
+    pub fn fit_open_files(
+        &mut self,
+        limit: Option<u64>,
+        given: CapsGiven,
+    ) -> Result<Vec<CapLowered>, ConfigError> {
+        let Some(limit) = limit else {
+            return Ok(Vec::new());
+        };
+        for (var, value, was_given) in [
+            (
+                "USHER_MAX_CONNECTIONS",
+                self.max_connections,
+                given.max_connections,
+            ),
+            ("USHER_MAX_SOCKETS", self.max_sockets, given.max_sockets),
         ] {
-            if value > limit {
+            if was_given && value > limit {
                 return Err(ConfigError::AboveOpenFiles { var, value, limit });
             }
         }
-        Ok(())
+        let mut lowered = Vec::new();
+        if !given.max_sockets && self.max_sockets > limit {
+            let to = limit.saturating_sub(FILES_KEPT_BACK).max(limit / 2).max(1);
+            lowered.push(CapLowered {
+                var: "USHER_MAX_SOCKETS",
+                from: self.max_sockets,
+                to,
+                limit,
+            });
+            self.max_sockets = to;
+        }
+        let streams_fit = (self.max_sockets * 9 / 10).max(1);
+        let sockets_lowered = !lowered.is_empty();
+        if !given.max_connections
+            && (self.max_connections > limit
+                || (sockets_lowered && self.max_connections > streams_fit))
+        {
+            lowered.push(CapLowered {
+                var: "USHER_MAX_CONNECTIONS",
+                from: self.max_connections,
+                to: streams_fit,
+                limit,
+            });
+            self.max_connections = streams_fit;
+        }
+        Ok(lowered)
     }
 
     /// The configured puzzle secret; `None` when unset (one is shared through Redis).
@@ -415,15 +508,26 @@ mod tests {
     }
 
     #[test]
-    fn caps_above_the_open_files_limit_are_refused_naming_both_numbers() {
+    fn given_caps_above_the_open_files_limit_are_refused_and_defaults_lowered() {
+        let both = CapsGiven {
+            max_connections: true,
+            max_sockets: true,
+        };
         let mut cfg = config("redis://127.0.0.1:1");
-        assert!(cfg.check_open_files(None).is_ok(), "unlimited");
+        assert!(cfg
+            .fit_open_files(None, both)
+            .expect("unlimited")
+            .is_empty());
         assert!(
-            cfg.check_open_files(Some(20_000)).is_ok(),
-            "the defaults fit 20,000"
+            cfg.fit_open_files(Some(20_000), CapsGiven::default())
+                .expect("the defaults fit 20,000")
+                .is_empty(),
+            "and stay as they are"
         );
+        assert_eq!((cfg.max_connections, cfg.max_sockets), (18_000, 20_000));
         let e = cfg
-            .check_open_files(Some(1_024))
+            .clone()
+            .fit_open_files(Some(1_024), both)
             .expect_err("18,000 streams in 1,024 files");
         assert!(
             e.to_string().starts_with(
@@ -431,14 +535,39 @@ mod tests {
             ),
             "{e}"
         );
-        cfg.max_connections = 1_000;
-        let e = cfg
-            .check_open_files(Some(1_024))
+        let mut streams_only = cfg.clone();
+        streams_only.max_connections = 900;
+        let e = streams_only
+            .fit_open_files(Some(1_024), both)
             .expect_err("20,000 sockets");
         assert!(
             e.to_string().starts_with("USHER_MAX_SOCKETS = 20000 "),
             "{e}"
         );
+        // Left at their defaults, both caps are lowered to fit, keeping files back.
+        let lowered = cfg
+            .fit_open_files(Some(4_096), CapsGiven::default())
+            .expect("defaults fit");
+        assert_eq!((cfg.max_sockets, cfg.max_connections), (3_996, 3_596));
+        assert_eq!(lowered.len(), 2, "{lowered:?}");
+        assert!(
+            lowered[0].to_string().starts_with(
+                "USHER_MAX_SOCKETS lowered from its default 20000 to 3996 to fit this process's open-files limit of 4096"
+            ),
+            "{}",
+            lowered[0]
+        );
+        assert_eq!(lowered[1].var, "USHER_MAX_CONNECTIONS");
+        // A given streams cap within the limit is kept while the sockets' default is lowered.
+        let mut cfg = config("redis://127.0.0.1:1");
+        cfg.max_connections = 2_000;
+        let given_streams = CapsGiven {
+            max_connections: true,
+            max_sockets: false,
+        };
+        cfg.fit_open_files(Some(4_096), given_streams)
+            .expect("fits");
+        assert_eq!((cfg.max_sockets, cfg.max_connections), (3_996, 2_000));
     }
 
     #[test]
