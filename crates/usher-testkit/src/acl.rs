@@ -99,6 +99,10 @@ const DISPATCHER: &[&str] = &[
     "+pexpire",
     "+xadd",
     "+xrevrange",
+    // The fairness report's record (`lua/record.lua`): written in place, read in slices.
+    "+setrange",
+    "+persist",
+    "+pttl",
     "+subscribe",
 ];
 
@@ -152,4 +156,7 @@ const GATEWAY: &[&str] = &[
     "+lpush",
     "+ltrim",
     // <<< door
+    // The fairness report's record (`lua/record.lua`): a join writes its places' entries.
+    "+setrange",
+    "+persist",
 ];
