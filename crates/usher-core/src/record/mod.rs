@@ -288,8 +288,14 @@ mod tests {
         assert_eq!(e.outcome, Some(Outcome::Expired));
         assert!(e.went_away);
         assert_eq!(e.eta_seconds, Some(7));
-        assert_eq!((e.joined_ms, e.admitted_ms, e.admission), (1000, Some(5000), Some(4)));
-        assert_eq!((e.left_ms, e.network, e.solve_ms), (None, Some(99), Some(2500)));
+        assert_eq!(
+            (e.joined_ms, e.admitted_ms, e.admission),
+            (1000, Some(5000), Some(4))
+        );
+        assert_eq!(
+            (e.left_ms, e.network, e.solve_ms),
+            (None, Some(99), Some(2500))
+        );
         assert_eq!(Entry::decode(0, &[0u8; RECORD_WIDTH]), None);
     }
 }

@@ -411,19 +411,18 @@ impl ReportBuilder {
         let admissions: Vec<u32> = a.iter().map(|x| x.admission).collect();
         let rank = ranks(&admissions);
         let mut per = [vec![0u64; n], vec![0u64; n], vec![0u64; n], vec![0u64; n]];
-        let keep: [&dyn Fn(&Admitted) -> bool; 4] = [
-            &|_| true,
-            &|_| true,
-            &|x| !x.away,
-            &|x| !x.away && !x.drawn,
-        ];
+        let keep: [&dyn Fn(&Admitted) -> bool; 4] =
+            [&|_| true, &|_| true, &|x| !x.away, &|x| !x.away && !x.drawn];
         let mut totals = [0u64; 4];
         for pass in 0..4 {
             let by_lane = pass > 0;
             let mut groups: HashMap<u8, Vec<usize>> = HashMap::new();
             for (i, x) in a.iter().enumerate() {
                 if keep[pass](x) {
-                    groups.entry(if by_lane { x.lane } else { 0 }).or_default().push(i);
+                    groups
+                        .entry(if by_lane { x.lane } else { 0 })
+                        .or_default()
+                        .push(i);
                 }
             }
             for idx in groups.values() {
@@ -466,8 +465,11 @@ impl ReportBuilder {
     }
 
     fn networks(&self) -> Vec<Networks> {
-        let mut by_admission: Vec<(u32, Option<u32>)> =
-            self.admitted.iter().map(|a| (a.admission, a.network)).collect();
+        let mut by_admission: Vec<(u32, Option<u32>)> = self
+            .admitted
+            .iter()
+            .map(|a| (a.admission, a.network))
+            .collect();
         by_admission.sort_unstable_by_key(|x| x.0);
         [1_000u64, 10_000]
             .into_iter()
@@ -480,7 +482,13 @@ impl ReportBuilder {
                 let mut sorted: Vec<(u32, u64)> = counts.into_iter().collect();
                 sorted.sort_unstable_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
                 let total = first.len() as u64;
-                let share = |c: u64| if total == 0 { 0.0 } else { c as f64 / total as f64 };
+                let share = |c: u64| {
+                    if total == 0 {
+                        0.0
+                    } else {
+                        c as f64 / total as f64
+                    }
+                };
                 Networks {
                     window,
                     admissions: total,
@@ -671,7 +679,10 @@ mod tests {
         let s = r.sessions.expect("sessions");
         assert_eq!((s.admitted, s.booked, s.open), (1, 1, 0));
         let n = &r.networks.expect("networks")[0];
-        assert_eq!((n.admissions, n.distinct_networks, n.top1_share), (1, 1, 1.0));
+        assert_eq!(
+            (n.admissions, n.distinct_networks, n.top1_share),
+            (1, 1, 1.0)
+        );
         assert_eq!(n.busiest[0].network, "00000007");
     }
 

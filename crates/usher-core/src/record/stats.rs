@@ -104,7 +104,9 @@ mod tests {
         let mut seq: Vec<u32> = (0..500).collect();
         let mut x = 12345u64;
         for i in (1..seq.len()).rev() {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             seq.swap(i, (x >> 33) as usize % (i + 1));
         }
         assert_eq!(inversions(&seq, 500, None), brute(&seq));

@@ -139,17 +139,18 @@ impl Store {
             Option<String>,
             Option<String>,
         );
-        let (open, challenge, difficulty, grace, bind, maintenance, record): Fields = redis::cmd("HMGET")
-            .arg(&k.meta)
-            .arg("open")
-            .arg("challenge")
-            .arg("pow_difficulty")
-            .arg("grace_seconds")
-            .arg("bind")
-            .arg("maintenance")
-            .arg("record")
-            .query_async(&mut self.c())
-            .await?;
+        let (open, challenge, difficulty, grace, bind, maintenance, record): Fields =
+            redis::cmd("HMGET")
+                .arg(&k.meta)
+                .arg("open")
+                .arg("challenge")
+                .arg("pow_difficulty")
+                .arg("grace_seconds")
+                .arg("bind")
+                .arg("maintenance")
+                .arg("record")
+                .query_async(&mut self.c())
+                .await?;
         Ok(open.map(|_| ChallengeSetting {
             challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),

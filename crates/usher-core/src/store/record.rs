@@ -77,8 +77,7 @@ impl Store {
             seq0: num("record_seq0").unwrap_or(0),
             since_ms: num("record_ms0").unwrap_or(0),
             overflow: num("record_overflow").unwrap_or(0),
-            retention_seconds: num("record_retention_seconds")
-                .unwrap_or(DEFAULT_RETENTION_SECONDS),
+            retention_seconds: num("record_retention_seconds").unwrap_or(DEFAULT_RETENTION_SECONDS),
             expires_in_seconds: u64::try_from(ttl).ok().map(|ms| ms.div_ceil(1000)),
             draw,
         });
