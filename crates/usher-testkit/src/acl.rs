@@ -99,11 +99,11 @@ const DISPATCHER: &[&str] = &[
     "+pexpire",
     "+xadd",
     "+xrevrange",
+    "+subscribe",
     // The fairness report's record (`lua/record.lua`): written in place, read in slices.
     "+setrange",
     "+persist",
     "+pttl",
-    "+subscribe",
 ];
 
 /// The gateway: joins, resumes, status, leaves, away marks, its own registry entry and

@@ -14,7 +14,7 @@ end_sessions(KEYS[2], KEYS[3], KEYS[4], {ARGV[1]}, tonumber(ARGV[2]), max_ms)
 if tonumber(exp) <= tonumber(ARGV[2]) then return {SESSION_ENDED} end
 -- >>> record: a consumed session booked, a released one did not
 record_key_at = 7
-record_outcome(KEYS[1], {ARGV[1]}, ARGV[3] == '1' and RECORD_BOOKED or RECORD_RELEASED)
+record_outcome(KEYS[1], {ARGV[1]}, ARGV[3] == '1' and record_booked or record_released)
 -- <<< record
 -- >>> inventory: a consumed session counts as a sold basket until the next report resets
 -- the count (inventory.lua); a released one gives its basket back

@@ -1,12 +1,12 @@
 -- >>> record (the fairness report's record: crate::record, keys.rs `record`; docs/fairness-report.md)
 -- A queue with meta `record` = '1' keeps, for each place, one fixed-width entry of
--- RECORD_WIDTH bytes in the string `record`, at offset (place - record_seq0 - 1) * width:
+-- record_width bytes in the string `record`, at offset (place - record_seq0 - 1) * width:
 -- place ids are handed out one by one from `seq`, so the record is dense, one SETRANGE
 -- writes a field, and its memory is width bytes a place (BENCHMARKS.md). The layout (all
 -- integers big-endian; times are ms since meta `record_ms0`) is crate::record's:
 --   0 kind (1 joined the line, 2 joined a pre-queue, 3 pre-queue place put in line by the
 --     draw: superseded by its new entry, 4 drawn into the line)   1 lane slot
---   2 leave reason (RECORD_LEFT ...)   3 session outcome (RECORD_BOOKED ...)
+--   2 leave reason (record_left ...)   3 session outcome (record_booked ...)
 --   4 went away at least once   5 proof-of-work difficulty   6 ETA shown at join (s, u16;
 --   65535: none)   8 join (u32)   12 admission + 1 (u32; 0: not admitted)   16 admission
 --   ordinal (u32, from meta `record_admitted`)   20 leave + 1 (u32)   24 client network hash
@@ -14,11 +14,13 @@
 --   solve time (100 ms units, u16; 65535: none)   34 admitted in the join (passthrough)
 -- A queue that does not record pays one HMGET where a script records (the join reads
 -- `record` with fields it reads anyway where it can), and writes nothing.
-local RECORD_WIDTH = 36
+-- Lower case: upper-case names are store/reply.rs's statuses. These are crate::record's
+-- (RECORD_WIDTH, Kind, LeaveReason and Outcome decode the same numbers; a test compares).
+local record_width = 36
 -- Most places recorded (360 MB at most); later places are counted in meta `record_overflow`.
-local RECORD_MAX_PLACES = 10000000
-local RECORD_LEFT, RECORD_AWAY_EXPIRED, RECORD_GATEWAY_GONE, RECORD_UNBOUND = 1, 2, 3, 4
-local RECORD_BOOKED, RECORD_RELEASED, RECORD_EXPIRED, RECORD_NO_SHOW = 1, 2, 3, 4
+local record_max_places = 10000000
+local record_left, record_away_expired, record_gateway_gone, record_unbound = 1, 2, 3, 4
+local record_booked, record_released, record_expired, record_no_show = 1, 2, 3, 4
 -- Scripts that take no lane keys set this to the index of `record` in their KEYS.
 local record_key_at = nil
 
@@ -42,8 +44,8 @@ end
 -- The byte offset of `place`'s entry, or nil when it is before the record or past its cap.
 local function record_at(r, place)
   local i = tonumber(place) - r[2] - 1
-  if i < 0 or i >= RECORD_MAX_PLACES then return nil end
-  return i * RECORD_WIDTH
+  if i < 0 or i >= record_max_places then return nil end
+  return i * record_width
 end
 
 local function u16(n) return struct.pack('>I2', math.max(math.min(n, 65535), 0)) end
@@ -115,7 +117,7 @@ local function record_admit(meta, places, now)
   end
 end
 
--- `places` left the line at `now` without admission, for `reason` (RECORD_LEFT ...).
+-- `places` left the line at `now` without admission, for `reason` (record_left ...).
 local function record_leave(meta, places, now, reason)
   if #places == 0 then return end
   local r = record_of(meta)
@@ -131,7 +133,7 @@ local function record_away(meta, places)
   if r then record_put(r, places, 4, string.char(1)) end
 end
 
--- The sessions of `places` ended with `outcome` (RECORD_BOOKED ...).
+-- The sessions of `places` ended with `outcome` (record_booked ...).
 local function record_outcome(meta, places, outcome)
   if #places == 0 then return end
   local r = record_of(meta)
@@ -148,11 +150,11 @@ local function record_drawn(meta, order, first)
   for i, o in ipairs(order) do
     local from, to = record_at(r, o[1]), record_at(r, first + i - 1)
     if from and to then
-      local e = redis.call('GETRANGE', r[1], from, from + RECORD_WIDTH - 1)
-      if #e == RECORD_WIDTH and string.byte(e, 1) == 2 then
+      local e = redis.call('GETRANGE', r[1], from, from + record_width - 1)
+      if #e == record_width and string.byte(e, 1) == 2 then
         redis.call('SETRANGE', r[1], from, string.char(3))
         redis.call('SETRANGE', r[1], to, string.char(4) .. string.sub(e, 2, 28)
-          .. u32(from / RECORD_WIDTH) .. string.sub(e, 33))
+          .. u32(from / record_width) .. string.sub(e, 33))
       end
     end
   end

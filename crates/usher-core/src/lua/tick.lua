@@ -96,7 +96,7 @@ while left > 0 do
   local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, math.min(left, 2000))
   if #expired == 0 then break end
   end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, now, max_ms)
-  record_outcome(KEYS[1], expired, RECORD_EXPIRED) -- record
+  record_outcome(KEYS[1], expired, record_expired) -- record
   left = left - #expired
 end
 local no_shows = end_no_shows(KEYS[1], KEYS[3], KEYS[4], KEYS[10], KEYS[13], KEYS[14], now,
@@ -143,7 +143,7 @@ for _, p in ipairs(gone) do
   end
 end
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
-record_leave(KEYS[1], gone, now, RECORD_AWAY_EXPIRED) -- record
+record_leave(KEYS[1], gone, now, record_away_expired) -- record
 lane_forget(gone) -- lanes
 -- Every parked place has an `away` entry (the scripts write both together). One without
 -- (its entry expired by a dispatcher of the version before `parked`, during a rolling
@@ -237,8 +237,8 @@ if n > admitted then
         if dead_since[gw] or (binds and not redis.call('HGET', KEYS[12], place)) then
           dropped = dropped + 1
           -- >>> record
-          local why = RECORD_UNBOUND
-          if dead_since[gw] then why = RECORD_GATEWAY_GONE end
+          local why = record_unbound
+          if dead_since[gw] then why = record_gateway_gone end
           record_leave(KEYS[1], {place}, now, why)
           -- <<< record
         else

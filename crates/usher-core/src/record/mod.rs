@@ -269,6 +269,19 @@ mod tests {
         );
     }
 
+    /// `lua/record.lua` writes entries of the width this module reads.
+    #[test]
+    fn the_script_writes_this_width() {
+        let lua = include_str!("../lua/record.lua");
+        assert!(lua.contains(&format!("local record_width = {RECORD_WIDTH}\n")));
+        assert!(lua.contains(
+            "record_left, record_away_expired, record_gateway_gone, record_unbound = 1, 2, 3, 4"
+        ));
+        assert!(lua.contains(
+            "record_booked, record_released, record_expired, record_no_show = 1, 2, 3, 4"
+        ));
+    }
+
     #[test]
     fn an_entry_decodes_as_written() {
         let mut b = vec![1u8, 2, 1, 3, 1, 19];
