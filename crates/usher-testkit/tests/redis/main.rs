@@ -57,6 +57,7 @@ mod proxy_wait;
 mod readiness;
 mod reconnect;
 mod redis_acl;
+mod report_e2e;
 mod report_store;
 mod rotation;
 mod scale;
