@@ -55,22 +55,22 @@ async fn session(stack: &Stack, method: Method, path: &str, token: &str) -> anyh
 
 /// One `key,value` row of RFC 4180 CSV (a field in quotes may hold commas and `""`).
 fn split_row(line: &str) -> anyhow::Result<(String, String)> {
-    let mut fields = vec![String::new()];
+    let mut fields = Vec::new();
+    let mut field = String::new();
     let mut quoted = false;
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
             '"' if quoted && chars.peek() == Some(&'"') => {
                 chars.next();
-                fields.last_mut().map(|f| f.push('"'));
+                field.push('"');
             }
             '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(String::new()),
-            c => {
-                fields.last_mut().map(|f| f.push(c));
-            }
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
         }
     }
+    fields.push(field);
     anyhow::ensure!(fields.len() == 2 && !quoted, "not a key,value row: {line}");
     let value = fields.pop().unwrap_or_default();
     Ok((fields.pop().unwrap_or_default(), value))
@@ -183,6 +183,7 @@ async fn the_report_explains_every_inversion_of_a_sale() -> anyhow::Result<()> {
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await?;
     assert_eq!(v["recorded"], true, "{v}");
+    eprintln!("REPORT {}", serde_json::to_string_pretty(&v)?);
     let o = &v["order"];
     assert_eq!(o["admitted"], 5, "{o}");
     assert_eq!(o["stayed_connected"], 4, "{o}");
