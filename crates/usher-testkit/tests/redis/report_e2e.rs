@@ -183,7 +183,6 @@ async fn the_report_explains_every_inversion_of_a_sale() -> anyhow::Result<()> {
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await?;
     assert_eq!(v["recorded"], true, "{v}");
-    eprintln!("REPORT {}", serde_json::to_string_pretty(&v)?);
     let o = &v["order"];
     assert_eq!(o["admitted"], 5, "{o}");
     assert_eq!(o["stayed_connected"], 4, "{o}");
