@@ -25,6 +25,9 @@
 #                24 queues on one redis-server vs a Redis Cluster of three masters, each started
 #                by the tool on its own (twice, to show the noise); then one queue on one Redis,
 #                its ceiling. No latency is reported, so no floor is needed
+#   7. record  — usher-bench-record: the fairness record's Redis memory per place, and the join
+#                path's extra cost with `"record": true` against the same joins without (its own
+#                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (six to nine minutes) and stops by itself; every process started
@@ -56,7 +59,7 @@ REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
 BIN=target/release
-SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards} "
+SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards record} "
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
 
@@ -293,6 +296,12 @@ for run in 1 2; do
     "$BIN/usher-bench-shards" --queues "$SHARD_QUEUES" >"$OUT/shards-$run.json"
 done
 "$BIN/usher-bench-shards" --queues 1 --clients 16 --layouts single >"$OUT/shards-one-queue.json"
+fi
+
+if want record; then
+log "7/7 record: the fairness record's memory per place, the join path's extra cost"
+settle
+"$BIN/usher-bench-record" --places 100000 --joins 5000 --rounds 4 >"$OUT/record.json"
 fi
 
 if want redis && want joins && want hold && want admit && want sweep; then

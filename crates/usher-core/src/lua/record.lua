@@ -88,17 +88,19 @@ local function record_join(meta, first, now, kind, lane, notes)
     return
   end
   local t = record_ms(r, now)
+  -- What every entry of the batch shares, packed once: the join time, and for a waiting
+  -- place no admission, ordinal or leave yet.
+  local joined, waiting = u32(t), string.rep('\0', 12)
   local out = {}
   for _, n in ipairs(notes) do
-    local admit, ord = 0, 0
+    local middle = waiting
     if n[5] then
-      admit = t + 1
-      ord = redis.call('HINCRBY', meta, 'record_admitted', 1)
+      middle = u32(t + 1) .. u32(redis.call('HINCRBY', meta, 'record_admitted', 1)) .. u32(0)
     end
     local solve = 65535
     if n[4] then solve = math.floor(n[4] / 100) end
     out[#out + 1] = string.char(kind, lane, 0, 0, 0, n[3] or 0) .. u16(n[1] or 65535)
-      .. u32(t) .. u32(admit) .. u32(ord) .. u32(0) .. u32(n[2] or 0) .. u32(0) .. u16(solve)
+      .. joined .. middle .. u32(n[2] or 0) .. '\0\0\0\0' .. u16(solve)
       .. string.char(n[5] and 1 or 0, 0)
   end
   redis.call('SETRANGE', key, at, table.concat(out))
