@@ -42,6 +42,7 @@ pub(super) fn apply(cfg: &mut QueueConfig, change: RecordChange) -> Result<(), A
 
 /// The report's form: `?format=csv`, or `Accept: text/csv`; JSON otherwise.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ReportQuery {
     /// `json` (the default) or `csv`.
     format: Option<String>,

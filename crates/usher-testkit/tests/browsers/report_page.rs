@@ -41,12 +41,12 @@ async fn record_a_sale(store: &Store) -> anyhow::Result<()> {
         // Joins per second: 3 in the first four minutes, then fewer each minute.
         let joins = match minute {
             0..=3 => 3,
-            4..=19 => u64::from(s % (minute - 2) == 0),
+            4..=19 => u64::from(s.is_multiple_of(minute - 2)),
             _ => 0,
         };
         for _ in 0..joins {
             n += 1;
-            let ip = if n % 3 == 0 {
+            let ip = if n.is_multiple_of(3) {
                 "203.0.113.9".to_owned()
             } else {
                 format!("10.{}.{}.1", n % 200, n % 7)
@@ -59,7 +59,7 @@ async fn record_a_sale(store: &Store) -> anyhow::Result<()> {
                 .join_recorded(&q, 1, now, &[None], &[], None, &[note])
                 .await?;
             if let Ok(PlaceState::Waiting { place, .. }) = b.outcome(0) {
-                if n % 20 == 0 {
+                if n.is_multiple_of(20) {
                     store.mark_away(&q, &[place], 1, now + 500).await?;
                 }
             }

@@ -106,7 +106,15 @@ async fn main() -> anyhow::Result<()> {
         let rounds = 200;
         for _ in 0..rounds {
             store
-                .join_recorded(&q, 1, now_ms(), &vec![None; JOIN_BATCH_MAX], &[], None, notes)
+                .join_recorded(
+                    &q,
+                    1,
+                    now_ms(),
+                    &vec![None; JOIN_BATCH_MAX],
+                    &[],
+                    None,
+                    notes,
+                )
                 .await?;
         }
         batch[usize::from(record)] =
