@@ -188,3 +188,61 @@ async fn a_queue_that_does_not_record_writes_nothing() -> anyhow::Result<()> {
         .is_none());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_queue_keeps_each_proof_of_work() -> anyhow::Result<()> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("pow-recorded")?;
+    let cfg = QueueConfig {
+        challenge: usher_core::challenge::Challenge::Pow,
+        pow_difficulty: 12,
+        passthrough: false,
+        record: true,
+        ..QueueConfig::default()
+    };
+    store.put_queue(&q, &cfg).await?;
+    let t0 = now_ms();
+    // One batch of four joins: the third's proof is too easy and takes no place.
+    let proof = |id: &str, difficulty: u8| {
+        Some(usher_core::challenge::Proof {
+            id: id.to_owned(),
+            difficulty,
+            expires_ms: t0 + 60_000,
+        })
+    };
+    let solve = |ms: u64| JoinNote {
+        network: None,
+        solve_ms: Some(ms),
+    };
+    let b = store
+        .join_recorded(
+            &q,
+            1,
+            t0,
+            &[
+                proof("a", 12),
+                proof("b", 14),
+                proof("c", 3),
+                proof("d", 12),
+            ],
+            &[],
+            None,
+            &[solve(1500), solve(2500), solve(100), solve(40_000)],
+        )
+        .await?;
+    assert!(b.outcome(2).is_err(), "the easy proof took no place");
+    let e = entries(&redis.url(), &q).await?;
+    let got: Vec<(u8, Option<u32>)> = e.iter().map(|x| (x.pow_difficulty, x.solve_ms)).collect();
+    assert_eq!(
+        got,
+        vec![(12, Some(1500)), (14, Some(2500)), (12, Some(40_000))],
+        "the accepted joins' proofs, in batch order"
+    );
+    let r = store.fairness_report(&q).await?.expect("a queue");
+    let p = r.proof_of_work.expect("proof of work");
+    assert_eq!(p.joins, 3);
+    assert_eq!(p.difficulty.get(&12), Some(&2));
+    assert_eq!(p.solve_p50_seconds, Some(2.5));
+    Ok(())
+}
