@@ -246,3 +246,42 @@ async fn a_recording_queue_keeps_each_proof_of_work() -> anyhow::Result<()> {
     assert_eq!(p.solve_p50_seconds, Some(2.5));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_queue_keeps_each_no_show() -> anyhow::Result<()> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("no-shows")?;
+    let cfg = QueueConfig {
+        admit_per_second: 10.0,
+        session_ttl_seconds: 60,
+        arrival_seconds: Some(10),
+        passthrough: false,
+        record: true,
+        ..QueueConfig::default()
+    };
+    store.put_queue(&q, &cfg).await?;
+    let t0 = now_ms();
+    let places = join(&store, &q, t0, 3).await?;
+    assert_eq!(run(&store, &q, t0 + 1000, 5).await?.len(), 3);
+    // The first arrives (and books); the others never do: no-shows at admission + 10 s.
+    store.consume_session(&q, places[0], t0 + 2000).await?;
+    run(&store, &q, t0 + 20_000, 1).await?;
+    let e = entries(&redis.url(), &q).await?;
+    let outcomes: Vec<Option<Outcome>> = e.iter().map(|x| x.outcome).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            Some(Outcome::Booked),
+            Some(Outcome::NoShow),
+            Some(Outcome::NoShow)
+        ]
+    );
+    let s = store
+        .fairness_report(&q)
+        .await?
+        .and_then(|r| r.sessions)
+        .expect("sessions");
+    assert_eq!((s.booked, s.no_show, s.open), (1, 2, 0));
+    Ok(())
+}
