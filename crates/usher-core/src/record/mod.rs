@@ -6,12 +6,14 @@
 //!   network a join brings ([`NetworkHash`]);
 //! * `stats` — the statistics the report is made of (inversions, Kendall's tau, percentiles),
 //!   each a pure function tested on hand-made data;
-//! * `report` — [`report::FairnessReport`], built from the entries in one pass of bounded
-//!   memory (a few integers per admitted place), and its CSV form.
+//! * `report` — [`report::FairnessReport`], what each part holds, and its CSV form;
+//! * `builder` — [`builder::ReportBuilder`], which makes one from the entries in one pass of
+//!   bounded memory (a few integers per admitted place).
 //!
 //! Only `usher-core` knows the record's key and layout: the store reads it
 //! ([`crate::store::Store::fairness_report`]), the scripts write it.
 
+pub mod builder;
 pub mod report;
 pub mod stats;
 

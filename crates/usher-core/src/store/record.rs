@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use crate::ids::QueueId;
 use crate::keys::QueueKeys;
-use crate::record::report::{DrawProof, FairnessReport, RecordMeta, ReportBuilder};
+use crate::record::builder::{RecordMeta, ReportBuilder};
+use crate::record::report::{DrawProof, FairnessReport};
 use crate::record::{Entry, DEFAULT_RETENTION_SECONDS, RECORD_WIDTH};
 
 use super::{Result, Store};
