@@ -28,6 +28,9 @@
 #   7. rehearse — scripts/bench-rehearsal.sh: a constant-rate line through a real stack and
 #                through usher-rehearse (virtual clock); they must agree within 10% on the
 #                median wait and on when the line empties (the run fails otherwise)
+#   8. record  — usher-bench-record: the fairness record's Redis memory per place, and the join
+#                path's extra cost with `"record": true` against the same joins without (its own
+#                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (six to nine minutes) and stops by itself; every process started
@@ -38,7 +41,7 @@
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
 # ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (8200),
-# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse"; a subset runs just those and
+# USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse record"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
 # USHER_BENCH_RUNS (1: runs of the joins and admission scenarios, the median shown),
 # USHER_BENCH_BIN (binaries built elsewhere; nothing is built), RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
@@ -62,7 +65,7 @@ SOURCES=127.0.0.2-127.0.0.61
 # USHER_BENCH_BIN: binaries built elsewhere (e.g. an older tree's, for a before/after on the
 # same machine); when set, nothing is built.
 BIN=${USHER_BENCH_BIN:-target/release}
-SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehearse} "
+SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehearse record} "
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 # USHER_BENCH_RUNS: how many times the joins and admission scenarios run, each run followed by
 # its own floor run; BENCHMARKS.md shows the run whose usher / floor is the median (and every
@@ -243,13 +246,13 @@ admit_run() {
 }
 
 if want redis; then
-log "1/5 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and behind 1,000,000 away"
+log "1/8 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and behind 1,000,000 away"
 "$BIN/usher-bench-redis" --sizes "${USHER_BENCH_REDIS_SIZES:-1000,1000000}" --ticks 50 \
     --away "${USHER_BENCH_AWAY:-1000000}" >"$OUT/redis.json"
 fi
 
 if want joins; then
-log "2/5 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
+log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
 for k in $(seq "$RUNS"); do
     join_run joins "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
         --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
@@ -257,7 +260,7 @@ done
 fi
 
 if want hold; then
-log "3/5 hold: $HOLD browsers across six gateways while the line moves"
+log "3/8 hold: $HOLD browsers across six gateways while the line moves"
 base_rss=$(gateway_rss_kb)
 # Paused while they join (positions do not move, so no updates compete with the ramp); then
 # the line moves by a few places every tick, so every browser gets a new position each second.
@@ -303,7 +306,7 @@ settle
 fi
 
 if want admit; then
-log "4/5 admit: $ADMIT waiting, then 5,000 admissions per tick"
+log "4/8 admit: $ADMIT waiting, then 5,000 admissions per tick"
 for k in $(seq "$RUNS"); do
     sfx=$(run_suffix "$k")
     queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
@@ -312,14 +315,14 @@ for k in $(seq "$RUNS"); do
     settle
     # The machine's floor for the same burst without usher: 5,000 bare loopback writes of an
     # admitted-sized event, one per connection, read by plain tasks (the servers are idle now).
-    log "4/5 admit: this machine's floor for a burst of 5,000 events (usher-floor), run $k of $RUNS"
+    log "4/8 admit: this machine's floor for a burst of 5,000 events (usher-floor), run $k of $RUNS"
     "$BIN/usher-floor" --connections 5000 --senders 2 --receivers 2 >"$OUT/floor-2x2$sfx.json"
 done
 "$BIN/usher-floor" --connections 5000 --senders 1 --receivers 1 >"$OUT/floor-1x1.json"
 fi
 
 if want sweep; then
-log "5/5 sweep: join latency at 2,500-7,500 joins/s (and their floors); admission latency at 1,000 and 2,500 per tick"
+log "5/8 sweep: join latency at 2,500-7,500 joins/s (and their floors); admission latency at 1,000 and 2,500 per tick"
 for r in 2500 5000 7500; do
     join_run "joins-$r" "sweep-joins-$r" "$GATEWAYS" "$FLOORS" \
         --connections $((r * 4)) --join-rate "$r" --workers 2 --duration 19
@@ -339,7 +342,7 @@ done
 fi
 
 if want shards; then
-log "6/7 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
+log "6/8 shards: $SHARD_QUEUES queues on one Redis vs three masters (twice), then one queue on one Redis"
 settle
 for run in 1 2; do
     "$BIN/usher-bench-shards" --queues "$SHARD_QUEUES" >"$OUT/shards-$run.json"
@@ -348,9 +351,15 @@ done
 fi
 
 if want rehearse; then
-log "7/7 rehearse: a rehearsal against a real run of the same line"
+log "7/8 rehearse: a rehearsal against a real run of the same line"
 settle
 USHER_BENCH_OUT="$OUT" USHER_BENCH_BIN="$BIN" bash scripts/bench-rehearsal.sh
+fi
+
+if want record; then
+log "8/8 record: the fairness record's memory per place, the join path's extra cost"
+settle
+"$BIN/usher-bench-record" --places 100000 --joins 5000 --rounds 4 >"$OUT/record.json"
 fi
 
 if want redis && want joins && want hold && want admit && want sweep; then

@@ -30,6 +30,7 @@
 //! | `usher:{q:<id>}:account:<hash>:lock` | string | invitations: held (`SET NX PX` 5 s) by the one join of the account that looks at its place and records the place it takes; another join of the account waits for it, so two devices joining at once end with one place; deleted when that join is set up |
 //! | `usher:{q:<id>}:door` | list | the open door (meta `on_outage` = `open`, `door_after_seconds`): the periods gateways held their door open, newest first, each a [`crate::door::DoorPeriod`] as JSON, at most [`crate::door::DOOR_PERIODS_KEPT`] (`lua/door.lua`); meta `door_admitted_total` counts the browsers let through |
 //! | `usher:{q:<id>}:passed` | list | admissions made by `join.lua` itself (passthrough), not yet delivered: entries as in `outbox`; drained by the lease holder's passthrough courier, apart from the tick's outbox so the two never trim each other's entries |
+//! | `usher:{q:<id>}:record` | string | the fairness report's record (meta `record` = `1`; `lua/record.lua`, [`crate::record`]): one fixed-width entry of [`crate::record::RECORD_WIDTH`] bytes per place (join, leave and why, admission and its ordinal, the ETA shown at join, lane, hashed client network, proof of work, session outcome), at offset (place − meta `record_seq0` − 1) × width; times in ms since meta `record_ms0`; meta `record_admitted` counts admission ordinals, `record_overflow` the places past its cap; written with `SETRANGE` by the scripts that move places, read in slices (`GETRANGE`) by the report; given a TTL of meta `record_retention_seconds` when the queue closes (`record_expiring` set), which the next recorded join removes |
 //!
 //! Policy fields of `meta` (issue 13): `max_active` (absent = no cap), `passthrough` (`1`/`0`),
 //! `adaptive` (the [`crate::policy::Adaptive`] setting as JSON, absent = off), and the token
@@ -172,6 +173,10 @@ pub struct QueueKeys {
     /// The open door's recorded periods (see the table above).
     pub door: String,
     // <<< door
+    // >>> record
+    /// The fairness report's record (see the table above).
+    pub record: String,
+    // <<< record
 }
 
 impl QueueKeys {
@@ -213,19 +218,23 @@ impl QueueKeys {
             // >>> door
             door: k("door"),
             // <<< door
+            record: k("record"),
         }
     }
 }
 
 impl QueueKeys {
     /// The keys a lane-aware script takes last (`lua/lanes.lua`): `lane_of`, then slot 1's
-    /// waiting and parked zsets, slot 2's, … slot 7's (15 keys).
+    /// waiting and parked zsets, slot 2's, … slot 7's (15 keys), then `record` (the fairness
+    /// report's record, `lua/record.lua`, which finds it there: every script that moves a
+    /// place in line takes the lane keys, so it records with no other change).
     pub fn lane_keys(&self) -> Vec<&String> {
         let mut v = vec![&self.lane_of];
         for (w, p) in &self.lanes {
             v.push(w);
             v.push(p);
         }
+        v.push(&self.record);
         v
     }
 

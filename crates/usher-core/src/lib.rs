@@ -41,6 +41,7 @@ pub mod messages;
 pub mod page_settings;
 pub mod policy;
 pub mod proof;
+pub mod record;
 pub mod store;
 pub mod time;
 

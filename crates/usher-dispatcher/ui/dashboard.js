@@ -459,6 +459,8 @@ function card(id) {
         button("Close…", () => confirmCall("Close " + id + " for everyone waiting (" + reason.value + ")", "DELETE", path + "?reason=" + reason.value), "danger")),
       noticeForm,
       statesRow,
+      // The fairness report (report.html): its own page.
+      el("a", { href: "/admin/ui/report?queue=" + encodeURIComponent(id), "data-field": "report" }, "Fairness report"),
       el("details", {}, el("summary", { text: "Rate, capacity, no-shows, the open door, adaptive rate and schedule" }), entry.settings)));
   return entry;
 }

@@ -43,6 +43,18 @@ impl IpKey {
     }
 }
 
+impl IpKey {
+    /// An address in the client's network, for the fairness record's network hash
+    /// (`usher_core::record::NetworkHash` keeps its /24 or /48: an IPv6 prefix configured
+    /// shorter than /48 groups as that prefix).
+    pub(crate) fn network_address(&self) -> IpAddr {
+        match self {
+            IpKey::V4(o) => IpAddr::from(*o),
+            IpKey::V6Prefix(o, _) => IpAddr::from(*o),
+        }
+    }
+}
+
 impl std::fmt::Display for IpKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -20,6 +20,7 @@ use usher_core::challenge::{Proof, Refusal};
 use usher_core::draw::EntrantHash;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::lanes::LaneName;
+use usher_core::record::JoinNote;
 use usher_core::store::{JoinBatch, Joined, PlaceState, Store, StoreError, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 
@@ -62,6 +63,9 @@ pub(crate) struct Join {
     pub(crate) key: Option<Thumbprint>,
     /// The lane (`None`: the queue's default lane; `crate::lanes` says where it comes from).
     pub(crate) lane: Option<LaneName>,
+    /// What a recording queue's record keeps of it (its hashed network, its proof's solve
+    /// time); the default for other queues.
+    pub(crate) note: JoinNote,
 }
 
 /// What joins are batched by: their queue and lane.
@@ -195,10 +199,24 @@ impl Shared {
     async fn take(&self, line: &Line, joins: Vec<Join>) -> Result<JoinBatch, StoreError> {
         let q = &line.q;
         let index = self.index.load(Ordering::Relaxed);
+        // A queue that does not record sends no notes (the join script's arguments as before).
+        let notes: Vec<JoinNote> = if joins.iter().any(|j| j.note != JoinNote::default()) {
+            joins.iter().map(|j| j.note).collect()
+        } else {
+            Vec::new()
+        };
         let (proofs, keys): (Vec<_>, Vec<_>) = joins.into_iter().map(|j| (j.pow, j.key)).unzip();
         let joined = self
             .store
-            .join_in_lane(q, index, now_ms(), &proofs, &keys, line.lane.as_ref())
+            .join_recorded(
+                q,
+                index,
+                now_ms(),
+                &proofs,
+                &keys,
+                line.lane.as_ref(),
+                &notes,
+            )
             .await?;
         if let Some(Joined::Scheduled { last, count, .. }) = joined.joined {
             let entrants: Vec<_> = (last + 1 - count..=last)

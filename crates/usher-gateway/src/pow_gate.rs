@@ -83,6 +83,12 @@ impl Challenges {
         Ok(s)
     }
 
+    /// How long `proof`'s puzzle took to solve: from its issue (its expiry less this
+    /// gateway's puzzle lifetime) to now, in ms (for the fairness record).
+    pub(crate) fn solve_ms(&self, proof: &Proof) -> u64 {
+        now_ms().saturating_sub(proof.expires_ms.saturating_sub(self.ttl_ms))
+    }
+
     /// Drops `q`'s cached setting (the join script said it changed).
     pub(crate) fn forget(&self, q: &QueueId) {
         self.lock().remove(q);

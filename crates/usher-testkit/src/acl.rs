@@ -100,6 +100,10 @@ const DISPATCHER: &[&str] = &[
     "+xadd",
     "+xrevrange",
     "+subscribe",
+    // The fairness report's record (`lua/record.lua`): written in place, read in slices.
+    "+setrange",
+    "+persist",
+    "+pttl",
 ];
 
 /// The gateway: joins, resumes, status, leaves, away marks, its own registry entry and
@@ -152,4 +156,7 @@ const GATEWAY: &[&str] = &[
     "+lpush",
     "+ltrim",
     // <<< door
+    // The fairness report's record (`lua/record.lua`): a join writes its places' entries.
+    "+setrange",
+    "+persist",
 ];

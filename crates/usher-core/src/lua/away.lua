@@ -13,11 +13,13 @@ local grace = tonumber(redis.call('HGET', KEYS[1], 'grace_seconds') or '300') or
 local gw = tonumber(ARGV[1])
 local until_ms = tonumber(ARGV[2]) + grace * 1000
 local n = 0
+local went = {} -- record
 for i = 3, #ARGV do
   local member = member_of(tonumber(ARGV[i]), gw)
   local waiting, parked = place_sets(ARGV[i], KEYS[2], KEYS[4])
   if redis.call('ZSCORE', waiting, member) then
     redis.call('ZREM', waiting, member)
+    went[#went + 1] = ARGV[i] -- record
     if grace > 0 then
       redis.call('ZADD', parked, ARGV[i], member)
       redis.call('ZADD', KEYS[3], until_ms, ARGV[i])
@@ -29,4 +31,5 @@ for i = 3, #ARGV do
     n = n + 1
   end
 end
+record_away(KEYS[1], went) -- record
 return n

@@ -27,6 +27,7 @@ if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('HDEL', KEYS[1], 'draw_began_ms', 'draw_cutoff', 'draw_absent')
 end
 redis.call('HSET', KEYS[1], 'open', '0', 'close_reason', ARGV[1])
+record_closed(KEYS[1]) -- record
 -- `open` is a setting: an editor who read it open holds a stale version now (put_settings.lua).
 redis.call('HINCRBY', KEYS[1], 'settings_version', 1)
 return 1

@@ -9,7 +9,7 @@
 --    never got its ticket: no entrant hash) follow, FIFO, 1,000 a call.
 -- 3. When none are left, the draw is published and done.
 -- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, draw, entrants, pre_away,
---       absent, bound   (one hash tag)
+--       absent, bound, record (record.lua)   (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes the replica expects,
 --       the stamping cursor ('0' to start; 'done' once stamped or not needed)
 -- The gateways end the pre-queue streams at the draw (their browsers resume at once and see
@@ -44,6 +44,8 @@ local order = {}
 for i = 1, #pre, 2 do order[#order + 1] = {pre[i + 1], pre[i]} end
 local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[13], order, now,
   grace_ms)
+record_key_at = 14 -- record
+record_drawn(KEYS[1], order, first)
 if redis.call('ZCARD', KEYS[3]) > 0 then return {DRAW_MORE, 'done', #order, first} end
 -- UNLINK: the entrants hash (one field per entrant) is freed in the background, not while
 -- this script holds Redis.

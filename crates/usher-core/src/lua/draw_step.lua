@@ -1,6 +1,7 @@
 -- One step of a scheduled sale's draw, by the replica holding the queue's lease: the next
 -- slice of the drawn order takes places at the tail of the line.
--- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, bound   (one hash tag)
+-- KEYS: meta, seq, pre, waiting, away, drawn, drawing, lease, bound, record (record.lua)
+--       (one hash tag)
 -- ARGV: lease value, lease ttl ms, now ms, the record's length in bytes before this step,
 --       this step's pre-queue place ids in drawn order (comma-separated), their entrant
 --       hashes in that order (32 raw bytes each), how many of them (the last ones) are
@@ -35,6 +36,8 @@ for id in string.gmatch(ARGV[5], '%d+') do
 end
 local first = place_drawn(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], order,
   tonumber(ARGV[3]), grace_ms)
+record_key_at = 10 -- record
+record_drawn(KEYS[1], order, first)
 redis.call('APPEND', KEYS[7], ARGV[6])
 -- The record lists the present entrants, then the absent ones: meta `draw_absent` counts the
 -- absent hashes at its end (0 or missing: all present, as a draw of the previous version).

@@ -8,7 +8,9 @@
 --       '<puzzle id>:<difficulty>:<expires ms>' (checked by the gateway: MAC, expiry, hash),
 --       the joins' browser-key thumbprints: n entries joined by ',', each '' (none) or the
 --       43-character RFC 7638 thumbprint (checked by the gateway); '' when none has one,
---       the lane every join of the batch goes to ('' = the default lane; lanes.lua)
+--       the lane every join of the batch goes to ('' = the default lane; lanes.lua),
+--       for a recording queue (record.lua) what each join brought: n entries joined by ',',
+--       each '' or '<client network hash>:<proof-of-work solve ms>' (either part may be empty)
 -- Returns {PLACE_QUEUE_CLOSED} when the queue is closed or unknown, else
 -- {PLACE_WAITING, last place, waiting, rate or false, bucket rate, admitted now}: the places
 -- taken are last - n + 1 .. last, in the order of the batch; the first `admitted now` of them
@@ -45,7 +47,7 @@ local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 local verdicts = nil
-local challenge = redis.call('HMGET', KEYS[1], 'challenge', 'pow_difficulty')
+local challenge = redis.call('HMGET', KEYS[1], 'challenge', 'pow_difficulty', 'record')
 if challenge[1] == 'pow' then
   local need = tonumber(challenge[2]) or 0
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. fmt(now))
@@ -91,6 +93,29 @@ local function bind_keys(first, n)
   if #fields > 0 then redis.call('HSET', KEYS[10], unpack(fields)) end
 end
 -- <<< browser binding
+-- >>> record (record.lua): a recording queue's new places, first .. first + count - 1, each
+-- with what its join brought (ARGV[5], ARGV[8]: the accepted joins', in batch order), whether
+-- it was admitted now (the first `admitted` of them) and the ETA a waiting one is shown: its
+-- position (the last is at `w`) at `rate` (nil: no ETA). Nothing for other queues.
+local function record_places(first, count, kind, lane, admitted, w, rate)
+  if challenge[3] ~= '1' then return end
+  local proofs, extras, notes = {}, {}, {}
+  for e in string.gmatch((ARGV[5] or '') .. ',', '([^,]*),') do proofs[#proofs + 1] = e end
+  for e in string.gmatch((ARGV[8] or '') .. ',', '([^,]*),') do extras[#extras + 1] = e end
+  for i = 1, tonumber(ARGV[4]) do
+    if #notes < count and (not verdicts or verdicts[i] == POW_ACCEPTED) then
+      local j = #notes
+      local d = string.match(proofs[i] or '', '^[%w_-]+:(%d+):%d+$')
+      local net, solve = string.match(extras[i] or '', '^(%d*):(%d*)$')
+      net, solve, d = tonumber(net or ''), tonumber(solve or ''), tonumber(d or '')
+      local eta = nil
+      if j >= admitted and rate and rate > 0 then eta = math.ceil((w - (count - 1 - j)) / rate) end
+      notes[#notes + 1] = {eta, net, d, solve, j < admitted}
+    end
+  end
+  record_join(KEYS[1], first, now, kind, lane, notes)
+end
+-- <<< record
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
 -- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
 -- (below) admits nobody: this block comes first and returns.
@@ -108,6 +133,7 @@ if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
     pre[#pre + 1] = member_of(seq, gw)
   end
   redis.call('ZADD', KEYS[8], unpack(pre))
+  record_places(last - taken + 1, taken, 2, 0, 0, 0, nil) -- record
   return {PLACE_SCHEDULED, last, (redis.call('HGET', KEYS[1], 'opens_at_ms') or '0'), taken,
     cap or 0, verdicts}
 end
@@ -169,4 +195,9 @@ local rate, configured = eta_rates(KEYS[1])
 local part = lane_part(KEYS[1], lane_slot_of_batch, KEYS[3], KEYS[11])
 rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
 -- <<< lanes
+-- >>> record: at the rate the gateway's ETA uses (the measured one, else the configured one)
+local eta_rate = tonumber(rate)
+if not eta_rate or eta_rate <= 0 then eta_rate = tonumber(configured) end
+record_places(first, n, 1, lane_slot_of_batch, now_admitted, w, eta_rate)
+-- <<< record
 return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

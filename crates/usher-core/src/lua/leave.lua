@@ -20,17 +20,20 @@ end
 local pre = find_member(KEYS[7], place)
 if pre then
   redis.call('ZREM', KEYS[7], pre)
+  record_leave(KEYS[5], {place}, tonumber(ARGV[2]), record_left) -- record
   return {LEAVE_LEFT, member_gateway(pre), place}
 end
 -- A waiting place, or an away one (its browser leaves from another tab, or through the API).
 local found = take_from_line(place, KEYS[1], KEYS[9])
 if found then
   redis.call('ZREM', KEYS[4], place)
+  record_leave(KEYS[5], {place}, tonumber(ARGV[2]), record_left) -- record
   return {LEAVE_LEFT, member_gateway(found), place}
 end
 if redis.call('ZSCORE', KEYS[2], place) then
   local _, _, max_ms = session_limits(KEYS[5])
   end_sessions(KEYS[2], KEYS[3], KEYS[6], {place}, tonumber(ARGV[2]), max_ms)
+  record_outcome(KEYS[5], {place}, record_released) -- record
   return {LEAVE_RELEASED}
 end
 return {LEAVE_NOT_FOUND}

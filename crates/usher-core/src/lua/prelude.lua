@@ -125,6 +125,7 @@ local function end_no_shows(meta, active, tokens, ended, unarrived, arrivals, no
     if redis.call('ZSCORE', active, p) then live[#live + 1] = p end
     record_arrival(meta, arrivals, false)
   end
+  record_outcome(meta, due, record_no_show) -- record.lua
   if #live > 0 then end_sessions(active, tokens, ended, live, now, max_ms) end
   redis.call('ZREM', unarrived, unpack(due))
   return #due

@@ -96,6 +96,7 @@ while left > 0 do
   local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, math.min(left, 2000))
   if #expired == 0 then break end
   end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, now, max_ms)
+  record_outcome(KEYS[1], expired, record_expired) -- record
   left = left - #expired
 end
 local no_shows = end_no_shows(KEYS[1], KEYS[3], KEYS[4], KEYS[10], KEYS[13], KEYS[14], now,
@@ -142,6 +143,7 @@ for _, p in ipairs(gone) do
   end
 end
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
+record_leave(KEYS[1], gone, now, record_away_expired) -- record
 lane_forget(gone) -- lanes
 -- Every parked place has an `away` entry (the scripts write both together). One without
 -- (its entry expired by a dispatcher of the version before `parked`, during a rolling
@@ -234,6 +236,11 @@ if n > admitted then
         end
         if dead_since[gw] or (binds and not redis.call('HGET', KEYS[12], place)) then
           dropped = dropped + 1
+          -- >>> record
+          local why = record_unbound
+          if dead_since[gw] then why = record_gateway_gone end
+          record_leave(KEYS[1], {place}, now, why)
+          -- <<< record
         else
           zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
           items[#items + 1] = place .. ':' .. gw
@@ -246,6 +253,11 @@ if n > admitted then
     if #zadd > 0 then
       redis.call('ZADD', KEYS[3], unpack(zadd))
       expect_arrival(KEYS[1], KEYS[13], zadd, now)
+      -- >>> record: the places admitted, in order
+      local admitted_places = {}
+      for i = 2, #zadd, 2 do admitted_places[#admitted_places + 1] = zadd[i] end
+      record_admit(KEYS[1], admitted_places, now)
+      -- <<< record
       local entry = head .. table.concat(items, ',') .. tail
       redis.call('RPUSH', KEYS[5], entry)
       fresh[#fresh + 1] = entry

@@ -122,6 +122,16 @@ pub struct QueueConfig {
     #[serde(default = "default_door_after_seconds")]
     pub door_after_seconds: u64,
     // <<< door
+    // >>> record
+    /// Whether the queue keeps the fairness report's record (crate::record,
+    /// docs/fairness-report.md): each place's join, leave, admission, ETA shown, lane and
+    /// hashed client network. Off by default: a queue that does not record writes nothing.
+    #[serde(default)]
+    pub record: bool,
+    /// Seconds the record is kept after the queue closes (3600 ..= 7776000; default 7 days).
+    #[serde(default = "default_record_retention")]
+    pub record_retention_seconds: u64,
+    // <<< record
     /// The settings' version: each write adds 1 (a queue stored before versions existed is
     /// at 0). `GET` shows it as the `ETag`; a `PUT` with `If-Match` writes only at that
     /// version. Read-only: a `PUT` cannot set it.
@@ -134,6 +144,10 @@ fn default_door_after_seconds() -> u64 {
     crate::door::DEFAULT_DOOR_AFTER_SECONDS
 }
 // <<< door
+
+fn default_record_retention() -> u64 {
+    crate::record::DEFAULT_RETENTION_SECONDS
+}
 
 fn default_pow_difficulty() -> u8 {
     DEFAULT_POW_DIFFICULTY
@@ -184,6 +198,8 @@ impl Default for QueueConfig {
             on_outage: crate::door::OnOutage::Hold,
             door_after_seconds: crate::door::DEFAULT_DOOR_AFTER_SECONDS,
             // <<< door
+            record: false,
+            record_retention_seconds: default_record_retention(),
             settings_version: 0,
         }
     }
@@ -308,6 +324,12 @@ impl Store {
                 .unwrap_or_default(),
             door_after_seconds: parsed_or(&v, "door_after_seconds", d.door_after_seconds),
             // <<< door
+            record: flag("record"),
+            record_retention_seconds: parsed_or(
+                &v,
+                "record_retention_seconds",
+                d.record_retention_seconds,
+            ),
             settings_version: parsed_or(&v, "settings_version", 0),
         }))
     }
@@ -388,6 +410,11 @@ impl Store {
             ("on_outage", cfg.on_outage.as_str().to_owned()),
             ("door_after_seconds", cfg.door_after_seconds.to_string()),
             // <<< door
+            ("record", flag(cfg.record)),
+            (
+                "record_retention_seconds",
+                cfg.record_retention_seconds.to_string(),
+            ),
         ];
         // Optional settings: stored when set, deleted when `null`.
         let mut delete: Vec<&str> = Vec::new();

@@ -327,6 +327,7 @@ impl Store {
                 .key(&k.pre_away)
                 .key(&k.absent)
                 .key(&k.bound)
+                .key(&k.record)
                 .arg(&cursor)
                 .invoke_async(&mut self.c())
                 .await?;
@@ -410,6 +411,7 @@ impl Store {
             recorded,
         )
         .key(&k.bound)
+        .key(&k.record)
         .arg(ids)
         .arg(blob)
         .arg(absent)

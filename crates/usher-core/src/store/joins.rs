@@ -2,6 +2,7 @@
 //! lane, or a scheduled sale's pre-queue) in one call of `lua/join.lua`, each with its proof
 //! of work and browser key when it brought one.
 
+use crate::record::JoinNote;
 use redis::Value;
 
 use super::decode::{array, rate_of, status, u};
@@ -205,7 +206,33 @@ impl Store {
         keys: &[Option<Thumbprint>],
         lane: Option<&LaneName>,
     ) -> Result<JoinBatch> {
+        self.join_recorded(q, gw, now_ms, proofs, keys, lane, &[])
+            .await
+    }
+
+    /// [`Store::join_in_lane`], each join also with what the fairness record keeps of it
+    /// (`notes`: one per join, or empty; crate::record::JoinNote). A queue that does not
+    /// record ignores them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn join_recorded(
+        &self,
+        q: &QueueId,
+        gw: u16,
+        now_ms: u64,
+        proofs: &[Option<Proof>],
+        keys: &[Option<Thumbprint>],
+        lane: Option<&LaneName>,
+        notes: &[JoinNote],
+    ) -> Result<JoinBatch> {
         let n = proofs.len();
+        if !notes.is_empty() && notes.len() != n {
+            return Err(protocol(format!("{} notes for {n} joins", notes.len())));
+        }
+        let note_arg = notes
+            .iter()
+            .map(JoinNote::wire)
+            .collect::<Vec<_>>()
+            .join(",");
         if !keys.is_empty() && keys.len() != n {
             return Err(protocol(format!("{} keys for {n} joins", keys.len())));
         }
@@ -254,6 +281,7 @@ impl Store {
             .arg(proof_arg)
             .arg(key_arg)
             .arg(lane.map_or("", LaneName::as_str))
+            .arg(note_arg)
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;

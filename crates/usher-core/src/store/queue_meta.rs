@@ -121,6 +121,9 @@ pub struct ChallengeSetting {
     /// The operator's text while the queue is in maintenance: a stream that opens meanwhile
     /// hears `status` first (it may have missed the push while it reconnected).
     pub maintenance: Option<std::sync::Arc<str>>,
+    /// Whether the queue records (crate::record): a join then brings its client network,
+    /// hashed, and its proof's solve time.
+    pub record: bool,
 }
 
 impl Store {
@@ -134,23 +137,27 @@ impl Store {
             Option<u64>,
             Option<String>,
             Option<String>,
+            Option<String>,
         );
-        let (open, challenge, difficulty, grace, bind, maintenance): Fields = redis::cmd("HMGET")
-            .arg(&k.meta)
-            .arg("open")
-            .arg("challenge")
-            .arg("pow_difficulty")
-            .arg("grace_seconds")
-            .arg("bind")
-            .arg("maintenance")
-            .query_async(&mut self.c())
-            .await?;
+        let (open, challenge, difficulty, grace, bind, maintenance, record): Fields =
+            redis::cmd("HMGET")
+                .arg(&k.meta)
+                .arg("open")
+                .arg("challenge")
+                .arg("pow_difficulty")
+                .arg("grace_seconds")
+                .arg("bind")
+                .arg("maintenance")
+                .arg("record")
+                .query_async(&mut self.c())
+                .await?;
         Ok(open.map(|_| ChallengeSetting {
             challenge: challenge.and_then(|c| c.parse().ok()).unwrap_or_default(),
             difficulty: difficulty.unwrap_or(DEFAULT_POW_DIFFICULTY),
             grace_seconds: grace.unwrap_or(QueueConfig::default().grace_seconds),
             bind: bind.and_then(|b| b.parse().ok()).unwrap_or_default(),
             maintenance: maintenance.map(Into::into),
+            record: record.is_some_and(|r| r == "1"),
         }))
     }
 }

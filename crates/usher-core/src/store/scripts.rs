@@ -10,6 +10,9 @@ use super::reply;
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 /// Lanes (`lua/lanes.lua`): before the prelude, whose `place_live` asks it.
 const LANES: &str = include_str!("../lua/lanes.lua");
+/// The fairness report's record (`lua/record.lua`): after the lanes (it finds its key after
+/// theirs), before the prelude (whose no-show helper records).
+const RECORD: &str = include_str!("../lua/record.lua");
 
 /// Defines [`Scripts`] (one field per script, named as its file) and [`SOURCES`] from one list.
 macro_rules! scripts {
@@ -23,6 +26,7 @@ macro_rules! scripts {
         pub(super) const SOURCES: &[(&str, &str)] = &[
             ("prelude.lua", PRELUDE),
             ("lanes.lua", LANES),
+            ("record.lua", RECORD),
             $((
                 concat!(stringify!($name), ".lua"),
                 include_str!(concat!("../lua/", stringify!($name), ".lua")),
@@ -30,7 +34,7 @@ macro_rules! scripts {
         ];
 
         pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-            let shared = format!("{}{LANES}{PRELUDE}", reply::lua_constants());
+            let shared = format!("{}{LANES}{RECORD}{PRELUDE}", reply::lua_constants());
             Scripts {
                 $($name: Script::new(&format!(
                     "{shared}{}",

@@ -110,6 +110,7 @@ impl Store {
             .key(&k.ended)
             .key(&k.unarrived)
             .key(&k.arrivals)
+            .key(&k.record)
             .arg(place.0)
             .arg(now_ms)
             .arg(if consumed { "1" } else { "" })

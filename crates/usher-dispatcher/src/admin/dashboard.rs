@@ -29,7 +29,10 @@ struct Asset {
 
 const INDEX: &str = include_str!("../../ui/index.html");
 
-const ASSETS: [Asset; 2] = [
+/// The fairness report's page (`GET /admin/ui/report?queue=`; docs/fairness-report.md).
+const REPORT: &str = include_str!("../../ui/report.html");
+
+const ASSETS: [Asset; 3] = [
     Asset {
         name: "dashboard.js",
         content_type: "text/javascript; charset=utf-8",
@@ -40,12 +43,18 @@ const ASSETS: [Asset; 2] = [
         content_type: "text/css; charset=utf-8",
         body: include_str!("../../ui/dashboard.css"),
     },
+    Asset {
+        name: "report.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../ui/report.js"),
+    },
 ];
 
 /// `GET /admin/ui` and `GET /admin/ui/assets/{name}`.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> OpenApiRouter<S> {
     OpenApiRouter::new()
         .routes(routes!(index))
+        .routes(routes!(report_page))
         .routes(routes!(asset))
 }
 
@@ -79,9 +88,20 @@ async fn index() -> Response {
 
 #[utoipa::path(
     get,
+    path = "/admin/ui/report",
+    tag = "dashboard",
+    params(("queue" = Option<String>, Query, description = "The queue whose fairness report the page shows (the page also asks for one).")),
+    responses((status = 200, description = "The fairness report's page (docs/fairness-report.md): it reads `GET /admin/queues/{queue}/report` with the token the dashboard keeps in the tab, and draws it as SVG (served without the token; the dashboard's policy).", content_type = "text/html", body = String)),
+)]
+async fn report_page() -> Response {
+    respond("text/html; charset=utf-8", REPORT)
+}
+
+#[utoipa::path(
+    get,
     path = "/admin/ui/assets/{name}",
     tag = "dashboard",
-    params(("name" = String, Path, description = "`dashboard.js` or `dashboard.css`.")),
+    params(("name" = String, Path, description = "`dashboard.js`, `dashboard.css` or `report.js`.")),
     responses(
         (status = 200, description = "The asset (`Cache-Control: no-cache`).", content((String = "text/javascript"), (String = "text/css"))),
         (status = 404, description = "No such asset.", body = usher_http::openapi::ErrorBody),
@@ -100,14 +120,25 @@ mod tests {
 
     #[test]
     fn the_page_names_only_embedded_assets() {
+        // Each asset is used by one of the pages (the dashboard, or the fairness report's).
         for a in &ASSETS {
+            let name = format!("/admin/ui/assets/{}", a.name);
             assert!(
-                INDEX.contains(&format!("/admin/ui/assets/{}", a.name)),
+                INDEX.contains(&name) || REPORT.contains(&name),
                 "{}",
                 a.name
             );
         }
-        assert!(!INDEX.contains("<script>"), "no inline script");
-        assert!(!INDEX.contains("style="), "no inline style");
+        for page in [INDEX, REPORT] {
+            for used in page.split("/admin/ui/assets/").skip(1) {
+                let name = used.split('"').next().unwrap_or_default();
+                assert!(
+                    ASSETS.iter().any(|a| a.name == name),
+                    "{name} is not embedded"
+                );
+            }
+            assert!(!page.contains("<script>"), "no inline script");
+            assert!(!page.contains("style="), "no inline style");
+        }
     }
 }

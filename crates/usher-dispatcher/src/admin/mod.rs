@@ -13,6 +13,8 @@
 //!   in `PUT /admin/queues/{queue}`, and the last inventory report `GET` shows.
 //! * `edits` — safe concurrent edits: the settings' version (`ETag`, `If-Match`) and the
 //!   changes that need `"confirm": true`.
+//! * `report` — `record` and `record_retention_seconds` in `PUT /admin/queues/{queue}`, and
+//!   `GET /admin/queues/{queue}/report`: the fairness report, as JSON or CSV.
 //! * `queue_update` — the `PUT /admin/queues/{queue}` body and `configured`, its checks and
 //!   the settings it makes (shared with `USHER_QUEUES_FILE`).
 //! * `queue_view` — a queue as the admin API shows it.
@@ -41,6 +43,7 @@ pub(crate) mod queue_update;
 mod queue_view;
 pub(crate) mod queues;
 mod readiness;
+mod report;
 mod sale;
 mod states;
 
@@ -74,6 +77,7 @@ pub(crate) fn routes(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(readiness::readiness))
         .routes(routes!(sale::post_beacon))
         .routes(routes!(audit::list))
+        .routes(routes!(report::get_report))
         // The last layer runs first: authorize, then record the change.
         .route_layer(middleware::from_fn_with_state(state.clone(), audit::record))
         .route_layer(middleware::from_fn_with_state(

@@ -121,6 +121,15 @@ pub struct QueueUpdate {
     /// Seconds without Redis before an `open` queue's door opens (1..=3600; default 30).
     pub door_after_seconds: Option<u64>,
     // <<< door
+    // >>> record
+    /// Keep the fairness report's record (`GET /admin/queues/{queue}/report`): each place's
+    /// join, leave, admission, the ETA it was shown, its lane and its client network (hashed).
+    /// Off by default.
+    pub record: Option<bool>,
+    /// Seconds the record is kept after the queue closes (3600 ..= 7776000; default 604800,
+    /// 7 days).
+    pub record_retention_seconds: Option<u64>,
+    // <<< record
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,
     /// `max_entrants` below the pre-queue's entrants, an `opens_at` that discards a draw's
     /// record. Not stored.
@@ -298,5 +307,12 @@ pub fn configured(existing: Option<QueueConfig>, u: &QueueUpdate) -> Result<Queu
         },
     )?;
     // <<< door
+    super::report::apply(
+        &mut cfg,
+        super::report::RecordChange {
+            record: u.record,
+            record_retention_seconds: u.record_retention_seconds,
+        },
+    )?;
     Ok(cfg)
 }

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use usher_core::record::{JoinNote, NetworkHash};
 
 use crate::ticket::Ticket;
 use tokio::sync::watch;
@@ -317,10 +318,24 @@ async fn setup(
             let span = tracing::info_span!("join", queue = %q);
             joined = SpanLink::of(&span);
             let key = proven.map(|p| p.key);
+            // A recording queue keeps the join's network, hashed with the ticket key (which
+            // Redis never holds: docs/security.md, "The fairness record"), per queue.
+            let note = match &setting {
+                Some(s) if s.record => JoinNote {
+                    network: Some(NetworkHash::of(
+                        gw.ticket_key().as_bytes(),
+                        &q,
+                        client.network_address(),
+                    )),
+                    solve_ms: proof.as_ref().map(|p| challenges.solve_ms(p)),
+                },
+                _ => JoinNote::default(),
+            };
             let join = Join {
                 pow: proof,
                 key: key.clone(),
                 lane,
+                note,
             };
             match gw.join(&q, join).instrument(span).await {
                 Ok(s) => {

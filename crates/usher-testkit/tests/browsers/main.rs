@@ -17,4 +17,5 @@ mod nginx_auth;
 mod open_door_nginx;
 mod openapi;
 mod pow_page;
+mod report_page;
 mod states_page;

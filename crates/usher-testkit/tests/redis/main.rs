@@ -61,6 +61,8 @@ mod reconnect;
 mod redis_acl;
 mod rehearsal_clock;
 mod rehearsal_lanes;
+mod report_e2e;
+mod report_store;
 mod rotation;
 mod scale;
 mod session_dpop;

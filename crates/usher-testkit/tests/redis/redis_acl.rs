@@ -102,7 +102,7 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
     // A paused queue: waiting, a notice, a leave, a dropped connection, then closing.
     let r = http
         .put(format!("{d}/admin/queues/held"))
-        .json(&json!({"admit_per_second": 1.0, "paused": true}))
+        .json(&json!({"admit_per_second": 1.0, "paused": true, "record": true}))
         .send()
         .await?;
     assert!(r.status().is_success());
@@ -150,8 +150,10 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
     // A scheduled sale: the pre-queue, its status, the draw, the record, resume into line.
     let sale = http
         .put(format!("{d}/admin/queues/sale"))
-        .json(&json!({"admit_per_second": 50.0, "passthrough": false,
-            "opens_at": rfc3339_ms(now_ms() + 5000)}))
+        .json(
+            &json!({"admit_per_second": 50.0, "passthrough": false, "record": true,
+            "opens_at": rfc3339_ms(now_ms() + 5000)}),
+        )
         .send()
         .await?;
     assert!(sale.status().is_success(), "{}", sale.status());
@@ -177,6 +179,18 @@ async fn each_binary_runs_as_a_user_with_exactly_its_acl() -> anyhow::Result<()>
         .open("/api/queues/sale/stream", Some(pre_ticket.as_str()))
         .await?;
     drawn.wait_for("admitted", T).await?;
+    // The fairness record of both (issue 25): written by the join, leave, away, close, draw
+    // and tick scripts above, read in slices by the report.
+    for q in ["held", "sale"] {
+        let report: serde_json::Value = http
+            .get(format!("{d}/admin/queues/{q}/report"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        assert_eq!(report["recorded"], true, "{report}");
+        assert!(report["record"]["places"].as_u64() >= Some(1), "{report}");
+    }
 
     // >>> invitations: a join code taken once, an account's place taken over (its lock).
     {
