@@ -11,20 +11,27 @@
 //! line as it is now (an older one would cost a write per browser that the newer one
 //! overwrites at once).
 //!
-//! Nothing else depends on the order between a snapshot and the other messages: a snapshot
-//! of a queue closed meanwhile reaches no connection (the close ended them all), a notice
-//! carries the newest position whichever came first, and an admitted place is no longer a
-//! slot for the snapshot to move.
+//! One other message depends on its order with a snapshot: an inventory report
+//! (`Inventory`) sets each browser's outlook, and a snapshot sets it too, from the report the
+//! dispatcher held when it wrote the snapshot. A report written after the kept snapshot of
+//! its queue is therefore applied after the snapshots (`after`), or the older snapshot would
+//! take the browsers back to the outlook the report replaced; a report written before it is
+//! applied first, and the snapshot carries it on. Nothing else depends on the order: a
+//! snapshot of a queue closed meanwhile reaches no connection (the close ended them all), a
+//! notice carries the newest position whichever came first, an admitted place is no longer a
+//! slot for the snapshot to move, and door tokens keep the newest window whichever came last.
 
 use usher_core::messages::StreamMessage;
 use usher_core::store::StreamEntry;
 
-/// A batch split for applying: `first` (everything but the snapshots, in stream order), then
-/// `snapshots` (the newest `state` of each queue, in stream order).
+/// A batch split for applying: `first` (everything but the snapshots and the late inventory
+/// reports, in stream order), then `snapshots` (the newest `state` of each queue, in stream
+/// order), then `after` (the inventory reports written after their queue's kept snapshot).
 #[derive(Debug, Default)]
 pub(crate) struct Ordered {
     pub(crate) first: Vec<StreamEntry>,
     pub(crate) snapshots: Vec<StreamEntry>,
+    pub(crate) after: Vec<StreamEntry>,
     /// Whether `first` holds an admission (then the snapshots wait until the connections
     /// just given their `admitted` event have written it).
     pub(crate) admits: bool,
@@ -36,13 +43,21 @@ pub(crate) fn admissions_first(entries: Vec<StreamEntry>) -> Ordered {
     for e in entries {
         match &e.message {
             Some(StreamMessage::State(s)) => {
-                // A newer snapshot of the same queue replaces an older one of this batch.
+                // A newer snapshot of the same queue replaces an older one of this batch, and
+                // carries the inventory reports written before it: those go first.
                 let queue = &s.queue;
                 out.snapshots.retain(|older| {
                     !matches!(&older.message, Some(StreamMessage::State(o)) if &o.queue == queue)
                 });
+                let (earlier, later): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut out.after).into_iter().partition(|r| {
+                        matches!(&r.message, Some(StreamMessage::Inventory { queue: q, .. }) if q == queue)
+                    });
+                out.first.extend(earlier);
+                out.after = later;
                 out.snapshots.push(e);
             }
+            Some(StreamMessage::Inventory { .. }) => out.after.push(e),
             m => {
                 out.admits |= matches!(
                     m,
@@ -59,6 +74,7 @@ pub(crate) fn admissions_first(entries: Vec<StreamEntry>) -> Ordered {
 mod tests {
     use super::*;
     use usher_core::ids::{PlaceId, QueueId};
+    use usher_core::inventory::InventoryState;
     use usher_core::messages::{Admission, QueueState};
 
     fn entry(id: &str, message: StreamMessage) -> StreamEntry {
@@ -124,6 +140,36 @@ mod tests {
             "a's older snapshot is dropped"
         );
         assert!(o.admits);
+    }
+
+    fn inventory(queue: &str, remaining: u64) -> StreamMessage {
+        StreamMessage::Inventory {
+            queue: QueueId::new(queue).expect("a queue id"),
+            inventory: InventoryState {
+                remaining,
+                held: 0,
+                basket_size: 1,
+                stale: false,
+            },
+        }
+    }
+
+    #[test]
+    fn an_inventory_report_written_after_its_queues_snapshot_is_applied_after_it() {
+        let batch = vec![
+            entry("1", inventory("a", 10)),
+            entry("2", state("a", 1_000)),
+            entry("3", inventory("a", 0)),
+            entry("4", inventory("b", 5)),
+            entry("5", state("b", 1_000)),
+        ];
+        let o = admissions_first(batch);
+        // a's first report is older than a's snapshot, which carries it: it goes first. a's
+        // second report is newer than a's snapshot: it goes after, or the snapshot would undo
+        // it. b's report is older than b's snapshot.
+        assert_eq!(ids(&o.first), ["1", "4"]);
+        assert_eq!(ids(&o.snapshots), ["2", "5"]);
+        assert_eq!(ids(&o.after), ["3"]);
     }
 
     #[test]

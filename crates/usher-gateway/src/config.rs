@@ -57,8 +57,9 @@ pub struct Config {
 
     /// Most browsers held at once. Past it, new streams answer `200` with a jittered `retry:`
     /// and end, so the browser tries again (often on another gateway). Keep it below the
-    /// process's open-file limit: the binary refuses to start with it above that limit (taken
-    /// after raising the soft limit to the hard one).
+    /// process's open-file limit: the binary refuses to start with it set above that limit
+    /// (taken after raising the soft limit to the hard one), and lowers the default to nine
+    /// tenths of `--max-sockets` where the default is above that.
     #[arg(long, env = "USHER_MAX_CONNECTIONS", default_value_t = 18_000)]
     pub max_connections: u64,
 
@@ -366,7 +367,8 @@ impl Config {
     /// A cap the operator set above the limit is refused: they asked for something this
     /// process cannot give. A cap left at its default is lowered to fit instead, so the
     /// defaults start anywhere (a laptop's 4,096 files too): sockets to the limit less
-    /// [`FILES_KEPT_BACK`], streams to nine tenths of the sockets (the defaults' own ratio).
+    /// [`FILES_KEPT_BACK`] (the process's other files), and streams, where they are above
+    /// that, to nine tenths of the sockets (the defaults' own ratio).
     /// Returns what was lowered, for the binary to log. The binary runs this at start; a
     /// `Config` run in-process (tests) does not, since its limit is the host process's.
     pub fn fit_open_files(
@@ -390,29 +392,25 @@ impl Config {
             }
         }
         let mut lowered = Vec::new();
-        if !given.max_sockets && self.max_sockets > limit {
-            let to = limit.saturating_sub(FILES_KEPT_BACK).max(limit / 2).max(1);
+        let sockets_fit = limit.saturating_sub(FILES_KEPT_BACK).max(limit / 2).max(1);
+        if !given.max_sockets && self.max_sockets > sockets_fit {
             lowered.push(CapLowered {
                 var: "USHER_MAX_SOCKETS",
                 from: self.max_sockets,
-                to,
+                to: sockets_fit,
                 limit,
             });
-            self.max_sockets = to;
+            self.max_sockets = sockets_fit;
         }
-        let streams_fit = (self.max_sockets * 9 / 10).max(1);
-        let sockets_lowered = !lowered.is_empty();
-        if !given.max_connections
-            && (self.max_connections > limit
-                || (sockets_lowered && self.max_connections > streams_fit))
-        {
+        if !given.max_connections && self.max_connections > self.max_sockets {
+            let to = (self.max_sockets * 9 / 10).max(1);
             lowered.push(CapLowered {
                 var: "USHER_MAX_CONNECTIONS",
                 from: self.max_connections,
-                to: streams_fit,
+                to,
                 limit,
             });
-            self.max_connections = streams_fit;
+            self.max_connections = to;
         }
         Ok(lowered)
     }
@@ -519,12 +517,22 @@ mod tests {
             .expect("unlimited")
             .is_empty());
         assert!(
-            cfg.fit_open_files(Some(20_000), CapsGiven::default())
-                .expect("the defaults fit 20,000")
+            cfg.clone()
+                .fit_open_files(Some(20_100), CapsGiven::default())
+                .expect("the defaults fit 20,100")
                 .is_empty(),
             "and stay as they are"
         );
-        assert_eq!((cfg.max_connections, cfg.max_sockets), (18_000, 20_000));
+        // At 20,000 files the sockets' default keeps 100 files back; the streams' fits.
+        let mut at_20k = cfg.clone();
+        let lowered = at_20k
+            .fit_open_files(Some(20_000), CapsGiven::default())
+            .expect("fits");
+        assert_eq!(
+            (at_20k.max_connections, at_20k.max_sockets),
+            (18_000, 19_900)
+        );
+        assert_eq!(lowered.len(), 1, "{lowered:?}");
         let e = cfg
             .clone()
             .fit_open_files(Some(1_024), both)

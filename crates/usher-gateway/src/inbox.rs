@@ -42,7 +42,8 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                     continue;
                 }
                 let ids: Vec<String> = entries.iter().map(|e| e.id.clone()).collect();
-                // Admissions first, then the newest line snapshot of each queue.
+                // Admissions first, then the newest line snapshot of each queue, then the
+                // inventory reports newer than their queue's snapshot.
                 let batch = admissions_first(entries);
                 apply_all(&gw, batch.first);
                 if batch.admits && !batch.snapshots.is_empty() {
@@ -52,6 +53,7 @@ pub(crate) async fn consume(gw: Arc<Gateway>, reader: Store) {
                     tokio::task::yield_now().await;
                 }
                 apply_all(&gw, batch.snapshots);
+                apply_all(&gw, batch.after);
                 // Acknowledge in the background: the next read must not wait for Redis to answer
                 // (it may be busy with a large admission). Unacknowledged entries are only
                 // memory: nothing re-reads them.

@@ -319,14 +319,14 @@ async fn setup(
             joined = SpanLink::of(&span);
             let key = proven.map(|p| p.key);
             // A recording queue keeps the join's network, hashed with the ticket key (which
-            // Redis never holds: docs/security.md, "The fairness record"), per queue.
+            // Redis never holds: docs/security.md, "The fairness record"), per queue. A
+            // development key is stored in Redis beside the record, and with it anyone who
+            // reads Redis could reverse every /24 by trying all 2^24: no network then.
             let note = match &setting {
                 Some(s) if s.record => JoinNote {
-                    network: Some(NetworkHash::of(
-                        gw.ticket_key().as_bytes(),
-                        &q,
-                        client.network_address(),
-                    )),
+                    network: gw.dev_ticket_key().is_none().then(|| {
+                        NetworkHash::of(gw.ticket_key().as_bytes(), &q, client.network_address())
+                    }),
                     solve_ms: proof.as_ref().map(|p| challenges.solve_ms(p)),
                 },
                 _ => JoinNote::default(),

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::process::Command;
 use usher_testkit::procs::binary;
 
-/// Runs the gateway under an open-files limit of 1,000 with `env`; its exit status and stderr.
-async fn gateway_under_1000_files(env: &[(&str, &str)]) -> anyhow::Result<(bool, String)> {
-    let out = Command::new("prlimit")
-        .arg("--nofile=1000:1000")
+/// The gateway under an open-files limit of 1,000 with `env` (and no Redis to reach).
+fn gateway_under_1000_files_command(env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--nofile=1000:1000")
         .arg(binary("usher-gateway")?)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -21,8 +21,14 @@ async fn gateway_under_1000_files(env: &[(&str, &str)]) -> anyhow::Result<(bool,
         .env("USHER_REDIS_URL", "redis://127.0.0.1:1")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .kill_on_drop(true);
+    Ok(cmd)
+}
+
+/// Runs the gateway under an open-files limit of 1,000 with `env`; its exit status and stderr.
+async fn gateway_under_1000_files(env: &[(&str, &str)]) -> anyhow::Result<(bool, String)> {
+    let mut cmd = gateway_under_1000_files_command(env)?;
+    let out = cmd.output();
     let out = tokio::time::timeout(Duration::from_secs(30), out)
         .await
         .map_err(|_| anyhow::anyhow!("the gateway started instead of refusing"))??;
@@ -67,17 +73,9 @@ async fn a_gateway_refuses_caps_above_its_open_files_limit() -> anyhow::Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_lowers_default_caps_to_fit_its_open_files_limit() -> anyhow::Result<()> {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = Command::new("prlimit")
-        .arg("--nofile=1000:1000")
-        .arg(binary("usher-gateway")?)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("USHER_LISTEN", "127.0.0.1:0")
-        .env("USHER_REDIS_URL", "redis://127.0.0.1:1")
-        .stdin(Stdio::null())
+    let mut child = gateway_under_1000_files_command(&[])?
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()?;
     let stdout = child
         .stdout
