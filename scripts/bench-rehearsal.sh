@@ -14,7 +14,8 @@
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_BIN (target/release: binaries built
 # by bench.sh; target/debug for a quick check), USHER_BENCH_REHEARSE_CROWD (3000),
 # USHER_BENCH_REHEARSE_JOIN_RATE (50 a second), USHER_BENCH_REHEARSE_RATE (25 admitted a second),
-# USHER_BENCH_REHEARSE_PORT (8400: it uses this port and the next three).
+# USHER_BENCH_REHEARSE_PORT (8400: it uses this port and the next three),
+# USHER_BENCH_REHEARSE_TICK_MS (1000: the dispatcher's tick, and the rehearsal's).
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,7 @@ CROWD=${USHER_BENCH_REHEARSE_CROWD:-3000}
 JOIN_RATE=${USHER_BENCH_REHEARSE_JOIN_RATE:-50}
 RATE=${USHER_BENCH_REHEARSE_RATE:-25}
 BASE=${USHER_BENCH_REHEARSE_PORT:-8400}
+TICK_MS=${USHER_BENCH_REHEARSE_TICK_MS:-1000}
 REDIS_PORT=$BASE
 SCRATCH_PORT=$((BASE + 1))
 DISPATCHER="http://127.0.0.1:$((BASE + 2))"
@@ -50,7 +52,7 @@ done
 
 TOKEN="bench:$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" USHER_ADMIN_TOKEN="$TOKEN" USHER_LISTEN="${DISPATCHER#http://}" \
-    USHER_TICK_MS=1000 "$BIN/usher-dispatcher" >"$OUT/rehearsal-dispatcher.log" 2>&1 &
+    USHER_TICK_MS="$TICK_MS" "$BIN/usher-dispatcher" >"$OUT/rehearsal-dispatcher.log" 2>&1 &
 PIDS+=($!)
 USHER_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" USHER_LISTEN="${GATEWAY#http://}" USHER_SERVER_ID=rehearsal-bench-gw \
     USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 \
@@ -83,7 +85,7 @@ log "real: $CROWD browsers at $JOIN_RATE/s (usher-loadgen --arrivals), admitted 
 
 log "rehearsal: the same curve and settings on a virtual clock"
 "$BIN/usher-rehearse" --redis "redis://127.0.0.1:$SCRATCH_PORT" --settings "$SETTINGS" --queue "$QUEUE" \
-    --arrivals "$CSV" --booking-seconds 0 --out "$OUT/rehearsal" >&2
+    --arrivals "$CSV" --booking-seconds 0 --tick-ms "$TICK_MS" --out "$OUT/rehearsal" >&2
 
 python3 - "$OUT/rehearsal-real.json" "$OUT/rehearsal/rehearsal.json" "$OUT/rehearsal-check.json" <<'PY'
 import json, sys

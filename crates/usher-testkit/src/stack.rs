@@ -105,6 +105,9 @@ pub struct StackOptions {
     pub redis_args: Vec<&'static str>,
     /// The dispatcher's queue lease, when a test needs other than its default (3 ticks).
     pub lease_ttl_ms: Option<u64>,
+    /// The gateways' `USHER_TICKET_KEY`; `None` runs them in development mode (a key shared
+    /// through Redis), as most tests do.
+    pub ticket_key: Option<&'static str>,
 }
 
 impl Default for StackOptions {
@@ -115,6 +118,7 @@ impl Default for StackOptions {
             booking: false,
             redis_args: vec!["--save", "", "--appendonly", "no"],
             lease_ttl_ms: None,
+            ticket_key: None,
         }
     }
 }
@@ -179,6 +183,7 @@ impl<R: Backend> Stack<R> {
         for _ in 0..opts.gateways {
             let mut g = crate::config::gateway(&args.url);
             g.redis = args.clone();
+            g.ticket_key = opts.ticket_key.map(str::to_owned);
             gateways.push(gateway_with(g).await?);
         }
         let booking = if opts.booking {

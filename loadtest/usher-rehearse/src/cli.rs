@@ -18,7 +18,7 @@ sale takes minutes.
 The Redis at --redis must be a scratch server: the rehearsal refuses one that holds any
 queue, and leaves its data there when it ends (look at it, or flush it).
 
-Each second's joins come in at the start of that second, through one simulated gateway.
+Each second's joins are spread evenly across it (as usher-loadgen --arrivals spreads them), through one simulated gateway.
 Every tick (--tick-ms of virtual time, the dispatcher's USHER_TICK_MS) the dispatcher's
 admission code ticks the queue; the rehearsal reads the admissions from the gateway's
 stream as a gateway would. An admitted browser arrives a second later (the booking

@@ -196,15 +196,17 @@ pub async fn rehearse(sc: &Scenario, url: &str) -> Result<Run, RehearsalError> {
         resolved_admitted: 0,
     };
     let backend = adaptive_backend(&sim).await?;
-    let mut next_second = 0usize;
+    let arrivals = arrival_times(&sc.joins);
+    let mut next_arrival = 0usize;
     let mut t = 0u64;
     let mut last_sample_s = None;
     loop {
         let now = sc.start_ms + t;
         clock.set_ms(now);
-        while next_second < sc.joins.len() && (next_second as u64) * 1000 <= t {
-            sim.join(sc.joins[next_second], t).await?;
-            next_second += 1;
+        // Every arrival due by this tick joins first, at its own time.
+        while let Some(&(at, n)) = arrivals.get(next_arrival).filter(|(at, _)| *at <= t) {
+            sim.join(n, at).await?;
+            next_arrival += 1;
         }
         sim.events_due(t).await?;
         let second = t / 1000;
@@ -220,7 +222,7 @@ pub async fn rehearse(sc: &Scenario, url: &str) -> Result<Run, RehearsalError> {
             last_sample_s = Some(second);
             sim.sample(t).await?;
         }
-        let joins_done = next_second >= sc.joins.len();
+        let joins_done = next_arrival >= arrivals.len();
         let line_empty = sim.run.places.values().all(|p| !p.waiting());
         let nothing_pending = sim
             .events
@@ -583,5 +585,46 @@ impl Sim<'_> {
             commands: u.commands.saturating_sub(self.commands_at_start),
         });
         Ok(())
+    }
+}
+
+/// Milliseconds an arrival's joins are grouped by: a second's joins are spread evenly
+/// across it (as `usher-loadgen --arrivals` spreads them), in groups this far apart at most,
+/// so a rehearsal of a large crowd makes a hundred join calls a virtual second, not one per
+/// person.
+const ARRIVAL_GROUP_MS: u64 = 10;
+
+/// When each second's joins (`joins[s]`) arrive: the `j`-th of `n` at `s + j/n` seconds, in
+/// [`ARRIVAL_GROUP_MS`] groups, as (virtual ms from the start, people), in time order.
+fn arrival_times(joins: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, &n) in joins.iter().enumerate() {
+        for j in 0..n {
+            let at = s as u64 * 1000 + j * 1000 / n;
+            let group = at - at % ARRIVAL_GROUP_MS;
+            match out.last_mut() {
+                Some((last, count)) if *last == group => *count += 1,
+                _ => out.push((group, 1)),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seconds_joins_are_spread_evenly_across_it_in_groups() {
+        // 4 in second 0: at 0, 250, 500, 750 ms; 1 in second 1: at 1,000; none in second 2;
+        // 200 in second 3: five a 25 ms... two a 10 ms group (every 5 ms).
+        let at = arrival_times(&[4, 1, 0, 200]);
+        assert_eq!(&at[..5], &[(0, 1), (250, 1), (500, 1), (750, 1), (1000, 1)]);
+        assert_eq!(at[5..].len(), 100, "200 over a second in 10 ms groups");
+        assert!(at[5..].iter().all(|&(_, n)| n == 2));
+        assert_eq!(at[5].0, 3000);
+        assert_eq!(at.last().map(|a| a.0), Some(3990));
+        assert_eq!(at.iter().map(|a| a.1).sum::<u64>(), 205);
     }
 }

@@ -102,9 +102,16 @@ fn a_constant_line_has_the_answer_worked_out_by_hand() -> anyhow::Result<()> {
     );
     let report: Value = serde_json::from_slice(&std::fs::read(out.path().join("rehearsal.json"))?)?;
     let s = &report["summary"];
-    let mut waits: Vec<u64> = (0..200u64).map(|i| i / 5 - i / 10).collect();
-    waits.sort_unstable();
-    let (median, max) = (waits[99] as f64, waits[199] as f64);
+    // By hand: person i arrives at i/10 s (a second's 10 joins spread evenly across it).
+    // The tick at second k has admitted 5(k+1) people in all (the rate counts from the
+    // first admission), but only those present: i is admitted at tick max(floor(i/5),
+    // ceil(i/10)), and waits that less i/10 s.
+    let mut waits_ms: Vec<u64> = (0..200u64)
+        .map(|i| (i / 5).max(i.div_ceil(10)) * 1000 - i * 100)
+        .collect();
+    waits_ms.sort_unstable();
+    let (median, max) = (waits_ms[99] as f64 / 1000.0, waits_ms[199] as f64 / 1000.0);
+    assert_eq!((median, max), (9.5, 19.5), "the arithmetic above");
     assert_eq!(s["joined"], 200);
     assert_eq!(s["admitted"], 200);
     assert_eq!(s["still_waiting"], 0);
@@ -112,7 +119,9 @@ fn a_constant_line_has_the_answer_worked_out_by_hand() -> anyhow::Result<()> {
     assert_eq!(s["line_empty_at_s"].as_f64(), Some(39.0));
     assert_eq!(s["wait_s"]["p50"].as_f64(), Some(median));
     assert_eq!(s["wait_s"]["max"].as_f64(), Some(max));
-    assert_eq!(s["peak_admitted_per_second"], 5);
+    // Tick 0 finds one person (the rest of second 0 arrive after it), tick 1 catches up to
+    // 10 in all: 9 in second 1, then 5 a second.
+    assert_eq!(s["peak_admitted_per_second"], 9);
     // The ETA shown at join (position ÷ 5 a second) is within a tick of the actual wait.
     let eta = s["eta_error_s"]["max"].as_f64().context("an ETA error")?;
     assert!(eta.abs() <= 1.0, "ETA error {eta}");
@@ -121,8 +130,17 @@ fn a_constant_line_has_the_answer_worked_out_by_hand() -> anyhow::Result<()> {
     assert!(s["peak_redis_memory_bytes"].as_u64().is_some_and(|m| m > 0));
     assert!(s["redis_commands"].as_u64().is_some_and(|c| c > 200));
     let seconds = report["seconds"].as_array().context("seconds")?;
-    assert_eq!(seconds[0]["joined"], 10);
-    assert_eq!(seconds[0]["admitted"], 5);
+    // Each second is sampled at its tick: second 0 has person 0; second 1 the next ten.
+    let per_second: Vec<(u64, u64)> = seconds[..3]
+        .iter()
+        .map(|x| {
+            (
+                x["joined"].as_u64().unwrap_or(0),
+                x["admitted"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(per_second, [(1, 1), (10, 9), (10, 5)]);
     for name in ["waits.svg", "timeline.svg", "index.html"] {
         let text = std::fs::read_to_string(out.path().join(name))?;
         well_formed(&text).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
@@ -356,5 +374,83 @@ fn the_worked_example_in_the_docs_is_what_the_command_prints() -> anyhow::Result
             "docs/rehearsal/{name}: {stale}"
         );
     }
+    Ok(())
+}
+
+/// Four consecutive free loopback ports (the agreement script takes a base port and the
+/// next three).
+fn four_free_ports() -> anyhow::Result<u16> {
+    for _ in 0..50 {
+        let base = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        if base > 65_000 {
+            continue;
+        }
+        let all_free = (0..4).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if all_free {
+            return Ok(base);
+        }
+    }
+    anyhow::bail!("no four consecutive free ports")
+}
+
+/// The rehearsal's promise, checked in `make test` at a small scale (`make bench` checks it
+/// at 3,000 browsers): `scripts/bench-rehearsal.sh` runs one constant line through a real
+/// stack (redis-server, dispatcher, gateway, usher-loadgen over real SSE) and through
+/// usher-rehearse on its virtual clock, and fails unless the two agree within 10% on the
+/// median wait and on when the line empties. 200 browsers join at 50 a second and are
+/// admitted at 25 a second with a 100 ms tick: by hand, the median wait is 2 s and the line
+/// empties at 8 s, so 10% is two ticks.
+#[test]
+fn a_rehearsal_agrees_with_a_real_run_of_the_same_line() -> anyhow::Result<()> {
+    let bin = Path::new(env!("CARGO_BIN_EXE_usher-rehearse"))
+        .parent()
+        .context("the binaries' folder")?
+        .to_path_buf();
+    for other in ["usher-dispatcher", "usher-gateway", "usher-loadgen"] {
+        ensure!(
+            bin.join(other).exists(),
+            "{other} is not built in {}: run `cargo build --workspace --bins` first",
+            bin.display()
+        );
+    }
+    let out = tempfile::tempdir()?;
+    let run = Command::new("bash")
+        .arg("scripts/bench-rehearsal.sh")
+        .current_dir(workspace())
+        .env("USHER_BENCH_OUT", out.path())
+        .env("USHER_BENCH_BIN", &bin)
+        .env("USHER_BENCH_REHEARSE_CROWD", "200")
+        .env("USHER_BENCH_REHEARSE_JOIN_RATE", "50")
+        .env("USHER_BENCH_REHEARSE_RATE", "25")
+        .env("USHER_BENCH_REHEARSE_TICK_MS", "100")
+        .env("USHER_BENCH_REHEARSE_PORT", four_free_ports()?.to_string())
+        .output()
+        .context("cannot run scripts/bench-rehearsal.sh")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let check: Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("rehearsal-check.json"))
+            .with_context(|| format!("no comparison written: {said}"))?,
+    )?;
+    ensure!(
+        check["admitted_real"] == 200 && check["admitted_rehearsed"] == 200,
+        "everyone admitted in both: {check}"
+    );
+    let rows = check["rows"].as_array().context("rows")?;
+    ensure!(rows.len() == 2, "{check}");
+    for row in rows {
+        ensure!(row["within_10_percent"] == true, "{row} ({said})");
+    }
+    let median = rows[0]["real"].as_f64().context("the real median")?;
+    ensure!(
+        (1.5..=2.5).contains(&median),
+        "the real median wait is near the 2 s worked out by hand: {check}"
+    );
+    ensure!(run.status.success(), "{said}");
     Ok(())
 }
