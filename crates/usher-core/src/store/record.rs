@@ -80,6 +80,7 @@ impl Store {
             overflow: num("record_overflow").unwrap_or(0),
             retention_seconds: num("record_retention_seconds").unwrap_or(DEFAULT_RETENTION_SECONDS),
             expires_in_seconds: u64::try_from(ttl).ok().map(|ms| ms.div_ceil(1000)),
+            closed: m.get("open").is_some_and(|v| v == "0"),
             draw,
         });
         let width = RECORD_WIDTH as u64;
