@@ -166,11 +166,13 @@ local function record_drawn(meta, order, first)
   end
 end
 
--- The queue closed: the record is kept `record_retention_seconds` more (default 7 days).
+-- The queue closed: the record is kept `record_retention_seconds` more (default 7 days),
+-- counted from when it first ended (a close, or `record` turned off): a second end before
+-- the next recorded join does not push its deletion back.
 local function record_closed(meta)
-  local m = redis.call('HMGET', meta, 'record_seq0', 'record_retention_seconds')
+  local m = redis.call('HMGET', meta, 'record_seq0', 'record_retention_seconds', 'record_expiring')
   local key = record_key()
-  if not m[1] or not key then return end
+  if not m[1] or m[3] or not key then return end
   redis.call('PEXPIRE', key, (tonumber(m[2]) or 604800) * 1000)
   redis.call('HSET', meta, 'record_expiring', '1')
 end
@@ -178,8 +180,6 @@ end
 -- Recording was turned off (put_settings.lua, `record` no longer '1'): the record ends as at a
 -- close, kept `record_retention_seconds` more unless its queue closed already.
 local function record_stopped(meta)
-  if redis.call('HGET', meta, 'record') == '1' then return end
-  if redis.call('HGET', meta, 'record_expiring') then return end
-  record_closed(meta)
+  if redis.call('HGET', meta, 'record') ~= '1' then record_closed(meta) end
 end
 -- <<< record

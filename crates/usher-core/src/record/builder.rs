@@ -2,9 +2,10 @@
 //! at a time by `crate::store::Store::fairness_report`).
 //!
 //! Memory: the builder keeps a few integers per place (admitted places' arrival, admission,
-//! lane and flags; each waiting time), never the entries themselves, so a report of the
-//! record's largest size (crate::record, 10 million places) stays within a few hundred MB
-//! and a typical one (100,000 places) within a few MB.
+//! lane and flags; each waiting time), never the entries themselves: about 90 bytes a place
+//! at its peak with the sorts' copies (BENCHMARKS.md, "The fairness record": 11 MB for
+//! 100,000 places, 90 MB for a million), so the record's largest size (crate::record, 10
+//! million places) takes about 0.9 GB.
 
 use std::collections::{BTreeMap, HashMap};
 
