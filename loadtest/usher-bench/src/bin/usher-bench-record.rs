@@ -222,7 +222,7 @@ async fn report_cost(
     conn: &mut redis::aio::MultiplexedConnection,
     n: u64,
 ) -> anyhow::Result<serde_json::Value> {
-    let q = QueueId::new(&format!("report-{n}"))?;
+    let q = QueueId::new(format!("report-{n}"))?;
     store
         .put_queue(
             &q,
