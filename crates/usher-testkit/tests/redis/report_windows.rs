@@ -227,3 +227,22 @@ async fn a_stale_away_entry_records_no_leave() -> anyhow::Result<()> {
     assert_eq!((e[0].left, e[0].left_ms), (None, None), "no leave recorded");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_past_49_7_days_read_as_the_limit() -> anyhow::Result<()> {
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = queue(&store, "long-open").await?;
+    let t0 = now_ms();
+    join(&store, &q, t0, 1).await?;
+    // Admitted 50 days after the record began: past what 32 bits of ms hold.
+    tick(&store, &q, t0 + 50 * 86_400_000, 2).await?;
+    let e = entries(&redis.url(), &q).await?;
+    assert_eq!(e[0].admission, Some(1));
+    assert_eq!(
+        e[0].admitted_ms,
+        Some(u32::MAX - 1),
+        "saturated at the limit"
+    );
+    Ok(())
+}
