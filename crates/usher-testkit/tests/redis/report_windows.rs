@@ -1,8 +1,9 @@
 //! The fairness record's windows and gaps, at the store on a real Redis with a synthetic
 //! clock (issue 25, review of part 2): a record covers one opening, nothing writes to a
 //! record its retention deleted, a record that stops recording gets its retention, the
-//! places a close or an open door took out of the line are counted, and a stale `away`
-//! entry records no leave.
+//! places a close or an open door took out of the line are counted, a stale `away` entry
+//! records no leave, times saturate at 49.7 days, and a real dispatcher makes one report at
+//! a time.
 
 use usher_core::door::DoorPeriod;
 use usher_core::ids::{PlaceId, QueueId};
@@ -243,6 +244,77 @@ async fn times_past_49_7_days_read_as_the_limit() -> anyhow::Result<()> {
         e[0].admitted_ms,
         Some(u32::MAX - 1),
         "saturated at the limit"
+    );
+    Ok(())
+}
+
+/// A record of `n` places, each joined `i` ms in and admitted in order 60 s later.
+fn admitted_record(n: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n as usize * RECORD_WIDTH);
+    for i in 0..n {
+        out.extend([1, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        out.extend(i.to_be_bytes());
+        out.extend((i + 60_001).to_be_bytes());
+        out.extend((i + 1).to_be_bytes());
+        out.extend(0u32.to_be_bytes());
+        out.extend((1 + i % 1000).to_be_bytes());
+        out.extend(0u32.to_be_bytes());
+        out.extend([0xff, 0xff, 0, 0]);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_report_at_once_is_refused() -> anyhow::Result<()> {
+    const TOKEN: &str = "report-windows-admin-token-0123456789";
+    let redis = usher_testkit::RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = queue(&store, "big").await?;
+    let k = QueueKeys::new(&q);
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(&k.record)
+        .arg(admitted_record(300_000))
+        .ignore()
+        .cmd("HSET")
+        .arg(&k.meta)
+        .arg("record_seq0")
+        .arg(0)
+        .arg("record_ms0")
+        .arg(now_ms())
+        .ignore()
+        .query_async(&mut conn(&redis.url()).await?)
+        .await?;
+    let dispatcher = usher_testkit::procs::Proc::start(
+        "usher-dispatcher",
+        &[
+            ("USHER_REDIS_URL", redis.url()),
+            ("USHER_ADMIN_TOKEN", TOKEN.into()),
+        ],
+    )
+    .await?;
+    let url = format!("{}/admin/queues/big/report", dispatcher.url());
+    let http = reqwest::Client::new();
+    let get = || http.get(&url).bearer_auth(TOKEN).send();
+    // Two reports asked for at once: a report of 300,000 places takes a while, so whichever
+    // takes the dispatcher's one permit first is made, and the other, arriving meanwhile, is
+    // refused; the next, once the first is done, is made.
+    let (a, b) = tokio::join!(get(), get());
+    let (a, b) = (a?, b?);
+    let (first, refused) = if a.status() == 429 { (b, a) } else { (a, b) };
+    assert_eq!(refused.status(), 429, "one of two at once is refused");
+    let retry: u64 = refused.headers()["retry-after"].to_str()?.parse()?;
+    assert!(retry >= 1);
+    let body: serde_json::Value = refused.json().await?;
+    assert!(body["error"].is_string(), "{body}");
+    assert_eq!(first.status(), 200);
+    let r: serde_json::Value = first.json().await?;
+    assert_eq!(r["record"]["places"], 300_000);
+    assert_eq!(r["order"]["inversions"], 0);
+    assert_eq!(
+        get().await?.status(),
+        200,
+        "the next, once the first is done"
     );
     Ok(())
 }
