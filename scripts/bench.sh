@@ -28,8 +28,9 @@
 #   7. rehearse — scripts/bench-rehearsal.sh: a constant-rate line through a real stack and
 #                through usher-rehearse (virtual clock); they must agree within 10% on the
 #                median wait and on when the line empties (the run fails otherwise)
-#   8. record  — usher-bench-record: the fairness record's Redis memory per place, and the join
-#                path's extra cost with `"record": true` against the same joins without (its own
+#   8. record  — usher-bench-record: the fairness record's Redis memory per place, the join
+#                path's extra cost with `"record": true` against the same joins without, and the
+#                report's time and peak memory for 100,000 and 1,000,000 places (its own
 #                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
@@ -357,7 +358,7 @@ USHER_BENCH_OUT="$OUT" USHER_BENCH_BIN="$BIN" bash scripts/bench-rehearsal.sh
 fi
 
 if want record; then
-log "8/8 record: the fairness record's memory per place, the join path's extra cost"
+log "8/8 record: the fairness record's memory per place, the join path's extra cost, the report's cost"
 settle
 "$BIN/usher-bench-record" --places 100000 --joins 5000 --rounds 4 >"$OUT/record.json"
 fi

@@ -152,6 +152,7 @@ pub async fn run(
         dev_signing_key,
         max_sockets: cfg.serve.max_sockets,
         replica: cfg.replica_id.clone(),
+        reports: Arc::new(tokio::sync::Semaphore::new(1)),
     });
     tracing::info!(listen = %listener.local_addr()?, kid = key.kid(), verify_only = ?keys.verify_only_kids(), tick_ms = cfg.tick_ms, "dispatcher running");
     let served = usher_http::serve(listener, app, cfg.serve, shutdown).await;

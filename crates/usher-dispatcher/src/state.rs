@@ -38,6 +38,9 @@ pub struct AppState {
     /// This replica's id (`USHER_REPLICA_ID`): the readiness report measures this one and
     /// reads the others' reports.
     pub replica: String,
+    /// One fairness report at a time (`admin::report`): a report reads the whole record and
+    /// takes a blocking thread and memory in proportion to it, in the process that ticks.
+    pub reports: Arc<tokio::sync::Semaphore>,
 }
 
 /// Out-of-memory failures of this process, logged at most once per 10 s.

@@ -121,6 +121,9 @@ function show(r) {
     card("Median ETA error (s)", fmt(e.median_error_seconds)),
     card("Admitted within ETA", e.within_eta == null ? "—" : Math.round(e.within_eta * 100) + " %"),
     card("Booked", fmt(s.booked)),
+    card(r.record.closed ? "Waiting at close" : "Still waiting",
+      fmt(r.record.closed ? r.record.waiting_at_close : r.record.still_waiting)),
+    card("Let through an open door", fmt(r.record.let_through_door)),
   );
   const minutes = r.waits.map((w) => String(w.minute));
   $("plot-waits").replaceChildren(lines("Wait by arrival minute", minutes, [

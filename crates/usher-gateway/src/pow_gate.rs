@@ -83,8 +83,9 @@ impl Challenges {
         Ok(s)
     }
 
-    /// How long `proof`'s puzzle took to solve: from its issue (its expiry less this
-    /// gateway's puzzle lifetime) to now, in ms (for the fairness record).
+    /// `proof`'s issue-to-join time: from its puzzle's issue (its expiry less this
+    /// gateway's puzzle lifetime) to now, the join, in ms (for the fairness record). Not the
+    /// solve time alone: it also counts whatever the browser did before joining.
     pub(crate) fn solve_ms(&self, proof: &Proof) -> u64 {
         now_ms().saturating_sub(proof.expires_ms.saturating_sub(self.ttl_ms))
     }

@@ -62,6 +62,8 @@ def main():
         assert cards["Unexplained inversions"] == "0", cards
         assert cards["Kendall's tau"] == "1.000", cards
         assert int(cards["Admitted"]) > 100, cards
+        assert cards["Let through an open door"] == "0", cards
+        assert "Still waiting" in cards, cards
         assert page.inner_text("#draw") .startswith("Draw"), page.inner_text("#draw")
         assert not failed, failed
         page.screenshot(path=os.path.join(SHOTS, "fairness-report.png"), full_page=True)

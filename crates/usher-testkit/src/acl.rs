@@ -102,7 +102,6 @@ const DISPATCHER: &[&str] = &[
     "+subscribe",
     // The fairness report's record (`lua/record.lua`): written in place, read in slices.
     "+setrange",
-    "+persist",
     "+pttl",
 ];
 
@@ -158,5 +157,4 @@ const GATEWAY: &[&str] = &[
     // <<< door
     // The fairness report's record (`lua/record.lua`): a join writes its places' entries.
     "+setrange",
-    "+persist",
 ];

@@ -1,5 +1,5 @@
 -- Write a queue's settings (the admin API's PUT, USHER_QUEUES_FILE) and bump their version.
--- KEYS: meta   (hash tag {q:<id>})
+-- KEYS: meta   (hash tag {q:<id>}), then, for a write of the settings, record (record.lua)
 -- ARGV: expected version ('' = any: a PUT without If-Match), n (how many field/value pairs
 --       follow), the n pairs to set, then the fields to delete.
 -- Rules: the version check and the write are one step, so of two editors who read the same
@@ -18,4 +18,10 @@ local set = {}
 for i = 3, 2 + 2 * n do set[#set + 1] = ARGV[i] end
 if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
 for i = 3 + 2 * n, #ARGV do redis.call('HDEL', KEYS[1], ARGV[i]) end
+-- >>> record: a record whose queue stops recording gets its retention, as at a close
+if KEYS[2] then
+  record_key_at = 2
+  record_stopped(KEYS[1])
+end
+-- <<< record
 return {SETTINGS_WRITTEN, redis.call('HINCRBY', KEYS[1], 'settings_version', 1)}

@@ -11,7 +11,7 @@
 --   65535: none)   8 join (u32)   12 admission + 1 (u32; 0: not admitted)   16 admission
 --   ordinal (u32, from meta `record_admitted`)   20 leave + 1 (u32)   24 client network hash
 --   (u32)   28 origin: the pre-queue entry index of a drawn place (u32)   32 proof-of-work
---   solve time (100 ms units, u16; 65535: none)   34 admitted in the join (passthrough)
+--   issue-to-join time (100 ms units, u16; 65535: none)   34 admitted in the join (passthrough)
 -- A queue that does not record pays one HMGET where a script records (the join reads
 -- `record` with fields it reads anyway where it can), and writes nothing.
 -- Lower case: upper-case names are store/reply.rs's statuses. These are crate::record's
@@ -20,6 +20,7 @@ local record_width = 36
 -- Most places recorded (360 MB at most); later places are counted in meta `record_overflow`.
 local record_max_places = 10000000
 local record_left, record_away_expired, record_gateway_gone, record_unbound = 1, 2, 3, 4
+local record_door = 5
 local record_booked, record_released, record_expired, record_no_show = 1, 2, 3, 4
 -- Scripts that take no lane keys set this to the index of `record` in their KEYS.
 local record_key_at = nil
@@ -32,12 +33,15 @@ local function record_key()
   return nil
 end
 
--- The record's origin {key, seq0, ms0} when `meta` records and a place was recorded, else nil.
+-- The record's origin {key, seq0, ms0} when `meta` records and its record exists, else nil.
+-- Only the join that starts a record creates its key: once the retention has deleted it (meta
+-- still names its origin), a late expiry, no-show or session end writes nothing, rather than
+-- SETRANGE a zero-filled key, up to its place's offset, with no TTL.
 local function record_of(meta)
   local m = redis.call('HMGET', meta, 'record', 'record_seq0', 'record_ms0')
   if m[1] ~= '1' or not m[2] then return nil end
   local key = record_key()
-  if not key then return nil end
+  if not key or redis.call('EXISTS', key) == 0 then return nil end
   return {key, tonumber(m[2]), tonumber(m[3])}
 end
 
@@ -63,23 +67,23 @@ local function record_put(r, places, field, bytes)
 end
 
 -- New places first .. first + #notes - 1 joined at `now` (kind 1 or 2) in lane `lane`; each
--- note {eta seconds or nil, network hash or nil, pow difficulty or nil, solve ms or nil,
+-- note {eta seconds or nil, network hash or nil, pow difficulty or nil, issue-to-join ms or nil,
 -- admitted now}. The first place recorded fixes the record's origin (meta `record_seq0`,
--- `record_ms0`); a record that expired (retention) starts afresh; one closed and waiting
--- for its retention to pass keeps going when the queue takes places again.
+-- `record_ms0`). A record covers one opening: one that expired (retention) starts afresh, and
+-- so does one whose queue closed or stopped recording (`record_expiring`) when the queue
+-- takes places again: the old record is deleted, not kept going, so a weekly queue's report
+-- is of its latest sale and times (u32 ms) restart from 0 (they saturate 49.7 days after the
+-- record's start: later events read as happening at that limit).
 local function record_join(meta, first, now, kind, lane, notes)
   local m = redis.call('HMGET', meta, 'record', 'record_seq0', 'record_ms0', 'record_expiring')
   if m[1] ~= '1' or #notes == 0 then return end
   local key = record_key()
   if not key then return end
-  if not m[2] or redis.call('EXISTS', key) == 0 then
+  if m[4] then redis.call('DEL', key) end
+  if not m[2] or m[4] or redis.call('EXISTS', key) == 0 then
     m[2], m[3] = rfmt(first - 1), rfmt(now)
     redis.call('HSET', meta, 'record_seq0', m[2], 'record_ms0', m[3], 'record_admitted', 0)
-    redis.call('HDEL', meta, 'record_overflow')
-  end
-  if m[4] then
-    redis.call('PERSIST', key)
-    redis.call('HDEL', meta, 'record_expiring')
+    redis.call('HDEL', meta, 'record_overflow', 'record_expiring')
   end
   local r = {key, tonumber(m[2]), tonumber(m[3])}
   local at = record_at(r, first)
@@ -162,12 +166,20 @@ local function record_drawn(meta, order, first)
   end
 end
 
--- The queue closed: the record is kept `record_retention_seconds` more (default 7 days).
+-- The queue closed: the record is kept `record_retention_seconds` more (default 7 days),
+-- counted from when it first ended (a close, or `record` turned off): a second end before
+-- the next recorded join does not push its deletion back.
 local function record_closed(meta)
-  local m = redis.call('HMGET', meta, 'record_seq0', 'record_retention_seconds')
+  local m = redis.call('HMGET', meta, 'record_seq0', 'record_retention_seconds', 'record_expiring')
   local key = record_key()
-  if not m[1] or not key then return end
+  if not m[1] or m[3] or not key then return end
   redis.call('PEXPIRE', key, (tonumber(m[2]) or 604800) * 1000)
   redis.call('HSET', meta, 'record_expiring', '1')
+end
+
+-- Recording was turned off (put_settings.lua, `record` no longer '1'): the record ends as at a
+-- close, kept `record_retention_seconds` more unless its queue closed already.
+local function record_stopped(meta)
+  if redis.call('HGET', meta, 'record') ~= '1' then record_closed(meta) end
 end
 -- <<< record

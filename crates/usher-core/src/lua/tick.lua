@@ -127,23 +127,27 @@ if m[6] == '1' or drawing then budget = 0 end
 -- `parked`, or from `waiting` for a place that never reached the head since it went away).
 local dropped = 0
 local gone = {}
+-- The places actually found in line (an `away` entry may outlive its place: one admitted or
+-- gone already); only they are recorded as leaving.
+local found = {}
 if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000) end
 for _, p in ipairs(gone) do
   local lane_w, lane_p = place_sets(p, KEYS[2], KEYS[11]) -- lanes
   local parked = find_member(lane_p, p)
   if parked then
     redis.call('ZREM', lane_p, parked)
-    dropped = dropped + 1
+    found[#found + 1] = p
   else
     local mem = find_member(lane_w, p)
     if mem then
       redis.call('ZREM', lane_w, mem)
-      dropped = dropped + 1
+      found[#found + 1] = p
     end
   end
 end
+dropped = #found
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
-record_leave(KEYS[1], gone, now, record_away_expired) -- record
+record_leave(KEYS[1], found, now, record_away_expired) -- record
 lane_forget(gone) -- lanes
 -- Every parked place has an `away` entry (the scripts write both together). One without
 -- (its entry expired by a dispatcher of the version before `parked`, during a rolling

@@ -2,9 +2,10 @@
 //! at a time by `crate::store::Store::fairness_report`).
 //!
 //! Memory: the builder keeps a few integers per place (admitted places' arrival, admission,
-//! lane and flags; each waiting time), never the entries themselves, so a report of the
-//! record's largest size (crate::record, 10 million places) stays within a few hundred MB
-//! and a typical one (100,000 places) within a few MB.
+//! lane and flags; each waiting time), never the entries themselves: about 90 bytes a place
+//! at its peak with the sorts' copies (BENCHMARKS.md, "The fairness record": 11 MB for
+//! 100,000 places, 90 MB for a million), so the record's largest size (crate::record, 10
+//! million places) takes about 0.9 GB.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,6 +28,8 @@ pub struct RecordMeta {
     pub overflow: u64,
     pub retention_seconds: u64,
     pub expires_in_seconds: Option<u64>,
+    /// The queue is closed (meta `open` = `0`).
+    pub closed: bool,
     pub draw: Option<DrawProof>,
 }
 
@@ -61,6 +64,9 @@ pub struct ReportBuilder {
     sessions: Sessions,
     pow: BTreeMap<u8, u64>,
     solves: Vec<u32>,
+    /// Neither admitted nor recorded leaving.
+    waiting: u64,
+    door: u64,
 }
 
 fn seconds(ms: u32) -> f64 {
@@ -80,6 +86,8 @@ impl ReportBuilder {
             sessions: Sessions::default(),
             pow: BTreeMap::new(),
             solves: Vec::new(),
+            waiting: 0,
+            door: 0,
         }
     }
 
@@ -95,7 +103,7 @@ impl ReportBuilder {
         if e.pow_difficulty > 0 {
             *self.pow.entry(e.pow_difficulty).or_default() += 1;
         }
-        if let Some(s) = e.solve_ms {
+        if let Some(s) = e.issue_to_join_ms {
             self.solves.push(s);
         }
         if let (Some(at), Some(admission)) = (e.admitted_ms, e.admission) {
@@ -128,6 +136,8 @@ impl ReportBuilder {
                 Some(Outcome::NoShow) => s.no_show += 1,
                 None => s.open += 1,
             }
+        } else if e.left == Some(LeaveReason::Door) {
+            self.door += 1;
         } else if let (Some(reason), Some(at)) = (e.left, e.left_ms) {
             let m = at.saturating_sub(e.joined_ms) / 60_000;
             let row = self.abandonment.entry(m).or_insert(Abandonment {
@@ -140,7 +150,10 @@ impl ReportBuilder {
                 LeaveReason::Left => row.left += 1,
                 LeaveReason::AwayExpired => row.away_expired += 1,
                 LeaveReason::GatewayGone | LeaveReason::Unbound => row.dropped += 1,
+                LeaveReason::Door => {}
             }
+        } else {
+            self.waiting += 1;
         }
     }
 
@@ -186,9 +199,9 @@ impl ReportBuilder {
         let pow = ProofOfWork {
             joins: self.pow.values().sum(),
             difficulty: self.pow,
-            solve_p50_seconds: percentile(&self.solves, 50.0).map(seconds),
-            solve_p90_seconds: percentile(&self.solves, 90.0).map(seconds),
-            solve_p99_seconds: percentile(&self.solves, 99.0).map(seconds),
+            issue_to_join_p50_seconds: percentile(&self.solves, 50.0).map(seconds),
+            issue_to_join_p90_seconds: percentile(&self.solves, 90.0).map(seconds),
+            issue_to_join_p99_seconds: percentile(&self.solves, 99.0).map(seconds),
         };
         FairnessReport {
             queue: self.meta.queue.clone(),
@@ -199,6 +212,10 @@ impl ReportBuilder {
                 overflow: self.meta.overflow,
                 retention_seconds: self.meta.retention_seconds,
                 expires_in_seconds: self.meta.expires_in_seconds,
+                closed: self.meta.closed,
+                waiting_at_close: if self.meta.closed { self.waiting } else { 0 },
+                still_waiting: if self.meta.closed { 0 } else { self.waiting },
+                let_through_door: self.door,
             }),
             order: Some(order),
             waits: Some(waits),
@@ -342,7 +359,7 @@ mod tests {
             left_ms: None,
             network: Some(7),
             origin: 0,
-            solve_ms: None,
+            issue_to_join_ms: None,
             passthrough: false,
         }
     }
@@ -355,6 +372,7 @@ mod tests {
             overflow: 0,
             retention_seconds: 3600,
             expires_in_seconds: None,
+            closed: false,
             draw: None,
         }
     }

@@ -69,6 +69,9 @@ pub enum LeaveReason {
     GatewayGone,
     /// A binding queue's place without its browser key.
     Unbound,
+    /// Let through a gateway's open door (`on_outage: "open"`, `lua/door.lua`): admitted
+    /// outside the line, so never given an admission ordinal.
+    Door,
 }
 
 impl LeaveReason {
@@ -78,6 +81,7 @@ impl LeaveReason {
             2 => LeaveReason::AwayExpired,
             3 => LeaveReason::GatewayGone,
             4 => LeaveReason::Unbound,
+            5 => LeaveReason::Door,
             _ => return None,
         })
     }
@@ -89,6 +93,7 @@ impl LeaveReason {
             LeaveReason::AwayExpired => "away_expired",
             LeaveReason::GatewayGone => "gateway_gone",
             LeaveReason::Unbound => "unbound",
+            LeaveReason::Door => "door",
         }
     }
 }
@@ -143,8 +148,9 @@ pub struct Entry {
     pub network: Option<u32>,
     /// A drawn place's pre-queue entry index: its arrival.
     pub origin: u32,
-    /// How long its proof of work took to solve, in ms (100 ms resolution).
-    pub solve_ms: Option<u32>,
+    /// Its proof of work's issue-to-join time: from the puzzle's issue to this join, in ms
+    /// (100 ms resolution).
+    pub issue_to_join_ms: Option<u32>,
     /// Admitted in the join itself (passthrough).
     pub passthrough: bool,
 }
@@ -174,7 +180,7 @@ impl Entry {
             left_ms: plus_one(u32_at(20)),
             network: Some(u32_at(24)).filter(|&n| n != 0),
             origin: u32_at(28),
-            solve_ms: Some(u16_at(32))
+            issue_to_join_ms: Some(u16_at(32))
                 .filter(|&s| s != u16::MAX)
                 .map(|s| u32::from(s) * 100),
             passthrough: b[34] != 0,
@@ -232,10 +238,12 @@ impl NetworkHash {
 }
 
 /// What a join brings for the record (`lua/join.lua` ARGV[8]): its client network, hashed,
-/// and how long its proof of work took to solve.
+/// and its proof of work's issue-to-join time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JoinNote {
     pub network: Option<NetworkHash>,
+    /// From the puzzle's issue to this join, in ms (the solve time and whatever came
+    /// before the join: the record's `issue_to_join`).
     pub solve_ms: Option<u64>,
 }
 
@@ -277,7 +285,8 @@ mod tests {
         let lua = include_str!("../lua/record.lua");
         assert!(lua.contains(&format!("local record_width = {RECORD_WIDTH}\n")));
         assert!(lua.contains(
-            "record_left, record_away_expired, record_gateway_gone, record_unbound = 1, 2, 3, 4"
+            "record_left, record_away_expired, record_gateway_gone, record_unbound = 1, 2, 3, 4\n\
+             local record_door = 5\n"
         ));
         assert!(lua.contains(
             "record_booked, record_released, record_expired, record_no_show = 1, 2, 3, 4"
@@ -308,7 +317,7 @@ mod tests {
             (1000, Some(5000), Some(4))
         );
         assert_eq!(
-            (e.left_ms, e.network, e.solve_ms),
+            (e.left_ms, e.network, e.issue_to_join_ms),
             (None, Some(99), Some(2500))
         );
         assert_eq!(Entry::decode(0, &[0u8; RECORD_WIDTH]), None);

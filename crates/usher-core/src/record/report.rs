@@ -51,6 +51,16 @@ pub struct RecordInfo {
     pub retention_seconds: u64,
     /// Seconds until it is deleted (`null`: the queue is open, nothing is scheduled).
     pub expires_in_seconds: Option<u64>,
+    /// Whether the queue was closed when the report was made.
+    pub closed: bool,
+    /// Places that joined and were neither admitted nor recorded leaving, in a closed queue:
+    /// the close dropped them from the line (`lua/close.lua` records no leave per place).
+    pub waiting_at_close: u64,
+    /// The same while the queue is open: places still in line (or leaving unrecorded).
+    pub still_waiting: u64,
+    /// Places let through a gateway's open door (`on_outage: "open"`): out of the line,
+    /// admitted without the dispatcher.
+    pub let_through_door: u64,
 }
 
 /// Arrival order against admission order.
@@ -169,16 +179,18 @@ pub struct NetworkCount {
     pub share: f64,
 }
 
-/// Proof of work: the difficulties joins solved, and how long solving took.
+/// Proof of work: the difficulties joins solved, and their issue-to-join times: from the
+/// puzzle's issue to the join that brought its solution (solving, and whatever the browser
+/// did before it joined: not the solve time alone).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProofOfWork {
     /// Places whose join brought a proof.
     pub joins: u64,
     /// Difficulty (leading zero bits) → joins.
     pub difficulty: BTreeMap<u8, u64>,
-    pub solve_p50_seconds: Option<f64>,
-    pub solve_p90_seconds: Option<f64>,
-    pub solve_p99_seconds: Option<f64>,
+    pub issue_to_join_p50_seconds: Option<f64>,
+    pub issue_to_join_p90_seconds: Option<f64>,
+    pub issue_to_join_p99_seconds: Option<f64>,
 }
 
 /// A scheduled sale's draw, and how to check it.

@@ -128,7 +128,9 @@ pub struct QueueConfig {
     /// hashed client network. Off by default: a queue that does not record writes nothing.
     #[serde(default)]
     pub record: bool,
-    /// Seconds the record is kept after the queue closes (3600 ..= 7776000; default 7 days).
+    /// Seconds the record is kept after the queue closes or `record` is turned off (3600 ..=
+    /// 7776000; default 7 days). A report covers one opening: a place taken after a
+    /// reopening starts a new record; times are kept to 49.7 days from its start.
     #[serde(default = "default_record_retention")]
     pub record_retention_seconds: u64,
     // <<< record
@@ -441,6 +443,7 @@ impl Store {
         }
         let mut invocation = SCRIPTS.put_settings.key(&k.meta);
         invocation
+            .key(&k.record)
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(set.len());
         for (field, value) in &set {

@@ -9,7 +9,7 @@ use crate::record::builder::{RecordMeta, ReportBuilder};
 use crate::record::report::{DrawProof, FairnessReport};
 use crate::record::{Entry, DEFAULT_RETENTION_SECONDS, RECORD_WIDTH};
 
-use super::{Result, Store};
+use super::{protocol, Result, Store};
 
 /// Entries read per `GETRANGE` (144 KB): the report never holds the record whole.
 pub const REPORT_SLICE: usize = 4096;
@@ -17,6 +17,11 @@ pub const REPORT_SLICE: usize = 4096;
 impl Store {
     /// `q`'s fairness report; `None` for a queue never configured. A queue that never
     /// recorded gets [`FairnessReport::not_recorded`].
+    ///
+    /// The CPU part (decoding the entries, then [`ReportBuilder::finish`]'s sorts and
+    /// counts: about a second for a million places, BENCHMARKS.md) runs on a blocking
+    /// thread (`spawn_blocking`), fed slice by slice, so a report never stalls the async
+    /// workers that tick the queues; at most two slices wait between the two sides.
     pub async fn fairness_report(&self, q: &QueueId) -> Result<Option<FairnessReport>> {
         let k = QueueKeys::new(q);
         let fields = [
@@ -80,10 +85,23 @@ impl Store {
             overflow: num("record_overflow").unwrap_or(0),
             retention_seconds: num("record_retention_seconds").unwrap_or(DEFAULT_RETENTION_SECONDS),
             expires_in_seconds: u64::try_from(ttl).ok().map(|ms| ms.div_ceil(1000)),
+            closed: m.get("open").is_some_and(|v| v == "0"),
             draw,
         });
         let width = RECORD_WIDTH as u64;
         let slice = REPORT_SLICE as u64 * width;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, Vec<u8>)>(2);
+        let builder = tokio::task::spawn_blocking(move || {
+            while let Some((first, bytes)) = rx.blocking_recv() {
+                for (i, chunk) in bytes.chunks(RECORD_WIDTH).enumerate() {
+                    let index = u32::try_from(first + i as u64).unwrap_or(u32::MAX);
+                    if let Some(e) = Entry::decode(index, chunk) {
+                        b.add(&e);
+                    }
+                }
+            }
+            b.finish()
+        });
         let mut at = 0u64;
         while at < len {
             let bytes: Vec<u8> = redis::cmd("GETRANGE")
@@ -95,15 +113,18 @@ impl Store {
             if bytes.is_empty() {
                 break;
             }
-            let first = at / width;
-            for (i, chunk) in bytes.chunks(RECORD_WIDTH).enumerate() {
-                let index = u32::try_from(first + i as u64).unwrap_or(u32::MAX);
-                if let Some(e) = Entry::decode(index, chunk) {
-                    b.add(&e);
-                }
+            let read = bytes.len() as u64;
+            if tx.send((at / width, bytes)).await.is_err() {
+                break;
             }
-            at += bytes.len() as u64;
+            at += read;
         }
-        Ok(Some(b.finish()))
+        // Closing the channel lets the builder finish (dropped early by an error above, it
+        // finishes on its own and its report is dropped).
+        drop(tx);
+        let report = builder
+            .await
+            .map_err(|e| protocol(format!("the report's builder failed: {e}")))?;
+        Ok(Some(report))
     }
 }

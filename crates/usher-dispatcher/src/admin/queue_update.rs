@@ -126,8 +126,10 @@ pub struct QueueUpdate {
     /// join, leave, admission, the ETA it was shown, its lane and its client network (hashed).
     /// Off by default.
     pub record: Option<bool>,
-    /// Seconds the record is kept after the queue closes (3600 ..= 7776000; default 604800,
-    /// 7 days).
+    /// Seconds the record is kept after the queue closes or `record` is turned off (3600 ..=
+    /// 7776000; default 604800, 7 days), then deleted. A report covers one opening: a place
+    /// taken after a reopening starts a new record (the old one is deleted). Times are kept
+    /// to 49.7 days from the record's start; later ones read as that limit.
     pub record_retention_seconds: Option<u64>,
     // <<< record
     /// `true` to make a change that needs it (`409` without): `grace_seconds` below 10,

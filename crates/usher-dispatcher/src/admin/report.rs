@@ -8,6 +8,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use usher_core::ids::QueueId;
 use usher_core::record::report::FairnessReport;
 use usher_core::record::RETENTION_SECONDS;
@@ -15,6 +17,23 @@ use usher_core::store::QueueConfig;
 use usher_http::ApiError;
 
 use crate::state::{redis_down, AppState};
+
+/// The `Retry-After` of a report refused because another is being made (a report of
+/// 100,000 places takes a fraction of a second; BENCHMARKS.md).
+const REPORT_RETRY_AFTER_SECS: u64 = 2;
+
+/// The permit to make a report: one at a time per dispatcher. A second one is refused
+/// (`429`, `Retry-After`) rather than queued, so reports never pile up beside the ticks
+/// (docs/fairness-report.md).
+fn one_report(reports: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, ApiError> {
+    reports.clone().try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "another fairness report is being made: try again shortly",
+        )
+        .retry_after(REPORT_RETRY_AFTER_SECS)
+    })
+}
 
 /// What a `PUT` body says of the record: absent fields keep their value.
 pub(super) struct RecordChange {
@@ -65,6 +84,8 @@ pub(crate) struct ReportQuery {
             )),
         (status = 400, description = "A malformed queue id, or an unknown `format`.", body = usher_http::openapi::ErrorBody),
         (status = 404, description = "No such queue.", body = usher_http::openapi::ErrorBody),
+        (status = 429, description = "Another report is being made by this dispatcher (one at a time): try again after `Retry-After` seconds.", body = usher_http::openapi::ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before asking again."))),
         super::errors::AdminReadErrors,
     ),
 )]
@@ -88,6 +109,7 @@ pub(crate) async fn get_report(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/csv")),
     };
+    let _one = one_report(&st.reports)?;
     let report = st
         .store
         .fairness_report(&q)
@@ -107,4 +129,25 @@ pub(crate) async fn get_report(
             .into_response());
     }
     Ok(Json(report).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second report while one is being made is refused with `429` and `Retry-After`;
+    /// once the first is done, the next is made.
+    #[test]
+    fn one_report_at_a_time() {
+        let reports = Arc::new(Semaphore::new(1));
+        let first = one_report(&reports).expect("the first report");
+        let refused = one_report(&reports).expect_err("a second one at once");
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.retry_after, Some(REPORT_RETRY_AFTER_SECS));
+        drop(first);
+        assert!(
+            one_report(&reports).is_ok(),
+            "the next, once the first is done"
+        );
+    }
 }

@@ -63,6 +63,7 @@ mod rehearsal_clock;
 mod rehearsal_lanes;
 mod report_e2e;
 mod report_store;
+mod report_windows;
 mod rotation;
 mod scale;
 mod session_dpop;

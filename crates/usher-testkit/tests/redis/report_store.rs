@@ -233,7 +233,10 @@ async fn a_recording_queue_keeps_each_proof_of_work() -> anyhow::Result<()> {
         .await?;
     assert!(b.outcome(2).is_err(), "the easy proof took no place");
     let e = entries(&redis.url(), &q).await?;
-    let got: Vec<(u8, Option<u32>)> = e.iter().map(|x| (x.pow_difficulty, x.solve_ms)).collect();
+    let got: Vec<(u8, Option<u32>)> = e
+        .iter()
+        .map(|x| (x.pow_difficulty, x.issue_to_join_ms))
+        .collect();
     assert_eq!(
         got,
         vec![(12, Some(1500)), (14, Some(2500)), (12, Some(40_000))],
@@ -243,7 +246,7 @@ async fn a_recording_queue_keeps_each_proof_of_work() -> anyhow::Result<()> {
     let p = r.proof_of_work.expect("proof of work");
     assert_eq!(p.joins, 3);
     assert_eq!(p.difficulty.get(&12), Some(&2));
-    assert_eq!(p.solve_p50_seconds, Some(2.5));
+    assert_eq!(p.issue_to_join_p50_seconds, Some(2.5));
     Ok(())
 }
 

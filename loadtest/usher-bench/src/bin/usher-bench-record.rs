@@ -6,7 +6,12 @@
 //! * the join path's extra cost: the same single-place join calls (what a gateway sends at
 //!   low load; under a burst its batches grow and the cost per join falls) timed into a queue
 //!   that records and one that does not, in alternating rounds so both see the same machine,
-//!   and their ratio; then batches of `JOIN_BATCH_MAX`.
+//!   and their ratio; then batches of `JOIN_BATCH_MAX`;
+//! * the report's cost: for each of `--report-places`, a synthetic record of a sale that
+//!   many places long (written whole with `SET`: lanes overtaking, leaves, places still
+//!   waiting, 50,000 networks) is reported by `Store::fairness_report`, as the dispatcher's
+//!   route does; its wall time, and the process' peak resident memory above what it held
+//!   before (`VmHWM`, reset through `/proc/self/clear_refs`; Linux only).
 //!
 //! Prints one JSON object. Used by `make bench` (scripts/bench.sh, scenario `record`).
 
@@ -17,7 +22,7 @@ use anyhow::Context;
 use clap::Parser;
 use usher_core::ids::QueueId;
 use usher_core::keys::QueueKeys;
-use usher_core::record::{JoinNote, NetworkHash};
+use usher_core::record::{JoinNote, NetworkHash, RECORD_WIDTH};
 use usher_core::store::{QueueConfig, Store, JOIN_BATCH_MAX};
 use usher_core::time::now_ms;
 use usher_testkit::{RedisProbe, RedisServer};
@@ -42,6 +47,15 @@ struct Args {
     /// Alternating rounds of the join timing.
     #[arg(long, env = "USHER_BENCH_RECORD_ROUNDS", default_value_t = 4)]
     rounds: u32,
+
+    /// Record sizes (places) whose report is timed, comma-separated (empty: none).
+    #[arg(
+        long,
+        env = "USHER_BENCH_RECORD_REPORT_PLACES",
+        value_delimiter = ',',
+        default_value = "100000,1000000"
+    )]
+    report_places: Vec<u64>,
 }
 
 #[tokio::main]
@@ -120,9 +134,14 @@ async fn main() -> anyhow::Result<()> {
         batch[usize::from(record)] =
             t.elapsed().as_secs_f64() * 1e6 / (rounds as f64 * JOIN_BATCH_MAX as f64);
     }
+    let mut reports = Vec::new();
+    for &n in &args.report_places {
+        reports.push(report_cost(&store, &mut conn, n).await?);
+    }
     println!(
         "{}",
         serde_json::json!({
+            "reports": reports,
             "places": args.places,
             "record_key_bytes": usage,
             "record_bytes_per_place": usage as f64 / n,
@@ -194,4 +213,115 @@ async fn used_memory(probe: &RedisProbe) -> anyhow::Result<f64> {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .context("used_memory in INFO memory")
+}
+
+/// Writes a synthetic record of `n` places into a new recording queue and times its report:
+/// `{places, report_seconds, report_peak_rss_mb}`.
+async fn report_cost(
+    store: &Store,
+    conn: &mut redis::aio::MultiplexedConnection,
+    n: u64,
+) -> anyhow::Result<serde_json::Value> {
+    let q = QueueId::new(format!("report-{n}"))?;
+    store
+        .put_queue(
+            &q,
+            &QueueConfig {
+                record: true,
+                ..QueueConfig::default()
+            },
+        )
+        .await?;
+    let k = QueueKeys::new(&q);
+    let record = synthetic_record(n);
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(&k.record)
+        .arg(record)
+        .ignore()
+        .cmd("HSET")
+        .arg(&k.meta)
+        .arg("record_seq0")
+        .arg(0)
+        .arg("record_ms0")
+        .arg(now_ms())
+        .ignore()
+        .query_async(conn)
+        .await?;
+    // The record is in Redis only now: the peak from here is the report's.
+    std::fs::write("/proc/self/clear_refs", "5").context("resetting VmHWM")?;
+    let before = status_kb("VmRSS")?;
+    let t = Instant::now();
+    let report = store.fairness_report(&q).await?.context("the queue")?;
+    let seconds = t.elapsed().as_secs_f64();
+    let peak = status_kb("VmHWM")?;
+    let places = report.record.map(|r| r.places).unwrap_or_default();
+    anyhow::ensure!(places == n, "the report counted {places} places of {n}");
+    let _: () = redis::cmd("DEL").arg(&k.record).query_async(conn).await?;
+    Ok(serde_json::json!({
+        "places": n,
+        "report_seconds": seconds,
+        "report_peak_rss_mb": peak.saturating_sub(before) as f64 / 1024.0,
+    }))
+}
+
+/// A sale of `n` places over an hour, as `lua/record.lua` lays it out: every tenth place
+/// in lane 1 (admitted after 10 s), the others after 60 s, one in 20 leaves after 30 s,
+/// the last 5 % still waiting; admission ordinals by admission time.
+fn synthetic_record(n: u64) -> Vec<u8> {
+    let joined = |i: u64| (i * 3_600_000 / n.max(1)) as u32;
+    let mut admitted: Vec<(u32, u64)> = Vec::new();
+    for i in 0..n * 95 / 100 {
+        if i % 20 != 7 {
+            let wait = if i % 10 == 0 { 10_000 } else { 60_000 };
+            admitted.push((joined(i) + wait, i));
+        }
+    }
+    admitted.sort_unstable();
+    let mut ordinal = vec![0u32; n as usize];
+    let mut at = vec![0u32; n as usize];
+    for (o, &(t, i)) in admitted.iter().enumerate() {
+        ordinal[i as usize] = o as u32 + 1;
+        at[i as usize] = t;
+    }
+    let mut out = Vec::with_capacity(n as usize * RECORD_WIDTH);
+    for i in 0..n {
+        let j = joined(i);
+        let (left, left_at) = if i % 20 == 7 && i < n * 95 / 100 {
+            (1u8, j + 30_001)
+        } else {
+            (0, 0)
+        };
+        let admitted_at = if ordinal[i as usize] > 0 {
+            at[i as usize] + 1
+        } else {
+            0
+        };
+        out.push(1); // kind: joined the line
+        out.push(u8::from(i % 10 == 0));
+        out.push(left);
+        out.push(u8::from(admitted_at > 0)); // booked
+        out.push(0);
+        out.push(0);
+        out.extend(60u16.to_be_bytes());
+        out.extend(j.to_be_bytes());
+        out.extend(admitted_at.to_be_bytes());
+        out.extend(ordinal[i as usize].to_be_bytes());
+        out.extend(left_at.to_be_bytes());
+        out.extend((1 + (i % 50_000) as u32).to_be_bytes());
+        out.extend(0u32.to_be_bytes());
+        out.extend(u16::MAX.to_be_bytes());
+        out.extend([0, 0]);
+    }
+    out
+}
+
+/// A `/proc/self/status` figure, in kB.
+fn status_kb(field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("{field} in /proc/self/status"))
 }
