@@ -86,7 +86,7 @@ impl Challenges {
     /// `proof`'s issue-to-join time: from its puzzle's issue (its expiry less this
     /// gateway's puzzle lifetime) to now, the join, in ms (for the fairness record). Not the
     /// solve time alone: it also counts whatever the browser did before joining.
-    pub(crate) fn solve_ms(&self, proof: &Proof) -> u64 {
+    pub(crate) fn issue_to_join_ms(&self, proof: &Proof) -> u64 {
         now_ms().saturating_sub(proof.expires_ms.saturating_sub(self.ttl_ms))
     }
 

@@ -244,7 +244,7 @@ pub struct JoinNote {
     pub network: Option<NetworkHash>,
     /// From the puzzle's issue to this join, in ms (the solve time and whatever came
     /// before the join: the record's `issue_to_join`).
-    pub solve_ms: Option<u64>,
+    pub issue_to_join_ms: Option<u64>,
 }
 
 impl JoinNote {
@@ -253,7 +253,9 @@ impl JoinNote {
         format!(
             "{}:{}",
             self.network.map(|n| n.0.to_string()).unwrap_or_default(),
-            self.solve_ms.map(|s| s.to_string()).unwrap_or_default()
+            self.issue_to_join_ms
+                .map(|s| s.to_string())
+                .unwrap_or_default()
         )
     }
 }

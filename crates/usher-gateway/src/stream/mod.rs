@@ -327,7 +327,7 @@ async fn setup(
                     network: gw.dev_ticket_key().is_none().then(|| {
                         NetworkHash::of(gw.ticket_key().as_bytes(), &q, client.network_address())
                     }),
-                    solve_ms: proof.as_ref().map(|p| challenges.solve_ms(p)),
+                    issue_to_join_ms: proof.as_ref().map(|p| challenges.issue_to_join_ms(p)),
                 },
                 _ => JoinNote::default(),
             };

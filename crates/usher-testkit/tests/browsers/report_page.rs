@@ -53,7 +53,7 @@ async fn record_a_sale(store: &Store) -> anyhow::Result<()> {
             };
             let note = JoinNote {
                 network: Some(NetworkHash::of(b"report page", &q, ip.parse()?)),
-                solve_ms: None,
+                issue_to_join_ms: None,
             };
             let b = store
                 .join_recorded(&q, 1, now, &[None], &[], None, &[note])

@@ -35,7 +35,7 @@ async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<
         let ip = format!("192.0.{}.7", i % 3).parse()?;
         let note = JoinNote {
             network: Some(NetworkHash::of(b"test key", q, ip)),
-            solve_ms: None,
+            issue_to_join_ms: None,
         };
         let b = store
             .join_recorded(q, 1, now + i as u64, &[None], &[], None, &[note])
@@ -213,7 +213,7 @@ async fn a_recording_queue_keeps_each_proof_of_work() -> anyhow::Result<()> {
     };
     let solve = |ms: u64| JoinNote {
         network: None,
-        solve_ms: Some(ms),
+        issue_to_join_ms: Some(ms),
     };
     let b = store
         .join_recorded(

@@ -39,7 +39,7 @@ async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<
     for i in 0..n {
         let note = JoinNote {
             network: None,
-            solve_ms: None,
+            issue_to_join_ms: None,
         };
         let b = store
             .join_recorded(q, 1, now + i as u64, &[None], &[], None, &[note])

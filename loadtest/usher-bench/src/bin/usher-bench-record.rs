@@ -178,7 +178,7 @@ fn note(q: &QueueId, i: u64) -> JoinNote {
     let ip = IpAddr::V4(Ipv4Addr::new(10, (i >> 8) as u8, i as u8, 1));
     JoinNote {
         network: Some(NetworkHash::of(b"bench", q, ip)),
-        solve_ms: None,
+        issue_to_join_ms: None,
     }
 }
 
