@@ -131,10 +131,12 @@ GATEWAY_PIDS=()
 GATEWAYS=""
 for i in 1 2 3 4 5 6; do
     port=$((BASE + i))
-    # The load generator bursts from one loopback address: the per-IP limits are off here
-    # (0), and the socket cap leaves room above the streams' (see GW_STREAMS above).
+    # The load generator bursts from a few loopback addresses: the per-IP limits are off here
+    # (0; the socket one too: connection i takes address i mod 60 and gateway i mod 6, so each
+    # gateway sees 10 addresses, and 1,200 sockets each capped a gateway at 12,000), and the
+    # socket cap leaves room above the streams' (see GW_STREAMS above).
     USHER_LISTEN="127.0.0.1:$port" USHER_SERVER_ID="bench-gw-$i" USHER_MAX_CONNECTIONS=$GW_STREAMS USHER_WORKER_THREADS=1 \
-        USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 \
+        USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 USHER_IP_MAX_SOCKETS=0 \
         USHER_MAX_SOCKETS=$GW_SOCKETS USHER_TICKET_KEY="bench-ticket-key-0123456789abcdef0123" "$BIN/usher-gateway" \
         >"$OUT/gateway-$i.log" 2>&1 &
     PIDS+=($!)
