@@ -28,13 +28,25 @@ async fn queue(store: &Store, id: &str, record: bool) -> anyhow::Result<QueueId>
     Ok(q)
 }
 
-/// Joins `n` places at `now`, one per call, each from network `net(i)`: their ids.
-async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<Vec<PlaceId>> {
+/// Joins `n` places at `now`, 1 ms apart and one per call: their ids. With `networks`, join
+/// `i` comes from network 192.0.(i mod 3).0/24; without, from none.
+pub(crate) async fn join_places(
+    store: &Store,
+    q: &QueueId,
+    now: u64,
+    n: usize,
+    networks: bool,
+) -> anyhow::Result<Vec<PlaceId>> {
     let mut ids = Vec::new();
     for i in 0..n {
-        let ip = format!("192.0.{}.7", i % 3).parse()?;
+        let network = if networks {
+            let ip = format!("192.0.{}.7", i % 3).parse()?;
+            Some(NetworkHash::of(b"test key", q, ip))
+        } else {
+            None
+        };
         let note = JoinNote {
-            network: Some(NetworkHash::of(b"test key", q, ip)),
+            network,
             issue_to_join_ms: None,
         };
         let b = store
@@ -46,6 +58,11 @@ async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<
         }
     }
     Ok(ids)
+}
+
+/// Joins `n` places from three networks (see [`join_places`]).
+async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<Vec<PlaceId>> {
+    join_places(store, q, now, n, true).await
 }
 
 /// Ticks every 100 ms from `from` for `ticks` ticks: the places admitted, in order.

@@ -9,8 +9,8 @@ use usher_core::door::DoorPeriod;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::keys::QueueKeys;
 use usher_core::messages::CloseReason;
-use usher_core::record::{Entry, JoinNote, LeaveReason, RECORD_WIDTH};
-use usher_core::store::{PlaceState, QueueConfig, Store};
+use usher_core::record::{Entry, LeaveReason, RECORD_WIDTH};
+use usher_core::store::{QueueConfig, Store};
 use usher_core::time::now_ms;
 use usher_testkit::line::take_lease;
 use usher_testkit::{tick_args, tick_calls};
@@ -33,23 +33,9 @@ async fn queue(store: &Store, id: &str) -> anyhow::Result<QueueId> {
     Ok(q)
 }
 
-/// Joins `n` places at `now`, 1 ms apart: their ids.
+/// Joins `n` places at `now`, 1 ms apart, with no network: their ids.
 async fn join(store: &Store, q: &QueueId, now: u64, n: usize) -> anyhow::Result<Vec<PlaceId>> {
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let note = JoinNote {
-            network: None,
-            issue_to_join_ms: None,
-        };
-        let b = store
-            .join_recorded(q, 1, now + i as u64, &[None], &[], None, &[note])
-            .await?;
-        match b.outcome(0) {
-            Ok(PlaceState::Waiting { place, .. }) => ids.push(place),
-            other => anyhow::bail!("join {i}: {other:?}"),
-        }
-    }
-    Ok(ids)
+    crate::report_store::join_places(store, q, now, n, false).await
 }
 
 /// Ticks every 100 ms from `from`, `ticks` times, whatever each answers.
