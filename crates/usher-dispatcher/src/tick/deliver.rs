@@ -18,7 +18,7 @@ use usher_core::store::{
 use usher_mint::token::SigningKey;
 
 use super::gateways::{in_messages, live_at};
-use super::timing::sleep_until_ms;
+use super::timing::{records_delay, sleep_until_ms};
 use super::tokens::TickTokens;
 
 /// How a delivery ended.
@@ -46,8 +46,9 @@ pub(super) struct Courier<'a> {
     pub(super) list: OutboxList,
     /// The clock the token records' delay is timed on (the admitter's).
     pub(super) clock: &'a dyn usher_core::time::Clock,
-    /// How long after `now` the token records are stored: `timing::token_store_delay` for a tick,
-    /// nothing for the few admissions of passthrough joins.
+    /// The longest the token records wait after `now` (`timing::records_delay` says how long
+    /// for a given burst): `timing::token_store_delay` for a tick, nothing for the few
+    /// admissions of passthrough joins.
     pub(super) store_delay: Duration,
 }
 
@@ -274,8 +275,9 @@ impl Courier<'_> {
         // meanwhile waits for them). The moment is fixed from the tick's admission time, not
         // from this call: the queues of a tick handled after others (and the later rounds of
         // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
-        // than the delay itself: a wall clock stepped back must not hold the tick.
-        let delay = self.store_delay.as_millis() as u64;
+        // than the delay itself: a wall clock stepped back must not hold the tick. The delay
+        // fits the burst: a few admissions wait (and hold the state back) for next to nothing.
+        let delay = records_delay(self.store_delay, records.len()).as_millis() as u64;
         sleep_until_ms(self.clock, self.now + delay, delay).await;
         if self
             .store

@@ -51,13 +51,30 @@ pub(super) fn read_lead(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(20))
 }
 
-/// How long after a tick's admission time its token records are written and the line's new
-/// state is published: three tenths of the tick, at most 300 ms. Until then the machines
+/// The longest a tick's token records (and the line's new state, published after them) wait
+/// after its admission time: three tenths of the tick, at most 300 ms. Until then the machines
 /// deliver the admissions alone: a full tick's burst keeps the gateways busy for a good part
 /// of that time, and the state that follows moves every other browser (up to one write
-/// each), so sent sooner it slows the burst's tail. Positions refresh once a tick either way.
+/// each), so sent sooner it slows the burst's tail.
 pub(super) fn token_store_delay(tick: Duration) -> Duration {
     (tick * 3 / 10).min(Duration::from_millis(300))
+}
+
+/// How long a burst of `admissions` may take to deliver, per admission: 60 µs, so a burst of
+/// 5,000 gets the whole 300 ms. That is about four times what the reference machine (two
+/// cores running Redis, the dispatcher, six gateways and the browsers) needs per admission
+/// (BENCHMARKS.md, "An admission burst"); a bigger machine needs less.
+const DELIVERY_PER_ADMISSION: Duration = Duration::from_micros(60);
+
+/// How long after the admission time the token records of a tick call that admitted
+/// `admissions` are stored, and the state published: the time the burst may take to deliver
+/// ([`DELIVERY_PER_ADMISSION`] each), at most `cap` ([`token_store_delay`]). A small burst
+/// leaves no tail to protect: a line moving by five places a tick must not hold every other
+/// browser's new position for the whole cap, which would make positions a third of a tick
+/// stale for nothing (`timing::tests::a_small_burst_holds_the_state_back_for_less`).
+pub(super) fn records_delay(cap: Duration, admissions: usize) -> Duration {
+    let need = DELIVERY_PER_ADMISSION.saturating_mul(u32::try_from(admissions).unwrap_or(u32::MAX));
+    need.min(cap)
 }
 
 /// Sleeps until `clock` reads `at_ms`, but never longer than `cap_ms`: a wall clock stepped
@@ -91,5 +108,19 @@ mod tests {
         assert_eq!(read_lead(ms(1000)), ms(20));
         assert_eq!(token_store_delay(ms(100)), ms(30));
         assert_eq!(token_store_delay(ms(5000)), ms(300));
+    }
+
+    #[test]
+    fn a_small_burst_holds_the_state_back_for_less() {
+        let ms = Duration::from_millis;
+        let cap = token_store_delay(ms(1000));
+        assert_eq!(records_delay(cap, 0), Duration::ZERO);
+        assert_eq!(records_delay(cap, 5), Duration::from_micros(300));
+        assert_eq!(records_delay(cap, 1_000), ms(60));
+        assert_eq!(records_delay(cap, 5_000), ms(300));
+        assert_eq!(records_delay(cap, 50_000), ms(300));
+        assert_eq!(records_delay(cap, usize::MAX), ms(300));
+        // A short tick's cap still bounds a big burst.
+        assert_eq!(records_delay(token_store_delay(ms(100)), 5_000), ms(30));
     }
 }
