@@ -350,6 +350,32 @@ mod tests {
         assert_eq!(empty, LAST_CHUNK);
     }
 
+    #[tokio::test]
+    async fn a_write_the_socket_cannot_take_at_once_is_finished_as_it_drains() -> std::io::Result<()>
+    {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut client, mut sock) = (client?, accepted?.0);
+        // Far more than a loopback socket's buffers take at once: the rest waits for the reader.
+        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.map(|_| got)
+        });
+        write_out(&mut sock, big.clone()).await?;
+        drop(sock);
+        let got = reader.await.expect("the reader ran")?;
+        assert!(got == big, "every byte, in order");
+        assert_eq!(
+            SCRATCH.take().capacity(),
+            0,
+            "a buffer over the keep size is dropped, not kept"
+        );
+        Ok(())
+    }
+
     #[test]
     fn the_reused_buffer_starts_empty_each_time() {
         let first = framed(Framing::Chunked, "", |b| b.extend_from_slice(b"first"), "");
