@@ -7,12 +7,42 @@ use std::time::Instant;
 use crate::position::{Standing, Standings};
 use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
+use usher_core::inventory::InventoryOutlook;
 use usher_core::lanes::LaneName;
 use usher_core::messages::{eta_seconds, CloseReason, QueueState, WaitingEvent};
 
 use super::slots::Slot;
 use super::{Attached, Hub};
 use crate::update::Update;
+
+/// What a snapshot tells one browser: the numbers of its next `waiting` event.
+struct News {
+    position: u64,
+    waiting: u64,
+    eta_seconds: Option<u64>,
+    as_of_ms: u64,
+    inventory: Option<InventoryOutlook>,
+}
+
+impl News {
+    /// Writes the news into the browser's pending `waiting` event, in place: the event already
+    /// names the queue (and the lane, which a place keeps), so a snapshot allocates nothing
+    /// per browser. Returns whether the browser should hear it (its position, ETA or
+    /// inventory outlook changed).
+    fn apply(self, w: &mut WaitingEvent, lane: &Option<LaneName>) -> bool {
+        let moved = (w.position, w.eta_seconds) != (self.position, self.eta_seconds)
+            || w.inventory != self.inventory;
+        w.position = self.position;
+        w.waiting = self.waiting;
+        w.eta_seconds = self.eta_seconds;
+        w.as_of_ms = self.as_of_ms;
+        w.inventory = self.inventory;
+        if w.lane != *lane {
+            w.lane.clone_from(lane);
+        }
+        moved
+    }
+}
 
 impl Hub {
     /// Applies a queue snapshot: every browser of the queue whose position went down gets a
@@ -60,8 +90,7 @@ impl Hub {
                 }
                 Standing::Unknown => continue,
             };
-            let ev = WaitingEvent {
-                queue: s.queue.clone(),
+            let news = News {
                 position,
                 waiting: s.waiting.max(position),
                 eta_seconds: eta_seconds(position, s.rate),
@@ -69,26 +98,12 @@ impl Hub {
                 inventory: s
                     .inventory
                     .map(|i| i.outlook(whole.admitted_before(position, s.rate))),
-                lane: slot.lane.clone(),
             };
             // Browsers hear again when their position (or ETA, or inventory outlook) changes;
             // the line's length rides along with that, so a burst of joins behind them costs
-            // no writes.
+            // no writes. A pending notice stays and carries the new position along.
             tx.send_if_modified(|cur| match cur {
-                Update::Waiting(w) => {
-                    let moved = (w.position, w.eta_seconds) != (ev.position, ev.eta_seconds)
-                        || w.inventory != ev.inventory;
-                    *w = ev;
-                    moved
-                }
-                // A pending notice stays and carries the new position along.
-                Update::Notice { waiting, .. } => {
-                    let moved = (waiting.position, waiting.eta_seconds)
-                        != (ev.position, ev.eta_seconds)
-                        || waiting.inventory != ev.inventory;
-                    *waiting = ev;
-                    moved
-                }
+                Update::Waiting(w) | Update::Notice { waiting: w, .. } => news.apply(w, &slot.lane),
                 _ => false,
             });
             slot.position = position;

@@ -1,6 +1,7 @@
 //! Writing a held stream: its response head and events, each in one write, until a terminal
 //! update or the browser goes away; keepalive comments on a silent stream.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use tracing::Instrument;
 use usher_runtime::SpanLink;
 
 use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
-use crate::frames::{event_frame, jittered, retry_frame, KEEPALIVE_FRAME};
+use crate::frames::{event_frame, jittered, retry_frame, waiting_frame_into, KEEPALIVE_FRAME};
 use crate::metrics;
 use crate::shared::Gateway;
 use crate::update::Update;
@@ -37,6 +38,19 @@ fn deliver_span(u: &Update, joined: Option<&SpanLink>) -> tracing::Span {
         j.add_to(&span);
     }
     span
+}
+
+/// The next tick of the keepalive timer `timer` (see [`crate::keepalive`]), with `timer`
+/// handed back to wait for the one after. Never ready once the timer is gone (the gateway is
+/// stopping).
+async fn next_tick(
+    mut timer: watch::Receiver<tokio::time::Instant>,
+) -> (watch::Receiver<tokio::time::Instant>, tokio::time::Instant) {
+    if timer.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    let tick = *timer.borrow_and_update();
+    (timer, tick)
 }
 
 /// How a stream's body is delimited.
@@ -75,24 +89,80 @@ async fn chunk_with(
     text: &str,
     suffix: &str,
 ) -> std::io::Result<()> {
-    use std::fmt::Write as _;
-    let mut framed = String::with_capacity(prefix.len() + text.len() + suffix.len() + 20);
-    framed.push_str(prefix);
-    match framing {
-        Framing::Chunked if !text.is_empty() => {
-            // Writing to a String cannot fail.
-            let _ = write!(framed, "{:x}\r\n", text.len());
-            framed.push_str(text);
-            framed.push_str("\r\n");
+    let buf = framed(
+        framing,
+        prefix,
+        |b| b.extend_from_slice(text.as_bytes()),
+        suffix,
+    );
+    write_out(sock, buf).await
+}
+
+thread_local! {
+    /// A buffer to frame writes in, reused by the connections this thread runs (see
+    /// [`framed`]): a held connection keeps no buffer between its events.
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A reused buffer larger than this is dropped after its write rather than kept.
+const SCRATCH_KEEP: usize = 16 * 1024;
+
+/// `body` (rendered into the buffer by the closure) framed as one piece of the body (a chunk
+/// when chunked), after `prefix` and before `suffix`: the bytes of one write, in this
+/// thread's reused buffer (hand it to [`write_out`], which gives it back).
+fn framed(
+    framing: Framing,
+    prefix: &str,
+    body: impl FnOnce(&mut Vec<u8>),
+    suffix: &str,
+) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut buf = SCRATCH.take();
+    buf.clear();
+    buf.extend_from_slice(prefix.as_bytes());
+    let start = buf.len();
+    body(&mut buf);
+    let len = buf.len() - start;
+    if framing == Framing::Chunked && len > 0 {
+        // The chunk's size goes before its text: written after it, then moved in front.
+        let mut size = [0u8; 18];
+        let room = {
+            let mut w = &mut size[..];
+            // 16 hex digits at most, and CRLF: it fits.
+            let _ = write!(w, "{len:x}\r\n");
+            w.len()
+        };
+        let n = size.len() - room;
+        buf.splice(start..start, size[..n].iter().copied());
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(suffix.as_bytes());
+    buf
+}
+
+/// Writes `buf` whole, then gives it back for reuse. Usually the socket takes it at once:
+/// one `write` syscall, no timer. Otherwise (a browser that reads slowly) the rest is written
+/// as the socket drains, within [`WRITE_TIMEOUT`].
+async fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match sock.try_write(&buf[done..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(&buf[done..])).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                }
+                break;
+            }
+            Err(e) => return Err(e),
         }
-        Framing::Chunked => {}
-        Framing::UntilClose => framed.push_str(text),
     }
-    framed.push_str(suffix);
-    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(framed.as_bytes())).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    if buf.capacity() <= SCRATCH_KEEP {
+        SCRATCH.set(buf);
     }
+    Ok(())
 }
 
 const LAST_CHUNK: &str = "0\r\n\r\n";
@@ -161,7 +231,11 @@ async fn pump_live(
 ) -> std::io::Result<bool> {
     let retry = gw.config().retry_ms;
     // The head goes out with the first chunk: one write (one TCP segment) per join.
-    let mut keepalive = gw.keepalive().subscribe(holding.attached.place.0);
+    // The keepalive timer's next tick, kept across the loop's turns (re-armed only when it
+    // fires), so a position update does not register and drop a keepalive waiter each time.
+    let mut keepalive = std::pin::pin!(next_tick(
+        gw.keepalive().subscribe(holding.attached.place.0)
+    ));
     let first = rx.borrow_and_update().clone();
     let mut text = retry_frame(retry);
     text.push_str(&first.frame(&ticket).unwrap_or_default());
@@ -185,7 +259,30 @@ async fn pump_live(
         tokio::select! {
             changed = rx.changed() => {
                 let u = match changed {
-                    Ok(()) => rx.borrow_and_update().clone(),
+                    Ok(()) => {
+                        // A new position, the update nearly every write is: rendered straight
+                        // from the channel (no copy of the update), and nothing else to do.
+                        let rendered = {
+                            let cur = rx.borrow_and_update();
+                            match &*cur {
+                                Update::Waiting(w) => Ok(framed(
+                                    framing,
+                                    "",
+                                    |b| waiting_frame_into(b, &ticket, w),
+                                    "",
+                                )),
+                                other => Err(other.clone()),
+                            }
+                        };
+                        match rendered {
+                            Ok(buf) => {
+                                write_out(sock, buf).await?;
+                                last_write = tokio::time::Instant::now();
+                                continue;
+                            }
+                            Err(u) => u,
+                        }
+                    }
                     Err(_) => Update::superseded(),
                 };
                 done = u.is_terminal();
@@ -203,14 +300,16 @@ async fn pump_live(
                     gw.hub().notice_shown(&holding.attached, notice);
                 }
             }
-            _ = keepalive.changed() => {
-                let tick = *keepalive.borrow_and_update();
+            (timer, tick) = &mut keepalive => {
+                keepalive.set(next_tick(timer));
                 if gw.keepalive().due(last_write, tick) {
                     chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
                     last_write = tokio::time::Instant::now();
                 }
             }
-            readable = sock.readable() => {
+            // Polled for readiness rather than awaiting `readable()`: no waiter to add and
+            // remove around each event written.
+            readable = std::future::poll_fn(|cx| sock.poll_read_ready(cx)) => {
                 readable?;
                 let mut buf = [0u8; 64];
                 match sock.try_read(&mut buf) {
@@ -226,4 +325,68 @@ async fn pump_live(
     // A terminal update detached the connection already; dropping `holding` releases nothing.
     drop(holding);
     Ok(clean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(buf: Vec<u8>) -> String {
+        String::from_utf8(buf).expect("utf-8")
+    }
+
+    #[test]
+    fn a_frame_is_its_prefix_its_chunk_and_its_suffix() {
+        let body = |b: &mut Vec<u8>| b.extend_from_slice(&[b'x'; 300]);
+        let chunked = text(framed(Framing::Chunked, STREAM_HEAD, body, LAST_CHUNK));
+        assert_eq!(
+            chunked,
+            format!("{STREAM_HEAD}12c\r\n{}\r\n0\r\n\r\n", "x".repeat(300))
+        );
+        let until_close = text(framed(Framing::UntilClose, "", body, ""));
+        assert_eq!(until_close, "x".repeat(300));
+        // An empty body is no chunk (an empty chunk would end the body).
+        let empty = text(framed(Framing::Chunked, "", |_| {}, LAST_CHUNK));
+        assert_eq!(empty, LAST_CHUNK);
+    }
+
+    #[tokio::test]
+    async fn a_write_the_socket_cannot_take_at_once_is_finished_as_it_drains() -> std::io::Result<()>
+    {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut client, mut sock) = (client?, accepted?.0);
+        // Far more than a loopback socket's buffers take at once: the rest waits for the reader.
+        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.map(|_| got)
+        });
+        write_out(&mut sock, big.clone()).await?;
+        drop(sock);
+        let got = reader.await.expect("the reader ran")?;
+        assert!(got == big, "every byte, in order");
+        assert_eq!(
+            SCRATCH.take().capacity(),
+            0,
+            "a buffer over the keep size is dropped, not kept"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_reused_buffer_starts_empty_each_time() {
+        let first = framed(Framing::Chunked, "", |b| b.extend_from_slice(b"first"), "");
+        assert_eq!(text(first.clone()), "5\r\nfirst\r\n");
+        SCRATCH.set(first);
+        let second = text(framed(
+            Framing::Chunked,
+            "",
+            |b| b.extend_from_slice(b"2nd"),
+            "",
+        ));
+        assert_eq!(second, "3\r\n2nd\r\n");
+    }
 }
