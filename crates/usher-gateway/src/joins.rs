@@ -113,9 +113,9 @@ impl Joiner {
     /// Every join waits for its answer from the task that drives its queue's calls. The join
     /// that finds no call under way spawns that task: it runs after the connections already
     /// runnable on this thread, so the joins they carry (a burst read in one wake-up) go in its
-    /// first call, not one call for the first join and another for the rest (half the Redis
-    /// calls under load; BENCHMARKS.md, "Where the time goes"). And the call runs in a task of
-    /// its own, which marks away the place of a request that went away meanwhile.
+    /// first call, not one call for the first join and another for the rest (a third to a half
+    /// fewer Redis calls under load; BENCHMARKS.md, "Where the time goes"). And the call runs
+    /// in a task of its own, which marks away the place of a request that went away meanwhile.
     pub(crate) async fn join(&self, q: &QueueId, proof: Join) -> Reply {
         let line = Line {
             q: q.clone(),
