@@ -2,11 +2,13 @@
 //!
 //! While a join call for a queue is under way, the joins that arrive for that queue wait, and
 //! then go to Redis together as one call that takes all their places, in arrival order
-//! ([`usher_core::store::Store::join_many`]). Nothing waits for a timer: at low load every
-//! join is its own call, and under a burst (or behind a slow Redis, or after the machine
-//! stalled) the batches grow by themselves, so the cost per join, in Redis and here, falls
-//! exactly when the gateway is busiest. A hot queue's joins all land in one Redis slot, so this
-//! is also what lifts one queue's ceiling, which a cluster cannot.
+//! ([`usher_core::store::Store::join_many`]). The calls are made by a task per queue, spawned
+//! by the join that finds none under way: it runs after the connections already runnable on
+//! this thread, so a burst read in one wake-up goes in its first call. Nothing waits for a
+//! timer: at low load every join is its own call, and under a burst (or behind a slow Redis,
+//! or after the machine stalled) the batches grow by themselves, so the cost per join, in
+//! Redis and here, falls exactly when the gateway is busiest. A hot queue's joins all land in
+//! one Redis slot, so this is also what lifts one queue's ceiling, which a cluster cannot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -107,38 +109,44 @@ impl Joiner {
 
     /// Takes a new place in `q` for a browser held here; in a proof-of-work queue only with
     /// a proof that is good and not spent yet. A browser key is recorded with the place.
+    ///
+    /// Every join waits for its answer from the task that drives its queue's calls. The join
+    /// that finds no call under way spawns that task: it runs after the connections already
+    /// runnable on this thread, so the joins they carry (a burst read in one wake-up) go in its
+    /// first call, not one call for the first join and another for the rest (a third to a half
+    /// fewer Redis calls under load; BENCHMARKS.md, "Where the time goes"). And the call runs
+    /// in a task of its own, which marks away the place of a request that went away meanwhile.
     pub(crate) async fn join(&self, q: &QueueId, proof: Join) -> Reply {
         let line = Line {
             q: q.clone(),
             lane: proof.lane.clone(),
         };
-        let (waiting, proof) = {
+        let (tx, rx) = oneshot::channel();
+        let start = {
             let mut queues = self.shared.lock();
             match queues.get_mut(&line) {
                 Some(waiters) => {
-                    let (tx, rx) = oneshot::channel();
                     waiters.push((proof, tx));
-                    (Some(rx), None)
+                    None
                 }
                 None => {
-                    queues.insert(line.clone(), Vec::new());
-                    (None, Some(proof))
+                    queues.insert(line.clone(), vec![(proof, tx)]);
+                    Some(line)
                 }
             }
         };
-        if let Some(rx) = waiting {
-            return rx.await.unwrap_or(Err(JoinError::Abandoned));
+        if let Some(line) = start {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(drive(self.shared.clone(), line));
+                }
+                // No runtime (the process is stopping): the join's request ends with it.
+                Err(_) => {
+                    self.shared.lock().remove(&line);
+                }
+            }
         }
-        // No call was under way: this join makes its own, and the joins that arrive meanwhile
-        // go in the next one (also if this future is dropped half way).
-        let _next = HandOff {
-            shared: self.shared.clone(),
-            q: line.clone(),
-        };
-        self.shared
-            .call(&line, proof.into_iter().collect())
-            .await
-            .and_then(|b| answer(&b, 0))
+        rx.await.unwrap_or(Err(JoinError::Abandoned))
     }
 }
 
@@ -228,26 +236,6 @@ impl Shared {
             self.store.record_entrants(q, &entrants).await?;
         }
         Ok(joined)
-    }
-}
-
-/// Starts the next call for the joins that waited, or notes that none is under way.
-struct HandOff {
-    shared: Arc<Shared>,
-    q: Line,
-}
-
-impl Drop for HandOff {
-    fn drop(&mut self) {
-        let mut queues = self.shared.lock();
-        if queues.get(&self.q).is_some_and(|w| !w.is_empty()) {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(drive(self.shared.clone(), self.q.clone()));
-                return;
-            }
-            // No runtime (the process is stopping): the waiters' requests end with it.
-        }
-        queues.remove(&self.q);
     }
 }
 
