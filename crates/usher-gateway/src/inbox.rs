@@ -116,6 +116,13 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
             expires_at_ms,
             places,
         } => {
+            // Where a burst's time goes (`RUST_LOG=usher_gateway=debug`).
+            tracing::debug!(
+                queue = %queue,
+                places = places.len(),
+                since_admission_ms = now_ms().saturating_sub(admitted_at_ms),
+                "admissions read"
+            );
             let missing = hub.admit_staged(&queue, admitted_at_ms, expires_at_ms, &places, trace);
             if !missing.is_empty() {
                 tokio::spawn(fetch_admissions(gw.clone(), queue, missing));

@@ -52,6 +52,14 @@ pub(super) struct Courier<'a> {
     pub(super) store_delay: Duration,
 }
 
+/// Places the tick's first script call admits at most; the next calls admit
+/// [`usher_core::store::ADMIT_PER_CALL`] each. Until the first call's admissions reach the
+/// gateways nothing is delivered, and the gateways' writes (with the browsers' reads) are
+/// what bounds a burst: a short first call sets them working a few milliseconds sooner, and
+/// by the time they are through it the next call's thousand are on their way. Short enough
+/// for that, long enough that a small tick (most ticks) stays one call.
+pub(super) const FIRST_CALL: u64 = 250;
+
 /// Outbox entries (of up to 1,000 admissions each) read back and delivered per round.
 const OUTBOX_BATCH: usize = 10;
 /// Places per `admitted_staged` stream entry (place ids only).
@@ -103,6 +111,10 @@ impl Courier<'_> {
     ///   [`usher_core::store::ADMIT_PER_CALL`] places are admitted (the same admission time)
     ///   and sent, so the first browsers hear of their admission while Redis admits the next
     ///   ones. These are at the outbox's tail: recorded together once everything is sent.
+    ///   The next call is made only once the XADDs are answered, not pipelined behind them:
+    ///   Redis writes the gateways' blocked `XREADGROUP` replies between two turns of its
+    ///   event loop, so a script call read in the same turn as the XADDs would hold their
+    ///   delivery for its whole run.
     ///
     /// `calls`: the tick (its arguments and its last call's outcome); `None` for a closed
     /// queue, which admits no more. `read_back`: how many outbox entries to read back first.
@@ -137,7 +149,15 @@ impl Courier<'_> {
             let batch = std::mem::take(&mut fresh);
             if !batch.admissions.is_empty() {
                 unrecorded.entries += batch.entries;
+                let began = std::time::Instant::now();
                 let sent = self.send(&batch.admissions, tokens).await?;
+                // Where a burst's time goes (`RUST_LOG=usher_dispatcher=debug`).
+                tracing::debug!(
+                    places = batch.admissions.len(),
+                    send_us = began.elapsed().as_micros() as u64,
+                    since_admission_ms = self.clock.now_ms().saturating_sub(self.now),
+                    "admissions sent"
+                );
                 unrecorded.records.extend(sent);
             }
             let Some((args, out)) = calls.as_mut() else {
@@ -146,7 +166,14 @@ impl Courier<'_> {
             if !out.more {
                 break;
             }
-            match self.store.tick(self.q, args).await? {
+            let began = std::time::Instant::now();
+            let called = self.store.tick(self.q, args).await?;
+            tracing::debug!(
+                call_us = began.elapsed().as_micros() as u64,
+                since_admission_ms = self.clock.now_ms().saturating_sub(self.now),
+                "tick call"
+            );
+            match called {
                 Tick::Ticked(mut next) => {
                     next.admitted += out.admitted;
                     next.dropped += out.dropped;

@@ -36,7 +36,7 @@ mod tokens;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -116,8 +116,7 @@ impl Admitter {
     /// next tick tries again: while Redis is away nobody is admitted, and admission resumes by
     /// itself when it returns.
     pub async fn run(mut self, cancel: CancellationToken, mut hints: Hints) {
-        let mut interval = tokio::time::interval(self.settings.tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut interval = tick_interval(self.settings.tick);
         let mut failing = false;
         let timing = Timing::start(self.settings.tick);
         let tick_ms = self.settings.tick.as_millis() as u64;
@@ -311,5 +310,39 @@ impl Admitter {
             Some(e) if report.queues == 0 => Err(e),
             _ => Ok(report),
         }
+    }
+}
+
+/// The tick loop's schedule: a tick every `tick`, on a fixed grid. A tick that fires late (a
+/// busy machine, a tick that ran long) does not move the ticks after it: each tick's admission
+/// time stays the one planned when the tick before it minted the tokens for it
+/// ([`premint`]), so a late start costs no token. (Shifted, the schedule would admit a few
+/// milliseconds off the planned time, and the whole tick's tokens, minted ahead for that
+/// time, would be minted again on the tick's own path.) A tick missed altogether is
+/// skipped; the next one's budget covers the time since.
+fn tick_interval(tick: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    interval
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use std::time::Duration;
+
+    /// A tick polled late does not shift the ones after it (tokio's `Delay` would: every
+    /// later admission time would then miss the tokens minted ahead for it).
+    #[tokio::test]
+    async fn a_late_tick_keeps_the_schedule_of_the_next_ones() {
+        let tick = Duration::from_millis(200);
+        let mut interval = super::tick_interval(tick);
+        let first = interval.tick().await;
+        // The loop is busy past the next tick's time (by more than tokio's 5 ms leeway, less
+        // than a tick even if this machine stalls the test thread for a while).
+        std::thread::sleep(tick + Duration::from_millis(15));
+        let late = interval.tick().await;
+        assert_eq!(late, first + tick, "a late tick keeps its scheduled time");
+        let next = interval.tick().await;
+        assert_eq!(next, first + 2 * tick, "and the next one its own");
     }
 }

@@ -15,7 +15,7 @@ use usher_core::store::{
 use usher_core::time::SharedClock;
 use usher_mint::token::SigningKey;
 
-use super::deliver::{Courier, Delivery};
+use super::deliver::{Courier, Delivery, FIRST_CALL};
 use super::draw::AfterDraw;
 use super::gateways::live_at;
 use super::premint::{spawn_premint, Premint, PremintPlan};
@@ -186,7 +186,7 @@ impl QueueTick {
             clock: &*self.clock,
             store_delay: token_store_delay(self.settings.tick),
         };
-        let mut out = match self.store.tick(q, &args).await? {
+        let mut out = match self.store.tick_up_to(q, &args, FIRST_CALL).await? {
             Tick::Ticked(out) => out,
             Tick::Closed { outbox_len } => {
                 // Admissions made before the close are still delivered. Keep the lease: a

@@ -23,6 +23,7 @@ mod away_wall;
 mod bind_loss;
 mod bind_script;
 mod bind_store;
+mod burst;
 mod capacity;
 mod contract;
 mod data_loss;

@@ -58,6 +58,14 @@ impl Store {
     /// returned [`TickOutcome::more`](super::tick_outcome::TickOutcome::more): each call
     /// admits [`ADMIT_PER_CALL`] places at most.
     pub async fn tick(&self, q: &QueueId, t: &TickArgs<'_>) -> Result<Tick> {
+        self.tick_up_to(q, t, ADMIT_PER_CALL).await
+    }
+
+    /// [`Store::tick`], with this call admitting `most` places at most (at least one; at
+    /// most [`ADMIT_PER_CALL`]): a tick's first call can be short, so its first browsers are
+    /// on their way while the next calls admit the rest (the budget left stays in the bucket
+    /// for them, as between any two calls).
+    pub async fn tick_up_to(&self, q: &QueueId, t: &TickArgs<'_>, most: u64) -> Result<Tick> {
         let k = QueueKeys::new(q);
         let gateways = t
             .gateways
@@ -94,7 +102,7 @@ impl Store {
             .arg(t.lease_ttl_ms)
             .arg(gateways)
             .arg(MAX_ADMIT_PER_TICK)
-            .arg(ADMIT_PER_CALL)
+            .arg(most.clamp(1, ADMIT_PER_CALL))
             .arg(t.bucket_rate.map(|r| r.to_string()).unwrap_or_default())
             .arg(t.tick_ms)
             .invoke_async(&mut self.c())
