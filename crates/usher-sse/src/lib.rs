@@ -21,7 +21,55 @@ pub enum Item {
     Comment(String),
 }
 
+/// One dispatched event, borrowed from the parser: valid until the next byte is pushed. What
+/// [`Parser::push_with`] hands out, so a reader that looks at each event once (the load
+/// generator) copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    /// `event:` field; `message` when absent.
+    pub event: &'a str,
+    pub data: &'a str,
+    /// The last event id seen on the stream so far.
+    pub id: &'a str,
+}
+
+impl EventRef<'_> {
+    /// An owned copy.
+    pub fn to_event(&self) -> Event {
+        Event {
+            event: self.event.to_owned(),
+            data: self.data.to_owned(),
+            id: self.id.to_owned(),
+        }
+    }
+}
+
+/// What [`Parser::push_with`] produced: an [`Item`] borrowed from the parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemRef<'a> {
+    Event(EventRef<'a>),
+    /// A `retry:` field (milliseconds).
+    Retry(u64),
+    /// A comment line (`: text`), without the colon and leading spaces.
+    Comment(&'a str),
+}
+
+impl ItemRef<'_> {
+    /// An owned copy.
+    pub fn to_item(&self) -> Item {
+        match *self {
+            ItemRef::Event(e) => Item::Event(e.to_event()),
+            ItemRef::Retry(ms) => Item::Retry(ms),
+            ItemRef::Comment(c) => Item::Comment(c.to_owned()),
+        }
+    }
+}
+
 /// Feed bytes in any chunking; get complete items out.
+///
+/// The field buffers (`event`, `data`, the last id) are kept and cleared between events, not
+/// handed out, so a long stream allocates nothing per event once they have grown to its
+/// largest event (see [`Parser::push_with`]).
 #[derive(Debug, Default)]
 pub struct Parser {
     buf: Vec<u8>,
@@ -44,9 +92,15 @@ impl Parser {
         out
     }
 
-    /// [`Parser::push`] into a caller's vector. Complete lines are parsed straight from
-    /// `bytes`; only a line still incomplete at the end is copied, to wait for the rest.
+    /// [`Parser::push`] into a caller's vector.
     pub fn push_into(&mut self, bytes: &[u8], out: &mut Vec<Item>) {
+        self.push_with(bytes, &mut |item| out.push(item.to_item()));
+    }
+
+    /// Parses `bytes` and calls `f` with each complete item, borrowed from the parser (copy
+    /// what outlives the call). Complete lines are parsed straight from `bytes`; only a line
+    /// still incomplete at the end is copied, to wait for the rest.
+    pub fn push_with(&mut self, bytes: &[u8], f: &mut impl FnMut(ItemRef<'_>)) {
         let mut bytes = bytes;
         if self.pending_cr {
             self.pending_cr = false;
@@ -64,11 +118,11 @@ impl Parser {
                 }
             }
             if self.buf.is_empty() {
-                self.line(&String::from_utf8_lossy(text), out);
+                self.line(&text_of(text), f);
             } else {
                 let mut buf = std::mem::take(&mut self.buf);
                 buf.extend_from_slice(text);
-                self.line(&String::from_utf8_lossy(&buf), out);
+                self.line(&text_of(&buf), f);
                 buf.clear();
                 self.buf = buf;
             }
@@ -77,30 +131,28 @@ impl Parser {
         self.buf.extend_from_slice(bytes);
     }
 
-    fn line(&mut self, line: &str, out: &mut Vec<Item>) {
+    fn line(&mut self, line: &str, f: &mut impl FnMut(ItemRef<'_>)) {
         if line.is_empty() {
             if self.has_data {
-                let mut data = std::mem::take(&mut self.data);
-                if data.ends_with('\n') {
-                    data.pop();
-                }
-                let event = std::mem::take(&mut self.event);
-                out.push(Item::Event(Event {
-                    event: if event.is_empty() {
-                        "message".into()
-                    } else {
-                        event
-                    },
+                let data = self.data.strip_suffix('\n').unwrap_or(&self.data);
+                let event = if self.event.is_empty() {
+                    "message"
+                } else {
+                    &self.event
+                };
+                f(ItemRef::Event(EventRef {
+                    event,
                     data,
-                    id: self.last_id.clone(),
+                    id: &self.last_id,
                 }));
             }
             self.event.clear();
+            self.data.clear();
             self.has_data = false;
             return;
         }
         if let Some(c) = line.strip_prefix(':') {
-            out.push(Item::Comment(c.trim_start().to_owned()));
+            f(ItemRef::Comment(c.trim_start()));
             return;
         }
         let (field, value) = match line.split_once(':') {
@@ -123,11 +175,20 @@ impl Parser {
             }
             "retry" => {
                 if let Ok(ms) = value.parse() {
-                    out.push(Item::Retry(ms));
+                    f(ItemRef::Retry(ms));
                 }
             }
             _ => {}
         }
+    }
+}
+
+/// A line as text: borrowed when it is valid UTF-8 (the usual case, checked by the fast
+/// `from_utf8`), invalid sequences replaced by U+FFFD otherwise, as a browser decodes.
+fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
@@ -189,5 +250,31 @@ mod tests {
             p.push_into(std::slice::from_ref(b), &mut items);
         }
         assert_eq!(items, whole);
+    }
+
+    #[test]
+    fn borrowed_items_match_the_owned_ones_event_after_event() {
+        let text =
+            b"retry: 10\n\nevent: waiting\nid: t1\ndata: {\"p\":2}\n\n: hi\n\ndata: a\ndata: b\n\n";
+        let mut p = Parser::new();
+        let mut borrowed = Vec::new();
+        // Twice over one parser: the second stream's events reuse the first one's buffers and
+        // must not keep anything of them (the `event:` name above all).
+        for _ in 0..2 {
+            p.push_with(text, &mut |item| borrowed.push(item.to_item()));
+        }
+        let once = Parser::new().push(text);
+        assert_eq!(borrowed.len(), 2 * once.len());
+        assert_eq!(borrowed[..once.len()], once[..]);
+        assert_eq!(
+            borrowed[once.len()..]
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Event(e) => Some((e.event.as_str(), e.data.as_str(), e.id.as_str())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>(),
+            vec![("waiting", "{\"p\":2}", "t1"), ("message", "a\nb", "t1")]
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! usher-loadgen: real SSE load on usher gateways.
 //!
 //! The binary's coordinator ([`coordinator`]) starts worker processes of itself ([`worker`]);
-//! each worker runs thousands of browser-like connections ([`conn`]) over bare HTTP/1.1
+//! each worker runs thousands of browser-like connections ([`conn`]: opened by [`open`],
+//! reacting to their streams in [`browser`], recording into a [`recorder`]) over bare HTTP/1.1
 //! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
 //! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of
 //! [`svg`]); [`cpu`] says what the run cost the load generator itself, and whether it was short
@@ -11,6 +12,7 @@
 //! that answers every stream alike, for measuring what joins cost without usher.
 
 pub mod arrivals;
+pub mod browser;
 pub mod checks;
 pub mod cli;
 pub mod conn;
@@ -20,9 +22,11 @@ pub mod http;
 pub mod joins_floor;
 pub mod leaving;
 pub mod limits;
+pub mod open;
 pub mod plan;
 pub mod plot;
 pub mod proto;
+pub mod recorder;
 pub mod report;
 pub mod stalls;
 pub mod stats;
