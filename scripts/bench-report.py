@@ -173,10 +173,13 @@ def median_run(name, usher_name, floor_name, p99_of):
         found.append((ratio_of(p99_of(u), p99_of(f)), u, f))
     if len(found) <= 1:
         return (found[0][1], found[0][2]) if found else (None, None), None
-    ranked = sorted(found, key=lambda t: (t[0] is None, t[0] or 0))
-    mid = ranked[(len(ranked) - 1) // 2]
-    note = (f"{name}: the median of {len(found)} runs by usher / floor (each run with its own floor): "
-            + ", ".join(ratio_text(r) for r, _, _ in found))
+    # The median of the runs that measured a ratio; a run that measured none (no latency: it
+    # failed) is listed as such, never chosen while another run measured.
+    measured = sorted((t for t in found if t[0] is not None), key=lambda t: t[0])
+    mid = measured[(len(measured) - 1) // 2] if measured else found[0]
+    note = (f"{name}: the median of {len(measured)} measured runs of {len(found)} by usher / floor "
+            "(each run with its own floor): "
+            + ", ".join(ratio_text(r) if r is not None else "no measurement" for r, _, _ in found))
     return (mid[1], mid[2]), note
 
 

@@ -256,8 +256,9 @@ fi
 
 if want joins; then
 log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
+# Each run has a queue of its own: a closed queue stays closed (its name answers 404).
 for k in $(seq "$RUNS"); do
-    join_run joins "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
+    join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
         --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
 done
 fi
@@ -312,8 +313,8 @@ if want admit; then
 log "4/8 admit: $ADMIT waiting, then 5,000 admissions per tick"
 for k in $(seq "$RUNS"); do
     sfx=$(run_suffix "$k")
-    queue admit "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
-    ADMIT_CPU_OUT="admit-cpu$sfx.json" admit_run admit "$ADMIT" --workers 4 --duration 90 \
+    queue "admit$sfx" "{\"admit_per_second\": ${USHER_BENCH_ADMIT_PER_TICK:-5000}, \"paused\": true, \"session_ttl_seconds\": 600}"
+    ADMIT_CPU_OUT="admit-cpu$sfx.json" admit_run "admit$sfx" "$ADMIT" --workers 4 --duration 90 \
         --report "$OUT/admit$sfx.json" --plot "$OUT/admit$sfx.svg"
     settle
     # The machine's floor for the same burst without usher: 5,000 bare loopback writes of an

@@ -111,11 +111,15 @@ impl Joiner {
     /// a proof that is good and not spent yet. A browser key is recorded with the place.
     ///
     /// Every join waits for its answer from the task that drives its queue's calls. The join
-    /// that finds no call under way spawns that task: it runs after the connections already
-    /// runnable on this thread, so the joins they carry (a burst read in one wake-up) go in its
-    /// first call, not one call for the first join and another for the rest (a third to a half
-    /// fewer Redis calls under load; BENCHMARKS.md, "Where the time goes"). And the call runs
-    /// in a task of its own, which marks away the place of a request that went away meanwhile.
+    /// that finds no call under way spawns that task. On a one-thread runtime
+    /// (`USHER_WORKER_THREADS=1`, as `make bench` runs its gateways) the task runs after the
+    /// connections already runnable, so the joins they carry (a burst read in one wake-up) go
+    /// in its first call, not one call for the first join and another for the rest (a third to
+    /// a half fewer Redis calls under load; BENCHMARKS.md, "Where the time goes"); the price is
+    /// that the first join waits that one pass of the run queue. A multi-thread runtime runs a
+    /// task spawned on a worker next (tokio's LIFO slot), so there the batches grow as before.
+    /// Either way the call runs in a task of its own, which marks away the place of a request
+    /// that went away meanwhile.
     pub(crate) async fn join(&self, q: &QueueId, proof: Join) -> Reply {
         let line = Line {
             q: q.clone(),
@@ -138,7 +142,14 @@ impl Joiner {
         if let Some(line) = start {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(drive(self.shared.clone(), line));
+                    // The guard goes in with the task, so a task dropped before it first runs
+                    // (the runtime stopping) still answers its joins "try later".
+                    let clear = Clear {
+                        shared: self.shared.clone(),
+                        q: line,
+                        armed: true,
+                    };
+                    rt.spawn(drive(clear));
                 }
                 // No runtime (the process is stopping): the join's request ends with it.
                 Err(_) => {
@@ -239,16 +250,15 @@ impl Shared {
     }
 }
 
-/// Sends the waiting joins of `line`, up to [`JOIN_BATCH_MAX`] per call, until none wait.
-async fn drive(shared: Arc<Shared>, line: Line) {
+/// Sends the waiting joins of its line (`clear.q`), up to [`JOIN_BATCH_MAX`] per call, until
+/// none wait.
+/// Should this task end any other way (the runtime stopping, even before it first ran),
+/// `clear` answers the joins still waiting "try later" instead of leaving them waiting for a
+/// call that will not come.
+async fn drive(mut clear: Clear) {
+    let shared = clear.shared.clone();
+    let line = clear.q.clone();
     let q = line.q.clone();
-    // Should this task end any other way (the runtime stopping), the joins still waiting are
-    // answered "try later" instead of waiting for a call that will not come.
-    let mut clear = Clear {
-        shared: shared.clone(),
-        q: line.clone(),
-        armed: true,
-    };
     loop {
         let batch: Vec<_> = {
             let mut queues = shared.lock();

@@ -97,15 +97,21 @@ impl Body {
     ) -> Result<Option<Final>, HttpError> {
         let (parser, any) = (&mut self.parser, &mut self.any_event);
         let mut done = None;
-        self.decoder.decode(bytes, &mut |payload| {
+        let decoded = self.decoder.decode(bytes, &mut |payload| {
             parser.push_with(payload, &mut |item| {
                 *any |= matches!(item, ItemRef::Event(_));
                 if done.is_none() {
                     done = handle(rec, st, item);
                 }
             });
-        })?;
-        Ok(done)
+        });
+        // An end (`admitted`, `closed`) handled before broken framing in the same read still
+        // ends the connection: it was recorded, and a retry would record it again.
+        match (done, decoded) {
+            (Some(f), _) => Ok(Some(f)),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(None),
+        }
     }
 }
 

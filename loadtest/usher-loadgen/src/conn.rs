@@ -205,6 +205,10 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
     // instead of one per event.
     let mut last_byte = Instant::now();
     let mut idle = pin!(tokio::time::sleep(ctx.idle_timeout));
+    // The moment a browser whose patience ran out leaves (`crate::leaving`): one timer too,
+    // armed once the browser holds a place (has a ticket), never re-made per event.
+    let mut leave = pin!(until(None));
+    let mut leave_armed = false;
     // What came with the head, then each read (through the worker's one buffer: `read_with`).
     let mut fed = body.feed(&first_bytes, rec, st);
     drop(first_bytes);
@@ -223,8 +227,12 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
         if body.is_done() {
             break;
         }
-        // A browser whose patience ran out while it holds a place leaves (`crate::leaving`).
-        let leaves_at = st.leaves_at.filter(|_| st.ticket.is_some());
+        if !leave_armed {
+            if let Some(at) = st.leaves_at.filter(|_| st.ticket.is_some()) {
+                leave.set(until(Some(at)));
+                leave_armed = true;
+            }
+        }
         // `biased`: polled in this order, without drawing a random number per event.
         let read = tokio::select! {
             biased;
@@ -241,7 +249,7 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
                 rec.error("idle_timeout");
                 return Flow::Retry;
             }
-            () = until(leaves_at) => {
+            () = &mut leave => {
                 let ticket = st.ticket.clone().unwrap_or_default();
                 let sent = match connect(gw.addr, source).await {
                     Ok(s) => {

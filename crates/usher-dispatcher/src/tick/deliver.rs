@@ -50,6 +50,9 @@ pub(super) struct Courier<'a> {
     /// for a given burst): `timing::token_store_delay` for a tick, nothing for the few
     /// admissions of passthrough joins.
     pub(super) store_delay: Duration,
+    /// Admissions over every queue at the last tick: the delay fits the larger of that burst
+    /// and this queue's own, so a small queue's state does not land in a big queue's burst.
+    pub(super) burst: u64,
 }
 
 /// Places the tick's first script call admits at most; the next calls admit
@@ -303,8 +306,12 @@ impl Courier<'_> {
         // from this call: the queues of a tick handled after others (and the later rounds of
         // a backlog) do not wait again, so the wait holds no queue slot beyond it. Never longer
         // than the delay itself: a wall clock stepped back must not hold the tick. The delay
-        // fits the burst: a few admissions wait (and hold the state back) for next to nothing.
-        let delay = records_delay(self.store_delay, records.len()).as_millis() as u64;
+        // fits the burst (this queue's, or every queue's at the last tick, the larger): a few
+        // admissions wait (and hold the state back) for next to nothing.
+        let burst = records
+            .len()
+            .max(usize::try_from(self.burst).unwrap_or(usize::MAX));
+        let delay = records_delay(self.store_delay, burst).as_millis() as u64;
         sleep_until_ms(self.clock, self.now + delay, delay).await;
         if self
             .store

@@ -72,6 +72,10 @@ pub struct Admitter {
     /// Where [`Admitter::tick`], the rate and the pre-mint take the time from: the wall
     /// clock, unless [`Admitter::with_clock`] gave another (a rehearsal's virtual clock).
     clock: SharedClock,
+    /// Admissions over every queue at the last tick: how long this tick's token records and
+    /// states wait for a burst to deliver (`timing::records_delay`). A small queue's state
+    /// must not cut into another queue's burst on the same gateways.
+    last_burst: u64,
 }
 
 /// Queues whose admission just became possible or faster (sent by the admin API).
@@ -100,6 +104,7 @@ impl Admitter {
             leases: HeldLeases::default(),
             registries: Registries::default(),
             clock: wall_clock(),
+            last_burst: 0,
         }
     }
 
@@ -146,7 +151,7 @@ impl Admitter {
             last_planned = Some(planned);
             let now = admission_time(planned, now_ms());
             let started = Instant::now();
-            let ticked = self.tick_at(now).await;
+            let ticked = self.tick_on_grid(now, planned).await;
             metrics::tick_took(started.elapsed());
             match ticked {
                 Ok(r) => {
@@ -226,6 +231,13 @@ impl Admitter {
     /// One tick with admission time `now`. When `now` is still ahead, the registries are read
     /// first and the queues are ticked at `now`.
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
+        self.tick_on_grid(now, now).await
+    }
+
+    /// One tick with admission time `now`, planned for `planned` on the tick loop's grid (the
+    /// same unless the tick started late): the next tick's tokens are minted for `planned`
+    /// plus a tick, the time the loop will admit at next ([`tick_interval`] keeps the grid).
+    async fn tick_on_grid(&mut self, now: u64, planned: u64) -> Result<TickReport, StoreError> {
         let me = self.settings.replica.clone();
         // Four independent round trips (separate keys), pipelined on the one connection.
         let (replicas, queues, gateways, sales) = tokio::try_join!(
@@ -266,6 +278,8 @@ impl Admitter {
                 gateways: gateways.clone(),
                 settings: self.settings.clone(),
                 now,
+                next_at: planned + self.settings.tick.as_millis() as u64,
+                burst: self.last_burst,
                 sale: sales.contains(&q),
                 clock: self.clock.clone(),
             };
@@ -304,6 +318,7 @@ impl Admitter {
                 }
             }
         }
+        self.last_burst = report.admitted;
         self.leases
             .set(self.held.iter().map(|(q, h)| (q.clone(), h.lease.clone())));
         match first_err {
@@ -331,15 +346,14 @@ mod schedule_tests {
     use std::time::Duration;
 
     /// A tick polled late does not shift the ones after it (tokio's `Delay` would: every
-    /// later admission time would then miss the tokens minted ahead for it).
-    #[tokio::test]
+    /// later admission time would then miss the tokens minted ahead for it). On tokio's paused
+    /// clock: the loop is busy past the next tick's time by more than tokio's 5 ms leeway.
+    #[tokio::test(start_paused = true)]
     async fn a_late_tick_keeps_the_schedule_of_the_next_ones() {
         let tick = Duration::from_millis(200);
         let mut interval = super::tick_interval(tick);
         let first = interval.tick().await;
-        // The loop is busy past the next tick's time (by more than tokio's 5 ms leeway, less
-        // than a tick even if this machine stalls the test thread for a while).
-        std::thread::sleep(tick + Duration::from_millis(15));
+        tokio::time::advance(tick + Duration::from_millis(15)).await;
         let late = interval.tick().await;
         assert_eq!(late, first + tick, "a late tick keeps its scheduled time");
         let next = interval.tick().await;

@@ -122,6 +122,7 @@ impl Passthrough {
             // The courier runs only in the wall-clock loop (`Admitter::run`).
             clock: &usher_core::time::WallClock,
             store_delay: Duration::ZERO,
+            burst: 0,
         };
         match courier.deliver_outbox(u64::MAX).await? {
             Delivery::Done(0) | Delivery::Closed(0) => {}

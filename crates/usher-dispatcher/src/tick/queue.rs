@@ -75,6 +75,10 @@ pub(super) struct QueueTick {
     pub(super) gateways: Arc<Vec<GatewayInfo>>,
     pub(super) settings: Settings,
     pub(super) now: u64,
+    /// The next tick's planned admission time: its tokens are minted for it.
+    pub(super) next_at: u64,
+    /// Admissions over every queue at the last tick (`Admitter::last_burst`).
+    pub(super) burst: u64,
     /// The queue has a scheduled sale whose draw may be pending (`usher:draws`).
     pub(super) sale: bool,
     /// The admitter's clock: the wall clock, or a rehearsal's virtual one.
@@ -185,6 +189,7 @@ impl QueueTick {
             list: OutboxList::Ticks,
             clock: &*self.clock,
             store_delay: token_store_delay(self.settings.tick),
+            burst: self.burst,
         };
         let mut out = match self.store.tick_up_to(q, &args, FIRST_CALL).await? {
             Tick::Ticked(out) => out,
@@ -248,7 +253,9 @@ impl QueueTick {
             return;
         }
         let tick_ms = self.settings.tick.as_millis() as u64;
-        let at_ms = self.now + tick_ms;
+        // On the loop's grid, not a tick after a late start (`admission_time`): that is when
+        // the next tick admits.
+        let at_ms = self.next_at;
         // Halfway to the next tick, so the head read then includes who joined meanwhile.
         held.premint = Some(spawn_premint(
             &self.store,

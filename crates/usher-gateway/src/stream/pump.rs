@@ -356,9 +356,13 @@ mod tests {
         use tokio::io::AsyncReadExt as _;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        // A reader with a small receive buffer, and twice the most a sender's buffer grows to
+        // here (`tcp_wmem`, 4 MiB): the first `try_write` cannot take it all, so the rest goes
+        // through the waiting `write_all`.
+        let small = tokio::net::TcpSocket::new_v4()?;
+        small.set_recv_buffer_size(4096)?;
+        let (client, accepted) = tokio::join!(small.connect(addr), listener.accept());
         let (mut client, mut sock) = (client?, accepted?.0);
-        // Far more than a loopback socket's buffers take at once: the rest waits for the reader.
         let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
