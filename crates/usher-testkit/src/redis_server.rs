@@ -79,6 +79,20 @@ impl RedisServer {
         Self::start_with(&["--save", "", "--appendonly", "no"])
     }
 
+    /// The Redis at `url` when one is given, else a server started here (without persistence)
+    /// and kept alive by the returned handle: the start of the bench tools that measure against
+    /// a given Redis or their own.
+    pub fn given_or_own(url: Option<&str>) -> anyhow::Result<(Option<Self>, String)> {
+        Ok(match url {
+            Some(u) => (None, u.to_string()),
+            None => {
+                let own = Self::start()?;
+                let u = own.url();
+                (Some(own), u)
+            }
+        })
+    }
+
     /// Starts a server with extra arguments (e.g. `--appendonly yes`).
     pub fn start_with(extra: &[&str]) -> anyhow::Result<Self> {
         let mut last_err = None;

@@ -15,6 +15,30 @@ use super::{protocol, Result, Store};
 pub const REPORT_SLICE: usize = 4096;
 
 impl Store {
+    /// Writes `q`'s record whole: `entries` ([`RECORD_WIDTH`] bytes each, from place 1 on),
+    /// times counted from `start_ms`. For benchmarks and tests of the report, which need
+    /// records of a size no sale in a test could make; a sale's record is written by its
+    /// scripts alone.
+    pub async fn put_record(&self, q: &QueueId, entries: &[u8], start_ms: u64) -> Result<()> {
+        let k = QueueKeys::new(q);
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(&k.record)
+            .arg(entries)
+            .ignore()
+            .cmd("HSET")
+            .arg(&k.meta)
+            .arg("record_seq0")
+            .arg(0)
+            .arg("record_ms0")
+            .arg(start_ms)
+            .ignore()
+            .query_async(&mut self.c())
+            .await?;
+        Ok(())
+    }
+
     /// `q`'s fairness report; `None` for a queue never configured. A queue that never
     /// recorded gets [`FairnessReport::not_recorded`].
     ///

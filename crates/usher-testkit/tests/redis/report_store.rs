@@ -13,9 +13,8 @@ use usher_testkit::line::take_lease;
 use usher_testkit::{tick_args, tick_calls};
 
 /// A queue admitting 10 a second, with `record` as given and a 1 s grace period.
-async fn queue(store: &Store, id: &str, record: bool) -> anyhow::Result<QueueId> {
-    let q = QueueId::new(id)?;
-    let cfg = QueueConfig {
+pub(crate) fn config(record: bool) -> QueueConfig {
+    QueueConfig {
         admit_per_second: 10.0,
         grace_seconds: 1,
         session_ttl_seconds: 60,
@@ -23,8 +22,13 @@ async fn queue(store: &Store, id: &str, record: bool) -> anyhow::Result<QueueId>
         record,
         record_retention_seconds: 7200,
         ..QueueConfig::default()
-    };
-    store.put_queue(&q, &cfg).await?;
+    }
+}
+
+/// Creates queue `id` with [`config`].
+async fn queue(store: &Store, id: &str, record: bool) -> anyhow::Result<QueueId> {
+    let q = QueueId::new(id)?;
+    store.put_queue(&q, &config(record)).await?;
     Ok(q)
 }
 
@@ -80,24 +84,31 @@ async fn run(store: &Store, q: &QueueId, from: u64, ticks: u64) -> anyhow::Resul
     Ok(admitted)
 }
 
-async fn raw(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+pub(crate) async fn raw(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     Ok(redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?)
 }
 
-async fn entries(url: &str, q: &QueueId) -> anyhow::Result<Vec<Entry>> {
-    let mut conn = raw(url).await?;
-    let k = QueueKeys::new(q);
+/// The entries of `q`'s record, in place order.
+pub(crate) async fn entries(url: &str, q: &QueueId) -> anyhow::Result<Vec<Entry>> {
     let bytes: Vec<u8> = redis::cmd("GET")
-        .arg(&k.record)
-        .query_async(&mut conn)
+        .arg(QueueKeys::new(q).record)
+        .query_async(&mut raw(url).await?)
         .await?;
     Ok(bytes
         .chunks(RECORD_WIDTH)
         .enumerate()
         .filter_map(|(i, c)| Entry::decode(i as u32, c))
         .collect())
+}
+
+/// The milliseconds `q`'s record has left to live (`-1`: no expiry, `-2`: none).
+pub(crate) async fn pttl(url: &str, q: &QueueId) -> anyhow::Result<i64> {
+    Ok(redis::cmd("PTTL")
+        .arg(QueueKeys::new(q).record)
+        .query_async(&mut raw(url).await?)
+        .await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,11 +170,7 @@ async fn a_recording_queue_keeps_each_place() -> anyhow::Result<()> {
 
     // Closed: the record is kept for the retention, then goes.
     store.close_queue(&q, CloseReason::QueueClosed).await?;
-    let mut conn = raw(&redis.url()).await?;
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(QueueKeys::new(&q).record)
-        .query_async(&mut conn)
-        .await?;
+    let ttl = pttl(&redis.url(), &q).await?;
     assert!((7_100_000..=7_200_000).contains(&ttl), "PTTL {ttl}");
     Ok(())
 }

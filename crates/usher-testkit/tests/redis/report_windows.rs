@@ -9,23 +9,13 @@ use usher_core::door::DoorPeriod;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::keys::QueueKeys;
 use usher_core::messages::CloseReason;
-use usher_core::record::{Entry, LeaveReason, RECORD_WIDTH};
-use usher_core::store::{QueueConfig, Store};
+use usher_core::record::{LeaveReason, RECORD_WIDTH};
+use usher_core::store::Store;
 use usher_core::time::now_ms;
 use usher_testkit::line::take_lease;
 use usher_testkit::{tick_args, tick_calls};
 
-fn config(record: bool) -> QueueConfig {
-    QueueConfig {
-        admit_per_second: 10.0,
-        grace_seconds: 1,
-        session_ttl_seconds: 60,
-        passthrough: false,
-        record,
-        record_retention_seconds: 7200,
-        ..QueueConfig::default()
-    }
-}
+use crate::report_store::{config, entries, pttl, raw as conn};
 
 async fn queue(store: &Store, id: &str) -> anyhow::Result<QueueId> {
     let q = QueueId::new(id)?;
@@ -45,31 +35,6 @@ async fn tick(store: &Store, q: &QueueId, from: u64, ticks: u64) -> anyhow::Resu
         tick_calls(store, q, &tick_args(&lease, from + i * 100)).await?;
     }
     Ok(())
-}
-
-async fn conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    Ok(redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?)
-}
-
-async fn entries(url: &str, q: &QueueId) -> anyhow::Result<Vec<Entry>> {
-    let bytes: Vec<u8> = redis::cmd("GET")
-        .arg(QueueKeys::new(q).record)
-        .query_async(&mut conn(url).await?)
-        .await?;
-    Ok(bytes
-        .chunks(RECORD_WIDTH)
-        .enumerate()
-        .filter_map(|(i, c)| Entry::decode(i as u32, c))
-        .collect())
-}
-
-async fn pttl(url: &str, q: &QueueId) -> anyhow::Result<i64> {
-    Ok(redis::cmd("PTTL")
-        .arg(QueueKeys::new(q).record)
-        .query_async(&mut conn(url).await?)
-        .await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,20 +221,8 @@ async fn a_second_report_at_once_is_refused() -> anyhow::Result<()> {
     let redis = usher_testkit::RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
     let q = queue(&store, "big").await?;
-    let k = QueueKeys::new(&q);
-    let _: () = redis::pipe()
-        .cmd("SET")
-        .arg(&k.record)
-        .arg(admitted_record(300_000))
-        .ignore()
-        .cmd("HSET")
-        .arg(&k.meta)
-        .arg("record_seq0")
-        .arg(0)
-        .arg("record_ms0")
-        .arg(now_ms())
-        .ignore()
-        .query_async(&mut conn(&redis.url()).await?)
+    store
+        .put_record(&q, &admitted_record(300_000), now_ms())
         .await?;
     let dispatcher = usher_testkit::procs::Proc::start(
         "usher-dispatcher",

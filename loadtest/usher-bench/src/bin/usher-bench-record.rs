@@ -61,15 +61,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let own = match &args.redis_url {
-        Some(_) => None,
-        None => Some(RedisServer::start().context("starting redis-server")?),
-    };
-    let url = args
-        .redis_url
-        .clone()
-        .or_else(|| own.as_ref().map(RedisServer::url))
-        .context("no redis")?;
+    let (_own, url) =
+        RedisServer::given_or_own(args.redis_url.as_deref()).context("starting redis-server")?;
     let store = Store::connect(&url).await?;
     let probe = RedisProbe::connect(&url).await?;
     let mut conn = redis::Client::open(url.as_str())?
@@ -232,22 +225,7 @@ async fn report_cost(
             },
         )
         .await?;
-    let k = QueueKeys::new(&q);
-    let record = synthetic_record(n);
-    let _: () = redis::pipe()
-        .cmd("SET")
-        .arg(&k.record)
-        .arg(record)
-        .ignore()
-        .cmd("HSET")
-        .arg(&k.meta)
-        .arg("record_seq0")
-        .arg(0)
-        .arg("record_ms0")
-        .arg(now_ms())
-        .ignore()
-        .query_async(conn)
-        .await?;
+    store.put_record(&q, &synthetic_record(n), now_ms()).await?;
     // The record is in Redis only now: the peak from here is the report's.
     std::fs::write("/proc/self/clear_refs", "5").context("resetting VmHWM")?;
     let before = status_kb("VmRSS")?;
@@ -257,7 +235,10 @@ async fn report_cost(
     let peak = status_kb("VmHWM")?;
     let places = report.record.map(|r| r.places).unwrap_or_default();
     anyhow::ensure!(places == n, "the report counted {places} places of {n}");
-    let _: () = redis::cmd("DEL").arg(&k.record).query_async(conn).await?;
+    let _: () = redis::cmd("DEL")
+        .arg(QueueKeys::new(&q).record)
+        .query_async(conn)
+        .await?;
     Ok(serde_json::json!({
         "places": n,
         "report_seconds": seconds,

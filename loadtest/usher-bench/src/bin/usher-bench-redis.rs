@@ -66,15 +66,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let own = match &args.redis_url {
-        Some(_) => None,
-        None => Some(RedisServer::start().context("starting redis-server")?),
-    };
-    let url = args
-        .redis_url
-        .clone()
-        .or_else(|| own.as_ref().map(RedisServer::url))
-        .context("no redis")?;
+    let (_own, url) =
+        RedisServer::given_or_own(args.redis_url.as_deref()).context("starting redis-server")?;
     let store = Store::connect(&url).await?;
     let probe = RedisProbe::connect(&url).await?;
     let mut results = Vec::new();
