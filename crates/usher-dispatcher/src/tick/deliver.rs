@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use usher_core::ids::{PlaceId, QueueId};
+use usher_core::ids::{PlaceId, QueueId, ServerId};
 use usher_core::messages::{Admission, StreamMessage};
 use usher_core::store::{
     GatewayInfo, Lease, OutboxEntry, OutboxList, Store, StoreError, Tick, TickArgs, TickOutcome,
@@ -53,6 +53,10 @@ pub(super) struct Courier<'a> {
     /// Admissions over every queue at the last tick: the delay fits the larger of that burst
     /// and this queue's own, so a small queue's state does not land in a big queue's burst.
     pub(super) burst: u64,
+    /// The longest admissions made ahead of `now` wait for it (`timing::admit_lead_cap`):
+    /// a wall clock stepped back must not hold them. Nothing for a passthrough delivery,
+    /// whose `now` has passed.
+    pub(super) ahead_cap: Duration,
 }
 
 /// Places the tick's first script call admits at most; the next calls admit
@@ -74,6 +78,21 @@ struct Fresh {
     admissions: Vec<OutboxEntry>,
     /// Outbox entries they fill (the last ones).
     entries: u64,
+}
+
+impl Fresh {
+    /// Appends `later`'s admissions (the tick's next call) to these.
+    fn absorb(&mut self, later: Fresh) {
+        self.admissions.extend(later.admissions);
+        self.entries += later.entries;
+    }
+}
+
+/// Admissions ready to send: stream messages by gateway stream, and the token records to
+/// store once they are sent.
+struct Ready {
+    batches: Vec<(ServerId, Vec<StreamMessage>)>,
+    records: Vec<(PlaceId, TokenRecord)>,
 }
 
 /// Admissions sent whose outbox entries are not removed yet.
@@ -130,6 +149,8 @@ impl Courier<'_> {
         let mut delivered = 0;
         let mut unrecorded = Unrecorded::default();
         let mut fresh = Fresh::default();
+        // Admissions made ahead of the admission time, held until it (not sent, not recorded).
+        let mut ahead = Fresh::default();
         if let Some((_, out)) = calls.as_mut() {
             (read_back, fresh) = arrivals(out, unrecorded.entries);
         }
@@ -149,19 +170,14 @@ impl Courier<'_> {
                 read_back = read_back.saturating_sub(entries);
                 continue;
             }
-            let batch = std::mem::take(&mut fresh);
-            if !batch.admissions.is_empty() {
-                unrecorded.entries += batch.entries;
-                let began = std::time::Instant::now();
-                let sent = self.send(&batch.admissions, tokens).await?;
-                // Where a burst's time goes (`RUST_LOG=usher_dispatcher=debug`).
-                tracing::debug!(
-                    places = batch.admissions.len(),
-                    send_us = began.elapsed().as_micros() as u64,
-                    since_admission_ms = self.clock.now_ms().saturating_sub(self.now),
-                    "admissions sent"
-                );
-                unrecorded.records.extend(sent);
+            ahead.absorb(std::mem::take(&mut fresh));
+            let more = calls.as_ref().is_some_and(|(_, out)| out.more);
+            // Ahead of the admission time, the tick's next call comes first; the admissions
+            // go at the admission time, all at once (`timing::admit_lead`).
+            let early = more && self.clock.now_ms() < self.now;
+            if !early {
+                self.send_at_admission(std::mem::take(&mut ahead), tokens, &mut unrecorded)
+                    .await?;
             }
             let Some((args, out)) = calls.as_mut() else {
                 break;
@@ -173,7 +189,7 @@ impl Courier<'_> {
             let called = self.store.tick(self.q, args).await?;
             tracing::debug!(
                 call_us = began.elapsed().as_micros() as u64,
-                since_admission_ms = self.clock.now_ms().saturating_sub(self.now),
+                since_admission_ms = self.since_admission_ms(),
                 "tick call"
             );
             match called {
@@ -186,16 +202,19 @@ impl Courier<'_> {
                         l.admitted += before.map_or(0, |p| p.admitted);
                     }
                     **out = next;
-                    (read_back, fresh) = arrivals(out, unrecorded.entries);
+                    (read_back, fresh) = arrivals(out, unrecorded.entries + ahead.entries);
                 }
                 Tick::Closed { .. } => {
-                    // What was admitted is still recorded below.
+                    // What was admitted is still sent and recorded below.
                     closed = true;
                     break;
                 }
                 Tick::LeaseLost => return Ok(Delivery::LeaseLost),
             }
         }
+        // Closed between two calls made ahead: what they admitted still goes.
+        self.send_at_admission(ahead, tokens, &mut unrecorded)
+            .await?;
         tokens.stop_minting();
         if unrecorded.entries > 0 && !self.record(&unrecorded.records, unrecorded.entries).await? {
             return Ok(Delivery::LeaseLost);
@@ -208,6 +227,40 @@ impl Courier<'_> {
         })
     }
 
+    /// Sends `batch` (admissions of the tick's calls) at the admission time: at once when it
+    /// has come, else when it comes (at most [`Courier::ahead_cap`] from now). Their records
+    /// join `unrecorded`.
+    async fn send_at_admission(
+        &self,
+        batch: Fresh,
+        tokens: &mut TickTokens,
+        unrecorded: &mut Unrecorded,
+    ) -> Result<(), StoreError> {
+        if batch.admissions.is_empty() {
+            return Ok(());
+        }
+        // Tokens and messages first: at the admission time only the writes remain.
+        let ready = self.prepare(&batch.admissions, tokens).await?;
+        sleep_until_ms(self.clock, self.now, self.ahead_cap.as_millis() as u64).await;
+        unrecorded.entries += batch.entries;
+        let began = std::time::Instant::now();
+        let sent = self.transmit(ready).await?;
+        // Where a burst's time goes (`RUST_LOG=usher_dispatcher=debug`).
+        tracing::debug!(
+            places = batch.admissions.len(),
+            send_us = began.elapsed().as_micros() as u64,
+            since_admission_ms = self.since_admission_ms(),
+            "admissions sent"
+        );
+        unrecorded.records.extend(sent);
+        Ok(())
+    }
+
+    /// Milliseconds since the admission time (negative ahead of it), for the debug events.
+    fn since_admission_ms(&self) -> i64 {
+        self.clock.now_ms() as i64 - self.now as i64
+    }
+
     /// Sends `entries` to the gateways holding their browsers (a place whose token is staged
     /// there by name only); returns the token records to store.
     async fn send(
@@ -215,6 +268,17 @@ impl Courier<'_> {
         entries: &[OutboxEntry],
         tokens: &mut TickTokens,
     ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
+        let ready = self.prepare(entries, tokens).await?;
+        self.transmit(ready).await
+    }
+
+    /// The stream messages that send `entries` (their tokens taken from the pre-mint or
+    /// minted now), and the token records to store once they are sent.
+    async fn prepare(
+        &self,
+        entries: &[OutboxEntry],
+        tokens: &mut TickTokens,
+    ) -> Result<Ready, StoreError> {
         let q = self.q;
         let live = live_at(self.gateways, self.now);
         let mut minted = tokens.take_for(self.store, self.key, q, entries).await?;
@@ -283,12 +347,17 @@ impl Courier<'_> {
             };
             batches.push(((*id).clone(), msgs));
         }
+        Ok(Ready { batches, records })
+    }
+
+    /// Writes prepared messages to the gateways' streams; returns their token records.
+    async fn transmit(&self, ready: Ready) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
         // Within the tick's span: the entries carry its trace context to the gateways.
         let traceparent = usher_runtime::traces::traceparent(&tracing::Span::current());
         self.store
-            .send_traced(&batches, traceparent.as_deref())
+            .send_traced(&ready.batches, traceparent.as_deref())
             .await?;
-        Ok(records)
+        Ok(ready.records)
     }
 
     /// After the browsers were sent their admissions: stores the token records (for resumes)

@@ -55,7 +55,7 @@ pub use queue::Settings;
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
 use registry::Registries;
-use timing::{admission_time, read_lead, sleep_until_ms, Timing};
+use timing::{admission_time, admit_lead, admit_lead_cap, sleep_until_ms, Timing};
 
 /// Drives admission for the queues this replica holds.
 pub struct Admitter {
@@ -150,6 +150,16 @@ impl Admitter {
             let planned = timing.planned(scheduled);
             last_planned = Some(planned);
             let now = admission_time(planned, now_ms());
+            // Ahead of the admission time by as much as the burst expected needs (the
+            // interval fired at the cap): the reads and the script calls run before it, the
+            // sends at it. (Capped: a wall clock stepped back must not stall every tick.)
+            let lead = admit_lead(self.settings.tick, self.expected_burst());
+            sleep_until_ms(
+                &*self.clock,
+                now.saturating_sub(lead.as_millis() as u64),
+                admit_lead_cap(self.settings.tick).as_millis() as u64,
+            )
+            .await;
             let started = Instant::now();
             let ticked = self.tick_on_grid(now, planned).await;
             metrics::tick_took(started.elapsed());
@@ -206,6 +216,20 @@ impl Admitter {
         ));
     }
 
+    /// The admissions this tick is expected to make over every queue: the larger of the last
+    /// tick's and what the queues' pre-mints expect, as far as their lines reach (so the
+    /// first tick after a queue is unpaused, whose pre-mint the hint started, is admitted
+    /// ahead too).
+    fn expected_burst(&self) -> u64 {
+        let minting: u64 = self
+            .held
+            .values()
+            .filter_map(|h| h.premint.as_ref())
+            .map(|p| p.expected.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        minting.max(self.last_burst)
+    }
+
     /// Releases every lease and leaves the registry, so other replicas take over at once.
     pub async fn release_all(&mut self) {
         self.leases.set([]);
@@ -229,7 +253,8 @@ impl Admitter {
     }
 
     /// One tick with admission time `now`. When `now` is still ahead, the registries are read
-    /// first and the queues are ticked at `now`.
+    /// and the queues ticked at once, stamped `now`; their admissions are sent at `now` (at
+    /// most [`timing::admit_lead_cap`] from now).
     pub async fn tick_at(&mut self, now: u64) -> Result<TickReport, StoreError> {
         self.tick_on_grid(now, now).await
     }
@@ -249,13 +274,6 @@ impl Admitter {
         )
         .inspect_err(|_| metrics::redis_error())?;
         let (queues, sales) = self.registries.relist(&self.store, queues, sales).await;
-        // (Capped: a wall clock stepped back must not stall every tick.)
-        sleep_until_ms(
-            &*self.clock,
-            now,
-            read_lead(self.settings.tick).as_millis() as u64,
-        )
-        .await;
         let gateways = Arc::new(gateways);
         self.gateways = gateways.clone();
         let sales: HashSet<QueueId> = sales.into_iter().collect();

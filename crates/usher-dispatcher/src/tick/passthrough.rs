@@ -123,6 +123,7 @@ impl Passthrough {
             clock: &usher_core::time::WallClock,
             store_delay: Duration::ZERO,
             burst: 0,
+            ahead_cap: Duration::ZERO,
         };
         match courier.deliver_outbox(u64::MAX).await? {
             Delivery::Done(0) | Delivery::Closed(0) => {}

@@ -1,6 +1,7 @@
 //! Entry tokens minted, and staged on the gateways, ahead of the tick that admits their places.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use usher_core::binding::Thumbprint;
@@ -27,6 +28,9 @@ use super::timing::sleep_until_ms;
 /// first script call admits, not for all of them.
 #[derive(Debug)]
 pub(super) struct Premint {
+    /// Admissions expected at `at_ms`: the rate's expectation, or the line's length when
+    /// shorter, once the head is read (0 until then).
+    pub(super) expected: Arc<AtomicU64>,
     pub(super) at_ms: u64,
     pub(super) exp_ms: u64,
     pub(super) token_exp_ms: u64,
@@ -97,6 +101,8 @@ pub(super) fn spawn_premint(
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
     let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
     let clock = clock.clone();
+    let expected_at = Arc::new(AtomicU64::new(0));
+    let expected_now = expected_at.clone();
     let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
     let task = tokio::spawn(async move {
         if let Some(t) = read_at_ms {
@@ -108,6 +114,7 @@ pub(super) fn spawn_premint(
             Ok(p) => p,
             Err(_) => return,
         };
+        expected_now.store(expected.min(head.len() as u64), Ordering::Relaxed);
         for part in head.chunks(PREMINT_BATCH) {
             let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
             let Ok(places) = with_keys(&store, &q, ids).await else {
@@ -156,6 +163,7 @@ pub(super) fn spawn_premint(
         }
     });
     Premint {
+        expected: expected_at,
         at_ms,
         exp_ms,
         token_exp_ms,

@@ -20,7 +20,7 @@ use super::draw::AfterDraw;
 use super::gateways::live_at;
 use super::premint::{spawn_premint, Premint, PremintPlan};
 use super::rate::{expected_per_tick, MeasuredRate};
-use super::timing::token_store_delay;
+use super::timing::{admit_lead_cap, token_store_delay};
 use super::tokens::TickTokens;
 
 /// What the tick loop is told at start-up.
@@ -190,6 +190,7 @@ impl QueueTick {
             clock: &*self.clock,
             store_delay: token_store_delay(self.settings.tick),
             burst: self.burst,
+            ahead_cap: admit_lead_cap(self.settings.tick),
         };
         let mut out = match self.store.tick_up_to(q, &args, FIRST_CALL).await? {
             Tick::Ticked(out) => out,

@@ -1,6 +1,8 @@
-//! When a tick does what. Its reads (registries, queue list) start a little before its
-//! admission time; the admission time is the scheduled one whenever the tick is on time, so
-//! tokens minted ahead for it match exactly; its token records are stored a moment after it.
+//! When a tick does what. Its reads (registries, queue list) and its script calls start a
+//! little before its admission time, the longer the bigger its expected burst, and its
+//! admissions are sent at the admission time; the admission time is the scheduled one whenever
+//! the tick is on time, so tokens minted ahead for it match exactly; its token records are
+//! stored a moment after it.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use usher_core::time::{now_ms, Clock};
 const ON_TIME_MS: u64 = 50;
 
 /// The admission times of a run of ticks, on the wall clock, derived from the interval's
-/// monotonic schedule: the interval fires [`read_lead`] before each admission time.
+/// monotonic schedule: the interval fires [`admit_lead_cap`] before each admission time.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timing {
     /// The same moment on both clocks.
@@ -23,7 +25,7 @@ impl Timing {
     pub(super) fn start(tick: Duration) -> Self {
         Self {
             base: (tokio::time::Instant::now(), now_ms()),
-            lead_ms: read_lead(tick).as_millis() as u64,
+            lead_ms: admit_lead_cap(tick).as_millis() as u64,
         }
     }
 
@@ -49,6 +51,32 @@ pub(super) fn admission_time(planned: u64, actual: u64) -> u64 {
 /// admission: a tenth of the tick, at most 20 ms.
 pub(super) fn read_lead(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(20))
+}
+
+/// The longest a tick starts admitting ahead of its admission time ([`admit_lead`]): a
+/// quarter of the tick, at most 250 ms. The tick loop's interval fires this long before each
+/// admission time. Ahead of it means behind for whoever joins meanwhile: a browser arriving in
+/// those last moments waits for the next tick (the line's order is unchanged).
+pub(super) fn admit_lead_cap(tick: Duration) -> Duration {
+    (tick / 4).min(Duration::from_millis(250))
+}
+
+/// The tick script's time per admission budgeted ahead ([`admit_lead`]): about twice what a
+/// call of 1,000 admissions takes Redis with 200,000 waiting on the reference machine
+/// (BENCHMARKS.md, "Many queues on 1 master vs 3"), so a burst's calls end before its
+/// admission time there, and sooner on a faster one.
+const SCRIPT_PER_ADMISSION: Duration = Duration::from_micros(20);
+
+/// How long before its admission time a tick expecting `burst` admissions (over every queue)
+/// reads the registries and runs its script calls, stamped with the admission time: the read
+/// lead plus [`SCRIPT_PER_ADMISSION`] each, at most [`admit_lead_cap`]. The admissions wait in
+/// the dispatcher until the admission time, then go to the gateways at once, so a burst's
+/// browsers wait for the writes alone, not for Redis to pop them a thousand at a time (a
+/// serial chain no number of cores shortens). A burst whose calls outrun the lead is sent
+/// as its calls return, from the admission time on.
+pub(super) fn admit_lead(tick: Duration, burst: u64) -> Duration {
+    let calls = SCRIPT_PER_ADMISSION.saturating_mul(u32::try_from(burst).unwrap_or(u32::MAX));
+    (read_lead(tick) + calls).min(admit_lead_cap(tick))
 }
 
 /// The longest a tick's token records (and the line's new state, published after them) wait
@@ -108,6 +136,21 @@ mod tests {
         assert_eq!(read_lead(ms(1000)), ms(20));
         assert_eq!(token_store_delay(ms(100)), ms(30));
         assert_eq!(token_store_delay(ms(5000)), ms(300));
+    }
+
+    #[test]
+    fn a_bigger_burst_is_admitted_further_ahead_capped() {
+        let ms = Duration::from_millis;
+        // A small tick needs only its reads ahead.
+        assert_eq!(admit_lead(ms(1000), 0), ms(20));
+        assert_eq!(admit_lead(ms(1000), 5), ms(20) + Duration::from_micros(100));
+        assert_eq!(admit_lead(ms(1000), 5_000), ms(120));
+        assert_eq!(admit_lead(ms(1000), 10_000), ms(220));
+        assert_eq!(admit_lead(ms(1000), 100_000), ms(250));
+        assert_eq!(admit_lead(ms(1000), u64::MAX), ms(250));
+        // A short tick: a quarter of it at most.
+        assert_eq!(admit_lead(ms(100), 5_000), ms(25));
+        assert_eq!(admit_lead_cap(ms(100)), ms(25));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod adaptive;
 mod admin_auth;
 mod admission;
 mod admitted_first;
+mod ahead;
 mod away_wall;
 mod bind_loss;
 mod bind_script;

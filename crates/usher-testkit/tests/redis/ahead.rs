@@ -1,0 +1,147 @@
+//! A tick admits ahead of its admission time and sends at it (`usher_dispatcher::tick`
+//! `timing::admit_lead`): its script calls run before the admission time, stamped with it, so
+//! that a burst's browsers wait for the writes alone; and no admission reaches a gateway's
+//! stream before its admission time (a token is valid from then on).
+//!
+//! The test plays the gateway (a registered index and its stream, no gateway process) and
+//! watches the queue's `admitted_total`, which the tick script raises as it admits.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use usher_core::ids::{QueueId, ServerId};
+use usher_core::messages::StreamMessage;
+use usher_core::store::{QueueConfig, Store};
+use usher_core::time::now_ms;
+use usher_testkit::wait::eventually_within;
+use usher_testkit::{stack, RedisServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("ahead")?;
+    // 400 ms ticks at 3,000/s: 1,200 admissions a tick, in two script calls; the tick starts
+    // 44 ms ahead (its reads, then 20 µs per admission expected).
+    store
+        .put_queue(
+            &q,
+            &QueueConfig {
+                admit_per_second: 3_000.0,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let gw = ServerId::new("gw-ahead")?;
+    let index = store
+        .register_gateway(&gw, now_ms(), Duration::from_secs(600))
+        .await?;
+    store.ensure_stream(&gw, Duration::from_secs(600)).await?;
+    for _ in 0..12 {
+        store.join_many(&q, index, now_ms(), 500).await?;
+    }
+
+    // Watch `admitted_total` rise, on the wall clock, until stopped: on a connection of its
+    // own, which the stream reads below do not block.
+    let rises: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Default::default();
+    let watcher = Store::connect(&redis.url()).await?;
+    let watching = tokio::spawn({
+        let (store, q, rises) = (watcher, q.clone(), rises.clone());
+        async move {
+            let mut last = 0;
+            loop {
+                let total = store.queue_stats(&q, now_ms()).await?.admitted_total;
+                if total > last {
+                    rises.lock().expect("not poisoned").push((now_ms(), total));
+                    last = total;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            #[allow(unreachable_code)]
+            anyhow::Ok(())
+        }
+    });
+    let dispatcher = stack::dispatcher(&redis.url(), 400).await?;
+
+    // Read the stream as the gateway would: (entry time on Redis's clock, message).
+    let mut log: Vec<(u64, StreamMessage)> = Vec::new();
+    eventually_within(
+        "four ticks' admissions",
+        Duration::from_secs(30),
+        async || {
+            let read = store
+                .read_stream(&gw, 500, Duration::from_millis(200))
+                .await?
+                .unwrap_or_default();
+            for e in read {
+                let entry_ms: u64 = e.id.split('-').next().unwrap_or("").parse()?;
+                log.extend(e.message.map(|m| (entry_ms, m)));
+            }
+            let ticks = admissions(&log).len();
+            anyhow::ensure!(ticks >= 4, "{ticks} ticks with admissions so far");
+            Ok(())
+        },
+    )
+    .await?;
+    dispatcher.stop().await?;
+    watching.abort();
+
+    // Sent at the admission time, never before it; each place once.
+    let mut seen = HashSet::new();
+    for (entry_ms, m) in &log {
+        for (at, place) in admitted(m) {
+            assert!(
+                *entry_ms >= at,
+                "place {place} admitted at {at} was in the gateway's stream at {entry_ms}"
+            );
+            assert!(seen.insert(place), "place {place} admitted twice");
+        }
+    }
+    // Made ahead: for each tick, the script had raised `admitted_total` past the ticks before
+    // it before the tick's admission time. (A tick that starts late admits at the time it
+    // starts, not ahead; one such tick is allowed.)
+    let ticks = admissions(&log);
+    let rises = rises.lock().expect("not poisoned").clone();
+    let mut before = 0;
+    let mut ahead = Vec::new();
+    for (&at, &count) in &ticks {
+        let began = rises.iter().find(|&&(_, total)| total > before);
+        let began = began.map(|&(ms, _)| ms);
+        ahead.push(began.is_some_and(|ms| ms < at));
+        before += count;
+    }
+    let made_ahead = ahead.iter().filter(|&&a| a).count();
+    assert!(
+        made_ahead + 1 >= ahead.len(),
+        "ticks admitted ahead of their admission time: {ahead:?} (rises {rises:?}, ticks {ticks:?})"
+    );
+    Ok(())
+}
+
+/// The places of an admission message, with their admission time.
+fn admitted(m: &StreamMessage) -> Vec<(u64, u64)> {
+    match m {
+        StreamMessage::Admitted { items, .. } => items
+            .iter()
+            .map(|a| (a.admitted_at_ms, a.place.0))
+            .collect(),
+        StreamMessage::AdmittedStaged {
+            admitted_at_ms,
+            places,
+            ..
+        } => places.iter().map(|p| (*admitted_at_ms, p.0)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Places admitted per admission time.
+fn admissions(log: &[(u64, StreamMessage)]) -> BTreeMap<u64, u64> {
+    let mut ticks = BTreeMap::new();
+    for (_, m) in log {
+        for (at, _) in admitted(m) {
+            *ticks.entry(at).or_default() += 1;
+        }
+    }
+    ticks
+}
