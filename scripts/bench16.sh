@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Issue 26's measurement on a bigger machine (16 cores), usher against its floors in the same
+# run, from the release binaries that `../shared/tools/bench16/pack.sh` puts in .bench16/ (and
+# `usher-dispatcher-base`, an older dispatcher, when there is one: the burst is then run with
+# both, on the same gateways, for a before/after in one run). Three phases, each optional:
+#
+#   joins  JOIN_RATES (10,000 and 40,000/s) through GW gateways (16, one runtime thread each),
+#          then through GW joins floors (`usher-joins-floor`), 8 s of joins each;
+#   admit  ADMIT (60,000) waiting, ADMIT_TICK (10,000) admitted per 1 s tick, through the same
+#          gateways, with each dispatcher; then `usher-floor` (the bare burst, 4x4 threads);
+#   hold   HOLD (1,000,000) streams over HOLD_GW (60) gateways, joined at HOLD_RATE, then the
+#          line moves 50 places a second: position-update delay, memory, Redis commands/s.
+#
+# CPU by role (utime + stime from /proc) is printed beside each phase. Writes summary.txt and
+# all.tgz (every report and log) to $OUT. Run from the folder holding .bench16/:
+#   OUT=/tmp/out timeout 540 bash .bench16/bench16.sh
+set -u
+B=${DEVBENCH_DIR:-.bench16}
+export PATH="$PWD/$B/bin:$PATH" LD_LIBRARY_PATH="$PWD/$B/lib"
+OUT=${OUT:-/tmp/bench16-out}; mkdir -p "$OUT"
+P=${BASE_PORT:-9000}
+PHASES=" ${PHASES:-joins admit hold} "
+JOIN_RATES=${JOIN_RATES:-"10000 40000"}; GW=${GW:-16}
+ADMIT_TICK=${ADMIT_TICK:-10000}; ADMIT=${ADMIT:-60000}
+HOLD=${HOLD:-1000000}; HOLD_GW=${HOLD_GW:-60}; HOLD_RATE=${HOLD_RATE:-40000}; HOLD_SECS=${HOLD_SECS:-25}
+SRC=${SOURCE_IPS:-127.0.0.2-127.0.0.250}
+sysctl -qw fs.nr_open=2097152 2>/dev/null; sysctl -qw fs.file-max=8000000 2>/dev/null
+ulimit -Hn 1048576 2>/dev/null; ulimit -Sn 1048576 2>/dev/null || ulimit -Sn "$(ulimit -Hn)"
+NOF=$(ulimit -n); PER=$(( NOF - 1000 ))
+sysctl -qw net.ipv4.ip_local_port_range="1024 65000" 2>/dev/null
+sysctl -qw net.core.somaxconn=65535 2>/dev/null
+sysctl -qw net.ipv4.tcp_max_syn_backlog=65535 2>/dev/null
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+say "bench16 $(date -u +%FT%TZ) cores $(nproc) $(grep MemTotal /proc/meminfo | tr -s ' ') nofile $NOF $(uname -r)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; sleep 1; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+# CPU seconds (utime + stime) of the given processes, now.
+cpu() { local t=0 p f; for p in "$@"; do read -r -a f < "/proc/$p/stat" 2>/dev/null || continue; t=$(( t + f[13] + f[14] )); done; echo "$t"; }
+per() { python3 -c "import sys; print(round(($2 - $1) / $(getconf CLK_TCK) / $3 * 1e6, 1))" 2>/dev/null || echo "?"; }
+
+RD=$(mktemp -d); RP=$(( P - 1 ))
+redis-server --port $RP --bind 127.0.0.1 --dir "$RD" --save "" --appendonly yes --appendfsync everysec \
+  --maxclients 100000 --daemonize no >"$OUT/redis.log" 2>&1 & RPID=$!; PIDS+=($RPID)
+for _ in $(seq 50); do redis-cli -p $RP ping >/dev/null 2>&1 && break; sleep 0.1; done
+export USHER_REDIS_URL="redis://127.0.0.1:$RP"
+TOK="bench:bench-admin-token-0123456789abcdefghijklmn"; A="Authorization: Bearer ${TOK#bench:}"
+D="http://127.0.0.1:$P"
+ready() { for u in "$@"; do for _ in $(seq 100); do curl -fsS "$u/readyz" >/dev/null 2>&1 && break; sleep 0.1; done; done; }
+dispatcher() {  # $1: binary name
+  USHER_ADMIN_TOKEN="$TOK" USHER_LISTEN=127.0.0.1:$P USHER_TICK_MS=1000 RUST_LOG=${DISPATCHER_LOG:-info} \
+    "$1" >"$OUT/dispatcher-$1.log" 2>&1 & DPID=$!; PIDS+=($DPID); ready "$D"
+}
+GWS=""; FLS=""; GPIDS=(); FPIDS=()
+gateways() {  # $1: count, $2: connections each
+  GWS=""; GPIDS=()
+  for i in $(seq "$1"); do
+    USHER_LISTEN=127.0.0.1:$((P+100+i)) USHER_SERVER_ID=gw-$i USHER_MAX_CONNECTIONS=$2 \
+    USHER_MAX_SOCKETS=$(( $2 + 1000 > NOF ? NOF : $2 + 1000 )) USHER_WORKER_THREADS=1 \
+    USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 USHER_IP_MAX_SOCKETS=0 \
+    USHER_TICKET_KEY=bench-ticket-key-0123456789abcdef0123 usher-gateway >"$OUT/gw-$i.log" 2>&1 & PIDS+=($!); GPIDS+=($!)
+    GWS="${GWS:+$GWS,}http://127.0.0.1:$((P+100+i))"
+  done
+  ready $(echo "$GWS" | tr , ' ')
+}
+floors() {
+  FLS=""; FPIDS=()
+  for i in $(seq "$1"); do
+    usher-joins-floor --listen 127.0.0.1:$((P+300+i)) --worker-threads 1 >"$OUT/fl-$i.log" 2>&1 & PIDS+=($!); FPIDS+=($!)
+    FLS="${FLS:+$FLS,}http://127.0.0.1:$((P+300+i))"
+  done
+  ready $(echo "$FLS" | tr , ' ')
+}
+stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done; }
+q() { curl -fsS -X PUT "$D/admin/queues/$1" -H "$A" -H 'content-type: application/json' -d "$2" >/dev/null; }
+del() { curl -fsS -X DELETE "$D/admin/queues/$1" -H "$A" >/dev/null; }
+fld() { curl -fsS "$D/admin/queues/$1" -H "$A" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+rss() { local t=0 p; for p in "${GPIDS[@]}"; do t=$((t + $(awk '/VmRSS/ {print $2}' /proc/$p/status))); done; echo $t; }
+calls() { redis-cli -p $RP INFO commandstats | awk -F'calls=' '/calls=/ {split($2,a,","); s+=a[1]} END {print s}'; }
+LG() { usher-loadgen --source-ips "$SRC" --quiet "$@"; }
+lines() { grep -E "$2" "$1" | tr -s ' ' | tr '\n' ';'; }
+
+dispatcher usher-dispatcher
+if [[ $PHASES == *" joins "* || $PHASES == *" admit "* ]]; then gateways "$GW" $(( ADMIT / GW + 5000 )); fi
+if [[ $PHASES == *" joins "* ]]; then
+  floors "$GW"
+  for r in $JOIN_RATES; do
+    n=$(( r * 8 )); W=$(( n / PER + 4 ))
+    q "j$r" '{"admit_per_second": 1, "paused": true, "passthrough": false}'
+    c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID)
+    LG --gateways "$GWS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration 11 --linger-ms 0 --report "$OUT/joins-$r.json" >"$OUT/joins-$r.txt" 2>&1
+    c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID)
+    del "j$r"; sleep 2
+    f0=$(cpu "${FPIDS[@]}")
+    LG --gateways "$FLS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration 11 --linger-ms 0 --report "$OUT/joins-$r-floor.json" >"$OUT/joins-$r-floor.txt" 2>&1
+    f1=$(cpu "${FPIDS[@]}"); sleep 2
+    say "joins $r usher: $(lines "$OUT/joins-$r.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
+    say "joins $r floor: $(lines "$OUT/joins-$r-floor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
+    say "joins $r cpu per join: gateways $(per $c0 $c1 $n) us, redis $(per $r0 $r1 $n) us, floors $(per $f0 $f1 $n) us"
+  done
+  stop "${FPIDS[@]}"
+fi
+if [[ $PHASES == *" admit "* ]]; then
+  for d in usher-dispatcher usher-dispatcher-base; do
+    command -v $d >/dev/null || continue
+    stop $DPID; DISPATCHER_LOG=usher_dispatcher=debug dispatcher $d
+    q "admit-$d" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
+    LG --gateways "$GWS" --queue "admit-$d" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$d.json" >"$OUT/admit-$d.txt" 2>&1 & LGP=$!
+    for _ in $(seq 60); do [ "$(fld "admit-$d" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
+    c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
+    q "admit-$d" '{"paused": false}'; wait $LGP
+    c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID); d1=$(cpu $DPID)
+    del "admit-$d"
+    say "admit $d: $(lines "$OUT/admit-$d.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls')"
+    say "admit $d by tick: $(python3 -c "import json,sys; print([round(t['p99_ms'],1) for t in json.load(open(sys.argv[1]))['admission_by_tick']])" "$OUT/admit-$d.json" 2>/dev/null)"
+    say "admit $d cpu per admission: gateways $(per $c0 $c1 $ADMIT) us, dispatcher $(per $d0 $d1 $ADMIT) us, redis $(per $r0 $r1 $ADMIT) us"
+  done
+  FC=$ADMIT_TICK; [ $(( FC * 2 + 500 )) -gt "$NOF" ] && FC=$(( (NOF - 500) / 2 ))
+  usher-floor --connections $FC --senders 4 --receivers 4 >"$OUT/floor-4x4.json" 2>"$OUT/floor-4x4.err"
+  say "admit floor ($FC pairs, 4x4 threads): $(grep overall "$OUT/floor-4x4.err" | tr -s ' ')"
+  stop $DPID; dispatcher usher-dispatcher
+fi
+if [[ $PHASES == *" hold "* ]]; then
+  stop "${GPIDS[@]}"
+  gateways "$HOLD_GW" $(( HOLD / HOLD_GW + 2000 ))
+  base=$(rss)
+  q hold '{"admit_per_second": 50, "paused": true, "passthrough": false}'
+  HW=$(( HOLD / PER + 2 ))
+  LG --gateways "$GWS" --queue hold --connections "$HOLD" --join-rate "$HOLD_RATE" --workers $HW \
+    --duration $(( HOLD / HOLD_RATE + 10 + HOLD_SECS )) --report "$OUT/hold.json" >"$OUT/hold.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
+  t0=$(date +%s)
+  for _ in $(seq 120); do w=$(fld hold waiting 2>/dev/null || echo 0); [ "$w" -ge $(( HOLD * 99 / 100 )) ] && break; sleep 1; done
+  say "hold: $w waiting after $(( $(date +%s) - t0 )) s"
+  q hold '{"paused": false}'; sleep 4
+  r1=$(rss); k0=$(calls); s0=$(date +%s.%N); g0=$(cpu "${GPIDS[@]}"); e0=$(cpu $RPID); sleep 15
+  k1=$(calls); s1=$(date +%s.%N); g1=$(cpu "${GPIDS[@]}"); e1=$(cpu $RPID)
+  say "hold: waiting $(fld hold waiting) gateway_rss_kb $r1 (base $base) per_conn_kib $(python3 -c "print(round(($r1-$base)/$w,2))") redis_cmds_per_s $(python3 -c "print(round(($k1-$k0)/($s1-$s0),1))") redis_mem $(redis-cli -p $RP INFO memory | grep used_memory_human | tr -d '\r')"
+  say "hold: gateways' cpu $(python3 -c "print(round(($g1-$g0)/$(getconf CLK_TCK)/($s1-$s0),2))") cores, per position event $(per $g0 $g1 $(python3 -c "print(int($w*($s1-$s0)))")) us; redis $(python3 -c "print(round(($e1-$e0)/$(getconf CLK_TCK)/($s1-$s0),3))") cores"
+  wait $LGP; del hold
+  say "hold loadgen: $(lines "$OUT/hold.txt" '^join |^position|^admission|^connections|^errors|^load gen cpu|^cpu stalls')"
+fi
+mkdir -p /tmp/bench16-all; cp "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.log "$OUT"/*.err /tmp/bench16-all/ 2>/dev/null
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.err "$OUT"/joins-* "$OUT"/hold.txt "$OUT"/admit-*
+tar czf "$OUT/all.tgz" -C /tmp bench16-all
