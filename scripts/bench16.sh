@@ -5,7 +5,8 @@
 # both, on the same gateways, for a before/after in one run). Three phases, each optional:
 #
 #   joins  JOIN_RATES (10,000 and 40,000/s) through GW gateways (16, one runtime thread each),
-#          then through GW joins floors (`usher-joins-floor`), 8 s of joins each;
+#          then through GW joins floors (`usher-joins-floor`), JOIN_SECS (5) of joins each, every
+#          stream held to the end (so GW gateways must hold rate x JOIN_SECS);
 #   admit  ADMIT (60,000) waiting, ADMIT_TICK (10,000) admitted per 1 s tick, through the same
 #          gateways, with each dispatcher; then `usher-floor` (the bare burst, 4x4 threads);
 #   hold   HOLD (1,000,000) streams over HOLD_GW (60) gateways, joined at HOLD_RATE, then the
@@ -20,7 +21,7 @@ export PATH="$PWD/$B/bin:$PATH" LD_LIBRARY_PATH="$PWD/$B/lib"
 OUT=${OUT:-/tmp/bench16-out}; mkdir -p "$OUT"
 P=${BASE_PORT:-9000}
 PHASES=" ${PHASES:-joins admit hold} "
-JOIN_RATES=${JOIN_RATES:-"10000 40000"}; GW=${GW:-16}
+JOIN_RATES=${JOIN_RATES:-"10000 40000"}; JOIN_SECS=${JOIN_SECS:-5}; GW=${GW:-16}
 ADMIT_TICK=${ADMIT_TICK:-10000}; ADMIT=${ADMIT:-60000}
 HOLD=${HOLD:-1000000}; HOLD_GW=${HOLD_GW:-60}; HOLD_RATE=${HOLD_RATE:-40000}; HOLD_SECS=${HOLD_SECS:-25}
 SRC=${SOURCE_IPS:-127.0.0.2-127.0.0.250}
@@ -49,16 +50,16 @@ D="http://127.0.0.1:$P"
 ready() { for u in "$@"; do for _ in $(seq 100); do curl -fsS "$u/readyz" >/dev/null 2>&1 && break; sleep 0.1; done; done; }
 dispatcher() {  # $1: binary name
   USHER_ADMIN_TOKEN="$TOK" USHER_LISTEN=127.0.0.1:$P USHER_TICK_MS=1000 RUST_LOG=${DISPATCHER_LOG:-info} \
-    "$1" >"$OUT/dispatcher-$1.log" 2>&1 & DPID=$!; PIDS+=($DPID); ready "$D"
+    "$1" >>"$OUT/dispatcher-$1.log" 2>&1 & DPID=$!; PIDS+=($DPID); ready "$D"
 }
 GWS=""; FLS=""; GPIDS=(); FPIDS=()
-gateways() {  # $1: count, $2: connections each
+gateways() {  # $1: count, $2: connections each, $3: log name
   GWS=""; GPIDS=()
   for i in $(seq "$1"); do
     USHER_LISTEN=127.0.0.1:$((P+100+i)) USHER_SERVER_ID=gw-$i USHER_MAX_CONNECTIONS=$2 \
     USHER_MAX_SOCKETS=$(( $2 + 1000 > NOF ? NOF : $2 + 1000 )) USHER_WORKER_THREADS=1 \
     USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 USHER_IP_MAX_SOCKETS=0 \
-    USHER_TICKET_KEY=bench-ticket-key-0123456789abcdef0123 usher-gateway >"$OUT/gw-$i.log" 2>&1 & PIDS+=($!); GPIDS+=($!)
+    USHER_TICKET_KEY=bench-ticket-key-0123456789abcdef0123 usher-gateway >"$OUT/$3-$i.log" 2>&1 & PIDS+=($!); GPIDS+=($!)
     GWS="${GWS:+$GWS,}http://127.0.0.1:$((P+100+i))"
   done
   ready $(echo "$GWS" | tr , ' ')
@@ -81,22 +82,38 @@ LG() { usher-loadgen --source-ips "$SRC" --quiet "$@"; }
 lines() { grep -E "$2" "$1" | tr -s ' ' | tr '\n' ';'; }
 
 dispatcher usher-dispatcher
-if [[ $PHASES == *" joins "* || $PHASES == *" admit "* ]]; then gateways "$GW" $(( ADMIT / GW + 5000 )); fi
+# As many streams as the open-files limit leaves room for (1,500 files for the rest).
+if [[ $PHASES == *" joins "* || $PHASES == *" admit "* ]]; then gateways "$GW" $(( NOF - 1500 )) gw; fi
 if [[ $PHASES == *" joins "* ]]; then
   floors "$GW"
   for r in $JOIN_RATES; do
-    n=$(( r * 8 )); W=$(( n / PER + 4 ))
+    n=$(( r * JOIN_SECS )); W=$(( n / PER + 4 ))
     q "j$r" '{"admit_per_second": 1, "paused": true, "passthrough": false}'
+    redis-cli -p $RP CONFIG RESETSTAT >/dev/null
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID)
-    LG --gateways "$GWS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration 11 --linger-ms 0 --report "$OUT/joins-$r.json" >"$OUT/joins-$r.txt" 2>&1
+    LG --gateways "$GWS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration $(( JOIN_SECS + 3 )) --linger-ms 0 --report "$OUT/joins-$r.json" >"$OUT/joins-$r.txt" 2>&1
     c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID)
+    redis-cli -p $RP INFO commandstats | tr -d '\r' >"$OUT/joins-$r-commandstats.txt"
     del "j$r"; sleep 2
     f0=$(cpu "${FPIDS[@]}")
-    LG --gateways "$FLS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration 11 --linger-ms 0 --report "$OUT/joins-$r-floor.json" >"$OUT/joins-$r-floor.txt" 2>&1
+    LG --gateways "$FLS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration $(( JOIN_SECS + 3 )) --linger-ms 0 --report "$OUT/joins-$r-floor.json" >"$OUT/joins-$r-floor.txt" 2>&1
     f1=$(cpu "${FPIDS[@]}"); sleep 2
     say "joins $r usher: $(lines "$OUT/joins-$r.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
     say "joins $r floor: $(lines "$OUT/joins-$r-floor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
     say "joins $r cpu per join: gateways $(per $c0 $c1 $n) us, redis $(per $r0 $r1 $n) us, floors $(per $f0 $f1 $n) us"
+    # Redis's own time by command, per join (INFO commandstats over the usher run).
+    say "joins $r redis per join: $(python3 - "$OUT/joins-$r-commandstats.txt" $n <<'PY'
+import re, sys
+rows = []
+for line in open(sys.argv[1]):
+    m = re.match(r"cmdstat_(\S+):calls=(\d+),usec=(\d+)", line)
+    if m:
+        rows.append((int(m[3]), int(m[2]), m[1]))
+n = int(sys.argv[2])
+rows.sort(reverse=True)
+print("; ".join(f"{c} {calls / n:.2f} calls {us / n:.1f} us" for us, calls, c in rows[:6]))
+PY
+)"
   done
   stop "${FPIDS[@]}"
 fi
@@ -122,7 +139,7 @@ if [[ $PHASES == *" admit "* ]]; then
 fi
 if [[ $PHASES == *" hold "* ]]; then
   stop "${GPIDS[@]}"
-  gateways "$HOLD_GW" $(( HOLD / HOLD_GW + 2000 ))
+  gateways "$HOLD_GW" $(( HOLD / HOLD_GW + 2000 )) gwh
   base=$(rss)
   q hold '{"admit_per_second": 50, "paused": true, "passthrough": false}'
   HW=$(( HOLD / PER + 2 ))
