@@ -43,6 +43,7 @@ pub use wait::{eventually, eventually_within, patience, patient};
 pub fn tick_args(lease: &usher_core::store::Lease, now_ms: u64) -> usher_core::store::TickArgs<'_> {
     usher_core::store::TickArgs {
         now_ms,
+        clock_ms: None,
         first_elapsed_ms: 100,
         max_elapsed_ms: 1000,
         exact: 1000,

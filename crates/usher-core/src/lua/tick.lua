@@ -48,7 +48,11 @@
 --       9 lease value ('<owner>|<fence>'), 10 lease ttl ms,
 --       11 gateways 'index=alive_until_ms,...' (every registered gateway, live or dead),
 --       12 most places admitted in one tick, 13 most places admitted by this call,
---       14 tokens per second the bucket refills at ('' = admit_per_second), 15 tick ms
+--       14 tokens per second the bucket refills at ('' = admit_per_second), 15 tick ms,
+--       16 the wall clock's ms when the call is made ('' = ARGV[1])
+-- A tick admitting ahead of its admission time (ARGV[1]) is stamped with it, and its bucket
+-- refills up to it; what ends by the clock (sessions, no-shows, away places' and dead
+-- gateways' grace, capacity, `ended` memories) is judged at ARGV[16], never before its time.
 -- A tick whose budget exceeds ARGV[13] admits in several calls with the same `now`: the first
 -- stores the unused budget in the bucket, and the next ones (no time elapsed since
 -- `bucket_ms`) spend it, so no single call blocks Redis for long.
@@ -85,6 +89,8 @@ local m = redis.call('HMGET', KEYS[1], 'open', 'admit_per_second', 'bucket', 'bu
 local drawing = m[8] and true or false
 local binds = m[9] == 'browser_key'
 local now = tonumber(ARGV[1])
+local clock = math.min(tonumber(ARGV[16]) or now, now)
+local clock_ms = fmt(clock)
 local limit = tonumber(ARGV[7])
 
 local ttl_ms, sliding, max_ms = session_limits(KEYS[1])
@@ -93,15 +99,15 @@ local ttl_ms, sliding, max_ms = session_limits(KEYS[1])
 -- in `ended` so a resume hears `session_ended`; those remembered long enough are forgotten.
 local left = limit
 while left > 0 do
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1], 'LIMIT', 0, math.min(left, 2000))
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', clock_ms, 'LIMIT', 0, math.min(left, 2000))
   if #expired == 0 then break end
-  end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, now, max_ms)
+  end_sessions(KEYS[3], KEYS[4], KEYS[10], expired, clock, max_ms)
   record_outcome(KEYS[1], expired, record_expired) -- record
   left = left - #expired
 end
-local no_shows = end_no_shows(KEYS[1], KEYS[3], KEYS[4], KEYS[10], KEYS[13], KEYS[14], now,
+local no_shows = end_no_shows(KEYS[1], KEYS[3], KEYS[4], KEYS[10], KEYS[13], KEYS[14], clock,
   max_ms, 2000)
-local forgotten = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', ARGV[1], 'LIMIT', 0, 2000)
+local forgotten = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', clock_ms, 'LIMIT', 0, 2000)
 if #forgotten > 0 then redis.call('ZREM', KEYS[10], unpack(forgotten)) end
 
 local token_ttl_ms = ttl_ms
@@ -130,7 +136,7 @@ local gone = {}
 -- The places actually found in line (an `away` entry may outlive its place: one admitted or
 -- gone already); only they are recorded as leaving.
 local found = {}
-if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[1], 'LIMIT', 0, 2000) end
+if not drawing then gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', clock_ms, 'LIMIT', 0, 2000) end
 for _, p in ipairs(gone) do
   local lane_w, lane_p = place_sets(p, KEYS[2], KEYS[11]) -- lanes
   local parked = find_member(lane_p, p)
@@ -147,7 +153,7 @@ for _, p in ipairs(gone) do
 end
 dropped = #found
 if #gone > 0 then redis.call('ZREM', KEYS[7], unpack(gone)) end
-record_leave(KEYS[1], found, now, record_away_expired) -- record
+record_leave(KEYS[1], found, clock, record_away_expired) -- record
 lane_forget(gone) -- lanes
 -- Every parked place has an `away` entry (the scripts write both together). One without
 -- (its entry expired by a dispatcher of the version before `parked`, during a rolling
@@ -168,15 +174,15 @@ end
 -- elsewhere are dropped when they reach the head of the line.
 local dead_since = {}
 for idx, t in string.gmatch(ARGV[11], '([^=,]+)=(%d+)') do
-  if tonumber(t) + grace_ms < now then dead_since[idx] = true end
+  if tonumber(t) + grace_ms < clock then dead_since[idx] = true end
 end
 
 local per_call = tonumber(ARGV[13])
 local n = math.min(math.floor(budget), per_call)
 -- Capacity: never more active sessions than max_active.
-local free = free_slots(KEYS[1], KEYS[3], now)
+local free = free_slots(KEYS[1], KEYS[3], clock)
 -- >>> inventory: nor more than the reported inventory allows (prelude.lua inventory_slots)
-free = inventory_slots(KEYS[1], KEYS[3], now, free)
+free = inventory_slots(KEYS[1], KEYS[3], clock, free)
 -- <<< inventory
 local slot_bound = free ~= nil and free < n
 if slot_bound then n = free end
@@ -243,7 +249,7 @@ if n > admitted then
           -- >>> record
           local why = record_unbound
           if dead_since[gw] then why = record_gateway_gone end
-          record_leave(KEYS[1], {place}, now, why)
+          record_leave(KEYS[1], {place}, clock, why)
           -- <<< record
         else
           zadd[#zadd + 1] = exp; zadd[#zadd + 1] = place
@@ -309,7 +315,7 @@ redis.call('HDEL', KEYS[1], 'scan')
 redis.call('HSET', KEYS[1], 'bucket', tostring(carry), 'bucket_ms', fmt(math.max(now, last_ms)),
   'bucket_rate', tostring(rate), 'bucket_burst', tostring(burst))
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'rate', ARGV[6]) end
-local active = redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf')
+local active = redis.call('ZCOUNT', KEYS[3], clock_ms, '+inf')
 
 -- The snapshot of the line: for a tick's last call only (the dispatcher publishes that one):
 -- the default lane's (the whole line without lanes) in `runs` and `samples`, each lane's in
@@ -339,10 +345,10 @@ end
 
 -- >>> inventory: what `state` tells of it, and whether the sold-out grace is over (the
 -- dispatcher then closes the queue with `sold_out`: close.lua checks this again)
-local inventory, sold_out = inventory_tick(KEYS[1], KEYS[3], now, m[6] == '1')
+local inventory, sold_out = inventory_tick(KEYS[1], KEYS[3], clock, m[6] == '1')
 -- <<< inventory
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. ARGV[1])
-local gws = redis.call('ZRANGEBYSCORE', KEYS[6], ARGV[1], '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. clock_ms)
+local gws = redis.call('ZRANGEBYSCORE', KEYS[6], clock_ms, '+inf')
 local outbox = redis.call('LLEN', KEYS[5])
 return {TICK_TICKED, cjson.encode({
   admitted = admitted, waiting = w, active = active, runs = runs, samples = samples,

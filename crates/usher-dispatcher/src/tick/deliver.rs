@@ -27,8 +27,9 @@ pub(super) enum Delivery {
     Done(u64),
     /// As `Done`, but the queue was closed between two calls of the tick.
     Closed(u64),
-    /// The lease was lost: stop driving the queue. What was sent stays in the outbox, for
-    /// the next holder to deliver again.
+    /// The lease was lost: stop driving the queue. What was admitted is sent (at its
+    /// admission time) and stays in the outbox, for the next holder to deliver again with the
+    /// same tokens (a gateway ignores an admission for a place it admitted already).
     LeaseLost,
 }
 
@@ -60,11 +61,13 @@ pub(super) struct Courier<'a> {
 }
 
 /// Places the tick's first script call admits at most; the next calls admit
-/// [`usher_core::store::ADMIT_PER_CALL`] each. Until the first call's admissions reach the
-/// gateways nothing is delivered, and the gateways' writes (with the browsers' reads) are
-/// what bounds a burst: a short first call sets them working a few milliseconds sooner, and
-/// by the time they are through it the next call's thousand are on their way. Short enough
-/// for that, long enough that a small tick (most ticks) stays one call.
+/// [`usher_core::store::ADMIT_PER_CALL`] each. It matters when the calls outrun the lead
+/// (`timing::admit_lead`: a queue just taken over, a burst past the cap): then each call's
+/// admissions go as it returns, and until the first call's reach the gateways nothing is
+/// delivered; the gateways' writes (with the browsers' reads) are what bounds a burst, so a
+/// short first call sets them working a few milliseconds sooner, and by the time they are
+/// through it the next call's thousand are on their way. Short enough for that, long enough
+/// that a small tick (most ticks) stays one call.
 pub(super) const FIRST_CALL: u64 = 250;
 
 /// Outbox entries (of up to 1,000 admissions each) read back and delivered per round.
@@ -128,11 +131,14 @@ impl Courier<'_> {
     /// * Entries older than the tick's (left by a crash or a failed delivery), read back
     ///   from the outbox, oldest first. A read starts at the outbox's head, so each round
     ///   is recorded (and so removed) before the next read.
-    /// * The admissions a tick call returned (when nothing older is waiting): sent at once,
-    ///   and while the tick's budget has more, the next
-    ///   [`usher_core::store::ADMIT_PER_CALL`] places are admitted (the same admission time)
-    ///   and sent, so the first browsers hear of their admission while Redis admits the next
-    ///   ones. These are at the outbox's tail: recorded together once everything is sent.
+    /// * The admissions a tick call returned (when nothing older is waiting). While the
+    ///   tick's budget has more, the next [`usher_core::store::ADMIT_PER_CALL`] places are
+    ///   admitted (the same admission time). Ahead of the admission time the admissions are
+    ///   held and the next call made; at the admission time everything held goes at once, and
+    ///   past it each call's admissions go as it returns, so the first browsers hear of their
+    ///   admission while Redis admits the next ones. These are at the outbox's tail: recorded
+    ///   together once everything is sent. Read-back entries, too, reach no gateway before
+    ///   their admission time (this tick's first call may be among them).
     ///   The next call is made only once the XADDs are answered, not pipelined behind them:
     ///   Redis writes the gateways' blocked `XREADGROUP` replies between two turns of its
     ///   event loop, so a script call read in the same turn as the XADDs would hold their
@@ -162,7 +168,12 @@ impl Courier<'_> {
                     read_back = 0;
                     continue;
                 }
-                let records = self.send(&batch, tokens).await?;
+                // This tick's own entries may be among them (stamped with an admission time
+                // still ahead): none reaches a gateway before its time.
+                let at = batch.iter().map(|e| e.admitted_at_ms).max().unwrap_or(0);
+                let ready = self.prepare(&batch, tokens).await?;
+                sleep_until_ms(self.clock, at, self.ahead_cap.as_millis() as u64).await;
+                let records = self.transmit(ready).await?;
                 if !self.record(&records, entries).await? {
                     return Ok(Delivery::LeaseLost);
                 }
@@ -186,7 +197,15 @@ impl Courier<'_> {
                 break;
             }
             let began = std::time::Instant::now();
-            let called = self.store.tick(self.q, args).await?;
+            let called = match self.store.tick(self.q, args).await {
+                Ok(c) => c,
+                Err(e) => {
+                    // What the calls before admitted still goes (the outbox keeps it, and its
+                    // record, for the next tick to store).
+                    let _ = self.send_at_admission(ahead, tokens, &mut unrecorded).await;
+                    return Err(e);
+                }
+            };
             tracing::debug!(
                 call_us = began.elapsed().as_micros() as u64,
                 since_admission_ms = self.since_admission_ms(),
@@ -209,7 +228,13 @@ impl Courier<'_> {
                     closed = true;
                     break;
                 }
-                Tick::LeaseLost => return Ok(Delivery::LeaseLost),
+                Tick::LeaseLost => {
+                    // Admitted before the lease was lost: sent with the tokens the next holder
+                    // would send again (the outbox keeps the entries; their records are its).
+                    self.send_at_admission(ahead, tokens, &mut unrecorded)
+                        .await?;
+                    return Ok(Delivery::LeaseLost);
+                }
             }
         }
         // Closed between two calls made ahead: what they admitted still goes.
@@ -259,17 +284,6 @@ impl Courier<'_> {
     /// Milliseconds since the admission time (negative ahead of it), for the debug events.
     fn since_admission_ms(&self) -> i64 {
         self.clock.now_ms() as i64 - self.now as i64
-    }
-
-    /// Sends `entries` to the gateways holding their browsers (a place whose token is staged
-    /// there by name only); returns the token records to store.
-    async fn send(
-        &self,
-        entries: &[OutboxEntry],
-        tokens: &mut TickTokens,
-    ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
-        let ready = self.prepare(entries, tokens).await?;
-        self.transmit(ready).await
     }
 
     /// The stream messages that send `entries` (their tokens taken from the pre-mint or

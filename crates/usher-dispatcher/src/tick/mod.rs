@@ -123,7 +123,7 @@ impl Admitter {
     pub async fn run(mut self, cancel: CancellationToken, mut hints: Hints) {
         let mut interval = tick_interval(self.settings.tick);
         let mut failing = false;
-        let timing = Timing::start(self.settings.tick);
+        let mut timing = Timing::start(self.settings.tick);
         let tick_ms = self.settings.tick.as_millis() as u64;
         let mut last_planned = None;
         let courier = Passthrough {
@@ -147,9 +147,10 @@ impl Admitter {
                     continue;
                 }
             };
-            let planned = timing.planned(scheduled);
+            let planned = timing.planned_now(scheduled);
             last_planned = Some(planned);
-            let now = admission_time(planned, now_ms());
+            let cap = admit_lead_cap(self.settings.tick);
+            let now = admission_time(planned, now_ms() + cap.as_millis() as u64);
             // Ahead of the admission time by as much as the burst expected needs (the
             // interval fired at the cap): the reads and the script calls run before it, the
             // sends at it. (Capped: a wall clock stepped back must not stall every tick.)
@@ -157,7 +158,7 @@ impl Admitter {
             sleep_until_ms(
                 &*self.clock,
                 now.saturating_sub(lead.as_millis() as u64),
-                admit_lead_cap(self.settings.tick).as_millis() as u64,
+                cap.as_millis() as u64,
             )
             .await;
             let started = Instant::now();

@@ -133,7 +133,11 @@ impl QueueTick {
             }
         }
         // A scheduled sale's draw, when due, places the pre-queue before this tick admits.
+        // Not ahead of the admission time: the draw's cutoff is the sale's opening, and a
+        // browser who joins just before it must be in the draw (so the tick waits for it).
         if self.sale {
+            let cap = admit_lead_cap(self.settings.tick).as_millis() as u64;
+            super::timing::sleep_until_ms(&*self.clock, self.now, cap).await;
             let lease_ttl_ms = self.settings.lease_ttl.as_millis() as u64;
             match super::draw::draw_if_due(
                 &self.store,
@@ -168,6 +172,8 @@ impl QueueTick {
         let stopped = bucket_rate.is_some_and(|r| r <= 0.0);
         let args = TickArgs {
             now_ms: self.now,
+            // Ahead of the admission time, what ends by the clock is judged by it.
+            clock_ms: Some(self.clock.now_ms()),
             first_elapsed_ms: tick_ms,
             max_elapsed_ms: tick_ms.saturating_mul(3).max(1000),
             exact: self.settings.exact_positions,

@@ -33,22 +33,38 @@ impl Timing {
     pub(super) fn planned(&self, scheduled: tokio::time::Instant) -> u64 {
         self.base.1 + scheduled.duration_since(self.base.0).as_millis() as u64 + self.lead_ms
     }
+
+    /// [`Timing::planned`], after pairing the clocks again if the wall clock was stepped
+    /// (back or forward) since they were: the interval fired on time, yet the wall clock
+    /// disagrees with the plan. Without it every later tick would be planned on the old
+    /// wall clock, and its tokens minted ahead for a time it is never admitted at.
+    pub(super) fn planned_now(&mut self, scheduled: tokio::time::Instant) -> u64 {
+        let planned = self.planned(scheduled);
+        let on_time = scheduled.elapsed() <= Duration::from_millis(ON_TIME_MS);
+        if on_time && (now_ms() + self.lead_ms).abs_diff(planned) > ON_TIME_MS {
+            self.base = (tokio::time::Instant::now(), now_ms());
+            return self.planned(scheduled);
+        }
+        planned
+    }
 }
 
-/// The admission time of a tick planned for `planned` that starts at `actual`: the planned
-/// time when the tick is on time (so tokens minted ahead for it are used), else `actual`
-/// (never an admission time far in the past).
+/// The admission time of a tick planned for `planned` whose start puts it at `actual` (the
+/// wall clock when the interval fired, plus the lead it fires with): the planned time when
+/// the two agree (so tokens minted ahead for it are used), else `actual`. A tick that starts
+/// late is never stamped far in the past, and after the wall clock is stepped (back or
+/// forward) each tick is timed on the wall clock again instead of waiting out the step.
 pub(super) fn admission_time(planned: u64, actual: u64) -> u64 {
-    if actual.saturating_sub(planned) <= ON_TIME_MS {
+    if actual.abs_diff(planned) <= ON_TIME_MS {
         planned
     } else {
         actual
     }
 }
 
-/// How long before a tick's admission time its reads (registries, queue list) start, so that
-/// at the admission time itself only the tick script stands between a browser and its
-/// admission: a tenth of the tick, at most 20 ms.
+/// How long a tick's reads (registries, queue list, the queue's rate inputs) take at most, the
+/// part of [`admit_lead`] that does not grow with the burst: a tenth of the tick, at most
+/// 20 ms.
 pub(super) fn read_lead(tick: Duration) -> Duration {
     (tick / 10).min(Duration::from_millis(20))
 }
@@ -127,6 +143,9 @@ mod tests {
             admission_time(1_000, 1_001 + ON_TIME_MS),
             1_001 + ON_TIME_MS
         );
+        // The wall clock stepped back: timed on it again, not held until the old time.
+        assert_eq!(admission_time(5_000, 1_000), 1_000);
+        assert_eq!(admission_time(1_000, 1_000 - ON_TIME_MS), 1_000);
     }
 
     #[test]

@@ -54,6 +54,7 @@ async fn leave_at_remembers_a_released_session_from_the_given_time() -> anyhow::
     let gateways = store.gateways(T0).await?;
     let tick = |now_ms| TickArgs {
         now_ms,
+        clock_ms: None,
         first_elapsed_ms: 1000,
         max_elapsed_ms: 1000,
         exact: 10,

@@ -246,3 +246,48 @@ async fn passthrough_joins_spend_the_bucket_at_the_rate() -> anyhow::Result<()> 
     assert_eq!(admitted_now(&j), 0, "{j:?}");
     Ok(())
 }
+
+/// A tick made ahead of its admission time (`clock_ms` before `now_ms`, as the dispatcher
+/// ticks) stamps its admissions with the admission time, yet ends nothing before its time on
+/// the clock: an away place whose grace ends between the two is kept (passed over), and a
+/// session ending between them still counts as active; the next tick on the clock ends both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_ahead_is_stamped_with_its_admission_time_but_ends_nothing_early(
+) -> anyhow::Result<()> {
+    const GRACE_MS: u64 = 30_000;
+    const TTL_MS: u64 = 30_000;
+    let config = QueueConfig {
+        admit_per_second: 10.0,
+        passthrough: false,
+        grace_seconds: GRACE_MS / 1000,
+        session_ttl_seconds: TTL_MS / 1000,
+        ..Default::default()
+    };
+    let (_redis, store, q, places) = queue_with(config, 3).await?;
+    let lease = take_lease(&store, &q).await?;
+    assert_eq!(store.mark_away(&q, &places[..1], 0, T0).await?, 1);
+    // Admits places[1] at T0: its session ends at T0 + TTL_MS, as places[0]'s grace does.
+    assert_eq!(tick_at(&store, &q, &lease, T0).await?.admitted, 1);
+    let at = T0 + GRACE_MS;
+    let ahead = usher_core::store::TickArgs {
+        clock_ms: Some(at - 1),
+        ..tick_args(&lease, at)
+    };
+    let calls = tick_calls(&store, &q, &ahead).await?;
+    let [Tick::Ticked(out)] = &calls[..] else {
+        anyhow::bail!("one call: {calls:?}")
+    };
+    assert_eq!((out.admitted, out.dropped), (1, 0), "{out:?}");
+    assert!(out.fresh.iter().all(|e| e.admitted_at_ms == at), "{out:?}");
+    assert_eq!(out.active, 2, "the session ending at {at} still counts");
+    assert!(matches!(
+        store.status(&q, places[0], at - 1).await?,
+        PlaceState::Waiting { .. }
+    ));
+    // On the clock: the grace is over and the session too.
+    let on_time = tick_at(&store, &q, &lease, at + 100).await?;
+    assert_eq!(on_time.dropped, 1, "{on_time:?}");
+    let stats = store.queue_stats(&q, at + 100).await?;
+    assert_eq!((stats.waiting, stats.active), (0, 1), "{stats:?}");
+    Ok(())
+}

@@ -18,7 +18,13 @@ use super::Lease;
 /// Input of one dispatcher tick for one queue.
 #[derive(Debug, Clone)]
 pub struct TickArgs<'a> {
+    /// The admission time: what the tick's admissions are stamped with, and when its bucket
+    /// refills up to.
     pub now_ms: u64,
+    /// The wall clock when the tick's calls are made, for a tick admitting ahead of `now_ms`
+    /// (`None`: `now_ms`): sessions, grace periods and capacity are judged at it, so nothing
+    /// ends before its time.
+    pub clock_ms: Option<u64>,
     /// Time to budget for on a queue's first tick (one tick).
     pub first_elapsed_ms: u64,
     /// Longest gap between ticks that is budgeted for (bounds the burst after a stall).
@@ -105,6 +111,7 @@ impl Store {
             .arg(most.clamp(1, ADMIT_PER_CALL))
             .arg(t.bucket_rate.map(|r| r.to_string()).unwrap_or_default())
             .arg(t.tick_ms)
+            .arg(t.clock_ms.map(|c| c.to_string()).unwrap_or_default())
             .invoke_async(&mut self.c())
             .await?;
         let a = array(v)?;
