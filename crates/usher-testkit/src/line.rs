@@ -15,6 +15,18 @@ use crate::SseClient;
 use serde_json::Value;
 use usher_sse::Event;
 
+/// A gateway the test plays itself: registered (its index returned) with its stream made, so
+/// the test reads exactly what a dispatcher writes to it, in the order written
+/// (`Store::read_stream`).
+pub async fn played_gateway(store: &Store, name: &str) -> anyhow::Result<(ServerId, u16)> {
+    let gw = ServerId::new(name)?;
+    let index = store
+        .register_gateway(&gw, now_ms(), Duration::from_secs(600))
+        .await?;
+    store.ensure_stream(&gw, Duration::from_secs(600)).await?;
+    Ok((gw, index))
+}
+
 /// The limit of a test's single waits on a stream (see [`crate::wait::patience`]).
 pub const T: Duration = Duration::from_secs(10);
 

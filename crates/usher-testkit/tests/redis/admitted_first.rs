@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use usher_core::ids::{QueueId, ServerId};
+use usher_core::ids::QueueId;
 use usher_core::messages::StreamMessage;
 use usher_core::store::{QueueConfig, Store};
 use usher_core::time::now_ms;
@@ -29,11 +29,7 @@ async fn a_ticks_admissions_precede_its_state_in_the_gateway_stream() -> anyhow:
             },
         )
         .await?;
-    let gw = ServerId::new("gw-first")?;
-    let index = store
-        .register_gateway(&gw, now_ms(), Duration::from_secs(600))
-        .await?;
-    store.ensure_stream(&gw, Duration::from_secs(600)).await?;
+    let (gw, index) = usher_testkit::line::played_gateway(&store, "gw-first").await?;
     store.join_many(&q, index, now_ms(), 60).await?;
     let dispatcher = stack::dispatcher(&redis.url(), 100).await?;
 

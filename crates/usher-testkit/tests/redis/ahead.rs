@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use usher_core::ids::{QueueId, ServerId};
+use usher_core::ids::QueueId;
 use usher_core::messages::StreamMessage;
 use usher_core::store::{QueueConfig, Store, Tick};
 use usher_core::time::now_ms;
@@ -34,11 +34,7 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
             },
         )
         .await?;
-    let gw = ServerId::new("gw-ahead")?;
-    let index = store
-        .register_gateway(&gw, now_ms(), Duration::from_secs(600))
-        .await?;
-    store.ensure_stream(&gw, Duration::from_secs(600)).await?;
+    let (gw, index) = usher_testkit::line::played_gateway(&store, "gw-ahead").await?;
     for _ in 0..60 {
         store.join_many(&q, index, now_ms(), 500).await?;
     }
