@@ -153,10 +153,13 @@ bind_keys(first, n)
 
 local now_admitted = 0
 local p = {m[8], m[9], m[10], m[11], m[12], m[13]}
--- bucket_ms is set by the first tick: until then there is no bucket to spend.
+-- bucket_ms is set by the first tick: until then there is no bucket to spend. A queue without
+-- lanes has nobody in the other lanes' fourteen zsets (put_lanes.lua drops a lane only once
+-- it is empty), so only a queue with lanes counts them: a passthrough queue whose line stays
+-- empty takes this path on every join call.
 if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
     and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0
-    and extra_lanes_empty() then
+    and (#lanes == 0 or extra_lanes_empty()) then
   local last_ms = tonumber(p[4])
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
