@@ -34,12 +34,21 @@
 -- at `bucket_burst`: see tick.lua) and free slots allow. They go to `active` and to the
 -- `passed` list (entries as the tick's outbox), for the dispatcher to mint and deliver:
 -- the gateway wakes it after this call. Only the dispatcher holds the signing key.
-local closed = closed_reply(KEYS[1])
+--
+-- Every meta field a join reads, in one HMGET: Redis' cost per call is what bounds a hot
+-- queue's joins (one slot, one thread), and each redis.call costs about as much as the
+-- command it runs. Nothing below writes these fields before reading them (the passthrough
+-- block writes `bucket` and `bucket_ms` after reading them, and reads no field it wrote).
+local m = redis.call('HMGET', KEYS[1], 'open', 'close_reason', 'lanes', 'challenge',
+  'pow_difficulty', 'record', 'draw', 'passthrough', 'paused', 'bucket', 'bucket_ms',
+  'bucket_rate', 'bucket_burst', 'rate', 'admit_per_second')
+local closed = closed_reply(KEYS[1], {m[1], m[2]})
 if closed then return {PLACE_QUEUE_CLOSED} end
 -- >>> lanes (lanes.lua): a batch's places go to one lane, named by ARGV[7]; a lane the queue
 -- does not have takes no place (checked before any proof of work is spent).
 lane_keys_at = 13
-local lane_slot_of_batch = lane_slot_named(lanes_of(KEYS[1]), ARGV[7] or '')
+local lanes = lanes_of(KEYS[1], m[3])
+local lane_slot_of_batch = lane_slot_named(lanes, ARGV[7] or '')
 if not lane_slot_of_batch then return {PLACE_NO_SUCH_LANE} end
 local lane_waiting, lane_parked = lane_sets(lane_slot_of_batch, KEYS[3], KEYS[11])
 -- <<< lanes
@@ -47,7 +56,7 @@ local n = tonumber(ARGV[4])
 local gw = tonumber(ARGV[1])
 local now = tonumber(ARGV[2])
 local verdicts = nil
-local challenge = redis.call('HMGET', KEYS[1], 'challenge', 'pow_difficulty', 'record')
+local challenge = {m[4], m[5], m[6]}
 if challenge[1] == 'pow' then
   local need = tonumber(challenge[2]) or 0
   redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. fmt(now))
@@ -119,7 +128,7 @@ end
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
 -- in line in a random order (draw.lua); nobody joins `waiting` ahead of it, and passthrough
 -- (below) admits nobody: this block comes first and returns.
-if redis.call('HGET', KEYS[1], 'draw') == 'pending' then
+if m[7] == 'pending' then
   -- A cap on entrants (meta `max_entrants`): the joins beyond it take no place.
   local cap = tonumber(redis.call('HGET', KEYS[1], 'max_entrants'))
   local taken = n
@@ -143,12 +152,14 @@ bind_keys(first, n)
 
 
 local now_admitted = 0
-local p = redis.call('HMGET', KEYS[1], 'passthrough', 'paused', 'bucket', 'bucket_ms',
-  'bucket_rate', 'bucket_burst')
--- bucket_ms is set by the first tick: until then there is no bucket to spend.
+local p = {m[8], m[9], m[10], m[11], m[12], m[13]}
+-- bucket_ms is set by the first tick: until then there is no bucket to spend. A queue without
+-- lanes has nobody in the other lanes' fourteen zsets (put_lanes.lua drops a lane only once
+-- it is empty), so only a queue with lanes counts them: a passthrough queue whose line stays
+-- empty takes this path on every join call.
 if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
     and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0
-    and extra_lanes_empty() then
+    and (#lanes == 0 or extra_lanes_empty()) then
   local last_ms = tonumber(p[4])
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
@@ -190,9 +201,9 @@ if now_admitted < n then
 end
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 local w = redis.call('ZCARD', lane_waiting) + redis.call('ZCARD', lane_parked)
-local rate, configured = eta_rates(KEYS[1])
+local rate, configured = eta_rates(KEYS[1], {m[14], m[12], m[15]})
 -- >>> lanes: the ETA is at the lane's part of the rate.
-local part = lane_part(KEYS[1], lane_slot_of_batch, KEYS[3], KEYS[11])
+local part = lane_part(KEYS[1], lane_slot_of_batch, KEYS[3], KEYS[11], lanes)
 rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
 -- <<< lanes
 -- >>> record: at the rate the gateway's ETA uses (the measured one, else the configured one)

@@ -1,5 +1,5 @@
 -- Lanes with guaranteed shares (crate::lanes; keys.rs), prepended to every script before
--- prelude.lua.
+-- prelude.lua (what each script uses of it: store/script_text.rs).
 --
 -- Meta `lanes` lists a queue's lanes as '<name>:<share>:<slot>,...' (absent: no lanes). Slot
 -- 0 is the default lane: the queue's own `waiting` and `parked`, so a script that does not
@@ -46,9 +46,11 @@ local function extra_lane_sets()
 end
 
 -- The queue's lanes: a list of {name, share, slot} in the order configured ({} without lanes).
-local function lanes_of(meta)
+-- `spec`: meta `lanes` when the caller read it already with other fields (false: the field is
+-- absent), saving a call; nil reads it here.
+local function lanes_of(meta, spec)
   local out = {}
-  local spec = redis.call('HGET', meta, 'lanes')
+  if spec == nil then spec = redis.call('HGET', meta, 'lanes') end
   if not spec then return out end
   for name, share, slot in string.gmatch(spec, '([%w_-]+):(%d+):(%d+)') do
     out[#out + 1] = {name = name, share = tonumber(share), slot = tonumber(slot)}
@@ -251,9 +253,10 @@ end
 -- A lane's part of the queue's rate, for the ETA a join, resume or status answers with: its
 -- share ÷ the shares of the lanes with somebody present, itself included (as the tick splits
 -- admissions, and as the dispatcher's `state` tells the gateways: crate::lanes::lane_rate).
--- 1 without lanes. `waiting`, `parked`: the default lane's zsets.
-local function lane_part(meta, slot, waiting, parked)
-  local lanes = lanes_of(meta)
+-- 1 without lanes. `waiting`, `parked`: the default lane's zsets. `lanes`: lanes_of(meta) when
+-- the caller has it already (nil: read here).
+local function lane_part(meta, slot, waiting, parked, lanes)
+  lanes = lanes or lanes_of(meta)
   if #lanes == 0 then return 1 end
   local mine, sum = 0, 0
   for _, l in ipairs(lanes) do

@@ -1,5 +1,7 @@
 -- Shared helpers, prepended to every script (after the status constants of store/reply.rs,
--- such as PLACE_WAITING: scripts return statuses by those names, never as bare numbers).
+-- such as PLACE_WAITING: scripts return statuses by those names, never as bare numbers); each
+-- script gets only the definitions it uses (store/script_text.rs): at the top level, only
+-- comments, one-line `local` definitions and `local function` blocks ending in a bare `end`.
 --
 -- A waiting-set member is 6 bytes: the place's sequence number (low 32 bits, big-endian) and
 -- the index of the gateway holding the browser (16 bits). The score is the full sequence
@@ -132,9 +134,10 @@ local function end_no_shows(meta, active, tokens, ended, unarrived, arrivals, no
 end
 
 -- nil while the queue is open, else {PLACE_QUEUE_CLOSED, close reason or false} (no reason:
--- the queue is unknown, or was closed before reasons were kept).
-local function closed_reply(meta)
-  local m = redis.call('HMGET', meta, 'open', 'close_reason')
+-- the queue is unknown, or was closed before reasons were kept). `m`: meta {open, close_reason}
+-- when the caller read them already with other fields (nil: read here).
+local function closed_reply(meta, m)
+  m = m or redis.call('HMGET', meta, 'open', 'close_reason')
   if m[1] == '1' then return nil end
   return {PLACE_QUEUE_CLOSED, m[2] or false}
 end
@@ -219,9 +222,10 @@ end
 
 -- The rates a waiting place's ETA is computed from: the measured rate (meta `rate`) and the
 -- rate the bucket refills at (`bucket_rate`, set by each tick; `admit_per_second` before the
--- first tick). Both 0 while an adaptive queue's backend is silent: no ETA.
-local function eta_rates(meta)
-  local m = redis.call('HMGET', meta, 'rate', 'bucket_rate', 'admit_per_second')
+-- first tick). Both 0 while an adaptive queue's backend is silent: no ETA. `m`: meta {rate,
+-- bucket_rate, admit_per_second} when the caller read them already (nil: read here).
+local function eta_rates(meta, m)
+  m = m or redis.call('HMGET', meta, 'rate', 'bucket_rate', 'admit_per_second')
   return m[1], m[2] or m[3]
 end
 

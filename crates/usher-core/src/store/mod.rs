@@ -62,6 +62,7 @@ mod readiness;
 mod record;
 mod recovery;
 mod reply;
+mod script_text;
 mod scripts;
 mod sentinel;
 mod sessions;

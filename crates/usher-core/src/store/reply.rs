@@ -2,7 +2,7 @@
 //!
 //! Every script whose reply can mean different things returns a status first. The values are
 //! defined here only: [`lua_constants`] turns this list into Lua `local` definitions that are
-//! prepended to every script (see `scripts.rs`), and the scripts use the names
+//! prepended to the scripts that use them (see `scripts.rs`), and the scripts use the names
 //! (`return {PLACE_GONE}`), never the numbers. A script naming a status that is not in this
 //! list fails when it runs (Redis rejects reads of undefined globals), and a unit test checks
 //! every upper-case name in the scripts against the list, so the two cannot drift apart.
@@ -242,8 +242,8 @@ statuses! {
     }
 }
 
-/// The Lua definitions of every status (`local PLACE_WAITING = 1`, one a line), prepended to
-/// every script.
+/// The Lua definitions of every status (`local PLACE_WAITING = 1`, one a line); each script
+/// gets those it uses (`script_text`).
 pub fn lua_constants() -> String {
     all()
         .into_iter()

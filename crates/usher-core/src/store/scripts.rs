@@ -1,11 +1,13 @@
 //! The Lua scripts, loaded once per process. Each runs as the status constants of
-//! [`super::reply`], then `lua/lanes.lua` and `lua/prelude.lua` (shared helpers), then its own `lua/<name>.lua`.
+//! [`super::reply`], then `lua/lanes.lua` and `lua/prelude.lua` (shared helpers), then its own `lua/<name>.lua`:
+//! of the shared part, only the definitions it uses ([`super::script_text`]).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 use super::reply;
+use super::script_text::compose;
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 /// Lanes (`lua/lanes.lua`): before the prelude, whose `place_live` asks it.
@@ -13,6 +15,12 @@ const LANES: &str = include_str!("../lua/lanes.lua");
 /// The fairness report's record (`lua/record.lua`): after the lanes (it finds its key after
 /// theirs), before the prelude (whose no-show helper records).
 const RECORD: &str = include_str!("../lua/record.lua");
+
+/// Every definition a script may use, in order: the status constants, the lanes, the record,
+/// the prelude (each script takes the ones it uses: [`compose`]).
+pub(super) fn shared_text() -> String {
+    format!("{}{LANES}{RECORD}{PRELUDE}", reply::lua_constants())
+}
 
 /// Defines [`Scripts`] (one field per script, named as its file) and [`SOURCES`] from one list.
 macro_rules! scripts {
@@ -34,11 +42,11 @@ macro_rules! scripts {
         ];
 
         pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-            let shared = format!("{}{LANES}{RECORD}{PRELUDE}", reply::lua_constants());
+            let shared = shared_text();
             Scripts {
-                $($name: Script::new(&format!(
-                    "{shared}{}",
-                    include_str!(concat!("../lua/", stringify!($name), ".lua"))
+                $($name: Script::new(&compose(
+                    &shared,
+                    include_str!(concat!("../lua/", stringify!($name), ".lua")),
                 )),)+
             }
         });
