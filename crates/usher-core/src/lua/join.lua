@@ -161,6 +161,10 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
     and redis.call('ZCARD', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[11]) == 0
     and (#lanes == 0 or extra_lanes_empty()) then
   local last_ms = tonumber(p[4])
+  -- A tick made ahead of its admission time refilled the bucket up to that time and holds its
+  -- admissions until then: a join before it is admitted at that time (`at`), never ahead of
+  -- the ones held (the dispatcher sends it then too).
+  local at = math.max(now, last_ms)
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
   local k = math.min(n, math.floor(level))
@@ -171,22 +175,22 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
   if free and free < k then k = free end
   if k > 0 then
     local ttl_ms, sliding, max_ms = session_limits(KEYS[1])
-    local exp = fmt(now + ttl_ms)
+    local exp = fmt(at + ttl_ms)
     local zadd, items = {}, {}
     for seq = first, first + k - 1 do
       zadd[#zadd + 1] = exp; zadd[#zadd + 1] = seq
       items[#items + 1] = fmt(seq) .. ':' .. fmt(gw)
     end
     redis.call('ZADD', KEYS[5], unpack(zadd))
-    expect_arrival(KEYS[1], KEYS[12], zadd, now)
-    local entry = fmt(now) .. '|' .. exp .. '|' .. table.concat(items, ',')
-    if sliding then entry = entry .. '|' .. fmt(now + max_ms) end
+    expect_arrival(KEYS[1], KEYS[12], zadd, at)
+    local entry = fmt(at) .. '|' .. exp .. '|' .. table.concat(items, ',')
+    if sliding then entry = entry .. '|' .. fmt(at + max_ms) end
     redis.call('RPUSH', KEYS[6], entry)
     redis.call('HINCRBY', KEYS[1], 'admitted_total', k)
     now_admitted = k
   end
   redis.call('HSET', KEYS[1], 'bucket', tostring(level - now_admitted),
-    'bucket_ms', fmt(math.max(now, last_ms)))
+    'bucket_ms', fmt(at))
 end
 
 if now_admitted < n then

@@ -54,9 +54,8 @@ pub(super) struct Courier<'a> {
     /// Admissions over every queue at the last tick: the delay fits the larger of that burst
     /// and this queue's own, so a small queue's state does not land in a big queue's burst.
     pub(super) burst: u64,
-    /// The longest admissions made ahead of `now` wait for it (`timing::admit_lead_cap`):
-    /// a wall clock stepped back must not hold them. Nothing for a passthrough delivery,
-    /// whose `now` has passed.
+    /// The longest admissions made ahead of their admission time wait for it
+    /// (`timing::admit_lead_cap`): a wall clock stepped back must not hold them.
     pub(super) ahead_cap: Duration,
 }
 

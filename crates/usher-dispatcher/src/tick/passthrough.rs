@@ -123,7 +123,9 @@ impl Passthrough {
             clock: &usher_core::time::WallClock,
             store_delay: Duration::ZERO,
             burst: 0,
-            ahead_cap: Duration::ZERO,
+            // A join in a tick's lead is admitted at that tick's admission time: it waits
+            // for it, as the tick's own do (`join.lua`).
+            ahead_cap: super::timing::admit_lead_cap(self.tick),
         };
         match courier.deliver_outbox(u64::MAX).await? {
             Delivery::Done(0) | Delivery::Closed(0) => {}

@@ -291,3 +291,42 @@ async fn a_tick_ahead_is_stamped_with_its_admission_time_but_ends_nothing_early(
     assert_eq!((stats.waiting, stats.active), (0, 1), "{stats:?}");
     Ok(())
 }
+
+/// Passthrough does not overtake a tick made ahead: its bucket has refilled up to the tick's
+/// admission time, and a join before that time that passes is admitted at that time, the
+/// same as the admissions the tick holds until then (never stamped, nor sent, before them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passthrough_join_in_a_ticks_lead_is_admitted_at_its_admission_time() -> anyhow::Result<()>
+{
+    let config = QueueConfig {
+        admit_per_second: 10.0,
+        passthrough: true,
+        ..Default::default()
+    };
+    let (_redis, store, q, _) = queue_with(config, 1).await?;
+    let lease = take_lease(&store, &q).await?;
+    let admitted_now = |j: &usher_core::store::Joined| match j {
+        usher_core::store::Joined::Places { admitted_now, .. } => *admitted_now,
+        _ => u64::MAX,
+    };
+    assert_eq!(tick_at(&store, &q, &lease, T0).await?.admitted, 1);
+    // A tick ahead, stamped T0 + 1,000 at T0 + 900: nobody waits, the bucket keeps a tick's
+    // worth (one place) for passthrough.
+    let at = T0 + 1_000;
+    let ahead = usher_core::store::TickArgs {
+        clock_ms: Some(at - 100),
+        ..tick_args(&lease, at)
+    };
+    tick_calls(&store, &q, &ahead).await?;
+    let j = store.join_many(&q, 0, at - 50, 1).await?;
+    assert_eq!(admitted_now(&j), 1, "{j:?}");
+    let (entries, passed) = store
+        .outbox(&q, usher_core::store::OutboxList::Passed, 10)
+        .await?;
+    assert_eq!(entries, 1);
+    assert!(
+        passed.iter().all(|e| e.admitted_at_ms == at),
+        "admitted at the tick's admission time: {passed:?}"
+    );
+    Ok(())
+}
