@@ -55,7 +55,7 @@ pub use queue::Settings;
 use queue::{Held, Outcome, QueueTick};
 use rate::expected_per_tick;
 use registry::Registries;
-use timing::{admission_time, admit_lead, admit_lead_cap, sleep_until_ms, Timing};
+use timing::{admission_time, admit_lead, admit_lead_cap, Timing};
 
 /// Drives admission for the queues this replica holds.
 pub struct Admitter {
@@ -151,16 +151,7 @@ impl Admitter {
             last_planned = Some(planned);
             let cap = admit_lead_cap(self.settings.tick);
             let now = admission_time(planned, now_ms() + cap.as_millis() as u64);
-            // Ahead of the admission time by as much as the burst expected needs (the
-            // interval fired at the cap): the reads and the script calls run before it, the
-            // sends at it. (Capped: a wall clock stepped back must not stall every tick.)
-            let lead = admit_lead(self.settings.tick, self.expected_burst());
-            sleep_until_ms(
-                &*self.clock,
-                now.saturating_sub(lead.as_millis() as u64),
-                cap.as_millis() as u64,
-            )
-            .await;
+            self.lead_to(now, &mut hints, &cancel).await;
             let started = Instant::now();
             let ticked = self.tick_on_grid(now, planned).await;
             metrics::tick_took(started.elapsed());
@@ -190,6 +181,30 @@ impl Admitter {
         let _ = passing.await;
         self.release_all().await;
         tracing::info!("admission loop stopped");
+    }
+
+    /// Waits until the tick admitting at `now` starts: ahead of it by as much as the burst
+    /// expected needs (`timing::admit_lead`; the interval fired at the cap), so the reads and
+    /// the script calls run before it and the sends at it. A hint meanwhile (a queue
+    /// unpaused, opened or sped up just before the tick) starts that queue's pre-mint for
+    /// this very tick, which lengthens the lead to its burst: the first tick after an unpause
+    /// is admitted ahead too. (Each wait is capped: a wall clock stepped back must not stall
+    /// every tick.)
+    async fn lead_to(&mut self, now: u64, hints: &mut Hints, cancel: &CancellationToken) {
+        let cap = admit_lead_cap(self.settings.tick);
+        loop {
+            let lead = admit_lead(self.settings.tick, self.expected_burst());
+            let start = now.saturating_sub(lead.as_millis() as u64);
+            let wait = self.clock.wait_for(start).min(cap);
+            if wait.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(wait) => return,
+                Some(q) = hints.recv() => self.premint_now(&q, now).await,
+            }
+        }
     }
 
     /// Starts minting, right away, the tokens a queue held here will need at `at_ms`.

@@ -28,8 +28,8 @@ use super::timing::sleep_until_ms;
 /// first script call admits, not for all of them.
 #[derive(Debug)]
 pub(super) struct Premint {
-    /// Admissions expected at `at_ms`: the rate's expectation, or the line's length when
-    /// shorter, once the head is read (0 until then).
+    /// Admissions expected at `at_ms`: the rate's expectation, lowered to the line's length
+    /// once the head is read.
     pub(super) expected: Arc<AtomicU64>,
     pub(super) at_ms: u64,
     pub(super) exp_ms: u64,
@@ -101,7 +101,7 @@ pub(super) fn spawn_premint(
     let want = (expected + expected / 8 + 8).min(MAX_ADMIT_PER_TICK) as usize;
     let (store, key, gateways, q) = (store.clone(), key.clone(), gateways.clone(), q.clone());
     let clock = clock.clone();
-    let expected_at = Arc::new(AtomicU64::new(0));
+    let expected_at = Arc::new(AtomicU64::new(expected));
     let expected_now = expected_at.clone();
     let (tx, batches) = tokio::sync::mpsc::channel(MAX_ADMIT_PER_TICK as usize / PREMINT_BATCH + 1);
     let task = tokio::spawn(async move {
