@@ -118,19 +118,21 @@ PY
   stop "${FPIDS[@]}"
 fi
 if [[ $PHASES == *" admit "* ]]; then
-  for d in usher-dispatcher usher-dispatcher-base; do
+  n=0
+  for d in ${DISPATCHERS:-usher-dispatcher usher-dispatcher-base}; do
     command -v $d >/dev/null || continue
     stop $DPID; DISPATCHER_LOG=usher_dispatcher=debug dispatcher $d
-    q "admit-$d" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
-    LG --gateways "$GWS" --queue "admit-$d" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$d.json" >"$OUT/admit-$d.txt" 2>&1 & LGP=$!
-    for _ in $(seq 60); do [ "$(fld "admit-$d" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
+    n=$((n + 1)); r="$d-$n"
+    q "admit-$r" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
+    LG --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!
+    for _ in $(seq 60); do [ "$(fld "admit-$r" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
-    q "admit-$d" '{"paused": false}'; wait $LGP
+    q "admit-$r" '{"paused": false}'; wait $LGP
     c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID); d1=$(cpu $DPID)
-    del "admit-$d"
-    say "admit $d: $(lines "$OUT/admit-$d.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls')"
-    say "admit $d by tick: $(python3 -c "import json,sys; print([round(t['p99_ms'],1) for t in json.load(open(sys.argv[1]))['admission_by_tick']])" "$OUT/admit-$d.json" 2>/dev/null)"
-    say "admit $d cpu per admission: gateways $(per $c0 $c1 $ADMIT) us, dispatcher $(per $d0 $d1 $ADMIT) us, redis $(per $r0 $r1 $ADMIT) us"
+    del "admit-$r"
+    say "admit $r: $(lines "$OUT/admit-$r.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls')"
+    say "admit $r by tick: $(python3 -c "import json,sys; print([round(t['p99_ms'],1) for t in json.load(open(sys.argv[1]))['admission_by_tick']])" "$OUT/admit-$r.json" 2>/dev/null)"
+    say "admit $r cpu per admission: gateways $(per $c0 $c1 $ADMIT) us, dispatcher $(per $d0 $d1 $ADMIT) us, redis $(per $r0 $r1 $ADMIT) us"
   done
   FC=$ADMIT_TICK; [ $(( FC * 2 + 500 )) -gt "$NOF" ] && FC=$(( (NOF - 500) / 2 ))
   usher-floor --connections $FC --senders 4 --receivers 4 >"$OUT/floor-4x4.json" 2>"$OUT/floor-4x4.err"
