@@ -35,17 +35,17 @@ impl Timing {
     }
 
     /// [`Timing::planned`], after pairing the clocks again if the wall clock was stepped
-    /// (back or forward) since they were: the interval fired on time, yet the wall clock
-    /// disagrees with the plan. Without it every later tick would be planned on the old
-    /// wall clock, and its tokens minted ahead for a time it is never admitted at.
+    /// (back or forward) since they were paired: it has drifted from the monotonic clock by
+    /// more than [`ON_TIME_MS`] (however late the tick itself is). Without it every later tick
+    /// would be planned on the old wall clock, and its tokens minted ahead for a time it is
+    /// never admitted at.
     pub(super) fn planned_now(&mut self, scheduled: tokio::time::Instant) -> u64 {
-        let planned = self.planned(scheduled);
-        let on_time = scheduled.elapsed() <= Duration::from_millis(ON_TIME_MS);
-        if on_time && (now_ms() + self.lead_ms).abs_diff(planned) > ON_TIME_MS {
+        let wall = now_ms() as i64 - self.base.1 as i64;
+        let mono = self.base.0.elapsed().as_millis() as i64;
+        if wall.abs_diff(mono) > ON_TIME_MS {
             self.base = (tokio::time::Instant::now(), now_ms());
-            return self.planned(scheduled);
         }
-        planned
+        self.planned(scheduled)
     }
 }
 
@@ -155,6 +155,32 @@ mod tests {
         assert_eq!(read_lead(ms(1000)), ms(20));
         assert_eq!(token_store_delay(ms(100)), ms(30));
         assert_eq!(token_store_delay(ms(5000)), ms(300));
+    }
+
+    #[tokio::test]
+    async fn a_stepped_wall_clock_is_paired_again() {
+        let now = tokio::time::Instant::now();
+        // Paired 5 s off the wall clock (as after a step back or forward of 5 s).
+        for off in [-5_000i64, 5_000] {
+            let mut timing = Timing {
+                base: (now, now_ms().saturating_add_signed(off)),
+                lead_ms: 20,
+            };
+            let planned = timing.planned_now(now);
+            assert!(
+                planned.abs_diff(now_ms() + 20) <= ON_TIME_MS,
+                "{off}: {planned} vs {}",
+                now_ms() + 20
+            );
+        }
+        // Paired right: the plan is kept.
+        let mut timing = Timing {
+            base: (now, now_ms()),
+            lead_ms: 20,
+        };
+        let base = timing.base;
+        timing.planned_now(now);
+        assert_eq!(timing.base, base);
     }
 
     #[test]
