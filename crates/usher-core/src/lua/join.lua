@@ -164,7 +164,9 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
   -- A tick made ahead of its admission time refilled the bucket up to that time and holds its
   -- admissions until then: a join before it is admitted at that time (`at`), never ahead of
   -- the ones held (the dispatcher sends it then too).
-  local at = math.max(now, last_ms)
+  -- (No later than the longest lead, 250 ms, the dispatcher's `timing::admit_lead_cap`: a
+  -- bucket_ms left far ahead by a wall clock stepped back must not stamp joins in the future.)
+  local at = math.max(now, math.min(last_ms, now + 250))
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
   local k = math.min(n, math.floor(level))

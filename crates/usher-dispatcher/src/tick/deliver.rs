@@ -293,7 +293,9 @@ impl Courier<'_> {
         tokens: &mut TickTokens,
     ) -> Result<Ready, StoreError> {
         let q = self.q;
-        let live = live_at(self.gateways, self.now);
+        // Alive by the wall clock, as the tick script judges them, not at an admission time
+        // still ahead.
+        let live = live_at(self.gateways, self.clock.now_ms().min(self.now));
         let mut minted = tokens.take_for(self.store, self.key, q, entries).await?;
         let mut records = Vec::with_capacity(entries.len());
         let mut by_gateway: HashMap<u16, Vec<Admission>> = HashMap::new();

@@ -152,6 +152,9 @@ impl Admitter {
             let cap = admit_lead_cap(self.settings.tick);
             let now = admission_time(planned, now_ms() + cap.as_millis() as u64);
             self.lead_to(now, &mut hints, &cancel).await;
+            if cancel.is_cancelled() {
+                break;
+            }
             let started = Instant::now();
             let ticked = self.tick_on_grid(now, planned).await;
             metrics::tick_took(started.elapsed());
@@ -202,7 +205,14 @@ impl Admitter {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(wait) => return,
-                Some(q) = hints.recv() => self.premint_now(&q, now).await,
+                Some(q) = hints.recv() => {
+                    // A pre-mint for this very tick, read and staged half a tick ago, is
+                    // kept: a rate raised now mints its extra tokens on the tick's path.
+                    let minted = self.held.get(&q).and_then(|h| h.premint.as_ref());
+                    if minted.is_none_or(|p| p.at_ms != now) {
+                        self.premint_now(&q, now).await;
+                    }
+                }
             }
         }
     }

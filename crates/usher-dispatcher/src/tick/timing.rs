@@ -24,7 +24,7 @@ impl Timing {
     /// A timing whose clocks are paired now.
     pub(super) fn start(tick: Duration) -> Self {
         Self {
-            base: (tokio::time::Instant::now(), now_ms()),
+            base: paired_at(tokio::time::Instant::now()),
             lead_ms: admit_lead_cap(tick).as_millis() as u64,
         }
     }
@@ -43,10 +43,17 @@ impl Timing {
         let wall = now_ms() as i64 - self.base.1 as i64;
         let mono = self.base.0.elapsed().as_millis() as i64;
         if wall.abs_diff(mono) > ON_TIME_MS {
-            self.base = (tokio::time::Instant::now(), now_ms());
+            self.base = paired_at(scheduled);
         }
         self.planned(scheduled)
     }
+}
+
+/// The two clocks paired at the monotonic instant `at` (now or just past): the wall clock's
+/// reading then. Pairing at the interval's own instant keeps the plan of each later tick on
+/// whole milliseconds from it, as the pre-mint made a tick earlier expects.
+fn paired_at(at: tokio::time::Instant) -> (tokio::time::Instant, u64) {
+    (at, now_ms().saturating_sub(at.elapsed().as_millis() as u64))
 }
 
 /// The admission time of a tick planned for `planned` whose start puts it at `actual` (the

@@ -22,20 +22,20 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
     let redis = RedisServer::start()?;
     let store = Store::connect(&redis.url()).await?;
     let q = QueueId::new("ahead")?;
-    // 400 ms ticks at 10,000/s: 4,000 admissions a tick, in five script calls; from the
-    // second tick on, the tick starts 100 ms ahead (its reads and 20 µs per admission
-    // expected, capped at a quarter tick).
+    // 400 ms ticks at 5,000/s: 2,000 admissions a tick, in three script calls; from the
+    // second tick on, the tick starts 60 ms ahead (its reads and 20 µs per admission
+    // expected).
     store
         .put_queue(
             &q,
             &QueueConfig {
-                admit_per_second: 10_000.0,
+                admit_per_second: 5_000.0,
                 ..Default::default()
             },
         )
         .await?;
     let (gw, index) = usher_testkit::line::played_gateway(&store, "gw-ahead").await?;
-    for _ in 0..60 {
+    for _ in 0..30 {
         store.join_many(&q, index, now_ms(), 500).await?;
     }
     // Admissions left in the outbox by a replica gone before it sent them: the dispatcher
@@ -114,11 +114,20 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
     }
     let ticks = admissions(&log);
     assert_eq!(ticks.get(&left_at), Some(&100), "the outbox's leftovers");
-    // Sent at it, not later: the median tick's first write is within 100 ms of it (the
-    // wait is a sleep on the same clock; a stall on a loaded machine can delay one tick).
+    // The ticks on time: on the loop's grid (a tick that starts late, on a machine busy with
+    // other tests, admits at the time it starts instead, not ahead; those are not judged).
+    let on_grid = |at: u64| {
+        let mut residues: BTreeMap<u64, usize> = BTreeMap::new();
+        for &t in ticks.keys().filter(|&&t| t != left_at) {
+            *residues.entry(t % 400).or_default() += 1;
+        }
+        let grid = residues.iter().max_by_key(|&(_, n)| *n).map(|(&r, _)| r);
+        grid == Some(at % 400)
+    };
+    // Sent at it, not later: the median on-time tick's first write is within 100 ms of it.
     let mut late: Vec<u64> = ticks
         .keys()
-        .filter(|&&at| at != left_at)
+        .filter(|&&at| at != left_at && on_grid(at))
         .filter_map(|&at| {
             let first = log
                 .iter()
@@ -129,19 +138,19 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
         })
         .collect();
     late.sort_unstable();
+    assert!(late.len() >= 2, "ticks on time: {late:?} of {ticks:?}");
     assert!(
         late[late.len() / 2] <= 100,
         "first writes after the admission time: {late:?}"
     );
-    // Made ahead: from the second tick on, the script had raised `admitted_total` past the
-    // ticks before it before the tick's admission time. (The first tick expects no burst and
-    // leads by its reads only; a tick that starts late admits at the time it starts, not
-    // ahead: one such tick is allowed.)
+    // Made ahead: from the second tick on, each tick on time had raised `admitted_total` past
+    // the ticks before it before its admission time (the first tick expects no burst and
+    // leads by its reads only; one tick held up by a stall is allowed).
     let rises = rises.lock().expect("not poisoned").clone();
     let mut before = 0;
     let mut ahead = Vec::new();
     for (i, (&at, &count)) in ticks.iter().enumerate() {
-        if i >= 2 {
+        if i >= 2 && on_grid(at) {
             let began = rises.iter().find(|&&(_, total)| total > before);
             ahead.push(began.is_some_and(|&(ms, _)| ms < at));
         }
