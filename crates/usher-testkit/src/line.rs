@@ -27,6 +27,25 @@ pub async fn played_gateway(store: &Store, name: &str) -> anyhow::Result<(Server
     Ok((gw, index))
 }
 
+/// Reads what a dispatcher wrote to a [`played_gateway`]'s stream since the last read (waiting
+/// up to 200 ms for something), as (entry time on Redis's clock in ms, message), and appends
+/// it to `log`.
+pub async fn read_played(
+    store: &Store,
+    gw: &ServerId,
+    log: &mut Vec<(u64, usher_core::messages::StreamMessage)>,
+) -> anyhow::Result<()> {
+    let read = store
+        .read_stream(gw, 500, Duration::from_millis(200))
+        .await?
+        .unwrap_or_default();
+    for e in read {
+        let entry_ms: u64 = e.id.split('-').next().unwrap_or("").parse()?;
+        log.extend(e.message.map(|m| (entry_ms, m)));
+    }
+    Ok(())
+}
+
 /// The limit of a test's single waits on a stream (see [`crate::wait::patience`]).
 pub const T: Duration = Duration::from_secs(10);
 

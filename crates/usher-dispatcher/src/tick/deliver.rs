@@ -167,12 +167,8 @@ impl Courier<'_> {
                     read_back = 0;
                     continue;
                 }
-                // This tick's own entries may be among them (stamped with an admission time
-                // still ahead): none reaches a gateway before its time.
-                let at = batch.iter().map(|e| e.admitted_at_ms).max().unwrap_or(0);
-                let ready = self.prepare(&batch, tokens).await?;
-                sleep_until_ms(self.clock, at, self.ahead_cap.as_millis() as u64).await;
-                let records = self.transmit(ready).await?;
+                // (This tick's own entries may be among them, stamped ahead.)
+                let records = self.send_when_due(&batch, tokens).await?;
                 if !self.record(&records, entries).await? {
                     return Ok(Delivery::LeaseLost);
                 }
@@ -251,9 +247,8 @@ impl Courier<'_> {
         })
     }
 
-    /// Sends `batch` (admissions of the tick's calls) at the admission time: at once when it
-    /// has come, else when it comes (at most [`Courier::ahead_cap`] from now). Their records
-    /// join `unrecorded`.
+    /// Sends `batch` (admissions of the tick's calls, stamped with its admission time) when
+    /// due; their records join `unrecorded`.
     async fn send_at_admission(
         &self,
         batch: Fresh,
@@ -263,21 +258,34 @@ impl Courier<'_> {
         if batch.admissions.is_empty() {
             return Ok(());
         }
-        // Tokens and messages first: at the admission time only the writes remain.
-        let ready = self.prepare(&batch.admissions, tokens).await?;
-        sleep_until_ms(self.clock, self.now, self.ahead_cap.as_millis() as u64).await;
         unrecorded.entries += batch.entries;
+        let sent = self.send_when_due(&batch.admissions, tokens).await?;
+        unrecorded.records.extend(sent);
+        Ok(())
+    }
+
+    /// Sends `entries` to the gateways holding their browsers when they are due: none before
+    /// its admission time (a token is valid from then on), waiting at most
+    /// [`Courier::ahead_cap`]. Tokens and messages are made first, so that at the admission
+    /// time only the writes remain. Returns the token records to store.
+    async fn send_when_due(
+        &self,
+        entries: &[OutboxEntry],
+        tokens: &mut TickTokens,
+    ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
+        let due = entries.iter().map(|e| e.admitted_at_ms).max().unwrap_or(0);
+        let ready = self.prepare(entries, tokens).await?;
+        sleep_until_ms(self.clock, due, self.ahead_cap.as_millis() as u64).await;
         let began = std::time::Instant::now();
         let sent = self.transmit(ready).await?;
         // Where a burst's time goes (`RUST_LOG=usher_dispatcher=debug`).
         tracing::debug!(
-            places = batch.admissions.len(),
+            places = entries.len(),
             send_us = began.elapsed().as_micros() as u64,
             since_admission_ms = self.since_admission_ms(),
             "admissions sent"
         );
-        unrecorded.records.extend(sent);
-        Ok(())
+        Ok(sent)
     }
 
     /// Milliseconds since the admission time (negative ahead of it), for the debug events.

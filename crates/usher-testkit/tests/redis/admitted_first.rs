@@ -39,11 +39,9 @@ async fn a_ticks_admissions_precede_its_state_in_the_gateway_stream() -> anyhow:
         "three ticks' admissions and states",
         Duration::from_secs(30),
         async || {
-            let read = store
-                .read_stream(&gw, 500, Duration::from_millis(200))
-                .await?
-                .unwrap_or_default();
-            log.extend(read.into_iter().filter_map(|e| e.message));
+            let mut read = Vec::new();
+            usher_testkit::line::read_played(&store, &gw, &mut read).await?;
+            log.extend(read.into_iter().map(|(_, m)| m));
             let ticks = states_after_admissions(&log);
             anyhow::ensure!(ticks >= 3, "{ticks} ticks with admissions so far");
             Ok(())

@@ -83,14 +83,7 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
         "five ticks' admissions",
         Duration::from_secs(30),
         async || {
-            let read = store
-                .read_stream(&gw, 500, Duration::from_millis(200))
-                .await?
-                .unwrap_or_default();
-            for e in read {
-                let entry_ms: u64 = e.id.split('-').next().unwrap_or("").parse()?;
-                log.extend(e.message.map(|m| (entry_ms, m)));
-            }
+            usher_testkit::line::read_played(&store, &gw, &mut log).await?;
             let ticks = admissions(&log).len();
             anyhow::ensure!(ticks >= 6, "{ticks} admission times so far");
             Ok(())
@@ -236,14 +229,7 @@ async fn a_passthrough_join_in_a_ticks_lead_reaches_the_gateway_at_its_time() ->
         "every passthrough admission in the stream",
         Duration::from_secs(30),
         async || {
-            let read = store
-                .read_stream(&gw, 500, Duration::from_millis(200))
-                .await?
-                .unwrap_or_default();
-            for e in read {
-                let entry_ms: u64 = e.id.split('-').next().unwrap_or("").parse()?;
-                log.extend(e.message.map(|m| (entry_ms, m)));
-            }
+            usher_testkit::line::read_played(&store, &gw, &mut log).await?;
             let seen = log.iter().map(|(_, m)| admitted(m).len()).sum::<usize>();
             anyhow::ensure!(seen >= joined_at.len(), "{seen} of {}", joined_at.len());
             Ok(())

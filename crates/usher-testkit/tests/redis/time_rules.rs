@@ -228,10 +228,6 @@ async fn passthrough_joins_spend_the_bucket_at_the_rate() -> anyhow::Result<()> 
     };
     let (_redis, store, q, _) = queue_with(config, 0).await?;
     let lease = take_lease(&store, &q).await?;
-    let admitted_now = |j: &usher_core::store::Joined| match j {
-        usher_core::store::Joined::Places { admitted_now, .. } => *admitted_now,
-        _ => u64::MAX,
-    };
     // Before the queue's first tick there is no bucket: the join waits.
     let j = store.join_many(&q, 0, T0, 1).await?;
     assert_eq!(admitted_now(&j), 0, "{j:?}");
@@ -305,10 +301,6 @@ async fn a_passthrough_join_in_a_ticks_lead_is_admitted_at_its_admission_time() 
     };
     let (_redis, store, q, _) = queue_with(config, 1).await?;
     let lease = take_lease(&store, &q).await?;
-    let admitted_now = |j: &usher_core::store::Joined| match j {
-        usher_core::store::Joined::Places { admitted_now, .. } => *admitted_now,
-        _ => u64::MAX,
-    };
     assert_eq!(tick_at(&store, &q, &lease, T0).await?.admitted, 1);
     // A tick ahead, stamped T0 + 1,000 at T0 + 900: nobody waits, the bucket keeps a tick's
     // worth (one place) for passthrough.
@@ -329,4 +321,12 @@ async fn a_passthrough_join_in_a_ticks_lead_is_admitted_at_its_admission_time() 
         "admitted at the tick's admission time: {passed:?}"
     );
     Ok(())
+}
+
+/// How many of a join call's places were admitted by the join itself (passthrough).
+fn admitted_now(j: &usher_core::store::Joined) -> u64 {
+    match j {
+        usher_core::store::Joined::Places { admitted_now, .. } => *admitted_now,
+        _ => u64::MAX,
+    }
 }
