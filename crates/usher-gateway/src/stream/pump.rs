@@ -2,9 +2,12 @@
 //! update or the browser goes away; keepalive comments on a silent stream.
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -81,21 +84,21 @@ impl Framing {
 }
 
 /// Writes `text` as one piece of the body (a chunk when chunked), after `prefix` (e.g. the
-/// response head) and before `suffix` (e.g. the last chunk), in one write.
-async fn chunk_with(
-    sock: &mut TcpStream,
+/// response head) and before `suffix` (e.g. the last chunk), in one write: see [`write_out`].
+fn chunk_with<'a>(
+    sock: &'a mut TcpStream,
     framing: Framing,
     prefix: &str,
     text: &str,
     suffix: &str,
-) -> std::io::Result<()> {
+) -> Written<'a> {
     let buf = framed(
         framing,
         prefix,
         |b| b.extend_from_slice(text.as_bytes()),
         suffix,
     );
-    write_out(sock, buf).await
+    write_out(sock, buf)
 }
 
 thread_local! {
@@ -140,29 +143,61 @@ fn framed(
     buf
 }
 
-/// Writes `buf` whole, then gives it back for reuse. Usually the socket takes it at once:
-/// one `write` syscall, no timer. Otherwise (a browser that reads slowly) the rest is written
-/// as the socket drains, within [`WRITE_TIMEOUT`].
-async fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> std::io::Result<()> {
+/// What is left of a write the socket could not take at once (a browser that reads slowly).
+type Rest<'a> = Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + 'a>>;
+
+/// A write made as far as the socket took it: [`Written::finish`] finishes it.
+#[must_use = "a write may have more to send: await its `finish`"]
+enum Written<'a> {
+    /// Every byte went (or the write failed: the error).
+    Done(std::io::Result<()>),
+    /// The socket is full: the rest goes as it drains.
+    Rest(Rest<'a>),
+}
+
+impl<'a> Written<'a> {
+    /// What finishes the write: ready when the socket took it all.
+    fn finish(self) -> Finish<'a> {
+        match self {
+            Written::Done(r) => Either::Left(std::future::ready(r)),
+            Written::Rest(rest) => Either::Right(rest),
+        }
+    }
+}
+
+/// Writes `buf` whole, then gives it back for reuse. Usually the socket takes it at once, here
+/// and now: one `write` syscall, no timer, and nothing of the write in the connection's task.
+/// Otherwise (a browser that reads slowly) the rest is written as the socket drains, within
+/// [`WRITE_TIMEOUT`], by a future boxed for the purpose: a held connection's task is as large
+/// as the largest future it awaits in place, so the rare slow write must not size them all.
+fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Written<'_> {
     let mut done = 0;
     while done < buf.len() {
         match sock.try_write(&buf[done..]) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(0) => return Written::Done(Err(std::io::ErrorKind::WriteZero.into())),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(&buf[done..])).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
-                }
-                break;
+                return Written::Rest(Box::pin(async move {
+                    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(&buf[done..])).await {
+                        Ok(r) => r?,
+                        Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                    }
+                    recycle(buf);
+                    Ok(())
+                }));
             }
-            Err(e) => return Err(e),
+            Err(e) => return Written::Done(Err(e)),
         }
     }
+    recycle(buf);
+    Written::Done(Ok(()))
+}
+
+/// Keeps `buf` for this thread's next write, unless it grew too large to keep.
+fn recycle(buf: Vec<u8>) {
     if buf.capacity() <= SCRATCH_KEEP {
         SCRATCH.set(buf);
     }
-    Ok(())
 }
 
 const LAST_CHUNK: &str = "0\r\n\r\n";
@@ -179,12 +214,16 @@ const STREAM_HEAD_UNTIL_CLOSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/eve
 /// chunked; it ends after a terminal update, or when the browser goes away. `Ok(true)` when
 /// the response ended completely and nothing else was read from the connection (it can serve
 /// another request).
-pub(crate) async fn pump(
-    gw: &Arc<Gateway>,
-    sock: &mut TcpStream,
+///
+/// Not an `async fn`: an `async fn` keeps its arguments for as long as it runs, and a held
+/// browser's [`Setup`] would size its connection's task twice over. The set-up is taken apart
+/// here, and the future returned keeps only what its stream needs.
+pub(crate) fn pump<'a>(
+    gw: &'a Arc<Gateway>,
+    sock: &'a mut TcpStream,
     setup: Setup,
     framing: Framing,
-) -> std::io::Result<bool> {
+) -> impl Future<Output = std::io::Result<bool>> + Send + 'a {
     let retry = gw.config().retry_ms;
     let text = match setup {
         Setup::Live {
@@ -192,7 +231,15 @@ pub(crate) async fn pump(
             holding,
             rx,
             joined,
-        } => return pump_live(gw, sock, ticket, holding, rx, joined, framing).await,
+        } => {
+            let live = Live {
+                ticket,
+                holding,
+                rx,
+                joined,
+            };
+            return Either::Left(pump_live(gw, sock, live, framing));
+        }
         Setup::Once(frame) => retry_frame(retry) + &frame,
         Setup::TryLater | Setup::Failed(_) => retry_frame(jittered(retry)),
         Setup::TryMuchLater => retry_frame(jittered(retry * OOM_BACKOFF)),
@@ -214,118 +261,180 @@ pub(crate) async fn pump(
         }
     };
     // A whole response in one write: head, its only chunk, the last chunk.
-    chunk_with(sock, framing, framing.head(), &text, framing.last())
-        .await
-        .map(|()| true)
+    let written = chunk_with(sock, framing, framing.head(), &text, framing.last());
+    Either::Right(async move { written.finish().await.map(|()| true) })
+}
+
+/// A held browser's part of its [`Setup`].
+struct Live {
+    ticket: String,
+    holding: Holding,
+    rx: watch::Receiver<Update>,
+    /// The browser's `join` span, when it joined here with traces on.
+    joined: Option<SpanLink>,
 }
 
 /// [`pump`] for a held browser: events as the line moves, until a terminal one.
-async fn pump_live(
-    gw: &Arc<Gateway>,
-    sock: &mut TcpStream,
-    ticket: String,
-    mut holding: Holding,
-    mut rx: watch::Receiver<Update>,
-    joined: Option<SpanLink>,
+///
+/// Its future is what a waiting browser costs for as long as it waits, so it is kept small:
+/// an `async` block over its arguments (an `async fn` would keep a second copy of them), the
+/// first event's locals scoped to their block, and every write made in place, with only a
+/// write the socket cannot take at once boxed ([`write_out`]).
+// Not `async fn` on purpose (above): its arguments would be kept twice.
+#[allow(clippy::manual_async_fn)]
+fn pump_live<'a>(
+    gw: &'a Arc<Gateway>,
+    sock: &'a mut TcpStream,
+    mut live: Live,
     framing: Framing,
-) -> std::io::Result<bool> {
-    let retry = gw.config().retry_ms;
-    // The head goes out with the first chunk: one write (one TCP segment) per join.
-    // The keepalive timer's next tick, kept across the loop's turns (re-armed only when it
-    // fires), so a position update does not register and drop a keepalive waiter each time.
-    let mut keepalive = std::pin::pin!(next_tick(
-        gw.keepalive().subscribe(holding.attached.place.0)
-    ));
-    let first = rx.borrow_and_update().clone();
-    let mut text = retry_frame(retry);
-    text.push_str(&first.frame(&ticket).unwrap_or_default());
-    let mut done = first.is_terminal();
-    holding.ended(&first);
-    let end = if done { framing.last() } else { "" };
-    chunk_with(sock, framing, framing.head(), &text, end)
-        .instrument(deliver_span(&first, joined.as_ref()))
-        .await?;
-    if let Update::Admitted(_) = &first {
-        metrics::admission_delivered();
-    }
-    // A stream opened in maintenance starts with its `status` (a notice's way): written once.
-    if let Update::Notice { notice, .. } = &first {
-        gw.hub().notice_shown(&holding.attached, notice);
-    }
-    let mut last_write = tokio::time::Instant::now();
-    // Bytes a client sent mid-stream are not a request this server can answer afterwards.
-    let mut clean = true;
-    while !done {
-        tokio::select! {
-            changed = rx.changed() => {
-                let u = match changed {
-                    Ok(()) => {
-                        // A new position, the update nearly every write is: rendered straight
-                        // from the channel (no copy of the update), and nothing else to do.
-                        let rendered = {
-                            let cur = rx.borrow_and_update();
-                            match &*cur {
-                                Update::Waiting(w) => Ok(framed(
-                                    framing,
-                                    "",
-                                    |b| waiting_frame_into(b, &ticket, w),
-                                    "",
-                                )),
-                                other => Err(other.clone()),
-                            }
-                        };
-                        match rendered {
-                            Ok(buf) => {
-                                write_out(sock, buf).await?;
+) -> impl Future<Output = std::io::Result<bool>> + Send + 'a {
+    // The block uses `live`'s fields where they are: a `let Live { .. } = live` would keep
+    // them twice.
+    async move {
+        // The keepalive timer's next tick, kept across the loop's turns (re-armed only when it
+        // fires), so a position update does not register and drop a keepalive waiter each time.
+        let mut keepalive = std::pin::pin!(next_tick(
+            gw.keepalive().subscribe(live.holding.attached.place.0)
+        ));
+        // The head goes out with the first event: one write (one TCP segment) per join.
+        let first = live.rx.borrow_and_update().clone();
+        let (mut done, written) = write_update(gw, sock, &mut live, first, framing, true);
+        written.await?;
+        let mut last_write = tokio::time::Instant::now();
+        // Bytes a client sent mid-stream are not a request this server can answer afterwards.
+        let mut clean = true;
+        while !done {
+            tokio::select! {
+                changed = live.rx.changed() => {
+                    let u = match changed {
+                        // A new position, the update nearly every write is: rendered
+                        // straight from the channel (no copy of the update), and nothing
+                        // else to do.
+                        Ok(()) => match write_position(sock, framing, &mut live) {
+                            Ok(written) => {
+                                written.finish().await?;
                                 last_write = tokio::time::Instant::now();
                                 continue;
                             }
                             Err(u) => u,
-                        }
-                    }
-                    Err(_) => Update::superseded(),
-                };
-                done = u.is_terminal();
-                holding.ended(&u);
-                let end = if done { framing.last() } else { "" };
-                let f = u.frame(&ticket).unwrap_or_default();
-                chunk_with(sock, framing, "", &f, end)
-                    .instrument(deliver_span(&u, joined.as_ref()))
-                    .await?;
-                last_write = tokio::time::Instant::now();
-                if let Update::Admitted(_) = &u {
-                    metrics::admission_delivered();
-                }
-                if let Update::Notice { notice, .. } = &u {
-                    gw.hub().notice_shown(&holding.attached, notice);
-                }
-            }
-            (timer, tick) = &mut keepalive => {
-                keepalive.set(next_tick(timer));
-                if gw.keepalive().due(last_write, tick) {
-                    chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
+                        },
+                        Err(_) => Update::superseded(),
+                    };
+                    let written;
+                    (done, written) = write_update(gw, sock, &mut live, u, framing, false);
+                    written.await?;
                     last_write = tokio::time::Instant::now();
                 }
-            }
-            // Polled for readiness rather than awaiting `readable()`: no waiter to add and
-            // remove around each event written.
-            readable = std::future::poll_fn(|cx| sock.poll_read_ready(cx)) => {
-                readable?;
-                let mut buf = [0u8; 64];
-                match sock.try_read(&mut buf) {
-                    // The browser closed the connection.
-                    Ok(0) => return Ok(false),
-                    Ok(_) => clean = false,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
+                (timer, tick) = &mut keepalive => {
+                    keepalive.set(next_tick(timer));
+                    if gw.keepalive().due(last_write, tick) {
+                        chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").finish().await?;
+                        last_write = tokio::time::Instant::now();
+                    }
+                }
+                // Polled for readiness rather than awaiting `readable()`: no waiter to add and
+                // remove around each event written.
+                readable = std::future::poll_fn(|cx| sock.poll_read_ready(cx)) => {
+                    readable?;
+                    let mut buf = [0u8; 64];
+                    match sock.try_read(&mut buf) {
+                        // The browser closed the connection.
+                        Ok(0) => return Ok(false),
+                        Ok(_) => clean = false,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
+        // A terminal update detached the connection already; dropping `holding` releases
+        // nothing.
+        drop(live.holding);
+        Ok(clean)
     }
-    // A terminal update detached the connection already; dropping `holding` releases nothing.
-    drop(holding);
-    Ok(clean)
 }
+
+/// Writes the position the channel holds now (the update nearly every write is), rendered
+/// straight from the channel: no copy of the update. Any other update is handed back, to be
+/// written by [`write_update`].
+fn write_position<'a>(
+    sock: &'a mut TcpStream,
+    framing: Framing,
+    live: &mut Live,
+) -> Result<Written<'a>, Update> {
+    let cur = live.rx.borrow_and_update();
+    match &*cur {
+        Update::Waiting(w) => Ok(write_out(
+            sock,
+            framed(framing, "", |b| waiting_frame_into(b, &live.ticket, w), ""),
+        )),
+        other => Err(other.clone()),
+    }
+}
+
+/// Writes update `u` in its `deliver` span (after the response head when `first`, and before
+/// the last chunk when it is terminal), then does what follows it: a terminal update ends the
+/// place's count for its address, an admission is counted delivered, and a notice (a stream
+/// opened in maintenance starts with its `status`, a notice's way) is written once. Whether
+/// `u` ended the stream, and what finishes the write.
+///
+/// The write is made here and now, and usually all of it: the future handed back is then
+/// ready, and keeps neither the update nor its frame (in the stream's future, they would size
+/// every held connection's task). Only a write the socket cannot take at once is boxed.
+fn write_update<'a>(
+    gw: &'a Gateway,
+    sock: &'a mut TcpStream,
+    live: &'a mut Live,
+    u: Update,
+    framing: Framing,
+    first: bool,
+) -> (bool, Finish<'a>) {
+    let done = u.is_terminal();
+    live.holding.ended(&u);
+    let span = deliver_span(&u, live.joined.as_ref());
+    let written = span.in_scope(|| {
+        let mut text = if first {
+            retry_frame(gw.config().retry_ms)
+        } else {
+            String::new()
+        };
+        text.push_str(&u.frame(&live.ticket).unwrap_or_default());
+        let prefix = if first { framing.head() } else { "" };
+        let suffix = if done { framing.last() } else { "" };
+        chunk_with(sock, framing, prefix, &text, suffix)
+    });
+    let admitted = matches!(u, Update::Admitted(_));
+    let notice = match u {
+        Update::Notice { notice, .. } => Some(notice),
+        _ => None,
+    };
+    let attached = &live.holding.attached;
+    let after = move || {
+        if admitted {
+            metrics::admission_delivered();
+        }
+        if let Some(notice) = notice {
+            gw.hub().notice_shown(attached, &notice);
+        }
+    };
+    let finish = match written {
+        Written::Done(r) => {
+            if r.is_ok() {
+                after();
+            }
+            Either::Left(std::future::ready(r))
+        }
+        Written::Rest(rest) => Either::Right(Box::pin(async move {
+            rest.instrument(span).await?;
+            after();
+            Ok(())
+        }) as Rest<'a>),
+    };
+    (done, finish)
+}
+
+/// What finishes a write: ready when the socket took it all at once (see [`write_out`]).
+type Finish<'a> = Either<std::future::Ready<std::io::Result<()>>, Rest<'a>>;
 
 #[cfg(test)]
 mod tests {
@@ -368,7 +477,7 @@ mod tests {
             let mut got = Vec::new();
             client.read_to_end(&mut got).await.map(|_| got)
         });
-        write_out(&mut sock, big.clone()).await?;
+        write_out(&mut sock, big.clone()).finish().await?;
         drop(sock);
         let got = reader.await.expect("the reader ran")?;
         assert!(got == big, "every byte, in order");
