@@ -37,9 +37,11 @@ const DISPATCHER_USER: &str = "usher-dispatcher";
 const PASSWORD: &str = "ahead-paths-password";
 
 /// A tick of 1 s at 600 admissions a second: a queue's first tick admits 600, in two script
-/// calls (`FIRST_CALL` = 250, then the other 350).
+/// calls (the first admits [`FIRST_CALL`], the second the other 350).
 const TICK: Duration = Duration::from_secs(1);
 const RATE: f64 = 600.0;
+/// Places a tick's first script call admits at most (`tick::deliver::FIRST_CALL` in the
+/// dispatcher).
 const FIRST_CALL: usize = 250;
 /// Places in line: more than a tick admits, so the first tick's first call has `more`.
 const JOINED: usize = 700;
