@@ -67,10 +67,16 @@ impl Keepalive {
     }
 
     /// Wakes one group every `period / (2 × BUCKETS)`, in turn, until `stop`.
+    ///
+    /// A timer held up (a loaded machine) wakes the groups it missed at once, each with its own
+    /// due instant, and keeps its schedule: a group's ticks stay half a period apart. Were the
+    /// schedule shifted by the delay instead (tokio's `Delay`), a group's next tick would come
+    /// more than half a period after the last, and an idle stream that commented at the last
+    /// would be due again: two comments a period for as long as the machine is loaded.
     pub(crate) async fn run(&self, stop: CancellationToken) {
         let step = self.group_interval() / BUCKETS as u32;
         let mut every = tokio::time::interval_at(Instant::now() + step, step);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         for bucket in self.buckets.iter().cycle() {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -119,6 +125,30 @@ mod tests {
                 "group {key} not woken"
             );
         }
+        stop.cancel();
+        timer.await.expect("the timer stops");
+    }
+
+    /// A timer polled late (by more than tokio's 5 ms leeway) keeps each group's ticks half a
+    /// period apart: the late tick carries its own due instant and the schedule does not move.
+    /// The test holds its one-thread runtime (and so the timer) up for 30 ms after group 0's
+    /// first tick.
+    #[tokio::test]
+    async fn a_late_timer_keeps_each_groups_ticks_half_a_period_apart() {
+        // 64 groups, each woken twice per 320 ms period: one group every 2.5 ms.
+        let k = std::sync::Arc::new(Keepalive::new(Duration::from_millis(320)));
+        let stop = CancellationToken::new();
+        let mut group = k.subscribe(0);
+        let timer = tokio::spawn({
+            let (k, stop) = (k.clone(), stop.clone());
+            async move { k.run(stop).await }
+        });
+        group.changed().await.expect("the timer keeps its senders");
+        let first = *group.borrow_and_update();
+        std::thread::sleep(Duration::from_millis(30));
+        group.changed().await.expect("the timer keeps its senders");
+        let second = *group.borrow_and_update();
+        assert_eq!(second - first, k.group_interval(), "group 0's ticks");
         stop.cancel();
         timer.await.expect("the timer stops");
     }

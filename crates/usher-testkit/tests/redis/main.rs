@@ -20,6 +20,7 @@ mod admin_auth;
 mod admission;
 mod admitted_first;
 mod ahead;
+mod ahead_paths;
 mod away_wall;
 mod bind_loss;
 mod bind_script;
