@@ -106,7 +106,7 @@ end
 -- with what its join brought (ARGV[5], ARGV[8]: the accepted joins', in batch order), whether
 -- it was admitted now (the first `admitted` of them) and the ETA a waiting one is shown: its
 -- position (the last is at `w`) at `rate` (nil: no ETA). Nothing for other queues.
-local function record_places(first, count, kind, lane, admitted, w, rate)
+local function record_places(first, count, kind, lane, admitted, w, rate, admitted_at)
   if challenge[3] ~= '1' then return end
   local proofs, extras, notes = {}, {}, {}
   for e in string.gmatch((ARGV[5] or '') .. ',', '([^,]*),') do proofs[#proofs + 1] = e end
@@ -122,7 +122,7 @@ local function record_places(first, count, kind, lane, admitted, w, rate)
       notes[#notes + 1] = {eta, net, d, solve, j < admitted}
     end
   end
-  record_join(KEYS[1], first, now, kind, lane, notes)
+  record_join(KEYS[1], first, now, kind, lane, notes, admitted_at)
 end
 -- <<< record
 -- Scheduled sale: while its draw is pending, places go to the pre-queue, which the draw puts
@@ -152,6 +152,8 @@ bind_keys(first, n)
 
 
 local now_admitted = 0
+-- When the places admitted now are admitted (the passthrough block below sets it).
+local admitted_at = now
 local p = {m[8], m[9], m[10], m[11], m[12], m[13]}
 -- bucket_ms is set by the first tick: until then there is no bucket to spend. A queue without
 -- lanes has nobody in the other lanes' fourteen zsets (put_lanes.lua drops a lane only once
@@ -167,6 +169,7 @@ if p[1] == '1' and p[2] ~= '1' and p[4] and redis.call('ZCARD', KEYS[3]) == 0
   -- (No later than the longest lead, 250 ms, the dispatcher's `timing::admit_lead_cap`: a
   -- bucket_ms left far ahead by a wall clock stepped back must not stamp joins in the future.)
   local at = math.max(now, math.min(last_ms, now + 250))
+  admitted_at = at
   local burst = tonumber(p[6]) or 1
   local level = refill(tonumber(p[3]) or 0, last_ms, now, tonumber(p[5]) or 0, math.huge, burst)
   local k = math.min(n, math.floor(level))
@@ -215,6 +218,6 @@ rate, configured = lane_scaled(rate, part), lane_scaled(configured, part)
 -- >>> record: at the rate the gateway's ETA uses (the measured one, else the configured one)
 local eta_rate = tonumber(rate)
 if not eta_rate or eta_rate <= 0 then eta_rate = tonumber(configured) end
-record_places(first, n, 1, lane_slot_of_batch, now_admitted, w, eta_rate)
+record_places(first, n, 1, lane_slot_of_batch, now_admitted, w, eta_rate, admitted_at)
 -- <<< record
 return {PLACE_WAITING, last, w, rate, configured, now_admitted, verdicts}

@@ -68,13 +68,14 @@ end
 
 -- New places first .. first + #notes - 1 joined at `now` (kind 1 or 2) in lane `lane`; each
 -- note {eta seconds or nil, network hash or nil, pow difficulty or nil, issue-to-join ms or nil,
--- admitted now}. The first place recorded fixes the record's origin (meta `record_seq0`,
+-- admitted now}; the ones admitted now are admitted at `admitted_at` (nil: `now`; a join in a
+-- tick's lead is admitted at that tick's admission time, after it joined). The first place recorded fixes the record's origin (meta `record_seq0`,
 -- `record_ms0`). A record covers one opening: one that expired (retention) starts afresh, and
 -- so does one whose queue closed or stopped recording (`record_expiring`) when the queue
 -- takes places again: the old record is deleted, not kept going, so a weekly queue's report
 -- is of its latest sale and times (u32 ms) restart from 0 (they saturate 49.7 days after the
 -- record's start: later events read as happening at that limit).
-local function record_join(meta, first, now, kind, lane, notes)
+local function record_join(meta, first, now, kind, lane, notes, admitted_at)
   local m = redis.call('HMGET', meta, 'record', 'record_seq0', 'record_ms0', 'record_expiring')
   if m[1] ~= '1' or #notes == 0 then return end
   local key = record_key()
@@ -99,7 +100,8 @@ local function record_join(meta, first, now, kind, lane, notes)
   for _, n in ipairs(notes) do
     local middle = waiting
     if n[5] then
-      middle = u32(t + 1) .. u32(redis.call('HINCRBY', meta, 'record_admitted', 1)) .. u32(0)
+      middle = u32(record_ms(r, admitted_at or now) + 1)
+        .. u32(redis.call('HINCRBY', meta, 'record_admitted', 1)) .. u32(0)
     end
     local solve = 65535
     if n[4] then solve = math.floor(n[4] / 100) end

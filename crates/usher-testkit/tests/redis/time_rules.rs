@@ -294,9 +294,11 @@ async fn a_tick_ahead_is_stamped_with_its_admission_time_but_ends_nothing_early(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passthrough_join_in_a_ticks_lead_is_admitted_at_its_admission_time() -> anyhow::Result<()>
 {
+    // Recording: the fairness record must note the admission at that time too.
     let config = QueueConfig {
         admit_per_second: 10.0,
         passthrough: true,
+        record: true,
         ..Default::default()
     };
     let (_redis, store, q, _) = queue_with(config, 1).await?;
@@ -319,6 +321,21 @@ async fn a_passthrough_join_in_a_ticks_lead_is_admitted_at_its_admission_time() 
     assert!(
         passed.iter().all(|e| e.admitted_at_ms == at),
         "admitted at the tick's admission time: {passed:?}"
+    );
+    // The record: the place that joined at T0 and was admitted at T0 (no wait), and this one,
+    // joined 50 ms before its admission time: its wait is those 50 ms, not none.
+    let report = store
+        .fairness_report(&q)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no fairness report"))?;
+    let waits = report.waits.unwrap_or_default();
+    let max = waits
+        .iter()
+        .filter_map(|w| w.max_seconds)
+        .fold(0.0, f64::max);
+    assert!(
+        (max - 0.05).abs() < 1e-9,
+        "the longest recorded wait is the 50 ms to the admission time: {waits:?}"
     );
     Ok(())
 }
