@@ -362,21 +362,25 @@ fn write_position<'a>(
     framing: Framing,
     live: &mut Live,
 ) -> Result<Written<'a>, Update> {
-    let cur = live.rx.borrow_and_update();
-    match &*cur {
-        Update::Waiting(w) => Ok(write_out(
-            sock,
-            framed(framing, "", |b| waiting_frame_into(b, &live.ticket, w), ""),
-        )),
-        other => Err(other.clone()),
-    }
+    // Rendered under the channel's read lock, written after it is released: the hub sends
+    // (a write lock) while it holds its own lock, which must never wait for a socket.
+    let buf = {
+        let cur = live.rx.borrow_and_update();
+        match &*cur {
+            Update::Waiting(w) => {
+                framed(framing, "", |b| waiting_frame_into(b, &live.ticket, w), "")
+            }
+            other => return Err(other.clone()),
+        }
+    };
+    Ok(write_out(sock, buf))
 }
 
 /// Writes update `u` in its `deliver` span (after the response head when `first`, and before
-/// the last chunk when it is terminal), then does what follows it: a terminal update ends the
-/// place's count for its address, an admission is counted delivered, and a notice (a stream
-/// opened in maintenance starts with its `status`, a notice's way) is written once. Whether
-/// `u` ended the stream, and what finishes the write.
+/// the last chunk when it is terminal). A terminal update first ends the place's count for its
+/// address; once the write is whole, an admission is counted delivered and a notice (a stream
+/// opened in maintenance starts with its `status`, a notice's way) is marked shown, so it is
+/// written once. Whether `u` ended the stream, and what finishes the write.
 ///
 /// The write is made here and now, and usually all of it: the future handed back is then
 /// ready, and keeps neither the update nor its frame (in the stream's future, they would size
