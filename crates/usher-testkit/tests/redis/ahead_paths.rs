@@ -271,6 +271,40 @@ impl Line {
         .await
     }
 
+    /// After a tick at `at` that broke after its first script call: the first call's places
+    /// were sent to the gateway, each once, stamped `at`, and their outbox entry is kept
+    /// (`kept`: for whom). Every admission read so far.
+    async fn first_call_sent(
+        &self,
+        at: u64,
+        kept: &str,
+    ) -> anyhow::Result<BTreeMap<u64, Vec<(u64, String)>>> {
+        let mut admissions = BTreeMap::new();
+        self.read_admissions(&mut admissions, FIRST_CALL).await?;
+        assert_eq!(
+            admissions.keys().copied().collect::<Vec<_>>(),
+            self.places[..FIRST_CALL],
+            "the first call's places, sent"
+        );
+        assert!(admissions.values().all(|s| s.len() == 1 && s[0].0 == at));
+        assert_eq!(self.outbox_len().await?, 1, "{kept}");
+        Ok(admissions)
+    }
+
+    /// The tick after the broken one at `at` (a second later) admits the rest of the line,
+    /// and then everyone was admitted once ([`Self::check_everyone_admitted_once`]).
+    async fn next_tick_admits_the_rest(
+        &mut self,
+        mut admissions: BTreeMap<u64, Vec<(u64, String)>>,
+        at: u64,
+    ) -> anyhow::Result<()> {
+        let next = at + 1_000;
+        let report = self.tick_at(next).await?;
+        assert_eq!(report.admitted, (JOINED - FIRST_CALL) as u64, "{report:?}");
+        self.check_everyone_admitted_once(&mut admissions, at, next)
+            .await
+    }
+
     /// After the tick that failed at `at` and the next one at `next`: every place of the line
     /// was sent its admission, each with one admission time and one token (those held when
     /// the tick failed were sent at `at`, then again from the outbox with the same token),
@@ -343,24 +377,12 @@ async fn held_admissions_reach_their_gateway_when_a_later_call_fails() -> anyhow
     );
     let e = failed.expect_err("the tick's second call was refused");
     assert!(e.to_string().contains("no permissions"), "{e}");
-    let mut admissions = BTreeMap::new();
-    line.read_admissions(&mut admissions, FIRST_CALL).await?;
-    assert_eq!(
-        admissions.keys().copied().collect::<Vec<_>>(),
-        line.places[..FIRST_CALL],
-        "the first call's places, sent"
-    );
-    assert!(admissions.values().all(|s| s.len() == 1 && s[0].0 == at));
-    assert_eq!(line.outbox_len().await?, 1, "kept for the next tick");
+    let admissions = line.first_call_sent(at, "kept for the next tick").await?;
 
     // Redis takes the scripts again: the next tick delivers the outbox, then the rest.
     line.admin(&["ACL", "SETUSER", DISPATCHER_USER, "+evalsha", "+eval"])
         .await?;
-    let next = at + 1_000;
-    let report = line.tick_at(next).await?;
-    assert_eq!(report.admitted, (JOINED - FIRST_CALL) as u64, "{report:?}");
-    line.check_everyone_admitted_once(&mut admissions, at, next)
-        .await
+    line.next_tick_admits_the_rest(admissions, at).await
 }
 
 /// Another replica takes the lease between the tick's first and second script call: the
@@ -380,25 +402,13 @@ async fn held_admissions_reach_their_gateway_when_the_lease_is_lost_mid_tick() -
         "the lease was taken ahead of the admission time"
     );
     assert_eq!(report.queues, 0, "the queue is no longer driven here");
-    let mut admissions = BTreeMap::new();
-    line.read_admissions(&mut admissions, FIRST_CALL).await?;
-    assert_eq!(
-        admissions.keys().copied().collect::<Vec<_>>(),
-        line.places[..FIRST_CALL],
-        "the first call's places, sent"
-    );
-    assert!(admissions.values().all(|s| s.len() == 1 && s[0].0 == at));
-    assert_eq!(line.outbox_len().await?, 1, "kept for the next holder");
+    let admissions = line.first_call_sent(at, "kept for the next holder").await?;
     let stats = line.store.queue_stats(&line.q, at).await?;
     assert_eq!(stats.admitted_total, FIRST_CALL as u64, "{stats:?}");
 
     // Replica B lets the lease go; this replica takes the queue again at the next tick.
     line.admin(&["DEL", &lease]).await?;
-    let next = at + 1_000;
-    let report = line.tick_at(next).await?;
-    assert_eq!(report.admitted, (JOINED - FIRST_CALL) as u64, "{report:?}");
-    line.check_everyone_admitted_once(&mut admissions, at, next)
-        .await
+    line.next_tick_admits_the_rest(admissions, at).await
 }
 
 /// A queue whose scheduled sale opens at a tick's admission time `T` is ticked at `T`, not
