@@ -187,9 +187,10 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
 /// was sent after the other gateway's resume; a browser may have come back here since (a
 /// reload that landed on this gateway again), and that newer connection keeps the place. So
 /// the connection seen now is ended only if Redis names another gateway as the holder; a
-/// connection set up after this check is newer than the takeover and is never touched.
-async fn taken_over(gw: Arc<Gateway>, queue: QueueId, place: PlaceId) {
-    let Some(conn) = gw.hub().connection_of(&queue, place) else {
+/// connection set up after this check is newer than the takeover and is never touched, and
+/// one being set up during it is checked again once attached (`Hub::taken_over_connection`).
+pub(crate) async fn taken_over(gw: Arc<Gateway>, queue: QueueId, place: PlaceId) {
+    let Some(conn) = gw.hub().taken_over_connection(&queue, place) else {
         return;
     };
     match gw.store().holder(&queue, place).await {

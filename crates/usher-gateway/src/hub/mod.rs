@@ -83,6 +83,7 @@ impl Hub {
             pending: None,
             position: u64::MAX,
             resyncing: false,
+            check_takeover: false,
             key: key.and_then(HeldKey::of),
             lane: None,
             lane_scale: 1.0,
@@ -180,12 +181,35 @@ impl Hub {
         self.lock().deliver(queue, place, u)
     }
 
-    /// The connection (or reservation) holding `place` here now, to end it later with
-    /// [`Hub::finish_connection`] and not a newer one that takes the place over meanwhile.
-    pub fn connection_of(&self, queue: &QueueId, place: PlaceId) -> Option<ConnectionId> {
-        let inner = self.lock();
-        let slot = inner.queues.get(queue)?.get(&place.0)?;
+    /// The connection holding `place` here now, which another gateway says it took the place
+    /// over from: to end it later with [`Hub::finish_connection`] once Redis confirms, and not
+    /// a newer one that takes the place over meanwhile.
+    ///
+    /// A connection still being set up is not named: its resume may not have reached Redis
+    /// yet, so Redis cannot tell whether it came before the other gateway's or after it (a
+    /// browser back here within moments would have its new stream ended). It is marked
+    /// instead, and asked about again once attached ([`Hub::take_takeover_check`]), when its
+    /// resume has run and Redis's holder says which came last.
+    pub fn taken_over_connection(&self, queue: &QueueId, place: PlaceId) -> Option<ConnectionId> {
+        let mut inner = self.lock();
+        let slot = inner.queues.get_mut(queue)?.get_mut(&place.0)?;
+        if slot.tx.is_none() {
+            slot.check_takeover = true;
+            return None;
+        }
         Some(ConnectionId(slot.id))
+    }
+
+    /// Whether a takeover came for connection `a` while it was being set up
+    /// ([`Hub::taken_over_connection`]): then it must be checked now. Clears the mark.
+    pub fn take_takeover_check(&self, a: &Attached) -> bool {
+        let mut inner = self.lock();
+        inner
+            .queues
+            .get_mut(&a.queue)
+            .and_then(|c| c.get_mut(&a.place.0))
+            .filter(|s| s.id == a.id)
+            .is_some_and(|s| std::mem::take(&mut s.check_takeover))
     }
 
     /// Like [`Hub::finish`], for connection `c` only. Returns whether it was still here.

@@ -25,6 +25,9 @@ pub(super) struct Slot {
     pub(super) position: u64,
     /// A re-check against Redis is under way (see [`Hub::apply_state`]).
     pub(super) resyncing: bool,
+    /// Another gateway said it took the place over while this connection was being set up:
+    /// checked once it is attached ([`Hub::taken_over_connection`]).
+    pub(super) check_takeover: bool,
     /// The browser key the place was proven with (a binding queue's; `None` elsewhere): put
     /// back with the place after a Redis data loss.
     pub(super) key: Option<HeldKey>,

@@ -413,3 +413,35 @@ fn an_inventory_push_counts_the_places_every_lane_admits_first() {
     };
     assert_eq!(told, (2, Some(Chance::Unlikely)));
 }
+
+/// Another gateway's takeover news is acted on only for an attached connection: one still
+/// being set up (its resume may reach Redis after the other gateway's) is marked, and checked
+/// once attached, once.
+#[test]
+fn a_takeover_during_set_up_is_checked_once_attached() {
+    let hub = Hub::new();
+    let r = hub.reserve(&q(), place(7), None);
+    assert_eq!(
+        hub.taken_over_connection(&q(), place(7)),
+        None,
+        "a connection being set up is not named"
+    );
+    let (a, rx) = hub
+        .attach(r, Update::Waiting(waiting(7)))
+        .expect("attached");
+    assert_eq!(
+        *rx.borrow(),
+        Update::Waiting(waiting(7)),
+        "nothing ended it"
+    );
+    assert!(hub.take_takeover_check(&a), "checked once attached");
+    assert!(!hub.take_takeover_check(&a), "once");
+
+    // Attached: named, and no mark left behind.
+    let c = hub.taken_over_connection(&q(), place(7));
+    assert!(c.is_some(), "an attached connection is named");
+    assert!(!hub.take_takeover_check(&a));
+    // A connection with no takeover news is never asked about.
+    let (b, _rx) = connect(&hub, place(8), 8);
+    assert!(!hub.take_takeover_check(&b));
+}

@@ -415,6 +415,11 @@ async fn setup(
             // A newer connection took the place over meanwhile.
             return Setup::TryLater;
         };
+        // Another gateway said it took the place over while this one was being set up: which
+        // resume came last is known now (`inbox::taken_over`).
+        if gw.hub().take_takeover_check(&attached) {
+            tokio::spawn(crate::inbox::taken_over(gw.clone(), q.clone(), place));
+        }
         if let Some(holder) = previous_gateway.filter(|h| *h != idx) {
             let (gw, q) = (gw.clone(), q.clone());
             tokio::spawn(async move {
