@@ -91,7 +91,7 @@ fn chunk_with<'a>(
     prefix: &str,
     text: &str,
     suffix: &str,
-) -> Written<'a> {
+) -> Finish<'a> {
     let buf = framed(
         framing,
         prefix,
@@ -146,38 +146,23 @@ fn framed(
 /// What is left of a write the socket could not take at once (a browser that reads slowly).
 type Rest<'a> = Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + 'a>>;
 
-/// A write made as far as the socket took it: [`Written::finish`] finishes it.
-#[must_use = "a write may have more to send: await its `finish`"]
-enum Written<'a> {
-    /// Every byte went (or the write failed: the error).
-    Done(std::io::Result<()>),
-    /// The socket is full: the rest goes as it drains.
-    Rest(Rest<'a>),
-}
-
-impl<'a> Written<'a> {
-    /// What finishes the write: ready when the socket took it all.
-    fn finish(self) -> Finish<'a> {
-        match self {
-            Written::Done(r) => Either::Left(std::future::ready(r)),
-            Written::Rest(rest) => Either::Right(rest),
-        }
-    }
-}
+/// A write made as far as the socket took it, and what finishes it: ready when every byte
+/// went (or the write failed: the error), else the rest, which goes as the socket drains.
+type Finish<'a> = Either<std::future::Ready<std::io::Result<()>>, Rest<'a>>;
 
 /// Writes `buf` whole, then gives it back for reuse. Usually the socket takes it at once, here
 /// and now: one `write` syscall, no timer, and nothing of the write in the connection's task.
 /// Otherwise (a browser that reads slowly) the rest is written as the socket drains, within
 /// [`WRITE_TIMEOUT`], by a future boxed for the purpose: a held connection's task is as large
 /// as the largest future it awaits in place, so the rare slow write must not size them all.
-fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Written<'_> {
+fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Finish<'_> {
     let mut done = 0;
     while done < buf.len() {
         match sock.try_write(&buf[done..]) {
-            Ok(0) => return Written::Done(Err(std::io::ErrorKind::WriteZero.into())),
+            Ok(0) => return done_with(Err(std::io::ErrorKind::WriteZero.into())),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                return Written::Rest(Box::pin(async move {
+                return Either::Right(Box::pin(async move {
                     match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(&buf[done..])).await {
                         Ok(r) => r?,
                         Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
@@ -186,11 +171,16 @@ fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Written<'_> {
                     Ok(())
                 }));
             }
-            Err(e) => return Written::Done(Err(e)),
+            Err(e) => return done_with(Err(e)),
         }
     }
     recycle(buf);
-    Written::Done(Ok(()))
+    done_with(Ok(()))
+}
+
+/// A write over, with its result.
+fn done_with<'a>(r: std::io::Result<()>) -> Finish<'a> {
+    Either::Left(std::future::ready(r))
 }
 
 /// Keeps `buf` for this thread's next write, unless it grew too large to keep.
@@ -262,7 +252,7 @@ pub(crate) fn pump<'a>(
     };
     // A whole response in one write: head, its only chunk, the last chunk.
     let written = chunk_with(sock, framing, framing.head(), &text, framing.last());
-    Either::Right(async move { written.finish().await.map(|()| true) })
+    Either::Right(async move { written.await.map(|()| true) })
 }
 
 /// A held browser's part of its [`Setup`].
@@ -312,7 +302,7 @@ fn pump_live<'a>(
                         // else to do.
                         Ok(()) => match write_position(sock, framing, &mut live) {
                             Ok(written) => {
-                                written.finish().await?;
+                                written.await?;
                                 last_write = tokio::time::Instant::now();
                                 continue;
                             }
@@ -328,7 +318,7 @@ fn pump_live<'a>(
                 (timer, tick) = &mut keepalive => {
                     keepalive.set(next_tick(timer));
                     if gw.keepalive().due(last_write, tick) {
-                        chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").finish().await?;
+                        chunk_with(sock, framing, "", KEEPALIVE_FRAME, "").await?;
                         last_write = tokio::time::Instant::now();
                     }
                 }
@@ -361,7 +351,7 @@ fn write_position<'a>(
     sock: &'a mut TcpStream,
     framing: Framing,
     live: &mut Live,
-) -> Result<Written<'a>, Update> {
+) -> Result<Finish<'a>, Update> {
     // Rendered under the channel's read lock, written after it is released: the hub sends
     // (a write lock) while it holds its own lock, which must never wait for a socket.
     let buf = {
@@ -422,13 +412,14 @@ fn write_update<'a>(
         }
     };
     let finish = match written {
-        Written::Done(r) => {
+        Either::Left(done) => {
+            let r = done.into_inner();
             if r.is_ok() {
                 after();
             }
-            Either::Left(std::future::ready(r))
+            done_with(r)
         }
-        Written::Rest(rest) => Either::Right(Box::pin(async move {
+        Either::Right(rest) => Either::Right(Box::pin(async move {
             rest.instrument(span).await?;
             after();
             Ok(())
@@ -436,9 +427,6 @@ fn write_update<'a>(
     };
     (done, finish)
 }
-
-/// What finishes a write: ready when the socket took it all at once (see [`write_out`]).
-type Finish<'a> = Either<std::future::Ready<std::io::Result<()>>, Rest<'a>>;
 
 #[cfg(test)]
 mod tests {
@@ -481,7 +469,7 @@ mod tests {
             let mut got = Vec::new();
             client.read_to_end(&mut got).await.map(|_| got)
         });
-        write_out(&mut sock, big.clone()).finish().await?;
+        write_out(&mut sock, big.clone()).await?;
         drop(sock);
         let got = reader.await.expect("the reader ran")?;
         assert!(got == big, "every byte, in order");

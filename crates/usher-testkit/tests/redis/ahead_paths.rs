@@ -177,13 +177,7 @@ impl Line {
         anyhow::ensure!(places.len() == JOINED);
         let clock = Arc::new(BreakingClock::new(&redis, &q, now_ms(), fault)?);
         let key = Arc::new(SigningKey::from_pkcs8_pem(&SigningKey::generate_pem()?)?);
-        let settings = Settings {
-            replica: "replica-a".into(),
-            tick: TICK,
-            lease_ttl: Duration::from_secs(60),
-            exact_positions: 100,
-            redis: usher_core::store::RedisArgs::standalone(redis.url()),
-        };
+        let settings = settings(&redis);
         let url = format!(
             "redis://{DISPATCHER_USER}:{PASSWORD}@127.0.0.1:{}",
             redis.port()
@@ -428,13 +422,7 @@ async fn a_sale_with_its_draw_pending_ticks_at_its_admission_time() -> anyhow::R
         .schedule(&q, Some(now_ms() + 3_600_000), &seed)
         .await?;
     let key = Arc::new(SigningKey::from_pkcs8_pem(&SigningKey::generate_pem()?)?);
-    let settings = Settings {
-        replica: "replica-a".into(),
-        tick: TICK,
-        lease_ttl: Duration::from_secs(60),
-        exact_positions: 100,
-        redis: usher_core::store::RedisArgs::standalone(redis.url()),
-    };
+    let settings = settings(&redis);
     let mut admitter = Admitter::new(store.clone(), key, settings);
     // The first tick takes the lease; the sale is not due.
     admitter.tick_at(now_ms()).await?;
@@ -498,4 +486,15 @@ async fn a_sale_with_its_draw_pending_ticks_at_its_admission_time() -> anyhow::R
         }
     }
     Ok(())
+}
+
+/// The admitter's settings of these tests: one replica, [`TICK`], on `redis`.
+fn settings(redis: &RedisServer) -> Settings {
+    Settings {
+        replica: "replica-a".into(),
+        tick: TICK,
+        lease_ttl: Duration::from_secs(60),
+        exact_positions: 100,
+        redis: usher_core::store::RedisArgs::standalone(redis.url()),
+    }
 }
