@@ -224,6 +224,32 @@ if joins and jl:
 else:
     rows.append(("join latency", f"p99 ≤ {JOIN_RATIO:g}× the floor's", "no report", "—", "—", verdict(None), "—"))
 
+# The Redis round-trip floor (`usher-joins-floor --redis`), run after each joins floor run: the
+# same stand-ins, each stream answered only after one `PING` to the bench's Redis. It splits
+# usher's join latency above the floor into the round trip that any join keeping its place in
+# Redis before answering pays, and what usher adds on top of it.
+trips = []  # (usher p99, floor p99, round-trip floor p99, round-trip floor report, usher report)
+for k in range(1, 10):
+    sfx = "" if k == 1 else f"-r{k}"
+    u = load(f"joins{sfx}.json")
+    if u is None:
+        break
+    rf = load(f"joins{sfx}-rfloor.json")
+    trips.append((p99(u, "join"), p99(load(f"joins{sfx}-floor.json"), "join"), p99(rf, "join"), rf, u))
+chosen = [t for t in trips if joins and t[4].get("started_at_ms") == joins.get("started_at_ms")]
+if chosen and chosen[0][2] is not None and jl:
+    _, _, rf99, rf, _ = chosen[0]
+    rows.append(("join latency over one Redis round trip", "—", lat_text(jl), lat_text(lat(rf, "join")),
+                 ratio_text(ratio_of(jl["p99_ms"], rf99)), "—",
+                 "the same load through six stand-ins that answer after one `PING` to the bench's Redis "
+                 "(`usher-joins-floor --redis`)"))
+    over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})" for t in trips if t[2] is not None]
+    over_trip = [ratio_of(t[0], t[2]) for t in trips if t[2] is not None]
+    notes.append("joins, the Redis round-trip floor (`usher-joins-floor --redis`, the same load; each stand-in "
+                 "answers a stream after one `PING` on a shared pipelining connection to the bench's Redis): "
+                 "its p99 over the joins floor's, each run: " + ", ".join(over_floor)
+                 + "; usher's over it: " + ", ".join(map(ratio_text, over_trip)))
+
 # Concurrent connections, memory, Redis cost: absolute.
 if hold and hold_server:
     held = hold_server["held"]
@@ -387,9 +413,10 @@ lines = [
     "<!-- bench:begin -->",
     f"Measured by `make bench` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {facts}.",
     "Everything ran on this one machine at once: Redis (AOF everysec, `nice -10`), one dispatcher (tick 1 s, `nice -5`),",
-    "six gateways (one runtime thread each), six joins floors, and the load generator's worker processes, all release",
-    "builds, loopback only. The commands leave out what every run shares: `--gateways` (the six gateways, or the six",
-    "joins floors for a floor run), `--source-ips 127.0.0.2-127.0.0.61`, `--queue`, `--report`, `--plot`, `--quiet`.",
+    "six gateways (one runtime thread each), six joins floors and six round-trip floors (`--redis`), and the load",
+    "generator's worker processes, all release builds, loopback only. The commands leave out what every run shares:",
+    "`--gateways` (the six gateways, or the six floors of a floor run), `--source-ips 127.0.0.2-127.0.0.61`, `--queue`,",
+    "`--report`, `--plot`, `--quiet`.",
     "",
     "| what | target | usher | floor | usher / floor | | command |",
     "|---|---|---|---|---|---|---|",

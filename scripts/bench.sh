@@ -2,15 +2,17 @@
 # make bench — measure usher on this machine and record the results in BENCHMARKS.md.
 #
 # Starts (release builds, loopback only): a redis-server with AOF (everysec), one dispatcher
-# (tick 1 s), six gateways, and six joins floors (usher-joins-floor: a stand-in gateway that
+# (tick 1 s), six gateways, six joins floors (usher-joins-floor: a stand-in gateway that
 # answers every stream with one fixed `waiting` event, no Redis, on the gateway's runtime
-# setup); then runs these scenarios with usher-loadgen (several worker processes, clients bound
+# setup) and six round-trip floors (the same with `--redis`: each stream answered after one
+# `PING` to the bench's Redis); then runs these scenarios with usher-loadgen (several worker processes, clients bound
 # to many 127.0.0.x source addresses):
 #   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting,
 #                and a tick of 1k waiting behind 1M away places vs the 1k alone (issue 23)
 #   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency;
 #                then the same load generator, rate and count against the six joins floors:
-#                this machine's floor for that join latency
+#                this machine's floor for that join latency; then against the six round-trip
+#                floors: how much of usher's latency above the floor is the Redis round trip
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
@@ -154,7 +156,18 @@ for i in 1 2 3 4 5 6; do
     PIDS+=($!)
     FLOORS="${FLOORS:+$FLOORS,}http://127.0.0.1:$port"
 done
-for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS" | tr , ' '); do
+# The Redis round-trip floors: the same stand-ins, each stream answered only after one `PING`
+# to the bench's Redis (one shared, pipelining connection each): the least a join that keeps its
+# place in Redis before answering costs this machine (`usher-joins-floor --redis`).
+RFLOORS=""
+for i in 1 2 3 4 5 6; do
+    port=$((BASE + 20 + i))
+    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 --redis "$USHER_REDIS_URL" \
+        >"$OUT/joins-rfloor-$i.log" 2>&1 &
+    PIDS+=($!)
+    RFLOORS="${RFLOORS:+$RFLOORS,}http://127.0.0.1:$port"
+done
+for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS" | tr , ' '); do
     for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
 done
@@ -227,6 +240,11 @@ join_run() {
     LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
         --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
     settle
+    if [ -n "${rfloors:-}" ]; then
+        LOADGEN_GATEWAYS=$rfloors loadgen --queue "$q" "$@" \
+            --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
+        settle
+    fi
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
@@ -258,7 +276,7 @@ if want joins; then
 log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
 # Each run has a queue of its own: a closed queue stays closed (its name answers 404).
 for k in $(seq "$RUNS"); do
-    join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
+    rfloors=$RFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
         --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
 done
 fi

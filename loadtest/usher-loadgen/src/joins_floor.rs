@@ -28,6 +28,10 @@ pub struct FloorSettings {
     pub retry_ms: u64,
     /// A held stream gets a `: keepalive` comment this often; `None` never.
     pub keepalive: Option<Duration>,
+    /// When set, every stream waits for one Redis round trip (`PING`) on this shared,
+    /// pipelining connection before it is answered: the least a gateway that keeps a place in
+    /// Redis before answering must pay. `None`: no Redis.
+    pub redis: Option<redis::aio::MultiplexedConnection>,
 }
 
 /// Longest request head accepted, as on the gateway.
@@ -99,6 +103,12 @@ async fn connection(mut sock: TcpStream, settings: FloorSettings) {
     };
     let answered = match route(&method, &target) {
         Route::Stream(q) => {
+            if let Some(mut conn) = settings.redis.clone() {
+                let pong: redis::RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
+                if pong.is_err() {
+                    return;
+                }
+            }
             let response = stream_response(&q, settings.retry_ms, now_ms());
             match sock.write_all(&response).await {
                 Ok(()) => hold(&mut sock, settings.keepalive).await,

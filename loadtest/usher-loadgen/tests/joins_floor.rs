@@ -1,6 +1,7 @@
 //! `usher-joins-floor`, the machine's floor for joins: run as a real process, with the real
 //! load generator putting a few hundred joins through it. Every join must get its `waiting`
-//! event and stay connected, as on a gateway whose queue is paused.
+//! event and stay connected, as on a gateway whose queue is paused. With `--redis` (the
+//! round-trip floor) every stream waits for its own `PING` to a real redis-server first.
 
 mod support;
 
@@ -11,6 +12,8 @@ use std::time::Duration;
 use anyhow::{ensure, Context};
 use serde_json::Value;
 use support::run_bounded;
+use usher_testkit::redis_server::redis_cli;
+use usher_testkit::RedisServer;
 
 const JOINS: u64 = 400;
 
@@ -21,9 +24,11 @@ struct Floor {
 }
 
 impl Floor {
-    fn start() -> anyhow::Result<Self> {
+    /// Starts one with `extra` arguments.
+    fn start(extra: &[&str]) -> anyhow::Result<Self> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
             .args(["--listen", "127.0.0.1:0", "--retry-ms", "500"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -54,9 +59,9 @@ impl Drop for Floor {
     }
 }
 
-#[test]
-fn every_join_gets_its_waiting_event_from_the_floor() -> anyhow::Result<()> {
-    let floor = Floor::start()?;
+/// Puts `JOINS` joins through `floor` with the load generator; checks that every one got its
+/// `waiting` event and is held open.
+fn put_joins_through(floor: &Floor) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let report = dir.path().join("r.json");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_usher-loadgen"));
@@ -89,7 +94,53 @@ fn every_join_gets_its_waiting_event_from_the_floor() -> anyhow::Result<()> {
     assert_eq!(t["reconnects"], 0, "{t}");
     assert_eq!(t["empty_streams"], 0, "{t}");
     assert_eq!(r["latency_ms"]["join"]["count"], JOINS);
+    Ok(())
+}
+
+#[test]
+fn every_join_gets_its_waiting_event_from_the_floor() -> anyhow::Result<()> {
+    let floor = Floor::start(&[])?;
+    put_joins_through(&floor)?;
     drop(floor);
+    Ok(())
+}
+
+/// Redis's count of `PING` calls (`INFO commandstats`).
+fn pings(redis: &RedisServer) -> anyhow::Result<u64> {
+    let stats = redis_cli(redis.port(), &["INFO", "commandstats"])?;
+    Ok(stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(Ok(0), str::parse)?)
+}
+
+#[test]
+fn the_round_trip_floor_answers_each_join_after_its_own_ping() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let floor = Floor::start(&["--redis", &redis.url()])?;
+    let before = pings(&redis)?;
+    put_joins_through(&floor)?;
+    // One round trip per stream, none shared: the round trip is what this floor measures.
+    assert_eq!(pings(&redis)? - before, JOINS);
+    drop((floor, redis));
+    Ok(())
+}
+
+#[test]
+fn the_round_trip_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
+    // A port nothing listens on: a free one, taken and let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--redis", &format!("redis://127.0.0.1:{port}")])
+        .output()
+        .context("cannot run usher-joins-floor")?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach Redis"), "{err}");
     Ok(())
 }
 

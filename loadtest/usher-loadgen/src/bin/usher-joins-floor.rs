@@ -33,6 +33,13 @@ kernel's accept, receive and send, the runtime's wake-ups, and the load
 generator itself. A gateway's join latency at the same rate, divided by this,
 is usher's share.
 
+With --redis, every stream is answered only after one `PING` to that Redis (a
+shared connection that pipelines the stand-in's round trips): the round-trip
+floor, the least a join costs that keeps its place in Redis before answering.
+A gateway's join latency over this one is what usher adds on top of the round
+trip. It will not start while that Redis cannot be reached; a stream whose
+`PING` fails is closed unanswered.
+
 Prints `listening on http://ADDR` on stdout once it accepts connections; runs
 until SIGINT or SIGTERM. Loopback addresses only.";
 
@@ -59,6 +66,12 @@ struct Args {
     /// 0: none).
     #[arg(long, env = "USHER_JOINS_FLOOR_KEEPALIVE_SECS", default_value_t = 15)]
     keepalive_secs: u64,
+
+    /// A Redis URL: every stream then waits for one `PING` round trip to it (one shared,
+    /// pipelining connection) before it is answered, the least a join that keeps its place in
+    /// Redis costs. Unset: no Redis.
+    #[arg(long, env = "USHER_JOINS_FLOOR_REDIS")]
+    redis: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,12 +82,23 @@ fn main() -> anyhow::Result<()> {
         args.listen
     );
     usher_runtime::disable_transparent_huge_pages();
-    let settings = FloorSettings {
-        retry_ms: args.retry_ms,
-        keepalive: (args.keepalive_secs > 0).then(|| Duration::from_secs(args.keepalive_secs)),
-    };
     let rt = usher_runtime::runtime(args.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {
+        let redis = match &args.redis {
+            Some(url) => Some(
+                redis::Client::open(url.as_str())
+                    .with_context(|| format!("bad --redis {url}"))?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .with_context(|| format!("cannot reach Redis at {url}"))?,
+            ),
+            None => None,
+        };
+        let settings = FloorSettings {
+            retry_ms: args.retry_ms,
+            keepalive: (args.keepalive_secs > 0).then(|| Duration::from_secs(args.keepalive_secs)),
+            redis,
+        };
         let listener = usher_http::listen(args.listen)
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let addr = listener.local_addr()?;
