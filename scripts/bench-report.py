@@ -382,12 +382,46 @@ def loadgen_cpu(rep):
 # held browser gets one position event per 1 s tick) and per admission (from the unpause to
 # the end of the admission run: the admitted events and the position events of those still
 # waiting), beside the bare write of the same bytes (usher-floor's CPU per event, all CPUs).
+def servers(cpu):
+    """usher's own roles of a role_cpu_json reading (the floors idle meanwhile)."""
+    return [(k, cpu[k]) for k in ("gateways", "dispatcher", "redis") if k in cpu]
+
+
+# CPU per join, by role, in the chosen joins run and its two floor runs (each from its first
+# join to its last connection closed): what usher's roles spend beside what the stand-ins and
+# Redis spend for one round trip, and the stand-ins for none.
+join_cpu = None
+if joins:
+    for k in range(1, 10):
+        sfx = "" if k == 1 else f"-r{k}"
+        u = load(f"joins{sfx}.json")
+        if u is None:
+            break
+        if u.get("started_at_ms") == joins.get("started_at_ms"):
+            join_cpu = load(f"joins{sfx}-cpu.json")
+            break
+if join_cpu and join_cpu.get("usher"):
+    n = joins["totals"]["joined"] or 1
+    def per(run, *keys):
+        r = join_cpu.get(run) or {}
+        label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins"}
+        return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r)
+    parts = [f"usher: {per('usher', 'gateways', 'redis', 'dispatcher')} µs"]
+    if join_cpu.get("round_trip_floor"):
+        parts.append(f"round-trip floor: {per('round_trip_floor', 'round_trip_floors', 'redis')} µs")
+    if join_cpu.get("floor"):
+        parts.append(f"floor: {per('floor', 'floors')} µs")
+    lg = (joins.get("load_generator_cpu") or {}).get("cpu_s")
+    notes.append(f"CPU per join ({n:,} joins; each run from its first join to its last connection closed, "
+                 "`/proc`): " + "; ".join(parts)
+                 + (f"; the load generator (usher run) {lg * 1e6 / n:.1f} µs" if lg else ""))
+
 hold_cpu = load("hold-cpu.json")
 if hold_cpu and hold_server and hold_server.get("held"):
     events = hold_server["held"] * hold_server["seconds"]
     notes.append(f"CPU per position event ({events:,.0f} events: {hold_server['held']:,} held × "
                  f"{hold_server['seconds']:.0f} ticks): "
-                 + ", ".join(f"{k} {v * 1e6 / events:.1f} µs" for k, v in hold_cpu.items()))
+                 + ", ".join(f"{k} {v * 1e6 / events:.1f} µs" for k, v in servers(hold_cpu)))
 admit_cpu = None
 if admit:
     for k in range(1, 10):
@@ -398,7 +432,7 @@ if admit:
 if admit_cpu and al and al.get("count"):
     bare = ((floors.get("2x2") or {}).get("machine") or {}).get("busy_cpu_us_per_event")
     notes.append(f"CPU per admission ({al['count']:,} admitted; includes the position events of the places still "
-                 f"waiting): " + ", ".join(f"{k} {v * 1e6 / al['count']:.1f} µs" for k, v in admit_cpu.items())
+                 f"waiting): " + ", ".join(f"{k} {v * 1e6 / al['count']:.1f} µs" for k, v in servers(admit_cpu))
                  + (f"; the bare write and read of the same bytes (`usher-floor`, all CPUs): {bare} µs" if bare else ""))
 
 cpu_notes = [f"{name} {t}" for name, rep in (("joins", joins), ("joins floor run", joins_floor), ("hold", hold),

@@ -149,22 +149,26 @@ done
 # that a join run against them differs from one against the gateways only by usher's logic
 # and Redis. Idle, they cost nothing while the other scenarios run.
 FLOORS=""
+FLOOR_PIDS=()
 for i in 1 2 3 4 5 6; do
     port=$((BASE + 10 + i))
     "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 \
         >"$OUT/joins-floor-$i.log" 2>&1 &
     PIDS+=($!)
+    FLOOR_PIDS+=($!)
     FLOORS="${FLOORS:+$FLOORS,}http://127.0.0.1:$port"
 done
 # The Redis round-trip floors: the same stand-ins, each stream answered only after one `PING`
 # to the bench's Redis (one shared, pipelining connection each): the least a join that keeps its
 # place in Redis before answering costs this machine (`usher-joins-floor --redis`).
 RFLOORS=""
+RFLOOR_PIDS=()
 for i in 1 2 3 4 5 6; do
     port=$((BASE + 20 + i))
     "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 --redis "$USHER_REDIS_URL" \
         >"$OUT/joins-rfloor-$i.log" 2>&1 &
     PIDS+=($!)
+    RFLOOR_PIDS+=($!)
     RFLOORS="${RFLOORS:+$RFLOORS,}http://127.0.0.1:$port"
 done
 for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS" | tr , ' '); do
@@ -199,22 +203,28 @@ server_ticks() {
     done
     echo "$total"
 }
-# CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis" (for the "where the
-# time goes" figures: CPU per position event and per admission, by role).
-role_ticks() {
-    local pid gw=0
-    for pid in "${GATEWAY_PIDS[@]}"; do
-        gw=$((gw + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+# CPU ticks (1/100 s) used so far by the processes $@, together.
+ticks_of() {
+    local pid total=0
+    for pid in "$@"; do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
     done
-    echo "$gw $(awk '{print $14 + $15}' "/proc/$DISPATCHER_PID/stat") $(awk '{print $14 + $15}' "/proc/$REDIS_PID/stat")"
+    echo "$total"
+}
+# CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis floors
+# round_trip_floors" (for the "where the time goes" figures: CPU per join, per position event
+# and per admission, by role).
+ROLES="gateways dispatcher redis floors round_trip_floors"
+role_ticks() {
+    echo "$(ticks_of "${GATEWAY_PIDS[@]}") $(ticks_of "$DISPATCHER_PID") $(ticks_of "$REDIS_PID")" \
+        "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}")"
 }
 # Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3.
 role_cpu_json() {
-    python3 - "$OUT/$1" "$2" "$3" <<'PY'
+    python3 - "$OUT/$1" "$2" "$3" "$ROLES" <<'PY'
 import json, sys
 a, b = [list(map(int, x.split())) for x in sys.argv[2:4]]
-json.dump({k: (y - x) / 100 for k, x, y in zip(("gateways", "dispatcher", "redis"), a, b)},
-          open(sys.argv[1], "w"))
+json.dump({k: (y - x) / 100 for k, x, y in zip(sys.argv[4].split(), a, b)}, open(sys.argv[1], "w"))
 PY
 }
 # Waits (at most 30 s) until the servers use less than 5% of a core.
@@ -228,23 +238,42 @@ settle() {
 }
 # Runs a join run twice with the same arguments: `loadgen "$@"` through the gateways $3 on
 # queue $1 (created paused, so every browser stays waiting), reports $OUT/$2.json|svg; then,
-# once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg.
+# once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
+# and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg).
+# Each role's CPU over each run (from its first join to its last connection closed) goes in
+# $OUT/$2-cpu.json: {"usher": {role: s}, "floor": ..., "round_trip_floor": ...}.
 join_run() {
-    local q=$1 name=$2 gateways=$3 floors=$4
+    local q=$1 name=$2 gateways=$3 floors=$4 c0 c1 c2 c3 c4="" c5=""
     shift 4
     queue "$q" '{"admit_per_second": 1, "paused": true}'
+    c0=$(role_ticks)
     LOADGEN_GATEWAYS=$gateways loadgen --queue "$q" "$@" \
         --report "$OUT/$name.json" --plot "$OUT/$name.svg" || true
+    c1=$(role_ticks)
     close "$q"
     settle
+    c2=$(role_ticks)
     LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
         --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
+    c3=$(role_ticks)
     settle
     if [ -n "${rfloors:-}" ]; then
+        c4=$(role_ticks)
         LOADGEN_GATEWAYS=$rfloors loadgen --queue "$q" "$@" \
             --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
+        c5=$(role_ticks)
         settle
     fi
+    python3 - "$OUT/$name-cpu.json" "$ROLES" "$c0" "$c1" "$c2" "$c3" "$c4" "$c5" <<'PY'
+import json, sys
+out, roles, *marks = sys.argv[1:]
+def used(a, b):
+    if not a or not b:
+        return None
+    return {k: (y - x) / 100 for k, x, y in zip(roles.split(), map(int, a.split()), map(int, b.split()))}
+json.dump({"usher": used(*marks[0:2]), "floor": used(*marks[2:4]), "round_trip_floor": used(*marks[4:6])},
+          open(out, "w"))
+PY
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
