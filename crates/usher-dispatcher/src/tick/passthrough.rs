@@ -18,11 +18,13 @@
 //! entries and then trim each other's, some never sent. A wake (or sweep) for a queue already
 //! draining marks it to drain once more when the current drain ends, so a wake that comes
 //! after the drain read its list is never lost
-//! (`passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`). The tick
+//! (`passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`,
+//! `drains_tests::one_drain_per_queue_and_a_wake_meanwhile_drains_once_more`). The tick
 //! never touches the `passed` lists. After a lease hand-over the new holder delivers what the
 //! old one did not trim, with the same deterministic tokens.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -77,10 +79,13 @@ enum Again {
     Yes,
 }
 
-/// The drains in flight, one task per queue, owned by [`Passthrough::run`]: on cancel it
-/// aborts them all and waits for them to stop (and dropped, it aborts them too).
+/// The drains in flight, one task per queue, owned by [`Passthrough::run`], which on cancel
+/// aborts them all and waits for them to stop (dropped, the set aborts them too).
+///
+/// It knows queues and tasks only, not what a drain does, so its rules (one drain per queue,
+/// a wake meanwhile drains once more) are tested alone, below.
 struct Drains {
-    tasks: JoinSet<QueueId>,
+    tasks: JoinSet<()>,
     /// The queues draining now, by task (a task that panics is known by its id alone).
     by_task: HashMap<tokio::task::Id, QueueId>,
     /// Each queue draining now, and whether it drains again.
@@ -96,56 +101,45 @@ impl Drains {
         }
     }
 
-    /// Drains `q` in a task of its own, or, if it is draining already, once more after.
-    fn start(&mut self, courier: &Arc<Passthrough>, q: QueueId) {
+    /// Runs the drain `drain` makes for `q` in a task of its own, or, if `q` is draining
+    /// already, marks it to drain once more when that drain ends ([`Drains::ended`]).
+    fn start<F>(&mut self, q: QueueId, drain: impl FnOnce(&QueueId) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         if let Some(again) = self.draining.get_mut(&q) {
             *again = Again::Yes;
             return;
         }
-        // A queue another replica holds: nothing to spawn (the drain would find no lease).
-        if courier.leases.get(&q).is_none() {
-            return;
-        }
-        let task = self.tasks.spawn({
-            let (courier, q) = (courier.clone(), q.clone());
-            async move {
-                courier.drain(&q).await;
-                q
-            }
-        });
+        let task = self.tasks.spawn(drain(&q));
         self.by_task.insert(task.id(), q.clone());
         self.draining.insert(q, Again::No);
     }
 
     /// The next drain to end; never while none runs.
-    async fn next_done(&mut self) -> Result<(tokio::task::Id, QueueId), JoinError> {
+    async fn next_done(&mut self) -> Result<tokio::task::Id, JoinError> {
         match self.tasks.join_next_with_id().await {
-            Some(done) => done,
+            Some(done) => done.map(|(id, ())| id),
             None => std::future::pending().await,
         }
     }
 
-    /// Reaps the drain that ended with `done`: its queue may drain again, and does so at once
-    /// if a wake or a sweep came meanwhile.
-    fn ended(
-        &mut self,
-        courier: &Arc<Passthrough>,
-        done: Result<(tokio::task::Id, QueueId), JoinError>,
-    ) {
-        let id = match &done {
-            Ok((id, _)) => *id,
+    /// Reaps the drain that ended with `done`: its queue may drain again. Returns the queue
+    /// if a wake or a sweep came meanwhile: it is to drain once more, now.
+    fn ended(&mut self, done: Result<tokio::task::Id, JoinError>) -> Option<QueueId> {
+        let id = match done {
+            Ok(id) => id,
             Err(e) => {
-                // A bug, not a Redis error (those are logged by the drain): the queue is
-                // freed all the same, or it would never drain again.
+                // A bug, not a Redis error (the drain logs those): the queue is freed all
+                // the same, or it would never drain again.
                 tracing::error!(error = %e, "a passthrough drain failed");
                 e.id()
             }
         };
-        let Some(q) = self.by_task.remove(&id) else {
-            return;
-        };
-        if self.draining.remove(&q) == Some(Again::Yes) {
-            self.start(courier, q);
+        let q = self.by_task.remove(&id)?;
+        match self.draining.remove(&q) {
+            Some(Again::Yes) => Some(q),
+            _ => None,
         }
     }
 }
@@ -177,21 +171,37 @@ impl Passthrough {
                         }
                     }
                     for q in courier.leases.queues() {
-                        drains.start(&courier, q);
+                        courier.drain_soon(&mut drains, q);
                     }
                 }
                 woken = next_wake(&mut wakes) => match woken {
-                    Some(Some(q)) => drains.start(&courier, q),
+                    Some(Some(q)) => courier.drain_soon(&mut drains, q),
                     Some(None) => {}
                     None => wakes = None,
                 },
-                done = drains.next_done() => drains.ended(&courier, done),
+                done = drains.next_done() => {
+                    if let Some(q) = drains.ended(done) {
+                        courier.drain_soon(&mut drains, q);
+                    }
+                }
             }
         }
         // Stop every drain now (each stops at its next await: a wait for an admission time
         // or a Redis reply) and wait until they have: what one sent and did not trim, the
         // next holder sends again with the same tokens.
         drains.tasks.shutdown().await;
+    }
+
+    /// Drains `q` in a task of its own, or once more after the drain running now.
+    fn drain_soon(self: &Arc<Self>, drains: &mut Drains, q: QueueId) {
+        // A queue another replica holds: nothing to spawn (the drain would find no lease).
+        if self.leases.get(&q).is_none() {
+            return;
+        }
+        drains.start(q, |q| {
+            let (courier, q) = (self.clone(), q.clone());
+            async move { courier.drain(&q).await }
+        });
     }
 
     /// Delivers every passthrough admission of `q` waiting in its list, if this replica holds
@@ -247,5 +257,95 @@ async fn next_wake(wakes: &mut Option<Wakes>) -> Option<Option<QueueId>> {
     match wakes {
         Some(w) => w.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod drains_tests {
+    //! The bookkeeping of [`Drains`] alone, with drains the test ends when it likes (the
+    //! courier's drains on a real Redis: `passthrough_courier` in `usher-testkit`).
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
+    use usher_core::ids::QueueId;
+
+    use super::Drains;
+
+    /// One queue's drains, which count their starts and each wait for a permit to end.
+    #[derive(Clone)]
+    struct Gated {
+        started: Arc<AtomicUsize>,
+        gate: Arc<Semaphore>,
+    }
+
+    impl Gated {
+        fn new() -> Self {
+            Self {
+                started: Arc::new(AtomicUsize::new(0)),
+                gate: Arc::new(Semaphore::new(0)),
+            }
+        }
+
+        fn start(&self, drains: &mut Drains, q: &str) {
+            let q = QueueId::new(q).expect("a valid queue id");
+            let gated = self.clone();
+            drains.start(q, move |_| async move {
+                gated.started.fetch_add(1, Ordering::SeqCst);
+                if let Ok(permit) = gated.gate.acquire().await {
+                    permit.forget();
+                }
+            });
+        }
+
+        fn started(&self) -> usize {
+            self.started.load(Ordering::SeqCst)
+        }
+    }
+
+    /// The queue to drain once more when the next drain to end ends, as the courier's loop
+    /// reaps it.
+    async fn reap(drains: &mut Drains) -> Option<QueueId> {
+        let done = drains.next_done().await;
+        drains.ended(done)
+    }
+
+    #[tokio::test]
+    async fn one_drain_per_queue_and_a_wake_meanwhile_drains_once_more() {
+        let (a, b) = (Gated::new(), Gated::new());
+        let mut drains = Drains::new();
+        a.start(&mut drains, "a");
+        // Two wakes for `a` while it drains: no second drain of it; `b` drains beside it.
+        a.start(&mut drains, "a");
+        a.start(&mut drains, "a");
+        b.start(&mut drains, "b");
+        assert_eq!(drains.tasks.len(), 2, "one drain of a, one of b beside it");
+        // `b` ends, not woken meanwhile: it is done.
+        b.gate.add_permits(1);
+        assert_eq!(reap(&mut drains).await, None);
+        // `a` ends, woken meanwhile: it drains once more (the two wakes count once).
+        a.gate.add_permits(1);
+        let again = reap(&mut drains).await;
+        assert_eq!(again.as_ref().map(QueueId::as_str), Some("a"));
+        a.start(&mut drains, "a");
+        a.gate.add_permits(1);
+        assert_eq!(reap(&mut drains).await, None);
+        assert_eq!((a.started(), b.started()), (2, 1), "drains run of a and b");
+        assert!(drains.draining.is_empty() && drains.by_task.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_drain_that_panics_frees_its_queue() {
+        let mut drains = Drains::new();
+        let q = QueueId::new("a").expect("a valid queue id");
+        drains.start(q, |_| async { panic!("a bug in a drain") });
+        assert_eq!(reap(&mut drains).await, None);
+        assert!(drains.draining.is_empty(), "the queue may drain again");
+        let a = Gated::new();
+        a.gate.add_permits(1);
+        a.start(&mut drains, "a");
+        assert_eq!(reap(&mut drains).await, None);
+        assert_eq!(a.started(), 1);
     }
 }
