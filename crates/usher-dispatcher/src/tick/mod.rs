@@ -9,7 +9,8 @@
 //! * `premint` — tokens minted and staged on the gateways ahead of the tick.
 //! * `tokens` — one tick's tokens: pre-minted where they match, minted now otherwise.
 //! * `deliver` — the outbox drain loop: admissions to the gateways, then their records.
-//! * `passthrough` — the courier of admissions made by joins themselves (woken per join).
+//! * `passthrough` — the courier of admissions made by joins themselves (woken per join;
+//!   each queue drains in a task of its own).
 //! * `rate` — the measured admission rate and a tick's expected admissions.
 //! * `registry` — the queue and sale registries as a tick reads them, lost entries listed again.
 //! * `sold_out` — the `sold_out` close of a queue whose inventory is gone, after its grace.

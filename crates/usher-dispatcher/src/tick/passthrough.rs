@@ -7,15 +7,28 @@
 //! message (a reconnect, a replica starting), so the courier also drains every held queue
 //! once per tick: a lost wake costs one tick, never an admission.
 //!
-//! One courier task per replica drains the `passed` lists, and the tick never touches them:
-//! entries are trimmed (lease-checked) only by the courier that delivered them, so two
-//! drains can never trim each other's entries. After a lease hand-over the new holder
-//! delivers what the old one did not trim, with the same deterministic tokens.
+//! Each queue drains in a task of its own ([`Drains`]), so queues never wait for each other:
+//! a drain may wait up to a tick's lead for its admissions' time (a join within a tick's lead
+//! is admitted at that tick's admission time), or for a slow Redis call, and another queue's
+//! join meanwhile is delivered at once
+//! (`passthrough_courier::a_held_join_does_not_delay_another_queues_admission`).
+//!
+//! One queue never drains twice at once: a drain trims (lease-checked) as many entries from
+//! the head of the list as it delivered, so two drains of one list would both send its first
+//! entries and then trim each other's, some never sent. A wake (or sweep) for a queue already
+//! draining marks it to drain once more when the current drain ends, so a wake that comes
+//! after the drain read its list is never lost
+//! (`passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`,
+//! `drains_tests::one_drain_per_queue_and_a_wake_meanwhile_drains_once_more`). The tick
+//! never touches the `passed` lists. After a lease hand-over the new holder delivers what the
+//! old one did not trim, with the same deterministic tokens.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::QueueId;
 use usher_core::store::{Lease, OutboxList, Store, StoreError, Wakes};
@@ -57,11 +70,89 @@ pub(super) struct Passthrough {
     pub(super) tick: Duration,
 }
 
+/// Whether a queue draining now drains once more when its drain ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Again {
+    No,
+    /// A wake or a sweep came meanwhile: entries may have joined the list after the drain
+    /// read it.
+    Yes,
+}
+
+/// The drains in flight, one task per queue, owned by [`Passthrough::run`], which on cancel
+/// aborts them all and waits for them to stop (dropped, the set aborts them too).
+///
+/// It knows queues and tasks only, not what a drain does, so its rules (one drain per queue,
+/// a wake meanwhile drains once more) are tested alone, below.
+struct Drains {
+    tasks: JoinSet<()>,
+    /// The queues draining now, by task (a task that panics is known by its id alone).
+    by_task: HashMap<tokio::task::Id, QueueId>,
+    /// Each queue draining now, and whether it drains again.
+    draining: HashMap<QueueId, Again>,
+}
+
+impl Drains {
+    fn new() -> Self {
+        Self {
+            tasks: JoinSet::new(),
+            by_task: HashMap::new(),
+            draining: HashMap::new(),
+        }
+    }
+
+    /// Runs the drain `drain` makes for `q` in a task of its own, or, if `q` is draining
+    /// already, marks it to drain once more when that drain ends ([`Drains::ended`]).
+    fn start<F>(&mut self, q: QueueId, drain: impl FnOnce(&QueueId) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Some(again) = self.draining.get_mut(&q) {
+            *again = Again::Yes;
+            return;
+        }
+        let task = self.tasks.spawn(drain(&q));
+        self.by_task.insert(task.id(), q.clone());
+        self.draining.insert(q, Again::No);
+    }
+
+    /// The next drain to end; never while none runs.
+    async fn next_done(&mut self) -> Result<tokio::task::Id, JoinError> {
+        match self.tasks.join_next_with_id().await {
+            Some(done) => done.map(|(id, ())| id),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Reaps the drain that ended with `done`: its queue may drain again. Returns the queue
+    /// if a wake or a sweep came meanwhile: it is to drain once more, now.
+    fn ended(&mut self, done: Result<tokio::task::Id, JoinError>) -> Option<QueueId> {
+        let id = match done {
+            Ok(id) => id,
+            Err(e) => {
+                // A bug, not a Redis error (the drain logs those): the queue is freed all
+                // the same, or it would never drain again.
+                tracing::error!(error = %e, "a passthrough drain failed");
+                e.id()
+            }
+        };
+        let q = self.by_task.remove(&id)?;
+        match self.draining.remove(&q) {
+            Some(Again::Yes) => Some(q),
+            _ => None,
+        }
+    }
+}
+
 impl Passthrough {
     /// Delivers on every wake, and sweeps every held queue once per tick, until `cancel`.
+    /// Each queue drains in a task of its own ([`Drains`]); this loop only starts and reaps
+    /// them, so it is always ready for the next wake.
     pub(super) async fn run(self, cancel: CancellationToken) {
+        let courier = Arc::new(self);
+        let mut drains = Drains::new();
         let mut wakes: Option<Wakes> = None;
-        let mut sweep = tokio::time::interval(self.tick);
+        let mut sweep = tokio::time::interval(courier.tick);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
         loop {
@@ -70,7 +161,7 @@ impl Passthrough {
                 _ = sweep.tick() => {
                     if wakes.is_none() {
                         // (Re)subscribe; until then, the sweep alone delivers.
-                        match Wakes::subscribe(&self.redis).await {
+                        match Wakes::subscribe(&courier.redis).await {
                             Ok(w) => wakes = Some(w),
                             Err(e) if !warned => {
                                 warned = true;
@@ -79,17 +170,38 @@ impl Passthrough {
                             Err(_) => {}
                         }
                     }
-                    for q in self.leases.queues() {
-                        self.drain(&q).await;
+                    for q in courier.leases.queues() {
+                        courier.drain_soon(&mut drains, q);
                     }
                 }
                 woken = next_wake(&mut wakes) => match woken {
-                    Some(Some(q)) => self.drain(&q).await,
+                    Some(Some(q)) => courier.drain_soon(&mut drains, q),
                     Some(None) => {}
                     None => wakes = None,
                 },
+                done = drains.next_done() => {
+                    if let Some(q) = drains.ended(done) {
+                        courier.drain_soon(&mut drains, q);
+                    }
+                }
             }
         }
+        // Stop every drain now (each stops at its next await: a wait for an admission time
+        // or a Redis reply) and wait until they have: what one sent and did not trim, the
+        // next holder sends again with the same tokens.
+        drains.tasks.shutdown().await;
+    }
+
+    /// Drains `q` in a task of its own, or once more after the drain running now.
+    fn drain_soon(self: &Arc<Self>, drains: &mut Drains, q: QueueId) {
+        // A queue another replica holds: nothing to spawn (the drain would find no lease).
+        if self.leases.get(&q).is_none() {
+            return;
+        }
+        drains.start(q, |q| {
+            let (courier, q) = (self.clone(), q.clone());
+            async move { courier.drain(&q).await }
+        });
     }
 
     /// Delivers every passthrough admission of `q` waiting in its list, if this replica holds
@@ -145,5 +257,95 @@ async fn next_wake(wakes: &mut Option<Wakes>) -> Option<Option<QueueId>> {
     match wakes {
         Some(w) => w.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod drains_tests {
+    //! The bookkeeping of [`Drains`] alone, with drains the test ends when it likes (the
+    //! courier's drains on a real Redis: `passthrough_courier` in `usher-testkit`).
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tokio::sync::Semaphore;
+    use usher_core::ids::QueueId;
+
+    use super::Drains;
+
+    /// One queue's drains, which count their starts and each wait for a permit to end.
+    #[derive(Clone)]
+    struct Gated {
+        started: Arc<AtomicUsize>,
+        gate: Arc<Semaphore>,
+    }
+
+    impl Gated {
+        fn new() -> Self {
+            Self {
+                started: Arc::new(AtomicUsize::new(0)),
+                gate: Arc::new(Semaphore::new(0)),
+            }
+        }
+
+        fn start(&self, drains: &mut Drains, q: &str) {
+            let q = QueueId::new(q).expect("a valid queue id");
+            let gated = self.clone();
+            drains.start(q, move |_| async move {
+                gated.started.fetch_add(1, Ordering::SeqCst);
+                if let Ok(permit) = gated.gate.acquire().await {
+                    permit.forget();
+                }
+            });
+        }
+
+        fn started(&self) -> usize {
+            self.started.load(Ordering::SeqCst)
+        }
+    }
+
+    /// The queue to drain once more when the next drain to end ends, as the courier's loop
+    /// reaps it.
+    async fn reap(drains: &mut Drains) -> Option<QueueId> {
+        let done = drains.next_done().await;
+        drains.ended(done)
+    }
+
+    #[tokio::test]
+    async fn one_drain_per_queue_and_a_wake_meanwhile_drains_once_more() {
+        let (a, b) = (Gated::new(), Gated::new());
+        let mut drains = Drains::new();
+        a.start(&mut drains, "a");
+        // Two wakes for `a` while it drains: no second drain of it; `b` drains beside it.
+        a.start(&mut drains, "a");
+        a.start(&mut drains, "a");
+        b.start(&mut drains, "b");
+        assert_eq!(drains.tasks.len(), 2, "one drain of a, one of b beside it");
+        // `b` ends, not woken meanwhile: it is done.
+        b.gate.add_permits(1);
+        assert_eq!(reap(&mut drains).await, None);
+        // `a` ends, woken meanwhile: it drains once more (the two wakes count once).
+        a.gate.add_permits(1);
+        let again = reap(&mut drains).await;
+        assert_eq!(again.as_ref().map(QueueId::as_str), Some("a"));
+        a.start(&mut drains, "a");
+        a.gate.add_permits(1);
+        assert_eq!(reap(&mut drains).await, None);
+        assert_eq!((a.started(), b.started()), (2, 1), "drains run of a and b");
+        assert!(drains.draining.is_empty() && drains.by_task.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_drain_that_panics_frees_its_queue() {
+        let mut drains = Drains::new();
+        let q = QueueId::new("a").expect("a valid queue id");
+        drains.start(q, |_| async { panic!("a bug in a drain") });
+        assert_eq!(reap(&mut drains).await, None);
+        assert!(drains.draining.is_empty(), "the queue may drain again");
+        let a = Gated::new();
+        a.gate.add_permits(1);
+        a.start(&mut drains, "a");
+        assert_eq!(reap(&mut drains).await, None);
+        assert_eq!(a.started(), 1);
     }
 }

@@ -53,6 +53,7 @@ mod out_of_memory;
 mod outage;
 mod page;
 mod passthrough;
+mod passthrough_courier;
 mod poll_rate;
 mod positions;
 mod pow;
