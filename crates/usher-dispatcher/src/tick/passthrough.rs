@@ -18,16 +18,24 @@
 //! entries and then trim each other's, some never sent. A wake (or sweep) for a queue already
 //! draining marks it to drain once more when the current drain ends, so a wake that comes
 //! after the drain read its list is never lost
-//! (`passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`,
-//! `drains_tests::one_drain_per_queue_and_a_wake_meanwhile_drains_once_more`). The tick
+//! (`drains_tests::one_drain_per_queue_and_a_wake_meanwhile_drains_once_more`; end to end,
+//! every place of many joins and wakes during one drain is sent once, and soon:
+//! `passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`). The tick
 //! never touches the `passed` lists. After a lease hand-over the new holder delivers what the
 //! old one did not trim, with the same deterministic tokens.
+//!
+//! At most [`MAX_DRAINS`] drains talk to Redis at once (a sweep of thousands of held queues
+//! does not put thousands of reads at once on the connection the tick shares), and on shutdown
+//! the drains under way get [`SHUTDOWN_GRACE`] past a tick's lead to finish before they are
+//! stopped: one stopped between its sends and its trim has its admissions sent again by the
+//! next holder (same tokens, but twice on the wire).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 use usher_core::ids::QueueId;
@@ -79,8 +87,16 @@ enum Again {
     Yes,
 }
 
+/// Drains that may talk to Redis at once; the others wait for a turn (still marked draining).
+/// Most drains are one cheap read; one waiting for its admission time (a tick's lead at most)
+/// keeps its turn meanwhile, so this is many more than ever wait at once in practice.
+const MAX_DRAINS: usize = 256;
+
+/// How long past a tick's lead the drains under way may take to finish on shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
 /// The drains in flight, one task per queue, owned by [`Passthrough::run`], which on cancel
-/// aborts them all and waits for them to stop (dropped, the set aborts them too).
+/// lets them finish for a while, then aborts the rest (dropped, the set aborts them too).
 ///
 /// It knows queues and tasks only, not what a drain does, so its rules (one drain per queue,
 /// a wake meanwhile drains once more) are tested alone, below.
@@ -90,6 +106,8 @@ struct Drains {
     by_task: HashMap<tokio::task::Id, QueueId>,
     /// Each queue draining now, and whether it drains again.
     draining: HashMap<QueueId, Again>,
+    /// Turns to talk to Redis ([`MAX_DRAINS`]).
+    turns: Arc<Semaphore>,
 }
 
 impl Drains {
@@ -98,6 +116,7 @@ impl Drains {
             tasks: JoinSet::new(),
             by_task: HashMap::new(),
             draining: HashMap::new(),
+            turns: Arc::new(Semaphore::new(MAX_DRAINS)),
         }
     }
 
@@ -111,7 +130,12 @@ impl Drains {
             *again = Again::Yes;
             return;
         }
-        let task = self.tasks.spawn(drain(&q));
+        let (turns, drain) = (self.turns.clone(), drain(&q));
+        let task = self.tasks.spawn(async move {
+            // Held for the whole drain; the semaphore is never closed.
+            let _turn = turns.acquire_owned().await.ok();
+            drain.await;
+        });
         self.by_task.insert(task.id(), q.clone());
         self.draining.insert(q, Again::No);
     }
@@ -186,9 +210,15 @@ impl Passthrough {
                 }
             }
         }
-        // Stop every drain now (each stops at its next await: a wait for an admission time
-        // or a Redis reply) and wait until they have: what one sent and did not trim, the
-        // next holder sends again with the same tokens.
+        // Let the drains under way finish (one waits at most a tick's lead for its admissions'
+        // time, then its Redis calls), starting no more; then stop the rest, each at its next
+        // await, and wait until they have: what one sent and did not trim, the next holder
+        // sends again with the same tokens.
+        let grace = super::timing::admit_lead_cap(courier.tick) + SHUTDOWN_GRACE;
+        let finished = async { while drains.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(grace, finished).await.is_err() {
+            tracing::debug!("passthrough drains still running at shutdown; stopped");
+        }
         drains.tasks.shutdown().await;
     }
 
@@ -271,7 +301,7 @@ mod drains_tests {
     use tokio::sync::Semaphore;
     use usher_core::ids::QueueId;
 
-    use super::Drains;
+    use super::{Drains, MAX_DRAINS};
 
     /// One queue's drains, which count their starts and each wait for a permit to end.
     #[derive(Clone)]
@@ -333,6 +363,40 @@ mod drains_tests {
         assert_eq!(reap(&mut drains).await, None);
         assert_eq!((a.started(), b.started()), (2, 1), "drains run of a and b");
         assert!(drains.draining.is_empty() && drains.by_task.is_empty());
+    }
+
+    #[tokio::test]
+    async fn at_most_max_drains_talk_to_redis_at_once() {
+        let gated = Gated::new();
+        let mut drains = Drains::new();
+        for i in 0..=MAX_DRAINS {
+            gated.start(&mut drains, &format!("q{i}"));
+        }
+        // Every queue is draining (marked), but one waits for a turn.
+        assert_eq!(drains.tasks.len(), MAX_DRAINS + 1);
+        let all_but_one = async {
+            while gated.started() < MAX_DRAINS {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), all_but_one)
+            .await
+            .expect("the drains with a turn start");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gated.started(), MAX_DRAINS, "one waits for a turn");
+        // One ends: the last gets its turn.
+        gated.gate.add_permits(1);
+        assert_eq!(reap(&mut drains).await, None);
+        let last = async {
+            while gated.started() < MAX_DRAINS + 1 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), last)
+            .await
+            .expect("the last drain starts once another ends");
     }
 
     #[tokio::test]
