@@ -245,10 +245,12 @@ if chosen and chosen[0][2] is not None and jl:
                  "(`usher-joins-floor --redis`)"))
     over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})" for t in trips if t[2] is not None]
     over_trip = [ratio_of(t[0], t[2]) for t in trips if t[2] is not None]
+    rt = rf.get("totals") or {}
     notes.append("joins, the Redis round-trip floor (`usher-joins-floor --redis`, the same load; each stand-in "
                  "answers a stream after one `PING` on a shared pipelining connection to the bench's Redis): "
                  "its p99 over the joins floor's, each run: " + ", ".join(over_floor)
-                 + "; usher's over it: " + ", ".join(map(ratio_text, over_trip)))
+                 + "; usher's over it: " + ", ".join(map(ratio_text, over_trip))
+                 + f"; the shown run's round-trip floor: {rt.get('joined', 0):,} joined, {rt.get('errors', 0)} errors")
 
 # Concurrent connections, memory, Redis cost: absolute.
 if hold and hold_server:
@@ -391,6 +393,7 @@ def servers(cpu):
 # join to its last connection closed): what usher's roles spend beside what the stand-ins and
 # Redis spend for one round trip, and the stand-ins for none.
 join_cpu = None
+chosen_sfx = None
 if joins:
     for k in range(1, 10):
         sfx = "" if k == 1 else f"-r{k}"
@@ -398,23 +401,27 @@ if joins:
         if u is None:
             break
         if u.get("started_at_ms") == joins.get("started_at_ms"):
-            join_cpu = load(f"joins{sfx}-cpu.json")
+            join_cpu, chosen_sfx = load(f"joins{sfx}-cpu.json"), sfx
             break
-if join_cpu and join_cpu.get("usher"):
-    n = joins["totals"]["joined"] or 1
+if join_cpu and join_cpu.get("usher") and joins["totals"].get("joined"):
+    sfx_of = {"usher": "", "floor": "-floor", "round_trip_floor": "-rfloor"}
+    run_of = {k: load(f"joins{chosen_sfx}{v}.json") for k, v in sfx_of.items()}
+
+    # Each role's CPU in `run`, per join of that run (its own count of joins).
     def per(run, *keys):
-        r = join_cpu.get(run) or {}
+        r, n = join_cpu.get(run) or {}, ((run_of[run] or {}).get("totals") or {}).get("joined")
         label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins"}
-        return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r)
-    parts = [f"usher: {per('usher', 'gateways', 'redis', 'dispatcher')} µs"]
-    if join_cpu.get("round_trip_floor"):
-        parts.append(f"round-trip floor: {per('round_trip_floor', 'round_trip_floors', 'redis')} µs")
-    if join_cpu.get("floor"):
-        parts.append(f"floor: {per('floor', 'floors')} µs")
+        if not r or not n:
+            return None
+        return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r) + " µs"
+    parts = [("usher", per("usher", "gateways", "redis", "dispatcher")),
+             ("round-trip floor", per("round_trip_floor", "round_trip_floors", "redis")),
+             ("floor", per("floor", "floors", "redis"))]
     lg = (joins.get("load_generator_cpu") or {}).get("cpu_s")
-    notes.append(f"CPU per join ({n:,} joins; each run from its first join to its last connection closed, "
-                 "`/proc`): " + "; ".join(parts)
-                 + (f"; the load generator (usher run) {lg * 1e6 / n:.1f} µs" if lg else ""))
+    notes.append(f"CPU per join ({joins['totals']['joined']:,} joins a run; each run from its first join until the "
+                 "servers were idle again after its last connection closed, `/proc`): "
+                 + "; ".join(f"{name}: {text}" for name, text in parts if text)
+                 + (f"; the load generator (usher run) {lg * 1e6 / joins['totals']['joined']:.1f} µs" if lg else ""))
 
 hold_cpu = load("hold-cpu.json")
 if hold_cpu and hold_server and hold_server.get("held"):
@@ -474,8 +481,9 @@ if sweep:
                      f"{f'{fp:.1f} ms' if fp else NOT_MEASURED} | {ratio_text(r)} | {within} | "
                      f"{stalls(rep)}; {floor_stalls} |")
 lines.append("")
-lines.append("Plots (written by the run, not committed): `target/bench/joins.svg` and `joins-floor.svg` (the same run "
-             "against the floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; raw reports: `target/bench/*.json`.")
+lines.append("Plots (written by the run, not committed): `target/bench/joins.svg`, `joins-floor.svg` and `joins-rfloor.svg` "
+             "(the same run against the floors and the round-trip floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; "
+             "raw reports: `target/bench/*.json`.")
 lines.append("<!-- bench:end -->")
 section = "\n".join(lines)
 

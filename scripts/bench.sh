@@ -36,9 +36,10 @@
 #                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (six to nine minutes) and stops by itself; every process started
+# Everything is bounded in time (seven to ten minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
-# *-floor.json|svg beside it), and BENCHMARKS.md (the section between the bench markers is
+# *-floor.json|svg beside it, its round-trip floor run in *-rfloor.json|svg, each role's CPU over
+# the three in *-cpu.json), and BENCHMARKS.md (the section between the bench markers is
 # rewritten by scripts/bench-report.py).
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
@@ -159,8 +160,8 @@ for i in 1 2 3 4 5 6; do
     FLOORS="${FLOORS:+$FLOORS,}http://127.0.0.1:$port"
 done
 # The Redis round-trip floors: the same stand-ins, each stream answered only after one `PING`
-# to the bench's Redis (one shared, pipelining connection each): the least a join that keeps its
-# place in Redis before answering costs this machine (`usher-joins-floor --redis`).
+# to the bench's Redis (one shared, pipelining connection each): a lower bound on what a join
+# that keeps its place in Redis before answering costs this machine (`usher-joins-floor --redis`).
 RFLOORS=""
 RFLOOR_PIDS=()
 for i in 1 2 3 4 5 6; do
@@ -203,11 +204,13 @@ server_ticks() {
     done
     echo "$total"
 }
-# CPU ticks (1/100 s) used so far by the processes $@, together.
+# CPU ticks (1/100 s) used so far by the processes $@, together (one that has exited counts 0:
+# every role's field is a number, whatever died).
 ticks_of() {
     local pid total=0
     for pid in "$@"; do
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+        [ -r "/proc/$pid/stat" ] || continue
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
     done
     echo "$total"
 }
@@ -224,7 +227,9 @@ role_cpu_json() {
     python3 - "$OUT/$1" "$2" "$3" "$ROLES" <<'PY'
 import json, sys
 a, b = [list(map(int, x.split())) for x in sys.argv[2:4]]
-json.dump({k: (y - x) / 100 for k, x, y in zip(sys.argv[4].split(), a, b)}, open(sys.argv[1], "w"))
+roles = sys.argv[4].split()
+assert len(a) == len(b) == len(roles), (a, b, roles)
+json.dump({k: (y - x) / 100 for k, x, y in zip(roles, a, b)}, open(sys.argv[1], "w"))
 PY
 }
 # Waits (at most 30 s) until the servers use less than 5% of a core.
@@ -240,8 +245,9 @@ settle() {
 # queue $1 (created paused, so every browser stays waiting), reports $OUT/$2.json|svg; then,
 # once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
 # and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg).
-# Each role's CPU over each run (from its first join to its last connection closed) goes in
-# $OUT/$2-cpu.json: {"usher": {role: s}, "floor": ..., "round_trip_floor": ...}.
+# Each role's CPU over each run (from its first join until the servers are idle again after its
+# last connection closed) goes in $OUT/$2-cpu.json: {"usher": {role: s}, "floor": ...,
+# "round_trip_floor": ...}.
 join_run() {
     local q=$1 name=$2 gateways=$3 floors=$4 c0 c1 c2 c3 c4="" c5=""
     shift 4
@@ -249,20 +255,22 @@ join_run() {
     c0=$(role_ticks)
     LOADGEN_GATEWAYS=$gateways loadgen --queue "$q" "$@" \
         --report "$OUT/$name.json" --plot "$OUT/$name.svg" || true
+    # Read once the servers have handled the closes too (idle again), before the queue closes.
+    settle
     c1=$(role_ticks)
     close "$q"
     settle
     c2=$(role_ticks)
     LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
         --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
-    c3=$(role_ticks)
     settle
+    c3=$(role_ticks)
     if [ -n "${rfloors:-}" ]; then
         c4=$(role_ticks)
         LOADGEN_GATEWAYS=$rfloors loadgen --queue "$q" "$@" \
             --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
-        c5=$(role_ticks)
         settle
+        c5=$(role_ticks)
     fi
     python3 - "$OUT/$name-cpu.json" "$ROLES" "$c0" "$c1" "$c2" "$c3" "$c4" "$c5" <<'PY'
 import json, sys
@@ -270,7 +278,9 @@ out, roles, *marks = sys.argv[1:]
 def used(a, b):
     if not a or not b:
         return None
-    return {k: (y - x) / 100 for k, x, y in zip(roles.split(), map(int, a.split()), map(int, b.split()))}
+    a, b, names = a.split(), b.split(), roles.split()
+    assert len(a) == len(b) == len(names), (a, b, names)
+    return {k: (int(y) - int(x)) / 100 for k, x, y in zip(names, a, b)}
 json.dump({"usher": used(*marks[0:2]), "floor": used(*marks[2:4]), "round_trip_floor": used(*marks[4:6])},
           open(out, "w"))
 PY
@@ -302,7 +312,7 @@ log "1/8 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and 
 fi
 
 if want joins; then
-log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, then the joins floors"
+log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, the joins floors, then the round-trip floors"
 # Each run has a queue of its own: a closed queue stays closed (its name answers 404).
 for k in $(seq "$RUNS"); do
     rfloors=$RFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \

@@ -29,8 +29,8 @@ pub struct FloorSettings {
     /// A held stream gets a `: keepalive` comment this often; `None` never.
     pub keepalive: Option<Duration>,
     /// When set, every stream waits for one Redis round trip (`PING`) on this shared,
-    /// pipelining connection before it is answered: the least a gateway that keeps a place in
-    /// Redis before answering must pay. `None`: no Redis.
+    /// pipelining connection before it is answered: a lower bound on what a gateway that keeps
+    /// a place in Redis before answering pays. `None`: no Redis.
     pub redis: Option<redis::aio::MultiplexedConnection>,
 }
 

@@ -35,8 +35,9 @@ is usher's share.
 
 With --redis, every stream is answered only after one `PING` to that Redis (a
 shared connection that pipelines the stand-in's round trips): the round-trip
-floor, the least a join costs that keeps its place in Redis before answering.
-A gateway's join latency over this one is what usher adds on top of the round
+floor, a lower bound on what a join costs that keeps its place in Redis
+before answering (a `PING` writes nothing, and the stand-in never waits for a
+call under way). A gateway's join latency over this one is what usher adds on top of the round
 trip. It will not start while that Redis cannot be reached; a stream whose
 `PING` fails is closed unanswered.
 
@@ -68,8 +69,8 @@ struct Args {
     keepalive_secs: u64,
 
     /// A Redis URL: every stream then waits for one `PING` round trip to it (one shared,
-    /// pipelining connection) before it is answered, the least a join that keeps its place in
-    /// Redis costs. Unset: no Redis.
+    /// pipelining connection) before it is answered, a lower bound on what a join that keeps
+    /// its place in Redis costs. Unset: no Redis.
     #[arg(long, env = "USHER_JOINS_FLOOR_REDIS")]
     redis: Option<String>,
 }
@@ -88,7 +89,12 @@ fn main() -> anyhow::Result<()> {
             Some(url) => Some(
                 redis::Client::open(url.as_str())
                     .with_context(|| format!("bad --redis {url}"))?
-                    .get_multiplexed_async_connection()
+                    // No response timeout: a slow round trip is what the floor measures, and
+                    // with redis-rs's default (500 ms) the slowest would be closed unanswered
+                    // and drop out of the figures.
+                    .get_multiplexed_async_connection_with_config(
+                        &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+                    )
                     .await
                     .with_context(|| format!("cannot reach Redis at {url}"))?,
             ),
