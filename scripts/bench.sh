@@ -200,7 +200,7 @@ server_ticks() {
     local total=0 pid
     for pid in "${PIDS[@]}"; do
         [ -r "/proc/$pid/stat" ] || continue
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
     done
     echo "$total"
 }

@@ -14,7 +14,9 @@
 #   hold   HOLD (1,000,000) streams over HOLD_GW (60) gateways, joined at HOLD_RATE, then the
 #          line moves 50 places a second: position-update delay, memory, Redis commands/s.
 #
-# CPU by role (utime + stime from /proc) is printed beside each phase. Writes summary.txt and
+# CPU by role (utime + stime from /proc) is printed beside each phase; a joins run's window ends
+# when its load generator exits, so the servers' handling of its closes is partly left out
+# (`make bench` reads once the servers are idle again), and it is divided by the joins asked for. Writes summary.txt and
 # all.tgz (every report and log) to $OUT. Run from the folder holding .bench16/:
 #   OUT=/tmp/out timeout 540 bash .bench16/bench16.sh
 set -u

@@ -89,7 +89,10 @@ enum Again {
 
 /// Drains that may talk to Redis at once; the others wait for a turn (still marked draining).
 /// Most drains are one cheap read; one waiting for its admission time (a tick's lead at most)
-/// keeps its turn meanwhile, so this is many more than ever wait at once in practice.
+/// keeps its turn meanwhile, so this is many more than ever wait at once in practice. Past it
+/// (more queues than this each holding a join in a tick's lead) the others wait up to that
+/// lead for a turn, and a wake for a queue still waiting for its turn drains it twice (a
+/// second cheap read): the limits of the cap.
 const MAX_DRAINS: usize = 256;
 
 /// How long past a tick's lead the drains under way may take to finish on shutdown.
@@ -132,8 +135,11 @@ impl Drains {
         }
         let (turns, drain) = (self.turns.clone(), drain(&q));
         let task = self.tasks.spawn(async move {
-            // Held for the whole drain; the semaphore is never closed.
-            let _turn = turns.acquire_owned().await.ok();
+            // Held for the whole drain. Closed on shutdown: a drain still waiting for its turn
+            // then never starts (the next holder delivers its queue).
+            let Ok(_turn) = turns.acquire_owned().await else {
+                return;
+            };
             drain.await;
         });
         self.by_task.insert(task.id(), q.clone());
@@ -214,10 +220,17 @@ impl Passthrough {
         // time, then its Redis calls), starting no more; then stop the rest, each at its next
         // await, and wait until they have: what one sent and did not trim, the next holder
         // sends again with the same tokens.
+        drains.turns.close();
         let grace = super::timing::admit_lead_cap(courier.tick) + SHUTDOWN_GRACE;
-        let finished = async { while drains.tasks.join_next().await.is_some() {} };
+        let finished = async {
+            while let Some(done) = drains.tasks.join_next().await {
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "a passthrough drain failed");
+                }
+            }
+        };
         if tokio::time::timeout(grace, finished).await.is_err() {
-            tracing::debug!("passthrough drains still running at shutdown; stopped");
+            tracing::warn!("passthrough drains still running at shutdown were stopped; the next holder sends their admissions again");
         }
         drains.tasks.shutdown().await;
     }
