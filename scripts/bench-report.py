@@ -160,27 +160,34 @@ def p99(rep, kind):
     return l["p99_ms"] if l and l.get("count") else None
 
 
-def median_run(name, usher_name, floor_name, p99_of):
-    """The run whose usher / floor is the median of the runs `scripts/bench.sh` made (its
-    USHER_BENCH_RUNS: run 1 is `usher_name`, run k `<usher_name>-rk`, the same for the floor),
-    as (usher report, floor report), and a note listing every run's ratio (None with one run)."""
-    found = []
+def run_suffixes(usher_name):
+    """The suffix of each run `scripts/bench.sh` made (its USHER_BENCH_RUNS: run 1 is
+    `usher_name("")`, run k `usher_name("-rk")`), as far as their reports exist."""
     for k in range(1, 10):
         suffix = "" if k == 1 else f"-r{k}"
+        if load(usher_name(suffix)) is None:
+            return
+        yield suffix
+
+
+def median_run(name, usher_name, floor_name, p99_of):
+    """The run whose usher / floor is the median of the runs `scripts/bench.sh` made (each
+    with its floor report beside it), as (usher report, floor report), a note listing every
+    run's ratio (None with one run), and the run's suffix (for the files beside it)."""
+    found = []
+    for suffix in run_suffixes(usher_name):
         u, f = load(usher_name(suffix)), load(floor_name(suffix))
-        if u is None:
-            break
-        found.append((ratio_of(p99_of(u), p99_of(f)), u, f))
+        found.append((ratio_of(p99_of(u), p99_of(f)), u, f, suffix))
     if len(found) <= 1:
-        return (found[0][1], found[0][2]) if found else (None, None), None
+        return (found[0][1], found[0][2]) if found else (None, None), None, ""
     # The median of the runs that measured a ratio; a run that measured none (no latency: it
     # failed) is listed as such, never chosen while another run measured.
     measured = sorted((t for t in found if t[0] is not None), key=lambda t: t[0])
     mid = measured[(len(measured) - 1) // 2] if measured else found[0]
     note = (f"{name}: the median of {len(measured)} measured runs of {len(found)} by usher / floor "
             "(each run with its own floor): "
-            + ", ".join(ratio_text(r) if r is not None else "no measurement" for r, _, _ in found))
-    return (mid[1], mid[2]), note
+            + ", ".join(ratio_text(t[0]) if t[0] is not None else "no measurement" for t in found))
+    return (mid[1], mid[2]), note, mid[3]
 
 
 def floor_p99(f):
@@ -194,11 +201,11 @@ def admit_p99(rep):
 rows = []  # what, target, usher, floor, usher/floor, verdict, command
 notes = []
 redis = load("redis.json")
-(joins, joins_floor), joins_runs = median_run(
+(joins, joins_floor), joins_runs, joins_sfx = median_run(
     "joins", lambda s: f"joins{s}.json", lambda s: f"joins{s}-floor.json", lambda r: p99(r, "join"))
 hold = load("hold.json")
 hold_server = load("hold-server.json")
-(admit, admit_floor), admit_runs = median_run(
+(admit, admit_floor), admit_runs, admit_sfx = median_run(
     "admissions", lambda s: f"admit{s}.json", lambda s: f"floor-2x2{s}.json", admit_p99)
 floors = {"2x2": admit_floor, "1x1": load("floor-1x1.json")}
 NOT_MEASURED = "not yet measured"
@@ -228,17 +235,14 @@ else:
 # same stand-ins, each stream answered only after one `PING` to the bench's Redis. It splits
 # usher's join latency above the floor into the round trip that any join keeping its place in
 # Redis before answering pays, and what usher adds on top of it.
-trips = []  # (usher p99, floor p99, round-trip floor p99, round-trip floor report, usher report)
-for k in range(1, 10):
-    sfx = "" if k == 1 else f"-r{k}"
-    u = load(f"joins{sfx}.json")
-    if u is None:
-        break
+trips = []  # (usher p99, floor p99, round-trip floor p99, round-trip floor report)
+for sfx in run_suffixes(lambda s: f"joins{s}.json"):
     rf = load(f"joins{sfx}-rfloor.json")
-    trips.append((p99(u, "join"), p99(load(f"joins{sfx}-floor.json"), "join"), p99(rf, "join"), rf, u))
-chosen = [t for t in trips if joins and t[4].get("started_at_ms") == joins.get("started_at_ms")]
-if chosen and chosen[0][2] is not None and jl:
-    _, _, rf99, rf, _ = chosen[0]
+    trips.append((p99(load(f"joins{sfx}.json"), "join"), p99(load(f"joins{sfx}-floor.json"), "join"),
+                  p99(rf, "join"), rf))
+rf = load(f"joins{joins_sfx}-rfloor.json")
+rf99 = p99(rf, "join")
+if rf99 is not None and jl:
     rows.append(("join latency over one Redis round trip", "—", lat_text(jl), lat_text(lat(rf, "join")),
                  ratio_text(ratio_of(jl["p99_ms"], rf99)), "—",
                  "the same load through six stand-ins that answer after one `PING` to the bench's Redis "
@@ -390,33 +394,21 @@ def servers(cpu):
 
 
 # CPU per join, by role, in the chosen joins run and its two floor runs (each from its first
-# join to its last connection closed): what usher's roles spend beside what the stand-ins and
-# Redis spend for one round trip, and the stand-ins for none.
-join_cpu = None
-chosen_sfx = None
-if joins:
-    for k in range(1, 10):
-        sfx = "" if k == 1 else f"-r{k}"
-        u = load(f"joins{sfx}.json")
-        if u is None:
-            break
-        if u.get("started_at_ms") == joins.get("started_at_ms"):
-            join_cpu, chosen_sfx = load(f"joins{sfx}-cpu.json"), sfx
-            break
-if join_cpu and join_cpu.get("usher") and joins["totals"].get("joined"):
-    sfx_of = {"usher": "", "floor": "-floor", "round_trip_floor": "-rfloor"}
-    run_of = {k: load(f"joins{chosen_sfx}{v}.json") for k, v in sfx_of.items()}
-
-    # Each role's CPU in `run`, per join of that run (its own count of joins).
+# join until the servers were idle again): what usher's roles spend beside what the stand-ins
+# and Redis spend for one round trip, and the stand-ins for none.
+if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"):
+    # Each role's CPU in the run whose files end in `run` (the usher run's: ""), per join of
+    # that run (its own count of joins).
     def per(run, *keys):
-        r, n = join_cpu.get(run) or {}, ((run_of[run] or {}).get("totals") or {}).get("joined")
+        r = load(f"joins{joins_sfx}{run}-cpu.json") or {}
+        n = ((load(f"joins{joins_sfx}{run}.json") or {}).get("totals") or {}).get("joined")
         label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins"}
         if not r or not n:
             return None
         return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r) + " µs"
-    parts = [("usher", per("usher", "gateways", "redis", "dispatcher")),
-             ("round-trip floor", per("round_trip_floor", "round_trip_floors", "redis")),
-             ("floor", per("floor", "floors", "redis"))]
+    parts = [("usher", per("", "gateways", "redis", "dispatcher")),
+             ("round-trip floor", per("-rfloor", "round_trip_floors", "redis")),
+             ("floor", per("-floor", "floors", "redis"))]
     lg = (joins.get("load_generator_cpu") or {}).get("cpu_s")
     notes.append(f"CPU per join ({joins['totals']['joined']:,} joins a run; each run from its first join until the "
                  "servers were idle again after its last connection closed, `/proc`): "
@@ -429,13 +421,7 @@ if hold_cpu and hold_server and hold_server.get("held"):
     notes.append(f"CPU per position event ({events:,.0f} events: {hold_server['held']:,} held × "
                  f"{hold_server['seconds']:.0f} ticks): "
                  + ", ".join(f"{k} {v * 1e6 / events:.1f} µs" for k, v in servers(hold_cpu)))
-admit_cpu = None
-if admit:
-    for k in range(1, 10):
-        sfx = "" if k == 1 else f"-r{k}"
-        if load(f"admit{sfx}.json") is admit or load(f"admit{sfx}.json") == admit:
-            admit_cpu = load(f"admit-cpu{sfx}.json")
-            break
+admit_cpu = load(f"admit-cpu{admit_sfx}.json") if admit else None
 if admit_cpu and al and al.get("count"):
     bare = ((floors.get("2x2") or {}).get("machine") or {}).get("busy_cpu_us_per_event")
     notes.append(f"CPU per admission ({al['count']:,} admitted; includes the position events of the places still "

@@ -39,7 +39,7 @@
 # Everything is bounded in time (seven to ten minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
 # *-floor.json|svg beside it, its round-trip floor run in *-rfloor.json|svg, each role's CPU over
-# the three in *-cpu.json), and BENCHMARKS.md (the section between the bench markers is
+# each in *-cpu.json beside it), and BENCHMARKS.md (the section between the bench markers is
 # rewritten by scripts/bench-report.py).
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
@@ -195,15 +195,6 @@ redis_calls() {
 loadgen() {
     "$BIN/usher-loadgen" --gateways "${LOADGEN_GATEWAYS:-$GATEWAYS}" --source-ips "$SOURCES" --quiet "$@"
 }
-# CPU ticks (1/100 s) used so far by Redis, the dispatcher and the gateways.
-server_ticks() {
-    local total=0 pid
-    for pid in "${PIDS[@]}"; do
-        [ -r "/proc/$pid/stat" ] || continue
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
-    done
-    echo "$total"
-}
 # CPU ticks (1/100 s) used so far by the processes $@, together (one that has exited counts 0:
 # every role's field is a number, whatever died).
 ticks_of() {
@@ -214,6 +205,9 @@ ticks_of() {
     done
     echo "$total"
 }
+# CPU ticks (1/100 s) used so far by every server started here (Redis, the dispatcher, the
+# gateways, the floors).
+server_ticks() { ticks_of "${PIDS[@]}"; }
 # CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis floors
 # round_trip_floors" (for the "where the time goes" figures: CPU per join, per position event
 # and per admission, by role).
@@ -246,10 +240,10 @@ settle() {
 # once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
 # and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg).
 # Each role's CPU over each run (from its first join until the servers are idle again after its
-# last connection closed) goes in $OUT/$2-cpu.json: {"usher": {role: s}, "floor": ...,
-# "round_trip_floor": ...}.
+# last connection closed) goes beside its report: $OUT/$2-cpu.json, $2-floor-cpu.json,
+# $2-rfloor-cpu.json (role_cpu_json).
 join_run() {
-    local q=$1 name=$2 gateways=$3 floors=$4 c0 c1 c2 c3 c4="" c5=""
+    local q=$1 name=$2 gateways=$3 floors=$4 c0
     shift 4
     queue "$q" '{"admit_per_second": 1, "paused": true}'
     c0=$(role_ticks)
@@ -257,33 +251,21 @@ join_run() {
         --report "$OUT/$name.json" --plot "$OUT/$name.svg" || true
     # Read once the servers have handled the closes too (idle again), before the queue closes.
     settle
-    c1=$(role_ticks)
+    role_cpu_json "$name-cpu.json" "$c0" "$(role_ticks)"
     close "$q"
     settle
-    c2=$(role_ticks)
+    c0=$(role_ticks)
     LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
         --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
     settle
-    c3=$(role_ticks)
+    role_cpu_json "$name-floor-cpu.json" "$c0" "$(role_ticks)"
     if [ -n "${rfloors:-}" ]; then
-        c4=$(role_ticks)
+        c0=$(role_ticks)
         LOADGEN_GATEWAYS=$rfloors loadgen --queue "$q" "$@" \
             --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
         settle
-        c5=$(role_ticks)
+        role_cpu_json "$name-rfloor-cpu.json" "$c0" "$(role_ticks)"
     fi
-    python3 - "$OUT/$name-cpu.json" "$ROLES" "$c0" "$c1" "$c2" "$c3" "$c4" "$c5" <<'PY'
-import json, sys
-out, roles, *marks = sys.argv[1:]
-def used(a, b):
-    if not a or not b:
-        return None
-    a, b, names = a.split(), b.split(), roles.split()
-    assert len(a) == len(b) == len(names), (a, b, names)
-    return {k: (int(y) - int(x)) / 100 for k, x, y in zip(names, a, b)}
-json.dump({"usher": used(*marks[0:2]), "floor": used(*marks[2:4]), "round_trip_floor": used(*marks[4:6])},
-          open(out, "w"))
-PY
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.

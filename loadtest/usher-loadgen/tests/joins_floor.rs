@@ -133,25 +133,26 @@ fn the_round_trip_floor_will_not_start_without_its_redis() -> anyhow::Result<()>
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let out = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(["--redis", &format!("redis://127.0.0.1:{port}")])
-        .output()
-        .context("cannot run usher-joins-floor")?;
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach Redis"), "{err}");
-    Ok(())
+    let redis = format!("redis://127.0.0.1:{port}");
+    refuses_to_start(
+        &["--listen", "127.0.0.1:0", "--redis", &redis],
+        "cannot reach Redis",
+    )
 }
 
 #[test]
 fn the_floor_refuses_to_listen_beyond_loopback() -> anyhow::Result<()> {
+    refuses_to_start(&["--listen", "0.0.0.0:0"], "loopback")
+}
+
+/// Runs the floor with `args`: it must exit at once with an error that says `why`.
+fn refuses_to_start(args: &[&str], why: &str) -> anyhow::Result<()> {
     let out = Command::new(env!("CARGO_BIN_EXE_usher-joins-floor"))
-        .args(["--listen", "0.0.0.0:0"])
+        .args(args)
         .output()
         .context("cannot run usher-joins-floor")?;
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("loopback"), "{err}");
+    assert!(err.contains(why), "{err}");
     Ok(())
 }
