@@ -563,6 +563,8 @@ async function poll() {
     else setStatus("Cannot refresh: " + e.message);
     return false;
   }
+  // Signed out while the answer was on its way: it must not bring the cards back.
+  if (token() === null) return false;
   const now = Date.now();
   const seen = new Set();
   for (const q of list.queues || []) {
