@@ -411,10 +411,15 @@ pub fn plan(inputs: &Inputs, costs: &Costs) -> Plan {
             round1(rate * dispatcher_us_per_admission / 1e3),
             "ms/s",
             format!(
-                "{} admissions/s x {} ms (the upper end of {}) / {} places",
+                "{} admissions/s x {} ms{} / {} places",
                 n(rate),
                 n(c.dispatcher_ms_per_burst.value),
-                c.dispatcher_ms_per_burst.text,
+                // A range is planned at its upper end (`figures::number_at`): say so.
+                if c.dispatcher_ms_per_burst.text.contains('–') {
+                    format!(" (the upper end of {})", c.dispatcher_ms_per_burst.text)
+                } else {
+                    String::new()
+                },
                 c.burst_places.text
             ),
             src(&[&c.dispatcher_ms_per_burst]),
