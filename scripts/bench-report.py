@@ -256,6 +256,32 @@ if rf99 is not None and jl:
                  + "; usher's over it: " + ", ".join(map(ratio_text, over_trip))
                  + f"; the shown run's round-trip floor: {rt.get('joined', 0):,} joined, {rt.get('errors', 0)} errors")
 
+# The join floor (`usher-joins-floor --join`), run after each round-trip floor run: the same
+# stand-ins, each stream answered only after usher's own join took it a place (the join script,
+# one place a call, on a queue of its own). Beside the round trip it splits usher's distance
+# into what its join costs Redis and what the gateway's logic adds.
+joins_through = []  # (usher p99, floor p99, join floor p99, join floor report)
+for sfx in run_suffixes(lambda s: f"joins{s}.json"):
+    jf = load(f"joins{sfx}-jfloor.json")
+    joins_through.append((p99(load(f"joins{sfx}.json"), "join"), p99(load(f"joins{sfx}-floor.json"), "join"),
+                          p99(jf, "join"), jf))
+jf = load(f"joins{joins_sfx}-jfloor.json")
+jf99 = p99(jf, "join")
+if jf99 is not None and jl:
+    rows.append(("join latency over usher's join in Redis", "—", lat_text(jl), lat_text(lat(jf, "join")),
+                 ratio_text(ratio_of(jl["p99_ms"], jf99)), "—",
+                 "the same load through six stand-ins that answer after usher's own join took a place in the "
+                 "bench's Redis, one place a call (`usher-joins-floor --join`)"))
+    over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})"
+                  for t in joins_through if t[2] is not None]
+    over_join = [ratio_of(t[0], t[2]) for t in joins_through if t[2] is not None]
+    jt = jf.get("totals") or {}
+    notes.append("joins, the join floor (`usher-joins-floor --join`, the same load on a paused queue of its own; each "
+                 "stand-in answers a stream after usher's join script took it a place, one place a call, the calls "
+                 "pipelined on one connection): its p99 over the joins floor's, each run: " + ", ".join(over_floor)
+                 + "; usher's over it: " + ", ".join(map(ratio_text, over_join))
+                 + f"; the shown run's join floor: {jt.get('joined', 0):,} joined, {jt.get('errors', 0)} errors")
+
 # Concurrent connections, memory, Redis cost: absolute.
 if hold and hold_server:
     held = hold_server["held"]
@@ -345,34 +371,36 @@ def offered(rep):
     return f"{(rep.get('config') or {}).get('join_rate', 0):,.0f}/s"
 
 
-# Latency against load: each join row beside its joins floor, each admission row beside the
-# burst floor for its batch size.
-sweep = []  # kind, load, achieved, usher latency, floor p99 (ms), (ratio, absolute) bounds, rep, floor rep
+# Latency against load: each join row beside its joins floor (and its round-trip floor), each
+# admission row beside the burst floor for its batch size.
+sweep = []  # kind, load, achieved, usher latency, floor p99 (ms), (ratio, absolute) bounds, rep, floor rep,
+#             round-trip floor p99 (ms; joins only)
 JOIN_BOUNDS, ADMIT_BOUNDS = (JOIN_RATIO, JOIN_P99_MS), (ADMIT_RATIO, ADMIT_P99_MS)
 for r_ in (2500, 5000, 7500):
     rep = load(f"sweep-joins-{r_}.json")
     if rep and lat(rep, "join"):
         fr = load(f"sweep-joins-{r_}-floor.json")
         sweep.append(("joins", f"{r_:,}/s", f"{join_rate(rep) or 0:,.0f}/s", lat(rep, "join"),
-                      p99(fr, "join"), JOIN_BOUNDS, rep, fr))
+                      p99(fr, "join"), JOIN_BOUNDS, rep, fr, p99(load(f"sweep-joins-{r_}-rfloor.json"), "join")))
 if joins and jl:
     sweep.append(("joins", offered(joins), f"{rate or 0:,.0f}/s", jl, p99(joins_floor, "join"), JOIN_BOUNDS,
-                  joins, joins_floor))
+                  joins, joins_floor, rf99))
 rep = load("sweep-joins-2gw.json")
 if rep and lat(rep, "join"):
     fr = load("sweep-joins-2gw-floor.json")
     sweep.append(("joins", f"{offered(rep)}, 2 gateways, 2 load-generator processes", f"{join_rate(rep) or 0:,.0f}/s",
-                  lat(rep, "join"), p99(fr, "join"), JOIN_BOUNDS, rep, fr))
+                  lat(rep, "join"), p99(fr, "join"), JOIN_BOUNDS, rep, fr,
+                  p99(load("sweep-joins-2gw-rfloor.json"), "join")))
 for n in (1000, 2500):
     rep = load(f"sweep-admit-{n}.json")
     al_n = lat(rep, "admission")
     if rep and al_n and al_n["count"]:
         fl = load(f"floor-{n}-2x2.json")
         sweep.append(("admission", f"{n:,} per tick", f"{al_n['count']:,} admitted", al_n,
-                      fl["overall"]["p99_ms"] if fl else None, ADMIT_BOUNDS, rep, fl))
+                      fl["overall"]["p99_ms"] if fl else None, ADMIT_BOUNDS, rep, fl, None))
 if admit and al and al["count"]:
     sweep.append(("admission", "5,000 per tick", f"{al['count']:,} admitted", al,
-                  f22["overall"]["p99_ms"] if f22 else None, ADMIT_BOUNDS, admit, f22))
+                  f22["overall"]["p99_ms"] if f22 else None, ADMIT_BOUNDS, admit, f22, None))
 
 def loadgen_cpu(rep):
     """The load generator's own CPU over a run (its `load_generator_cpu`), or None."""
@@ -402,11 +430,13 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
     def per(run, *keys):
         r = load(f"joins{joins_sfx}{run}-cpu.json") or {}
         n = ((load(f"joins{joins_sfx}{run}.json") or {}).get("totals") or {}).get("joined")
-        label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins"}
+        label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins",
+                 "join_floors": "stand-ins"}
         if not r or not n:
             return None
         return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r) + " µs"
     parts = [("usher", per("", "gateways", "redis", "dispatcher")),
+             ("join floor", per("-jfloor", "join_floors", "redis")),
              ("round-trip floor", per("-rfloor", "round_trip_floors", "redis")),
              ("floor", per("-floor", "floors", "redis"))]
     lg = (joins.get("load_generator_cpu") or {}).get("cpu_s")
@@ -440,8 +470,9 @@ lines = [
     "<!-- bench:begin -->",
     f"Measured by `make bench` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {facts}.",
     "Everything ran on this one machine at once: Redis (AOF everysec, `nice -10`), one dispatcher (tick 1 s, `nice -5`),",
-    "six gateways (one runtime thread each), six joins floors and six round-trip floors (`--redis`), and the load",
-    "generator's worker processes, all release builds, loopback only. The commands leave out what every run shares:",
+    "six gateways (one runtime thread each), six joins floors, six round-trip floors (`--redis`) and six join floors",
+    "(`--join`), and the load generator's worker processes, all release builds, loopback only. The commands leave out",
+    "what every run shares:",
     "`--gateways` (the six gateways, or the six floors of a floor run), `--source-ips 127.0.0.2-127.0.0.61`, `--queue`,",
     "`--report`, `--plot`, `--quiet`.",
     "",
@@ -454,21 +485,24 @@ lines += [""] + [f"- {n}" for n in notes]
 if sweep:
     lines += ["", f"Latency against load (the same setup; a row is within the target when its usher / floor is, "
               f"{JOIN_RATIO:g}× for joins and {ADMIT_RATIO:g}× for admissions):", "",
-              "| latency | load | achieved | usher p50 / p99 / max | floor p99 | usher / floor | within the target | CPU stalls (usher run; floor run) |",
-              "|---|---|---|---|---|---|---|---|"]
-    for kind, load_txt, got, l, fp, (bound, abs_bound), rep, frep in sweep:
+              "| latency | load | achieved | usher p50 / p99 / max | floor p99 | usher / floor | within the target "
+              "| round-trip floor p99 (its / floor's; usher's / its) | CPU stalls (usher run; floor run) |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for kind, load_txt, got, l, fp, (bound, abs_bound), rep, frep, rfp in sweep:
         r = ratio_of(l["p99_ms"], fp)
         if r is None:
             within = f"floor not measured; ≤ {abs_bound} ms: {'yes' if l['p99_ms'] <= abs_bound else 'no'}"
         else:
             within = "yes" if r <= bound else "no"
         floor_stalls = stalls(frep) if frep and "cpu_stalls" in frep else "—"
+        trip = "—" if rfp is None else (f"{rfp:.1f} ms ({ratio_text(ratio_of(rfp, fp))}; "
+                                        f"{ratio_text(ratio_of(l['p99_ms'], rfp))})")
         lines.append(f"| {kind} | {load_txt} | {got} | {l['p50_ms']:.1f} / {l['p99_ms']:.1f} / {l['max_ms']:.0f} ms | "
-                     f"{f'{fp:.1f} ms' if fp else NOT_MEASURED} | {ratio_text(r)} | {within} | "
+                     f"{f'{fp:.1f} ms' if fp else NOT_MEASURED} | {ratio_text(r)} | {within} | {trip} | "
                      f"{stalls(rep)}; {floor_stalls} |")
 lines.append("")
-lines.append("Plots (written by the run, not committed): `target/bench/joins.svg`, `joins-floor.svg` and `joins-rfloor.svg` "
-             "(the same run against the floors and the round-trip floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; "
+lines.append("Plots (written by the run, not committed): `target/bench/joins.svg`, `joins-floor.svg`, `joins-rfloor.svg` "
+             "and `joins-jfloor.svg` (the same run against the floors, the round-trip floors and the join floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; "
              "raw reports: `target/bench/*.json`.")
 lines.append("<!-- bench:end -->")
 section = "\n".join(lines)

@@ -4,15 +4,17 @@
 # Starts (release builds, loopback only): a redis-server with AOF (everysec), one dispatcher
 # (tick 1 s), six gateways, six joins floors (usher-joins-floor: a stand-in gateway that
 # answers every stream with one fixed `waiting` event, no Redis, on the gateway's runtime
-# setup) and six round-trip floors (the same with `--redis`: each stream answered after one
-# `PING` to the bench's Redis); then runs these scenarios with usher-loadgen (several worker processes, clients bound
+# setup), six round-trip floors (the same with `--redis`: each stream answered after one
+# `PING` to the bench's Redis) and six join floors (`--join`: after usher's own join took it a
+# place in that Redis, one place a call); then runs these scenarios with usher-loadgen (several worker processes, clients bound
 # to many 127.0.0.x source addresses):
 #   1. redis   — usher-bench-redis: Redis memory per waiting place, tick time at 1k vs 1M waiting,
 #                and a tick of 1k waiting behind 1M away places vs the 1k alone (issue 23)
 #   2. joins   — 60,000 browsers joining at 10,200/s (2% over the target): join rate, latency;
 #                then the same load generator, rate and count against the six joins floors:
 #                this machine's floor for that join latency; then against the six round-trip
-#                floors: how much of usher's latency above the floor is the Redis round trip
+#                floors: how much of usher's latency above the floor is the Redis round trip;
+#                then against the six join floors: how much is usher's join in Redis
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
@@ -20,7 +22,8 @@
 #                usher-floor: the same burst of 5,000 events as bare loopback writes (no usher
 #                code), this machine's floor for that latency
 #   5. sweep   — join latency at 2,500, 5,000 and 7,500 joins/s, and at 10,000/s through two
-#                gateways, each followed by the same run against as many joins floors;
+#                gateways, each followed by the same run against as many joins floors, then
+#                as many round-trip floors;
 #                admission latency at 1,000 and 2,500 admissions per tick, each followed by
 #                usher-floor for a burst of that size: where this machine meets the targets
 #   6. shards  — usher-bench-shards: joins/s and admissions/s (usher's scripts, no HTTP) with
@@ -38,7 +41,8 @@
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (seven to ten minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
-# *-floor.json|svg beside it, its round-trip floor run in *-rfloor.json|svg, each role's CPU over
+# *-floor.json|svg beside it, its round-trip and join floor runs in *-rfloor.json|svg and
+# *-jfloor.json|svg, each role's CPU over
 # each in *-cpu.json beside it), and BENCHMARKS.md (the section between the bench markers is
 # rewritten by scripts/bench-report.py).
 #
@@ -172,7 +176,20 @@ for i in 1 2 3 4 5 6; do
     RFLOOR_PIDS+=($!)
     RFLOORS="${RFLOORS:+$RFLOORS,}http://127.0.0.1:$port"
 done
-for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS" | tr , ' '); do
+# The join floors: the same stand-ins, each stream answered only after usher's own join took it
+# a place in the bench's Redis (`usher-joins-floor --join`: the join script, one place a call,
+# no batching): what the gateways' Redis work costs with none of their logic.
+JFLOORS=""
+JFLOOR_PIDS=()
+for i in 1 2 3 4 5 6; do
+    port=$((BASE + 30 + i))
+    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 --join "$USHER_REDIS_URL" \
+        >"$OUT/joins-jfloor-$i.log" 2>&1 &
+    PIDS+=($!)
+    JFLOOR_PIDS+=($!)
+    JFLOORS="${JFLOORS:+$JFLOORS,}http://127.0.0.1:$port"
+done
+for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS,$JFLOORS" | tr , ' '); do
     for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
 done
@@ -209,12 +226,12 @@ ticks_of() {
 # gateways, the floors).
 server_ticks() { ticks_of "${PIDS[@]}"; }
 # CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis floors
-# round_trip_floors" (for the "where the time goes" figures: CPU per join, per position event
-# and per admission, by role).
-ROLES="gateways dispatcher redis floors round_trip_floors"
+# round_trip_floors join_floors" (for the "where the time goes" figures: CPU per join, per
+# position event and per admission, by role).
+ROLES="gateways dispatcher redis floors round_trip_floors join_floors"
 role_ticks() {
     echo "$(ticks_of "${GATEWAY_PIDS[@]}") $(ticks_of "$DISPATCHER_PID") $(ticks_of "$REDIS_PID")" \
-        "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}")"
+        "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}") $(ticks_of "${JFLOOR_PIDS[@]}")"
 }
 # Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3.
 role_cpu_json() {
@@ -238,10 +255,12 @@ settle() {
 # Runs a join run twice with the same arguments: `loadgen "$@"` through the gateways $3 on
 # queue $1 (created paused, so every browser stays waiting), reports $OUT/$2.json|svg; then,
 # once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
-# and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg).
+# and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg);
+# and, when $jfloors names join floors, a fourth time through them, on a queue of their own
+# ($1-jf, created paused: their joins take real places), reporting $2-jfloor.json|svg.
 # Each role's CPU over each run (from its first join until the servers are idle again after its
 # last connection closed) goes beside its report: $OUT/$2-cpu.json, $2-floor-cpu.json,
-# $2-rfloor-cpu.json (role_cpu_json).
+# $2-rfloor-cpu.json, $2-jfloor-cpu.json (role_cpu_json).
 join_run() {
     local q=$1 name=$2 gateways=$3 floors=$4 c0
     shift 4
@@ -265,6 +284,16 @@ join_run() {
             --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
         settle
         role_cpu_json "$name-rfloor-cpu.json" "$c0" "$(role_ticks)"
+    fi
+    if [ -n "${jfloors:-}" ]; then
+        queue "$q-jf" '{"admit_per_second": 1, "paused": true}'
+        c0=$(role_ticks)
+        LOADGEN_GATEWAYS=$jfloors loadgen --queue "$q-jf" "$@" \
+            --report "$OUT/$name-jfloor.json" --plot "$OUT/$name-jfloor.svg" || true
+        settle
+        role_cpu_json "$name-jfloor-cpu.json" "$c0" "$(role_ticks)"
+        close "$q-jf"
+        settle
     fi
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
@@ -294,10 +323,10 @@ log "1/8 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and 
 fi
 
 if want joins; then
-log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, the joins floors, then the round-trip floors"
+log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, the joins floors, the round-trip floors, then the join floors"
 # Each run has a queue of its own: a closed queue stays closed (its name answers 404).
 for k in $(seq "$RUNS"); do
-    rfloors=$RFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
+    rfloors=$RFLOORS jfloors=$JFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
         --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
 done
 fi
@@ -365,15 +394,16 @@ done
 fi
 
 if want sweep; then
-log "5/8 sweep: join latency at 2,500-7,500 joins/s (and their floors); admission latency at 1,000 and 2,500 per tick"
+log "5/8 sweep: join latency at 2,500-7,500 joins/s (and their floors and round-trip floors); admission latency at 1,000 and 2,500 per tick"
 for r in 2500 5000 7500; do
-    join_run "joins-$r" "sweep-joins-$r" "$GATEWAYS" "$FLOORS" \
+    rfloors=$RFLOORS join_run "joins-$r" "sweep-joins-$r" "$GATEWAYS" "$FLOORS" \
         --connections $((r * 4)) --join-rate "$r" --workers 2 --duration 19
 done
 # The same 10,000 joins/s through two gateways (one per core) and two load-generator
 # processes: fewer processes than cores times three (36,000 joins: 18,000 per gateway fit
-# the descriptor cap); its floor through two joins floors.
-join_run joins-2gw sweep-joins-2gw "$(echo "$GATEWAYS" | cut -d, -f1-2)" "$(echo "$FLOORS" | cut -d, -f1-2)" \
+# the descriptor cap); its floors through two joins floors and two round-trip floors.
+rfloors=$(echo "$RFLOORS" | cut -d, -f1-2) join_run joins-2gw sweep-joins-2gw "$(echo "$GATEWAYS" | cut -d, -f1-2)" \
+    "$(echo "$FLOORS" | cut -d, -f1-2)" \
     --connections 36000 --join-rate 10000 --workers 2 --duration 19
 for n in 1000 2500; do
     queue "admit-$n" "{\"admit_per_second\": $n, \"paused\": true, \"session_ttl_seconds\": 600}"

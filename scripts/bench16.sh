@@ -7,6 +7,8 @@
 #   joins  JOIN_RATES (10,000 and 40,000/s) through GW gateways (16, one runtime thread each),
 #          then through GW joins floors (`usher-joins-floor`), then through GW round-trip floors
 #          (`usher-joins-floor --redis`: each stream answered after one PING to the same Redis),
+#          then through GW join floors (`--join`: after usher's own join took it a place, one
+#          place a call, on a paused queue of their own),
 #          JOIN_SECS (5) of joins each, every stream held to the end (so GW gateways must hold
 #          rate x JOIN_SECS);
 #   admit  ADMIT (60,000) waiting, ADMIT_TICK (10,000) admitted per 1 s tick, through the same
@@ -69,15 +71,18 @@ gateways() {  # $1: count, $2: connections each, $3: log name
   ready $(echo "$GWS" | tr , ' ')
 }
 floors() {
-  FLS=""; FPIDS=(); RFLS=""; RFPIDS=()
+  FLS=""; FPIDS=(); RFLS=""; RFPIDS=(); JFLS=""; JFPIDS=()
   for i in $(seq "$1"); do
     usher-joins-floor --listen 127.0.0.1:$((P+300+i)) --worker-threads 1 >"$OUT/fl-$i.log" 2>&1 & PIDS+=($!); FPIDS+=($!)
     FLS="${FLS:+$FLS,}http://127.0.0.1:$((P+300+i))"
     usher-joins-floor --listen 127.0.0.1:$((P+500+i)) --worker-threads 1 --redis "redis://127.0.0.1:$RP" \
       >"$OUT/rfl-$i.log" 2>&1 & PIDS+=($!); RFPIDS+=($!)
     RFLS="${RFLS:+$RFLS,}http://127.0.0.1:$((P+500+i))"
+    usher-joins-floor --listen 127.0.0.1:$((P+700+i)) --worker-threads 1 --join "redis://127.0.0.1:$RP" \
+      >"$OUT/jfl-$i.log" 2>&1 & PIDS+=($!); JFPIDS+=($!)
+    JFLS="${JFLS:+$JFLS,}http://127.0.0.1:$((P+700+i))"
   done
-  ready $(echo "$FLS,$RFLS" | tr , ' ')
+  ready $(echo "$FLS,$RFLS,$JFLS" | tr , ' ')
 }
 stop() { for p in "$@"; do kill "$p" 2>/dev/null; done; for p in "$@"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done; }
 q() { curl -fsS -X PUT "$D/admin/queues/$1" -H "$A" -H 'content-type: application/json' -d "$2" >/dev/null; }
@@ -108,10 +113,16 @@ if [[ $PHASES == *" joins "* ]]; then
     t0=$(cpu "${RFPIDS[@]}"); rr0=$(cpu $RPID)
     LG --gateways "$RFLS" --queue "j$r" --connections $n --join-rate $r --workers $W --duration $(( JOIN_SECS + 3 )) --linger-ms 0 --report "$OUT/joins-$r-rfloor.json" >"$OUT/joins-$r-rfloor.txt" 2>&1
     t1=$(cpu "${RFPIDS[@]}"); rr1=$(cpu $RPID); sleep 2
+    q "j$r-jf" '{"admit_per_second": 1, "paused": true, "passthrough": false}'
+    j0=$(cpu "${JFPIDS[@]}"); jr0=$(cpu $RPID)
+    LG --gateways "$JFLS" --queue "j$r-jf" --connections $n --join-rate $r --workers $W --duration $(( JOIN_SECS + 3 )) --linger-ms 0 --report "$OUT/joins-$r-jfloor.json" >"$OUT/joins-$r-jfloor.txt" 2>&1
+    j1=$(cpu "${JFPIDS[@]}"); jr1=$(cpu $RPID)
+    del "j$r-jf"; sleep 2
     say "joins $r usher: $(lines "$OUT/joins-$r.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
     say "joins $r floor: $(lines "$OUT/joins-$r-floor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
     say "joins $r round-trip floor: $(lines "$OUT/joins-$r-rfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
-    say "joins $r cpu per join: gateways $(per $c0 $c1 $n) us, redis $(per $r0 $r1 $n) us, floors $(per $f0 $f1 $n) us, round-trip floors $(per $t0 $t1 $n) us + redis $(per $rr0 $rr1 $n) us"
+    say "joins $r join floor: $(lines "$OUT/joins-$r-jfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
+    say "joins $r cpu per join: gateways $(per $c0 $c1 $n) us, redis $(per $r0 $r1 $n) us, floors $(per $f0 $f1 $n) us, round-trip floors $(per $t0 $t1 $n) us + redis $(per $rr0 $rr1 $n) us, join floors $(per $j0 $j1 $n) us + redis $(per $jr0 $jr1 $n) us"
     # Redis's own time by command, per join (INFO commandstats over the usher run).
     say "joins $r redis per join: $(python3 - "$OUT/joins-$r-commandstats.txt" $n <<'PY'
 import re, sys

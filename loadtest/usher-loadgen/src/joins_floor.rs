@@ -12,6 +12,11 @@
 //! Deliberately left out: Redis, tickets (the id is the same string for every stream), the
 //! gateway's connection limit and drain, the hub. Kept: keepalive comments, so a held stream
 //! is never silent for longer than on a gateway.
+//!
+//! Two variants wait for Redis before answering ([`Before`]): the **round-trip floor**, one
+//! `PING` (what any join that keeps its place in Redis pays at least), and the **join floor**,
+//! usher's own join (`Store::join_many`: the join script, one place a call): what the
+//! gateway's Redis work costs with none of the gateway's logic around it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use usher_core::ids::QueueId;
 use usher_core::messages::WaitingEvent;
+use usher_core::store::{Joined, Store};
 
 /// How the floor answers.
 #[derive(Debug, Clone)]
@@ -28,10 +34,58 @@ pub struct FloorSettings {
     pub retry_ms: u64,
     /// A held stream gets a `: keepalive` comment this often; `None` never.
     pub keepalive: Option<Duration>,
-    /// When set, every stream waits for one Redis round trip (`PING`) on this shared,
-    /// pipelining connection before it is answered: a lower bound on what a gateway that keeps
-    /// a place in Redis before answering pays. `None`: no Redis.
-    pub redis: Option<redis::aio::MultiplexedConnection>,
+    /// What every stream waits for before it is answered.
+    pub before: Before,
+}
+
+/// What a stream waits for before it is answered. A stream whose wait fails is closed
+/// unanswered.
+#[derive(Clone)]
+pub enum Before {
+    /// Nothing: the plain floor, no Redis.
+    Nothing,
+    /// One Redis round trip (`PING`) on this shared, pipelining connection: the round-trip
+    /// floor, a lower bound on what a gateway that keeps a place in Redis before answering
+    /// pays (a `PING` writes nothing, and a stream never waits for a call under way).
+    Ping(redis::aio::MultiplexedConnection),
+    /// usher's own join: a place taken in the request's queue by [`Store::join_many`], one
+    /// place a call, the calls pipelined on the store's connection, for gateway index
+    /// [`JOIN_FLOOR_GATEWAY`]: the join floor, what the gateway's Redis work costs with none
+    /// of its logic (no batching, tickets, hub or limits). The queue must be open; the answer
+    /// is still the fixed event, so the bytes on the wire are the other floors'.
+    Join(Store),
+}
+
+impl std::fmt::Debug for Before {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Before::Nothing => "Nothing",
+            Before::Ping(_) => "Ping",
+            Before::Join(_) => "Join",
+        })
+    }
+}
+
+/// The gateway index the join floor's places are taken for: 0, which no gateway is ever given
+/// (a gateway registers with an index from 1 to 65535), so no gateway's stream hears of them.
+pub const JOIN_FLOOR_GATEWAY: u16 = 0;
+
+impl Before {
+    /// Waits for what a stream in queue `q` waits for; `false` when it failed.
+    async fn wait(&self, q: &QueueId) -> bool {
+        match self {
+            Before::Nothing => true,
+            Before::Ping(conn) => {
+                let mut conn = conn.clone();
+                let pong: redis::RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
+                pong.is_ok()
+            }
+            Before::Join(store) => matches!(
+                store.join_many(q, JOIN_FLOOR_GATEWAY, now_ms(), 1).await,
+                Ok(Joined::Places { .. })
+            ),
+        }
+    }
 }
 
 /// Longest request head accepted, as on the gateway.
@@ -103,11 +157,8 @@ async fn connection(mut sock: TcpStream, settings: FloorSettings) {
     };
     let answered = match route(&method, &target) {
         Route::Stream(q) => {
-            if let Some(mut conn) = settings.redis.clone() {
-                let pong: redis::RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
-                if pong.is_err() {
-                    return;
-                }
+            if !settings.before.wait(&q).await {
+                return;
             }
             let response = stream_response(&q, settings.retry_ms, now_ms());
             match sock.write_all(&response).await {

@@ -1,17 +1,21 @@
 //! `usher-joins-floor`, the machine's floor for joins: run as a real process, with the real
 //! load generator putting a few hundred joins through it. Every join must get its `waiting`
 //! event and stay connected, as on a gateway whose queue is paused. With `--redis` (the
-//! round-trip floor) every stream waits for its own `PING` to a real redis-server first.
+//! round-trip floor) every stream waits for its own `PING` to a real redis-server first; with
+//! `--join` (the join floor) for usher's own join, which takes it a place in the queue.
 
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use serde_json::Value;
 use support::run_bounded;
+use usher_core::ids::QueueId;
+use usher_core::store::{QueueConfig, Store};
+use usher_core::time::now_ms;
 use usher_testkit::redis_server::redis_cli;
 use usher_testkit::RedisServer;
 
@@ -59,6 +63,9 @@ impl Drop for Floor {
     }
 }
 
+/// The queue the joins go to.
+const QUEUE: &str = "floor";
+
 /// Puts `JOINS` joins through `floor` with the load generator; checks that every one got its
 /// `waiting` event and is held open.
 fn put_joins_through(floor: &Floor) -> anyhow::Result<()> {
@@ -68,7 +75,7 @@ fn put_joins_through(floor: &Floor) -> anyhow::Result<()> {
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .args(["--gateways", &floor.url])
-        .args(["--queue", "floor"])
+        .args(["--queue", QUEUE])
         .args(["--connections", &JOINS.to_string()])
         .args(["--join-rate", "800"])
         .args(["--workers", "2"])
@@ -105,35 +112,95 @@ fn every_join_gets_its_waiting_event_from_the_floor() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Redis's count of `PING` calls (`INFO commandstats`).
-fn pings(redis: &RedisServer) -> anyhow::Result<u64> {
+#[test]
+fn the_round_trip_floor_answers_each_join_after_its_own_ping() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let floor = Floor::start(&["--redis", &redis.url()])?;
+    let before = calls(&redis, "ping")?;
+    put_joins_through(&floor)?;
+    // One round trip per stream, none shared: the round trip is what this floor measures.
+    assert_eq!(calls(&redis, "ping")? - before, JOINS);
+    drop((floor, redis));
+    Ok(())
+}
+
+/// Redis's count of calls of `command` (`INFO commandstats`).
+fn calls(redis: &RedisServer, command: &str) -> anyhow::Result<u64> {
     let stats = redis_cli(redis.port(), &["INFO", "commandstats"])?;
+    let prefix = format!("cmdstat_{command}:calls=");
     Ok(stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .map_or(Ok(0), str::parse)?)
 }
 
 #[test]
-fn the_round_trip_floor_answers_each_join_after_its_own_ping() -> anyhow::Result<()> {
+fn the_join_floor_takes_one_place_in_the_queue_for_each_join() -> anyhow::Result<()> {
     let redis = RedisServer::start()?;
-    let floor = Floor::start(&["--redis", &redis.url()])?;
-    let before = pings(&redis)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let q = QueueId::new(QUEUE)?;
+    let store = rt.block_on(Store::connect(&redis.url()))?;
+    // Paused, as `make bench` creates it: every place stays waiting.
+    let paused = QueueConfig {
+        paused: true,
+        ..QueueConfig::default()
+    };
+    rt.block_on(store.put_queue(&q, &paused))?;
+    let floor = Floor::start(&["--join", &redis.url()])?;
     put_joins_through(&floor)?;
-    // One round trip per stream, none shared: the round trip is what this floor measures.
-    assert_eq!(pings(&redis)? - before, JOINS);
+    // Each stream answered took its own place, and only those did. (The join calls number
+    // a few more than the joins: the first ones in flight meet a Redis that does not know
+    // the script yet, and are made again once it is loaded.)
+    let stats = rt.block_on(store.queue_stats(&q, now_ms()))?;
+    assert_eq!(stats.waiting, JOINS, "{stats:?}");
+
+    // A queue that does not exist takes no place: the stream is closed unanswered.
+    let mut sock = std::net::TcpStream::connect(floor.url.trim_start_matches("http://"))?;
+    sock.set_read_timeout(Some(Duration::from_secs(10)))?;
+    sock.write_all(b"GET /api/queues/nowhere/stream HTTP/1.1\r\nhost: x\r\n\r\n")?;
+    let mut answer = Vec::new();
+    sock.read_to_end(&mut answer)?;
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
     drop((floor, redis));
     Ok(())
 }
 
 #[test]
-fn the_round_trip_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
-    // A port nothing listens on: a free one, taken and let go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+fn the_join_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
+    let redis = format!("redis://127.0.0.1:{}", free_port()?);
+    refuses_to_start(
+        &["--listen", "127.0.0.1:0", "--join", &redis],
+        "cannot reach Redis",
+    )
+}
+
+#[test]
+fn a_floor_is_either_the_round_trip_floor_or_the_join_floor() -> anyhow::Result<()> {
+    let redis = format!("redis://127.0.0.1:{}", free_port()?);
+    refuses_to_start(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            &redis,
+            "--join",
+            &redis,
+        ],
+        "cannot be used with",
+    )
+}
+
+/// A port nothing listens on: a free one, taken and let go.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
-        .port();
-    let redis = format!("redis://127.0.0.1:{port}");
+        .port())
+}
+
+#[test]
+fn the_round_trip_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
+    let redis = format!("redis://127.0.0.1:{}", free_port()?);
     refuses_to_start(
         &["--listen", "127.0.0.1:0", "--redis", &redis],
         "cannot reach Redis",

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use clap::Parser;
-use usher_loadgen::joins_floor::{self, FloorSettings};
+use usher_core::store::Store;
+use usher_loadgen::joins_floor::{self, Before, FloorSettings};
 
 /// The same allocator as the gateway and the load generator.
 #[global_allocator]
@@ -41,6 +42,16 @@ call under way). A gateway's join latency over this one is what usher adds on to
 trip. It will not start while that Redis cannot be reached; a stream whose
 `PING` fails is closed unanswered.
 
+With --join, every stream is answered only after usher's own join takes a
+place for it in that Redis, in the queue its path names (the join script
+through usher-core's store, one place a call, the calls pipelined on one
+connection, for gateway index 0, which no gateway is ever given): the
+join floor, what the gateway's Redis work costs with none of its logic (no
+batching of joins into one call, no tickets, hub or limits). The queue must
+exist and be open (create it paused, so that nobody is admitted); a stream
+whose join fails or takes no place (the queue closed or unknown) is closed
+unanswered. It will not start while that Redis cannot be reached.
+
 Prints `listening on http://ADDR` on stdout once it accepts connections; runs
 until SIGINT or SIGTERM. Loopback addresses only.";
 
@@ -71,8 +82,14 @@ struct Args {
     /// A Redis URL: every stream then waits for one `PING` round trip to it (one shared,
     /// pipelining connection) before it is answered, a lower bound on what a join that keeps
     /// its place in Redis costs. Unset: no Redis.
-    #[arg(long, env = "USHER_JOINS_FLOOR_REDIS")]
+    #[arg(long, env = "USHER_JOINS_FLOOR_REDIS", conflicts_with = "join")]
     redis: Option<String>,
+
+    /// A Redis URL: every stream then waits for usher's own join to take a place for it in
+    /// the queue its path names, in that Redis (one place a call, one pipelining
+    /// connection), before it is answered. The queue must exist and be open.
+    #[arg(long, env = "USHER_JOINS_FLOOR_JOIN")]
+    join: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,8 +102,8 @@ fn main() -> anyhow::Result<()> {
     usher_runtime::disable_transparent_huge_pages();
     let rt = usher_runtime::runtime(args.worker_threads).context("cannot start the runtime")?;
     rt.block_on(async {
-        let redis = match &args.redis {
-            Some(url) => Some(
+        let before = match (&args.redis, &args.join) {
+            (Some(url), _) => Before::Ping(
                 redis::Client::open(url.as_str())
                     .with_context(|| format!("bad --redis {url}"))?
                     // No response timeout: a slow round trip is what the floor measures, and
@@ -98,12 +115,19 @@ fn main() -> anyhow::Result<()> {
                     .await
                     .with_context(|| format!("cannot reach Redis at {url}"))?,
             ),
-            None => None,
+            // The gateway's own store, with its response timeout: a join slower than that
+            // fails on a gateway too.
+            (None, Some(url)) => Before::Join(
+                Store::connect(url)
+                    .await
+                    .with_context(|| format!("cannot reach Redis at {url}"))?,
+            ),
+            (None, None) => Before::Nothing,
         };
         let settings = FloorSettings {
             retry_ms: args.retry_ms,
             keepalive: (args.keepalive_secs > 0).then(|| Duration::from_secs(args.keepalive_secs)),
-            redis,
+            before,
         };
         let listener = usher_http::listen(args.listen)
             .with_context(|| format!("cannot listen on {}", args.listen))?;
