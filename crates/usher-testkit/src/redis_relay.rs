@@ -86,9 +86,15 @@ impl RedisRelay {
         self.lock().kept.clone()
     }
 
-    /// Whether a command for which `matches` holds was passed on.
-    pub fn saw(&self, matches: impl Fn(&[String]) -> bool) -> bool {
-        self.lock().commands.iter().any(|(_, c)| matches(c))
+    /// How many commands were passed on so far: a mark for [`RedisRelay::saw_since`].
+    pub fn seen(&self) -> usize {
+        self.lock().commands.len()
+    }
+
+    /// Whether a command for which `matches` holds was passed on after the first `mark`.
+    pub fn saw_since(&self, mark: usize, matches: impl Fn(&[String]) -> bool) -> bool {
+        let s = self.lock();
+        s.commands.iter().skip(mark).any(|(_, c)| matches(c))
     }
 
     /// Lets the held answers go on to their client, and holds no more.

@@ -347,18 +347,20 @@ async fn a_wake_after_a_drains_last_read_drains_the_queue_once_more() -> anyhow:
     let first = c.join(&c.held).await?;
     eventually("the drain's last read, answered and held", async || {
         let kept = relay.kept();
+        // The empty list's answer (after any other answers on that connection meanwhile).
         anyhow::ensure!(
-            kept.ends_with(b"*0\r\n"),
+            kept.windows(4).any(|w| w == b"*0\r\n"),
             "{:?}",
             String::from_utf8_lossy(&kept)
         );
         Ok(())
     })
     .await?;
+    let mark = relay.seen();
     let second = c.join(&c.held).await?;
     let quick = c.join(&c.quick).await?;
     eventually("the other queue's drain", async || {
-        relay.saw(|words| words.contains(&quick_list))
+        relay.saw_since(mark, |words| words.contains(&quick_list))
     })
     .await?;
     let released_at = now_ms();
