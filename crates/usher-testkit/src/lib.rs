@@ -3,7 +3,8 @@
 //! only tests and benchmarks need ([`probe`]), the browser tools the page's tests drive
 //! ([`tools`]), and an OTLP/HTTP receiver that collects the spans real binaries export
 //! ([`otlp`]), what the API description test needs ([`openapi`]), and the least Redis ACL each
-//! binary needs ([`acl`]).
+//! binary needs ([`acl`]), and a relay in front of Redis that can hold its answers on one
+//! connection ([`redis_relay`]).
 
 pub mod acl;
 pub mod answers;
@@ -20,6 +21,7 @@ pub mod probe;
 pub mod procs;
 pub mod raw;
 pub mod redis_cluster;
+pub mod redis_relay;
 pub mod redis_sentinel;
 pub mod redis_server;
 pub mod solo;

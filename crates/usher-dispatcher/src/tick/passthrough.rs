@@ -20,7 +20,10 @@
 //! after the drain read its list is never lost
 //! (`drains_tests::one_drain_per_queue_and_a_wake_meanwhile_drains_once_more`; end to end,
 //! every place of many joins and wakes during one drain is sent once, and soon:
-//! `passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`). The tick
+//! `passthrough_courier::many_wakes_for_a_draining_queue_deliver_each_place_once`). A drain
+//! reads its list until it finds it empty, so only a join after that last read needs the
+//! drain once more (`passthrough_courier::a_wake_after_a_drains_last_read_drains_the_queue_once_more`,
+//! the last read's answer held back by a relay). The tick
 //! never touches the `passed` lists. After a lease hand-over the new holder delivers what the
 //! old one did not trim, with the same deterministic tokens.
 //!

@@ -411,7 +411,19 @@ fn write_update<'a>(
             gw.hub().notice_shown(attached, &notice);
         }
     };
-    let finish = match written {
+    (done, then_after(written, span, after))
+}
+
+/// `written`, then `after` once the write is whole: at once when the socket took it all, else
+/// only when the rest has gone as the socket drained (in `span`). Never after a write that
+/// failed. (An admission is counted delivered, a notice marked shown, only once the browser
+/// can read all of it.)
+fn then_after<'a>(
+    written: Finish<'a>,
+    span: tracing::Span,
+    after: impl FnOnce() + Send + 'a,
+) -> Finish<'a> {
+    match written {
         Either::Left(done) => {
             let r = done.into_inner();
             if r.is_ok() {
@@ -424,8 +436,7 @@ fn write_update<'a>(
             after();
             Ok(())
         }) as Rest<'a>),
-    };
-    (done, finish)
+    }
 }
 
 #[cfg(test)]
@@ -451,20 +462,30 @@ mod tests {
         assert_eq!(empty, LAST_CHUNK);
     }
 
+    /// A browser's socket with a small receive buffer (`.0`), and the gateway's end (`.1`).
+    async fn slow_reader() -> std::io::Result<(TcpStream, TcpStream)> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let small = tokio::net::TcpSocket::new_v4()?;
+        small.set_recv_buffer_size(4096)?;
+        let (client, accepted) = tokio::join!(small.connect(addr), listener.accept());
+        Ok((client?, accepted?.0))
+    }
+
+    /// `n` bytes that are not all alike.
+    fn bytes(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
     #[tokio::test]
     async fn a_write_the_socket_cannot_take_at_once_is_finished_as_it_drains() -> std::io::Result<()>
     {
         use tokio::io::AsyncReadExt as _;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         // A reader with a small receive buffer, and twice the most a sender's buffer grows to
         // here (`tcp_wmem`, 4 MiB): the first `try_write` cannot take it all, so the rest goes
         // through the waiting `write_all`.
-        let small = tokio::net::TcpSocket::new_v4()?;
-        small.set_recv_buffer_size(4096)?;
-        let (client, accepted) = tokio::join!(small.connect(addr), listener.accept());
-        let (mut client, mut sock) = (client?, accepted?.0);
-        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        let (mut client, mut sock) = slow_reader().await?;
+        let big = bytes(8 << 20);
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
             client.read_to_end(&mut got).await.map(|_| got)
@@ -478,6 +499,67 @@ mod tests {
             0,
             "a buffer over the keep size is dropped, not kept"
         );
+        Ok(())
+    }
+
+    /// An admission's frame that the socket cannot take at once (a browser that reads
+    /// slowly) is counted delivered only once the rest has gone as the browser's reads drained
+    /// the socket, and once; a rest that fails (the browser went away) counts nothing.
+    /// (`write_update` hands its effects to `then_after`; the gateway's `/metrics` counting
+    /// admissions written at once: `metrics::metrics_count_what_browsers_did_and_name_no_ticket`
+    /// in `usher-testkit`.)
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_admission_written_as_the_socket_drains_is_counted_once_it_is_whole(
+    ) -> std::io::Result<()> {
+        use tokio::io::AsyncReadExt as _;
+        // Counted here, not in the process's recorder: this thread runs the whole test.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let scrape = recorder.handle();
+        let _local = ::metrics::set_default_local_recorder(&recorder);
+        let delivered = || {
+            let text = scrape.render();
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix(metrics::ADMISSIONS_DELIVERED));
+            line.map_or(0, |n| n.trim().parse::<u64>().expect("a count"))
+        };
+
+        // Four times the most the gateway's send buffer grows to here (`tcp_wmem`, 4 MiB): the
+        // socket cannot take it at once, nor the rest after the browser's first reads.
+        let (mut browser, mut sock) = slow_reader().await?;
+        let frame = bytes(16 << 20);
+        let mut finish = then_after(
+            write_out(&mut sock, frame.clone()),
+            tracing::Span::none(),
+            metrics::admission_delivered,
+        );
+        assert!(matches!(finish, Either::Right(_)), "taken at once");
+        // The browser reads nothing, then a little (less than the socket holds: the write is
+        // not polled meanwhile): the rest waits, and nothing is counted.
+        assert!(futures::poll!(&mut finish).is_pending());
+        assert_eq!(delivered(), 0, "counted before the browser read anything");
+        let mut got = vec![0; frame.len()];
+        browser.read_exact(&mut got[..1 << 20]).await?;
+        assert!(futures::poll!(&mut finish).is_pending());
+        assert_eq!(delivered(), 0, "counted before the rest was written");
+        // The browser reads the rest: the write is whole, and counted once.
+        let (read, written) = tokio::join!(browser.read_exact(&mut got[1 << 20..]), finish);
+        read?;
+        written?;
+        assert!(got == frame, "every byte, in order");
+        assert_eq!(delivered(), 1);
+
+        // A browser that goes away before the rest is written: not counted.
+        let (browser, mut sock) = slow_reader().await?;
+        let mut finish = then_after(
+            write_out(&mut sock, bytes(16 << 20)),
+            tracing::Span::none(),
+            metrics::admission_delivered,
+        );
+        assert!(futures::poll!(&mut finish).is_pending());
+        drop(browser);
+        assert!(finish.await.is_err(), "the rest reached a closed socket");
+        assert_eq!(delivered(), 1, "a write that failed was counted");
         Ok(())
     }
 

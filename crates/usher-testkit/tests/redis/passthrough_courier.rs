@@ -2,14 +2,17 @@
 //! task of its own: a queue whose drain waits for its admission time (a join within a tick's
 //! lead is admitted at that tick's admission time, up to 250 ms ahead) holds up no other
 //! queue's passthrough admission; and one queue never drains twice at once, however many wakes
-//! come while it drains, so each place is sent once, with one token; and a drain under way
+//! come while it drains, so each place is sent once, with one token, and a wake that comes
+//! after a drain's last read of its list drains the queue once more; and a drain under way
 //! when the dispatcher stops is let finish.
 //!
 //! A real dispatcher runs in-process against a real `redis-server`, the test playing the
 //! gateway (a registered index and its stream) and waking the courier as a gateway does after
 //! a join. Its ticks are 10 s apart: after the first one the test has the queues to itself.
 //! A join is held as a tick made ahead leaves its queue (`join.lua`): the bucket's time
-//! (`bucket_ms`) set ahead, so a join is admitted then (at most 250 ms on), not now.
+//! (`bucket_ms`) set ahead, so a join is admitted then (at most 250 ms on), not now. Where a
+//! test must act between two of the courier's Redis calls, the dispatcher talks to Redis
+//! through a relay (`usher_testkit::redis_relay`) that holds one call's answer back.
 
 use std::collections::HashSet;
 
@@ -19,8 +22,9 @@ use usher_core::messages::StreamMessage;
 use usher_core::store::{Joined, QueueConfig, Store};
 use usher_core::time::now_ms;
 use usher_testkit::line::{jwks_at, played_gateway, read_played, verify_token};
+use usher_testkit::redis_relay::RedisRelay;
 use usher_testkit::stack::{self, Server};
-use usher_testkit::wait::eventually;
+use usher_testkit::wait::{eventually, eventually_within};
 use usher_testkit::{RedisProbe, RedisServer};
 
 /// Long enough that no tick comes between the first one and the test's end (the courier's
@@ -32,8 +36,10 @@ const HELD_MS: u64 = 250;
 
 /// A dispatcher holding two passthrough queues, `held` and `quick`, whose courier is
 /// subscribed to wakes and holds both leases, with the played gateway's stream read so far.
+/// The dispatcher talks to Redis through `relay` when there is one.
 struct Courier {
     redis: RedisServer,
+    relay: Option<RedisRelay>,
     store: Store,
     dispatcher: Server,
     gw: ServerId,
@@ -45,7 +51,20 @@ struct Courier {
 
 impl Courier {
     async fn start(name: &str) -> anyhow::Result<Self> {
+        Self::launch(name, false).await
+    }
+
+    /// [`Courier::start`] with the dispatcher's Redis connections through a [`RedisRelay`].
+    async fn start_relayed(name: &str) -> anyhow::Result<Self> {
+        Self::launch(name, true).await
+    }
+
+    async fn launch(name: &str, relayed: bool) -> anyhow::Result<Self> {
         let redis = RedisServer::start()?;
+        let relay = match relayed {
+            true => Some(RedisRelay::start(redis.port()).await?),
+            false => None,
+        };
         let store = Store::connect(&redis.url()).await?;
         let held = QueueId::new(format!("{name}-held"))?;
         let quick = QueueId::new(format!("{name}-quick"))?;
@@ -58,9 +77,11 @@ impl Courier {
             store.put_queue(q, &cfg).await?;
         }
         let (gw, index) = played_gateway(&store, &format!("gw-{name}")).await?;
-        let dispatcher = stack::dispatcher(&redis.url(), TICK_MS).await?;
+        let url = relay.as_ref().map_or_else(|| redis.url(), RedisRelay::url);
+        let dispatcher = stack::dispatcher(&url, TICK_MS).await?;
         let mut c = Self {
             redis,
+            relay,
             store,
             dispatcher,
             gw,
@@ -295,6 +316,95 @@ async fn many_wakes_for_a_draining_queue_deliver_each_place_once() -> anyhow::Re
         .filter(|a| a.queue == c.held)
         .count();
     assert_eq!(sent, held.len() + 1, "admissions of {}", c.held);
+    Ok(())
+}
+
+/// A wake that comes after a drain's last read of its list, while that drain is still under
+/// way, drains the queue once more as soon as the drain ends: the join it was sent for is
+/// delivered then, once, not at the next sweep (a tick, 10 s, on).
+///
+/// The relay holds Redis's answer to the drain's last read (the read after it trimmed what it
+/// sent, which finds the list empty) while a second join and its wake come. A join of the
+/// other queue, woken after it on the same connection, shows that the courier has heard that
+/// wake (the other queue's drain reads its list) before the answer is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_after_a_drains_last_read_drains_the_queue_once_more() -> anyhow::Result<()> {
+    let mut c = Courier::start_relayed("again").await?;
+    let relay = c.relay.take().expect("started relayed");
+    let quick_list = QueueKeys::new(&c.quick).passed;
+    let held_at = c.hold().await?;
+    // The first read of `held`'s list after the drain trimmed it (a script naming the list).
+    let list = QueueKeys::new(&c.held).passed;
+    let mut trimmed = false;
+    relay.hold_after(move |words| {
+        if !words.contains(&list) {
+            return false;
+        }
+        let command = words[0].to_ascii_uppercase();
+        trimmed |= command.starts_with("EVAL");
+        trimmed && command == "LRANGE"
+    });
+    let first = c.join(&c.held).await?;
+    eventually("the drain's last read, answered and held", async || {
+        let kept = relay.kept();
+        // The empty list's answer (after any other answers on that connection meanwhile).
+        anyhow::ensure!(
+            kept.windows(4).any(|w| w == b"*0\r\n"),
+            "{:?}",
+            String::from_utf8_lossy(&kept)
+        );
+        Ok(())
+    })
+    .await?;
+    let mark = relay.seen();
+    let second = c.join(&c.held).await?;
+    let quick = c.join(&c.quick).await?;
+    eventually("the other queue's drain", async || {
+        relay.saw_since(mark, |words| words.contains(&quick_list))
+    })
+    .await?;
+    let released_at = now_ms();
+    relay.release();
+    let all = HashSet::from([
+        (c.held.clone(), first),
+        (c.held.clone(), second),
+        (c.quick.clone(), quick),
+    ]);
+    eventually_within(
+        "the second join's admission, well before the next sweep",
+        std::time::Duration::from_secs(2),
+        async || {
+            read_played(&c.store, &c.gw, &mut c.log).await?;
+            let missing: Vec<_> = all.difference(&sent_places(&c.log)).cloned().collect();
+            anyhow::ensure!(missing.is_empty(), "not yet admitted: {missing:?}");
+            Ok(())
+        },
+    )
+    .await?;
+    let jwks = jwks_at(&reqwest::Client::new(), &c.dispatcher.url()).await?;
+    c.dispatcher.stop().await?;
+
+    let first = the_admission(&c.log, &c.held, first)?;
+    let second = the_admission(&c.log, &c.held, second)?;
+    assert_eq!(
+        first.admitted_at_ms, held_at,
+        "the first join was held: {first:?}"
+    );
+    assert!(
+        second.entry > first.entry && second.entry_ms >= released_at,
+        "the second join went after the drain's last read: {first:?}, {second:?}"
+    );
+    assert!(
+        second.entry_ms < released_at + 1_000,
+        "sent by a drain once more, not by a sweep: {second:?}"
+    );
+    let claims = verify_token(&jwks, &second.token, c.held.as_str())?;
+    assert_eq!(
+        claims["sub"].as_str().map(str::to_owned),
+        Some(PlaceId(second.place).to_string()),
+        "{claims}"
+    );
+    assert_ne!(first.token, second.token, "one token per place");
     Ok(())
 }
 
