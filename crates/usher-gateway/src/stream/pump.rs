@@ -502,6 +502,21 @@ mod tests {
         Ok(())
     }
 
+    /// What the browser reads before the write is polled again: far less than a socket takes
+    /// at once on loopback (a send buffer grows to megabytes there), so the read ends.
+    const FIRST_READ: usize = 64 << 10;
+
+    /// `io`'s output, or an error naming `what` after 10 s: a kernel that takes less than the
+    /// test expects fails the test instead of hanging it.
+    async fn within<T>(
+        what: &str,
+        io: impl Future<Output = std::io::Result<T>>,
+    ) -> std::io::Result<T> {
+        tokio::time::timeout(Duration::from_secs(10), io)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other(format!("{what}: no end in 10 s"))))
+    }
+
     /// An admission's frame that the socket cannot take at once (a browser that reads
     /// slowly) is counted delivered only once the rest has gone as the browser's reads drained
     /// the socket, and once; a rest that fails (the browser went away) counts nothing.
@@ -534,16 +549,22 @@ mod tests {
             metrics::admission_delivered,
         );
         assert!(matches!(finish, Either::Right(_)), "taken at once");
-        // The browser reads nothing, then a little (less than the socket holds: the write is
-        // not polled meanwhile): the rest waits, and nothing is counted.
+        // The browser reads nothing, then a little (far less than the socket took at once:
+        // the write is not polled meanwhile): the rest waits, and nothing is counted.
         assert!(futures::poll!(&mut finish).is_pending());
         assert_eq!(delivered(), 0, "counted before the browser read anything");
         let mut got = vec![0; frame.len()];
-        browser.read_exact(&mut got[..1 << 20]).await?;
+        within("the first read", browser.read_exact(&mut got[..FIRST_READ])).await?;
         assert!(futures::poll!(&mut finish).is_pending());
         assert_eq!(delivered(), 0, "counted before the rest was written");
         // The browser reads the rest: the write is whole, and counted once.
-        let (read, written) = tokio::join!(browser.read_exact(&mut got[1 << 20..]), finish);
+        let (read, written) = tokio::join!(
+            within(
+                "the rest's read",
+                browser.read_exact(&mut got[FIRST_READ..])
+            ),
+            within("the rest's write", finish)
+        );
         read?;
         written?;
         assert!(got == frame, "every byte, in order");
@@ -558,7 +579,11 @@ mod tests {
         );
         assert!(futures::poll!(&mut finish).is_pending());
         drop(browser);
-        assert!(finish.await.is_err(), "the rest reached a closed socket");
+        let failed = tokio::time::timeout(Duration::from_secs(10), finish).await;
+        assert!(
+            matches!(failed, Ok(Err(_))),
+            "the rest reached a closed socket: {failed:?}"
+        );
         assert_eq!(delivered(), 1, "a write that failed was counted");
         Ok(())
     }
