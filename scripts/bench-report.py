@@ -231,56 +231,52 @@ if joins and jl:
 else:
     rows.append(("join latency", f"p99 ≤ {JOIN_RATIO:g}× the floor's", "no report", "—", "—", verdict(None), "—"))
 
+def floor_beside(kind, name, row_what, row_how, note_how, heading=None):
+    """A floor that each joins run also went through (`joins{sfx}-{kind}.json` beside each run's
+    report): a row of the shown run's usher over it, and a note with each run's floor over the
+    plain joins floor and usher over it (headed `heading`, else `name`). Its p99 in the shown
+    run, or None."""
+    runs = []  # (usher p99, floor p99, this floor's p99, this floor's report)
+    for sfx in run_suffixes(lambda s: f"joins{s}.json"):
+        f = load(f"joins{sfx}-{kind}.json")
+        runs.append((p99(load(f"joins{sfx}.json"), "join"), p99(load(f"joins{sfx}-floor.json"), "join"),
+                     p99(f, "join"), f))
+    shown = load(f"joins{joins_sfx}-{kind}.json")
+    shown99 = p99(shown, "join")
+    if shown99 is None or not jl:
+        return None
+    rows.append((row_what, "—", lat_text(jl), lat_text(lat(shown, "join")),
+                 ratio_text(ratio_of(jl["p99_ms"], shown99)), "—", row_how))
+    over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})" for t in runs if t[2] is not None]
+    over_it = [ratio_of(t[0], t[2]) for t in runs if t[2] is not None]
+    totals = shown.get("totals") or {}
+    notes.append(f"joins, the {heading or name} ({note_how}): its p99 over the joins floor's, each run: " + ", ".join(over_floor)
+                 + "; usher's over it: " + ", ".join(map(ratio_text, over_it))
+                 + f"; the shown run's {name}: {totals.get('joined', 0):,} joined, {totals.get('errors', 0)} errors")
+    return shown99
+
+
 # The Redis round-trip floor (`usher-joins-floor --redis`), run after each joins floor run: the
 # same stand-ins, each stream answered only after one `PING` to the bench's Redis. It splits
 # usher's join latency above the floor into the round trip that any join keeping its place in
 # Redis before answering pays, and what usher adds on top of it.
-trips = []  # (usher p99, floor p99, round-trip floor p99, round-trip floor report)
-for sfx in run_suffixes(lambda s: f"joins{s}.json"):
-    rf = load(f"joins{sfx}-rfloor.json")
-    trips.append((p99(load(f"joins{sfx}.json"), "join"), p99(load(f"joins{sfx}-floor.json"), "join"),
-                  p99(rf, "join"), rf))
-rf = load(f"joins{joins_sfx}-rfloor.json")
-rf99 = p99(rf, "join")
-if rf99 is not None and jl:
-    rows.append(("join latency over one Redis round trip", "—", lat_text(jl), lat_text(lat(rf, "join")),
-                 ratio_text(ratio_of(jl["p99_ms"], rf99)), "—",
-                 "the same load through six stand-ins that answer after one `PING` to the bench's Redis "
-                 "(`usher-joins-floor --redis`)"))
-    over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})" for t in trips if t[2] is not None]
-    over_trip = [ratio_of(t[0], t[2]) for t in trips if t[2] is not None]
-    rt = rf.get("totals") or {}
-    notes.append("joins, the Redis round-trip floor (`usher-joins-floor --redis`, the same load; each stand-in "
-                 "answers a stream after one `PING` on a shared pipelining connection to the bench's Redis): "
-                 "its p99 over the joins floor's, each run: " + ", ".join(over_floor)
-                 + "; usher's over it: " + ", ".join(map(ratio_text, over_trip))
-                 + f"; the shown run's round-trip floor: {rt.get('joined', 0):,} joined, {rt.get('errors', 0)} errors")
-
+rf99 = floor_beside(
+    "rfloor", "round-trip floor", "join latency over one Redis round trip",
+    "the same load through six stand-ins that answer after one `PING` to the bench's Redis "
+    "(`usher-joins-floor --redis`)",
+    "`usher-joins-floor --redis`, the same load; each stand-in answers a stream after one `PING` on a "
+    "shared pipelining connection to the bench's Redis", heading="Redis round-trip floor")
 # The join floor (`usher-joins-floor --join`), run after each round-trip floor run: the same
 # stand-ins, each stream answered only after usher's own join took it a place (the join script,
 # one place a call, on a queue of its own). Beside the round trip it splits usher's distance
 # into what its join costs Redis and what the gateway's logic adds.
-joins_through = []  # (usher p99, floor p99, join floor p99, join floor report)
-for sfx in run_suffixes(lambda s: f"joins{s}.json"):
-    jf = load(f"joins{sfx}-jfloor.json")
-    joins_through.append((p99(load(f"joins{sfx}.json"), "join"), p99(load(f"joins{sfx}-floor.json"), "join"),
-                          p99(jf, "join"), jf))
-jf = load(f"joins{joins_sfx}-jfloor.json")
-jf99 = p99(jf, "join")
-if jf99 is not None and jl:
-    rows.append(("join latency over usher's join in Redis", "—", lat_text(jl), lat_text(lat(jf, "join")),
-                 ratio_text(ratio_of(jl["p99_ms"], jf99)), "—",
-                 "the same load through six stand-ins that answer after usher's own join took a place in the "
-                 "bench's Redis, one place a call (`usher-joins-floor --join`)"))
-    over_floor = [f"{ratio_text(ratio_of(t[2], t[1]))} (CPU stalls: {stalls(t[3])})"
-                  for t in joins_through if t[2] is not None]
-    over_join = [ratio_of(t[0], t[2]) for t in joins_through if t[2] is not None]
-    jt = jf.get("totals") or {}
-    notes.append("joins, the join floor (`usher-joins-floor --join`, the same load on a paused queue of its own; each "
-                 "stand-in answers a stream after usher's join script took it a place, one place a call, the calls "
-                 "pipelined on one connection): its p99 over the joins floor's, each run: " + ", ".join(over_floor)
-                 + "; usher's over it: " + ", ".join(map(ratio_text, over_join))
-                 + f"; the shown run's join floor: {jt.get('joined', 0):,} joined, {jt.get('errors', 0)} errors")
+floor_beside(
+    "jfloor", "join floor", "join latency over usher's join in Redis",
+    "the same load through six stand-ins that answer after usher's own join took a place in the "
+    "bench's Redis, one place a call (`usher-joins-floor --join`)",
+    "`usher-joins-floor --join`, the same load on a paused queue of its own; each stand-in answers a "
+    "stream after usher's join script took it a place, one place a call, the calls pipelined on one "
+    "connection")
 
 # Concurrent connections, memory, Redis cost: absolute.
 if hold and hold_server:

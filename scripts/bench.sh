@@ -150,45 +150,41 @@ for i in 1 2 3 4 5 6; do
     GATEWAY_PIDS+=($!)
     GATEWAYS="${GATEWAYS:+$GATEWAYS,}http://127.0.0.1:$port"
 done
-# The joins floors: one per gateway, with the gateways' runtime setup (one worker thread), so
-# that a join run against them differs from one against the gateways only by usher's logic
-# and Redis. Idle, they cost nothing while the other scenarios run.
-FLOORS=""
-FLOOR_PIDS=()
-for i in 1 2 3 4 5 6; do
-    port=$((BASE + 10 + i))
-    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 \
-        >"$OUT/joins-floor-$i.log" 2>&1 &
-    PIDS+=($!)
-    FLOOR_PIDS+=($!)
-    FLOORS="${FLOORS:+$FLOORS,}http://127.0.0.1:$port"
-done
-# The Redis round-trip floors: the same stand-ins, each stream answered only after one `PING`
-# to the bench's Redis (one shared, pipelining connection each): a lower bound on what a join
-# that keeps its place in Redis before answering costs this machine (`usher-joins-floor --redis`).
-RFLOORS=""
-RFLOOR_PIDS=()
-for i in 1 2 3 4 5 6; do
-    port=$((BASE + 20 + i))
-    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 --redis "$USHER_REDIS_URL" \
-        >"$OUT/joins-rfloor-$i.log" 2>&1 &
-    PIDS+=($!)
-    RFLOOR_PIDS+=($!)
-    RFLOORS="${RFLOORS:+$RFLOORS,}http://127.0.0.1:$port"
-done
-# The join floors: the same stand-ins, each stream answered only after usher's own join took it
-# a place in the bench's Redis (`usher-joins-floor --join`: the join script, one place a call,
-# no batching): what the gateways' Redis work costs with none of their logic.
-JFLOORS=""
-JFLOOR_PIDS=()
-for i in 1 2 3 4 5 6; do
-    port=$((BASE + 30 + i))
-    "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 --join "$USHER_REDIS_URL" \
-        >"$OUT/joins-jfloor-$i.log" 2>&1 &
-    PIDS+=($!)
-    JFLOOR_PIDS+=($!)
-    JFLOORS="${JFLOORS:+$JFLOORS,}http://127.0.0.1:$port"
-done
+# Starts six joins floors (`usher-joins-floor`, one per gateway, with the gateways' runtime setup:
+# one worker thread) on ports BASE + $2 + 1..6, with the extra arguments $3..., logging to
+# $OUT/joins-$1-N.log; their URLs (comma-separated) in STARTED_URLS, their PIDs in STARTED_PIDS
+# (and PIDS). Idle, they cost nothing while the other scenarios run.
+start_floors() {
+    local kind=$1 offset=$2 i port
+    shift 2
+    STARTED_URLS=""
+    STARTED_PIDS=()
+    for i in 1 2 3 4 5 6; do
+        port=$((BASE + offset + i))
+        "$BIN/usher-joins-floor" --listen "127.0.0.1:$port" --worker-threads 1 "$@" \
+            >"$OUT/joins-$kind-$i.log" 2>&1 &
+        PIDS+=($!)
+        STARTED_PIDS+=($!)
+        STARTED_URLS="${STARTED_URLS:+$STARTED_URLS,}http://127.0.0.1:$port"
+    done
+}
+# The joins floors: a join run against them differs from one against the gateways only by
+# usher's logic and Redis.
+start_floors floor 10
+FLOORS=$STARTED_URLS
+FLOOR_PIDS=("${STARTED_PIDS[@]}")
+# The Redis round-trip floors: each stream answered only after one `PING` to the bench's Redis
+# (one shared, pipelining connection each): a lower bound on what a join that keeps its place
+# in Redis before answering costs this machine (`usher-joins-floor --redis`).
+start_floors rfloor 20 --redis "$USHER_REDIS_URL"
+RFLOORS=$STARTED_URLS
+RFLOOR_PIDS=("${STARTED_PIDS[@]}")
+# The join floors: each stream answered only after usher's own join took it a place in the
+# bench's Redis (`usher-joins-floor --join`: the join script, one place a call, no batching):
+# what the gateways' Redis work costs with none of their logic.
+start_floors jfloor 30 --join "$USHER_REDIS_URL"
+JFLOORS=$STARTED_URLS
+JFLOOR_PIDS=("${STARTED_PIDS[@]}")
 for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS,$JFLOORS" | tr , ' '); do
     for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
@@ -262,39 +258,34 @@ settle() {
 # last connection closed) goes beside its report: $OUT/$2-cpu.json, $2-floor-cpu.json,
 # $2-rfloor-cpu.json, $2-jfloor-cpu.json (role_cpu_json).
 join_run() {
-    local q=$1 name=$2 gateways=$3 floors=$4 c0
+    local q=$1 name=$2 gateways=$3 floors=$4
     shift 4
     queue "$q" '{"admit_per_second": 1, "paused": true}'
-    c0=$(role_ticks)
-    LOADGEN_GATEWAYS=$gateways loadgen --queue "$q" "$@" \
-        --report "$OUT/$name.json" --plot "$OUT/$name.svg" || true
-    # Read once the servers have handled the closes too (idle again), before the queue closes.
-    settle
-    role_cpu_json "$name-cpu.json" "$c0" "$(role_ticks)"
+    join_pass "$name" "$gateways" "$q" "$@"
     close "$q"
     settle
-    c0=$(role_ticks)
-    LOADGEN_GATEWAYS=$floors loadgen --queue "$q" "$@" \
-        --report "$OUT/$name-floor.json" --plot "$OUT/$name-floor.svg" || true
-    settle
-    role_cpu_json "$name-floor-cpu.json" "$c0" "$(role_ticks)"
+    join_pass "$name-floor" "$floors" "$q" "$@"
     if [ -n "${rfloors:-}" ]; then
-        c0=$(role_ticks)
-        LOADGEN_GATEWAYS=$rfloors loadgen --queue "$q" "$@" \
-            --report "$OUT/$name-rfloor.json" --plot "$OUT/$name-rfloor.svg" || true
-        settle
-        role_cpu_json "$name-rfloor-cpu.json" "$c0" "$(role_ticks)"
+        join_pass "$name-rfloor" "$rfloors" "$q" "$@"
     fi
     if [ -n "${jfloors:-}" ]; then
         queue "$q-jf" '{"admit_per_second": 1, "paused": true}'
-        c0=$(role_ticks)
-        LOADGEN_GATEWAYS=$jfloors loadgen --queue "$q-jf" "$@" \
-            --report "$OUT/$name-jfloor.json" --plot "$OUT/$name-jfloor.svg" || true
-        settle
-        role_cpu_json "$name-jfloor-cpu.json" "$c0" "$(role_ticks)"
+        join_pass "$name-jfloor" "$jfloors" "$q-jf" "$@"
         close "$q-jf"
         settle
     fi
+}
+# One run of a join_run: `loadgen "$@"` on queue $3 through the servers $2, reporting
+# $OUT/$1.json|svg, and each role's CPU from its first join until the servers are idle again
+# (they have handled the closes too) in $OUT/$1-cpu.json.
+join_pass() {
+    local out=$1 through=$2 q=$3 c0
+    shift 3
+    c0=$(role_ticks)
+    LOADGEN_GATEWAYS=$through loadgen --queue "$q" "$@" \
+        --report "$OUT/$out.json" --plot "$OUT/$out.svg" || true
+    settle
+    role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)"
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
