@@ -77,7 +77,8 @@ SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehears
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 # USHER_BENCH_RUNS: how many times the joins and admission scenarios run, each run followed by
 # its own floor run; BENCHMARKS.md shows the run whose usher / floor is the median (and every
-# run's ratio). 1 (the default) keeps `make bench` under ten minutes; 3 adds about five.
+# run's ratio). 3 adds about six minutes (19 minutes in all on the reference machine, with the
+# round-trip and join floors, 2026-11-27).
 RUNS=${USHER_BENCH_RUNS:-1}
 run_suffix() { [ "$1" = 1 ] || echo "-r$1"; }
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
@@ -248,7 +249,7 @@ settle() {
     done
     log "servers still busy after 30 s; going on"
 }
-# Runs a join run twice with the same arguments: `loadgen "$@"` through the gateways $3 on
+# Runs a join run two to four times with the same arguments: `loadgen "$@"` through the gateways $3 on
 # queue $1 (created paused, so every browser stays waiting), reports $OUT/$2.json|svg; then,
 # once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
 # and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg);

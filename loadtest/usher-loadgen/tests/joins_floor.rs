@@ -148,12 +148,19 @@ fn the_join_floor_takes_one_place_in_the_queue_for_each_join() -> anyhow::Result
     };
     rt.block_on(store.put_queue(&q, &paused))?;
     let floor = Floor::start(&["--join", &redis.url()])?;
+    let calls_before = calls(&redis, "evalsha")? + calls(&redis, "eval")?;
     put_joins_through(&floor)?;
-    // Each stream answered took its own place, and only those did. (The join calls number
-    // a few more than the joins: the first ones in flight meet a Redis that does not know
-    // the script yet, and are made again once it is loaded.)
+    // Each stream answered took its own place, and only those did.
     let stats = rt.block_on(store.queue_stats(&q, now_ms()))?;
     assert_eq!(stats.waiting, JOINS, "{stats:?}");
+    // One place a call, none batched: at least one join call per stream (a few more, as the
+    // first ones in flight meet a Redis that does not know the script yet, and are made
+    // again once it is loaded).
+    let join_calls = calls(&redis, "evalsha")? + calls(&redis, "eval")? - calls_before;
+    assert!(
+        join_calls >= JOINS,
+        "{join_calls} join calls for {JOINS} joins"
+    );
 
     // A queue that does not exist takes no place: the stream is closed unanswered.
     let mut sock = std::net::TcpStream::connect(floor.url.trim_start_matches("http://"))?;
