@@ -14,7 +14,7 @@
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_BIN (target/release: binaries built
 # by bench.sh; target/debug for a quick check), USHER_BENCH_REHEARSE_CROWD (3000),
 # USHER_BENCH_REHEARSE_JOIN_RATE (50 a second), USHER_BENCH_REHEARSE_RATE (25 admitted a second),
-# USHER_BENCH_REHEARSE_PORT (8400: it uses this port and the next three),
+# USHER_BENCH_REHEARSE_PORT (65300: it uses this port and the next three; above the ephemeral ports, as bench.sh says),
 # USHER_BENCH_REHEARSE_TICK_MS (1000: the dispatcher's tick, and the rehearsal's).
 # Every process it starts is stopped by PID on exit.
 set -euo pipefail
@@ -25,7 +25,7 @@ BIN=${USHER_BENCH_BIN:-target/release}
 CROWD=${USHER_BENCH_REHEARSE_CROWD:-3000}
 JOIN_RATE=${USHER_BENCH_REHEARSE_JOIN_RATE:-50}
 RATE=${USHER_BENCH_REHEARSE_RATE:-25}
-BASE=${USHER_BENCH_REHEARSE_PORT:-8400}
+BASE=${USHER_BENCH_REHEARSE_PORT:-65300}
 TICK_MS=${USHER_BENCH_REHEARSE_TICK_MS:-1000}
 REDIS_PORT=$BASE
 SCRATCH_PORT=$((BASE + 1))

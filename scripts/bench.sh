@@ -48,7 +48,7 @@
 #
 # Knobs (env): USHER_BENCH_OUT (target/bench), USHER_BENCH_HOLD (101000), USHER_BENCH_JOINS
 # (60000), USHER_BENCH_JOINS_RATE (10200), USHER_BENCH_JOIN_RATE (10000, the other scenarios'
-# ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (8200),
+# ramps), USHER_BENCH_ADMIT (30000), USHER_BENCH_AWAY (1000000: away places in the redis scenario), USHER_BENCH_BASE_PORT (65100: its servers listen on the next 99 ports),
 # USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse record"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
 # USHER_BENCH_RUNS (1: runs of the joins and admission scenarios, the median shown),
@@ -66,7 +66,10 @@ JOIN_RATE=${USHER_BENCH_JOIN_RATE:-10000}
 # jitter alone puts the measurement a few joins per second either side of it.
 JOINS_RATE=${USHER_BENCH_JOINS_RATE:-10200}
 ADMIT=${USHER_BENCH_ADMIT:-30000}
-BASE=${USHER_BENCH_BASE_PORT:-8200}
+# Ports above every kernel's range of ephemeral ports (Linux's default ends at 60999, this
+# machine's at 65000): in that range, a client's connection can hold the very port a server here
+# is about to listen on ("address already in use"; seen twice on 8300-8506, 2026-11-27).
+BASE=${USHER_BENCH_BASE_PORT:-65100}
 REDIS_PORT=$((BASE + 99))
 DISPATCHER="http://127.0.0.1:$((BASE + 81))"
 SOURCES=127.0.0.2-127.0.0.61
