@@ -133,25 +133,32 @@ impl RedisCluster {
 }
 
 /// One cluster node. Its bus port is chosen explicitly (`--cluster-port`): the default, the
-/// port + 10000, can fall outside the port range for a high ephemeral port.
+/// port + 10000, can fall outside the port range for a high ephemeral port. It is chosen
+/// afresh for each try, as the node's own port is: a bus port another process took between
+/// `free_port` and the node's bind fails that try only, not all of them (seen once in CI).
 fn start_node(extra: &[&str]) -> anyhow::Result<RedisServer> {
-    let bus = free_port()?.to_string();
-    let mut args = vec![
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "1000",
-        "--cluster-port",
-        &bus,
-        // Replicas sync at once (the default waits 5 s for more replicas): a replica that has
-        // not synced yet cannot take over from its master.
-        "--repl-diskless-sync-delay",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    RedisServer::start_with(&args)
+    RedisServer::start_with_fresh(|| {
+        let bus = free_port()?.to_string();
+        let mut args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-port",
+            &bus,
+            // Replicas sync at once (the default waits 5 s for more replicas): a replica that
+            // has not synced yet cannot take over from its master.
+            "--repl-diskless-sync-delay",
+            "0",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Ok(args)
+    })
 }
 
 /// Whether the node on `port` reports `cluster_state:ok`, knows all `nodes` nodes and, if it

@@ -95,9 +95,21 @@ impl RedisServer {
 
     /// Starts a server with extra arguments (e.g. `--appendonly yes`).
     pub fn start_with(extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_fresh(|| Ok(extra.iter().map(|a| a.to_string()).collect()))
+    }
+
+    /// Starts a server with extra arguments made afresh for each try: each of up to five tries
+    /// takes a port just found free, which another process may take before the server binds
+    /// it, and arguments that name ports of their own (a cluster node's bus port) must be
+    /// chosen again with it.
+    pub(crate) fn start_with_fresh(
+        extra: impl Fn() -> anyhow::Result<Vec<String>>,
+    ) -> anyhow::Result<Self> {
         let mut last_err = None;
         for _ in 0..5 {
-            match Self::try_start(extra) {
+            let args = extra()?;
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match Self::try_start(&args) {
                 Ok(s) => return Ok(s),
                 Err(e) => last_err = Some(e),
             }
