@@ -141,16 +141,27 @@ async fn status_polls_past_the_rate_spend_no_proofs() -> anyhow::Result<()> {
         spent <= joined + allowed,
         "{spent} proofs in Redis after {served} polls served"
     );
-    // A leave draws from the same bucket.
+    // A leave draws from the same bucket (before anything else). Two leaves at once: the
+    // bucket, empty since the last refused poll, may have refilled one token meanwhile (one a
+    // second; seen once in CI, the leave answered 204), never two, so at least one is refused.
     let leave_path = format!("/api/queues/{Q}/tickets/{ticket}");
-    let leave = client
-        .delete(format!("{}{leave_path}", gw.url()))
-        .query(&[("proof", key.proof("DELETE", &leave_path, None))])
-        .send()
-        .await?;
-    assert_eq!(leave.status().as_u16(), 429, "the leave");
+    let mut leaves = Vec::new();
+    for _ in 0..2 {
+        let leave = client
+            .delete(format!("{}{leave_path}", gw.url()))
+            .query(&[("proof", key.proof("DELETE", &leave_path, None))])
+            .send()
+            .await?;
+        leaves.push(leave.status().as_u16());
+    }
+    let refused_leaves = leaves.iter().filter(|&&s| s == 429).count();
+    assert!(refused_leaves >= 1, "the leaves: {leaves:?}");
     let counted = refusals(&gw, "ip_polls").await?;
-    assert_eq!(counted as usize, POLLS - served + 1, "refusals on /metrics");
+    assert_eq!(
+        counted as usize,
+        POLLS - served + refused_leaves,
+        "refusals on /metrics"
+    );
     // Another address has a bucket of its own.
     let other = reqwest::Client::builder()
         .local_address(loopback(3))
