@@ -175,9 +175,15 @@ fn the_join_floor_takes_one_place_in_the_queue_for_each_join() -> anyhow::Result
 
 #[test]
 fn the_join_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
+    refuses_to_start_without_redis("--join")
+}
+
+/// The floor given `flag` (`--redis`, `--join`) and a Redis that is not there must refuse to
+/// start, saying so.
+fn refuses_to_start_without_redis(flag: &str) -> anyhow::Result<()> {
     let redis = format!("redis://127.0.0.1:{}", free_port()?);
     refuses_to_start(
-        &["--listen", "127.0.0.1:0", "--join", &redis],
+        &["--listen", "127.0.0.1:0", flag, &redis],
         "cannot reach Redis",
     )
 }
@@ -207,11 +213,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 #[test]
 fn the_round_trip_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
-    let redis = format!("redis://127.0.0.1:{}", free_port()?);
-    refuses_to_start(
-        &["--listen", "127.0.0.1:0", "--redis", &redis],
-        "cannot reach Redis",
-    )
+    refuses_to_start_without_redis("--redis")
 }
 
 #[test]
