@@ -15,6 +15,9 @@ pub const ADMIN_TOKEN: &str = "usher-test-admin-token-7d1c0e9a5b3f4e21";
 /// The label of [`ADMIN_TOKEN`], as the audit trail names it.
 pub const ADMIN_LABEL: &str = "tests";
 
+/// The longest any request of [`admin_client`] may take, before patience.
+pub const ADMIN_REQUEST_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `USHER_ADMIN_TOKEN` for test dispatchers: [`ADMIN_TOKEN`] labelled [`ADMIN_LABEL`].
 pub fn admin_token_spec() -> String {
     format!("{ADMIN_LABEL}:{ADMIN_TOKEN}")
@@ -22,6 +25,10 @@ pub fn admin_token_spec() -> String {
 
 /// An HTTP client that sends [`ADMIN_TOKEN`] with every request: the admin API has no
 /// unauthenticated access.
+///
+/// Every request it makes is bounded ([`ADMIN_REQUEST_LIMIT`], scaled by
+/// [`crate::wait::patience`]): no admin call streams or takes that long, so one that does is a
+/// server that took the request and never answered, and the test must fail, not hang.
 pub fn admin_client() -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     let value = format!("Bearer {ADMIN_TOKEN}");
@@ -30,6 +37,7 @@ pub fn admin_client() -> reqwest::Client {
     }
     reqwest::Client::builder()
         .default_headers(headers)
+        .timeout(crate::wait::patient(ADMIN_REQUEST_LIMIT))
         .build()
         .unwrap_or_default()
 }

@@ -428,6 +428,7 @@ pub async fn counter_grows(url: &str, series: &str, by: u64) -> anyhow::Result<(
     // Fresh connections: a gateway with a small stream cap closes idle keep-alive ones.
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
+        .timeout(crate::wait::patient(Duration::from_secs(10)))
         .build()?;
     let start = series_value(&http, url, series).await.unwrap_or(0);
     eventually(&format!("{series} on {url} to grow by {by}"), async || {

@@ -10,6 +10,11 @@ use usher_sse::{Event, Item, Parser};
 
 pub use usher_sse::Item as SseItem;
 
+/// The longest [`SseClient::open`] waits for a response's headers, before patience: a join
+/// answers once its place is taken, which takes a Redis round trip, or a few seconds while a
+/// Redis restarts under a fault test.
+const OPEN_LIMIT: Duration = Duration::from_secs(30);
+
 /// Opens SSE streams against one base URL.
 #[derive(Clone)]
 pub struct SseClient {
@@ -73,7 +78,16 @@ impl SseClient {
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
         }
-        let resp = req.send().await.context("SSE request failed")?;
+        // Bounded: a server that takes the request and never sends its headers fails the test
+        // with the path, rather than hanging it (the body, a stream, is read under each
+        // caller's own limit).
+        let resp = crate::wait::within(
+            &format!("the headers of GET {path}"),
+            OPEN_LIMIT,
+            req.send(),
+        )
+        .await?
+        .context("SSE request failed")?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         if status != 200 {

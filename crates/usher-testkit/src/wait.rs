@@ -135,7 +135,14 @@ pub async fn eventually_within<O: Outcome>(
     let limit = patient(limit);
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let last = match check().await.into_outcome() {
+        // A check that never returns (a request to a server that took it and never answers)
+        // must fail the wait too, not hang the test: it gets until the deadline, and at least
+        // a second however late it starts.
+        let cutoff = deadline.max(tokio::time::Instant::now() + patient(Duration::from_secs(1)));
+        let Ok(outcome) = tokio::time::timeout_at(cutoff, check()).await else {
+            anyhow::bail!("waited {limit:?} for {what}; the last check never returned");
+        };
+        let last = match outcome.into_outcome() {
             Ok(v) => return Ok(v),
             Err(seen) => seen,
         };
