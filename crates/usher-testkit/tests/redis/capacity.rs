@@ -158,7 +158,9 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
         .await?;
     assert!(put.status().is_success());
 
-    // The sampler: `active` as the admin API counts it, as often as it answers.
+    // The sampler: `active` as the admin API counts it, as often as it answers. Each request
+    // is short-lived: a killed replica's port may be taken by another test's server by now
+    // (the light tests run beside this one), which may accept and never answer.
     let stop = Arc::new(AtomicBool::new(false));
     let worst = Arc::new(AtomicU64::new(0));
     let samples = Arc::new(AtomicU64::new(0));
@@ -169,7 +171,8 @@ async fn active_never_exceeds_max_active_across_replicas_and_hand_overs() -> any
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 for u in &urls {
-                    let Ok(r) = http.get(format!("{u}/admin/queues/prop")).send().await else {
+                    let get = http.get(format!("{u}/admin/queues/prop"));
+                    let Ok(r) = get.timeout(Duration::from_secs(2)).send().await else {
                         continue;
                     };
                     if let Ok(v) = r.json::<Value>().await {
