@@ -7,7 +7,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lint docs build profiling bench pow-figures
+.PHONY: help run test test-tools test-build test-fast lint docs build profiling bench pow-figures
 
 # The one release build: `make run` (scripts/run-local.sh), `make build` and `make bench`
 # (scripts/bench.sh) all run exactly this command, so switching between them rebuilds nothing
@@ -39,11 +39,21 @@ run: ## Run a local stack (Redis, dispatcher, 2 gateways, booking demo); USHER_R
 TEST_THREADS ?= 6
 
 test: ## Validate deploy/, install redis-server, chromium, Playwright and k6 if missing, build, run every test (docs' links and examples too)
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-tools test-build
+	$(CARGO) test --workspace --all-targets -- --test-threads $(TEST_THREADS)
+
+# The two halves of `make test`'s preparation, run side by side: the tools the tests need
+# beside the code (downloads and dpkg: mostly waiting on the network) while cargo compiles
+# (the CPU). On a fresh machine that hides most of the installing behind the build. Each
+# half's output is printed whole when it ends (--output-sync).
+test-tools:
 	bash scripts/validate-deploy.sh
 	bash scripts/ensure-redis.sh
 	bash scripts/ensure-browser.sh >/dev/null
+
+test-build:
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --all-targets -- --test-threads $(TEST_THREADS)
+	$(CARGO) test --workspace --all-targets --no-run
 
 test-fast: ## Unit tests and the integration tests that need only redis-server (no browsers, no Cluster)
 	bash scripts/ensure-redis.sh
