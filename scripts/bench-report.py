@@ -441,6 +441,20 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
                  + "; ".join(f"{name}: {text}" for name, text in parts if text)
                  + (f"; the load generator (usher run) {lg * 1e6 / joins['totals']['joined']:.1f} µs" if lg else ""))
 
+# AOF rewrites during the join passes: each pass starts on a log just rewritten (bench.sh,
+# aof_rewrite_now), so a rewrite in a pass came from that pass's own writes. Named when any did,
+# as the pass it fell in is slower for it.
+met = []
+for sfx in run_suffixes(lambda s: f"joins{s}.json"):
+    for run, name in (("", "usher"), ("-floor", "floor"), ("-rfloor", "round-trip floor"),
+                      ("-jfloor", "join floor")):
+        k = (load(f"joins{sfx}{run}-cpu.json") or {}).get("aof_rewrites")
+        if k:
+            met.append(f"joins{sfx} {name} ({k})")
+if met:
+    notes.append("Redis rewrote its AOF during these join passes, each from its own writes: "
+                 + ", ".join(met) + ".")
+
 hold_cpu = load("hold-cpu.json")
 if hold_cpu and hold_server and hold_server.get("held"):
     events = hold_server["held"] * hold_server["seconds"]

@@ -233,15 +233,39 @@ role_ticks() {
     echo "$(ticks_of "${GATEWAY_PIDS[@]}") $(ticks_of "$DISPATCHER_PID") $(ticks_of "$REDIS_PID")" \
         "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}") $(ticks_of "${JFLOOR_PIDS[@]}")"
 }
-# Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3.
+# Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3, and,
+# when $4 is given, `aof_rewrites`: that many AOF rewrites Redis made meanwhile.
 role_cpu_json() {
-    python3 - "$OUT/$1" "$2" "$3" "$ROLES" <<'PY'
+    python3 - "$OUT/$1" "$2" "$3" "$ROLES" "${4:-}" <<'PY'
 import json, sys
 a, b = [list(map(int, x.split())) for x in sys.argv[2:4]]
 roles = sys.argv[4].split()
 assert len(a) == len(b) == len(roles), (a, b, roles)
-json.dump({k: (y - x) / 100 for k, x, y in zip(roles, a, b)}, open(sys.argv[1], "w"))
+out = {k: (y - x) / 100 for k, x, y in zip(roles, a, b)}
+if sys.argv[5]:
+    out["aof_rewrites"] = int(sys.argv[5])
+json.dump(out, open(sys.argv[1], "w"))
 PY
+}
+# How many times Redis has rewritten its AOF so far (INFO persistence).
+aof_rewrites() {
+    redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}'
+}
+# Rewrites the AOF now and waits (at most 60 s) until it is done. A rewrite forks Redis and
+# copies its whole dataset, a stall for whatever runs meanwhile; Redis starts one by itself once
+# the log has doubled since the last. Each join pass starts on a log just rewritten, so one
+# lands in a pass only through that pass's own writes: the same for usher's pass as for the
+# floors', where otherwise the pass that happened to come first met the rewrite the earlier
+# scenarios had built up (seen: usher's pass, 1.5 s into its joins, and no floor's).
+aof_rewrite_now() {
+    local info
+    redis-cli -p "$REDIS_PORT" BGREWRITEAOF >/dev/null 2>&1 || true
+    for _ in $(seq 600); do
+        info=$(redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r')
+        [[ $info == *aof_rewrite_in_progress:0* && $info == *aof_rewrite_scheduled:0* ]] && return 0
+        sleep 0.1
+    done
+    log "the AOF rewrite still ran after 60 s; going on"
 }
 # Waits (at most 30 s) until the servers use less than 5% of a core.
 settle() {
@@ -281,15 +305,18 @@ join_run() {
 }
 # One run of a join_run: `loadgen "$@"` on queue $3 through the servers $2, reporting
 # $OUT/$1.json|svg, and each role's CPU from its first join until the servers are idle again
-# (they have handled the closes too) in $OUT/$1-cpu.json.
+# (they have handled the closes too) in $OUT/$1-cpu.json, with the AOF rewrites meanwhile
+# (each pass starts on a log just rewritten: aof_rewrite_now).
 join_pass() {
-    local out=$1 through=$2 q=$3 c0
+    local out=$1 through=$2 q=$3 c0 r0
     shift 3
+    aof_rewrite_now
+    r0=$(aof_rewrites)
     c0=$(role_ticks)
     LOADGEN_GATEWAYS=$through loadgen --queue "$q" "$@" \
         --report "$OUT/$out.json" --plot "$OUT/$out.svg" || true
     settle
-    role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)"
+    role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)" $(($(aof_rewrites) - r0))
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
