@@ -55,26 +55,8 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
     anyhow::ensure!(left.admitted == 100, "{left:?}");
     store.release_lease(&q, &lease).await?;
 
-    // Watch `admitted_total` rise, on the wall clock, until stopped: on a connection of its
-    // own, which the stream reads below do not block.
-    let rises: Arc<std::sync::Mutex<Vec<(u64, u64)>>> = Default::default();
-    let watcher = Store::connect(&redis.url()).await?;
-    let watching = tokio::spawn({
-        let (store, q, rises) = (watcher, q.clone(), rises.clone());
-        async move {
-            let mut last = 0;
-            loop {
-                let total = store.queue_stats(&q, now_ms()).await?.admitted_total;
-                if total > last {
-                    rises.lock().expect("not poisoned").push((now_ms(), total));
-                    last = total;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            #[allow(unreachable_code)]
-            anyhow::Ok(())
-        }
-    });
+    // Watch `admitted_total` rise until stopped (the stream reads below do not block it).
+    let (rises, watching) = watch_admitted_total(&redis, &q).await?;
     let dispatcher = stack::dispatcher(&redis.url(), 400).await?;
 
     // Read the stream as the gateway would: (entry time on Redis's clock, message).
@@ -159,6 +141,35 @@ async fn a_ticks_admissions_are_made_ahead_and_sent_at_its_admission_time() -> a
         "ticks admitted ahead of their admission time: {ahead:?} (rises {rises:?}, ticks {ticks:?})"
     );
     Ok(())
+}
+
+/// `q`'s `admitted_total` each time it rises, with the wall-clock time it was seen, polled
+/// every millisecond on a connection of its own (which stream reads do not block) until the
+/// task is aborted. The tick script raises it as it admits, so each rise was made no later
+/// than seen.
+type Rises = Arc<std::sync::Mutex<Vec<(u64, u64)>>>;
+
+async fn watch_admitted_total(
+    redis: &RedisServer,
+    q: &QueueId,
+) -> anyhow::Result<(Rises, tokio::task::JoinHandle<anyhow::Result<()>>)> {
+    let rises: Rises = Default::default();
+    let store = Store::connect(&redis.url()).await?;
+    let watching = tokio::spawn({
+        let (q, rises) = (q.clone(), rises.clone());
+        async move {
+            let mut last = 0;
+            loop {
+                let total = store.queue_stats(&q, now_ms()).await?.admitted_total;
+                if total > last {
+                    rises.lock().expect("not poisoned").push((now_ms(), total));
+                    last = total;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    Ok((rises, watching))
 }
 
 /// The places of an admission message, with their admission time.
@@ -256,6 +267,106 @@ async fn a_passthrough_join_in_a_ticks_lead_reaches_the_gateway_at_its_time() ->
         held > 0,
         "no join of {} landed in a tick's lead",
         joined_at.len()
+    );
+    Ok(())
+}
+
+/// An operator's unpause that lands in a tick's lead (the tick loop awake for it, the tick
+/// not started) starts that very tick's pre-mint, whose expected burst lengthens the lead: the
+/// first tick after the unpause admits ahead of its admission time too. Without it that tick
+/// would expect no burst (the queue admitted nobody while paused) and start its read lead
+/// (20 ms) before its time, its script calls running past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpause_in_a_ticks_lead_has_that_tick_admit_ahead() -> anyhow::Result<()> {
+    let _solo = usher_testkit::solo().await; // times within a tick
+    const TICK_MS: u64 = 1_000;
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = QueueId::new("unpaused")?;
+    let (gw, index) = usher_testkit::line::played_gateway(&store, "gw-unpaused").await?;
+    let dispatcher = stack::dispatcher(&redis.url(), TICK_MS).await?;
+    let http = usher_testkit::config::admin_client();
+    let put = async |body: serde_json::Value| {
+        http.put(format!("{}/admin/queues/{q}", dispatcher.url()))
+            .json(&body)
+            .send()
+            .await?
+            .error_for_status()?;
+        anyhow::Ok(())
+    };
+    // A slow line first, to learn the ticks' grid from their admission times.
+    put(serde_json::json!({"admit_per_second": 2})).await?;
+    for _ in 0..10 {
+        store.join_many(&q, index, now_ms(), 500).await?;
+    }
+    let mut log: Vec<(u64, StreamMessage)> = Vec::new();
+    let grid = eventually_within(
+        "two ticks' admissions",
+        Duration::from_secs(30),
+        async || {
+            usher_testkit::line::read_played(&store, &gw, &mut log).await?;
+            let times: Vec<u64> = admissions(&log).into_keys().collect();
+            anyhow::ensure!(times.len() >= 2, "admission times so far: {times:?}");
+            Ok(times[times.len() - 1] % TICK_MS)
+        },
+    )
+    .await?;
+    put(serde_json::json!({"paused": true})).await?;
+
+    let (rises, watching) = watch_admitted_total(&redis, &q).await?;
+
+    // Unpause (and speed up to 4,000 a tick: a lead of 20 ms + 80 ms) 150 ms before a tick's
+    // admission time T, a tick and a half off so the ticks since the pause expected nobody.
+    // The loop wakes 250 ms before T (`admit_lead_cap`); an unpause whose request is not
+    // within [T - 240, T - 40] ms missed the window (a stall of this machine's) and is tried
+    // again.
+    let mut judged = None;
+    for attempt in 0..5 {
+        let next = |t: u64| t - t % TICK_MS + grid + if t % TICK_MS < grid { 0 } else { TICK_MS };
+        let at = next(now_ms() + 1_500);
+        usher_testkit::wait::clock_past("150 ms before a tick", at - 150).await?;
+        let total_before = rises
+            .lock()
+            .expect("not poisoned")
+            .last()
+            .map_or(0, |r| r.1);
+        let sent = now_ms();
+        put(serde_json::json!({"paused": false, "admit_per_second": 4000})).await?;
+        let answered = now_ms();
+        if sent >= at - 240 && answered <= at - 40 {
+            judged = Some((at, total_before));
+            break;
+        }
+        println!(
+            "attempt {attempt}: unpaused {sent}..{answered}, outside T - 240..T - 40 (T {at})"
+        );
+        put(serde_json::json!({"paused": true, "admit_per_second": 2})).await?;
+        usher_testkit::wait::clock_past("the tick after", at + TICK_MS).await?;
+    }
+    let (at, total_before) =
+        judged.ok_or_else(|| anyhow::anyhow!("no unpause landed in a tick's lead in 5 tries"))?;
+    let first_rise = eventually_within(
+        "the tick after the unpause",
+        Duration::from_secs(10),
+        async || {
+            let rises = rises.lock().expect("not poisoned");
+            rises.iter().find(|r| r.1 > total_before).copied()
+        },
+    )
+    .await?;
+    watching.abort();
+    dispatcher.stop().await?;
+    println!(
+        "the tick at {at} first admitted {} ms before its time (seen)",
+        at as i64 - first_rise.0 as i64
+    );
+    // Seen by a watcher polling every millisecond, so it rose no later than seen: ahead of the
+    // read lead, which is all a tick expecting no burst leads by.
+    assert!(
+        first_rise.0 < at - 20,
+        "the tick at {at} first admitted at {} (seen), {} ms before its time",
+        first_rise.0,
+        at as i64 - first_rise.0 as i64
     );
     Ok(())
 }
