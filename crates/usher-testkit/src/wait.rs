@@ -140,7 +140,9 @@ pub async fn eventually_within<O: Outcome>(
         // a second however late it starts.
         let cutoff = deadline.max(tokio::time::Instant::now() + patient(Duration::from_secs(1)));
         let Ok(outcome) = tokio::time::timeout_at(cutoff, check()).await else {
-            anyhow::bail!("waited {limit:?} for {what}; the last check never returned");
+            anyhow::bail!(
+                "waited {limit:?} for {what}; the last check was still running at the end"
+            );
         };
         let last = match outcome.into_outcome() {
             Ok(v) => return Ok(v),
@@ -189,6 +191,30 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("for seven"), "{text}");
         assert!(text.ends_with("last seen: 6"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_check_that_never_returns_fails_the_wait_instead_of_hanging_it() {
+        // A request a server took and never answered: the wait ends at its limit (at least
+        // a second after the check started), and says so.
+        let started = tokio::time::Instant::now();
+        let e = within(
+            "the wait to end by itself",
+            Duration::from_secs(30),
+            eventually_within("an answer", Duration::from_millis(60), async || {
+                std::future::pending::<bool>().await
+            }),
+        )
+        .await
+        .expect("the wait ended")
+        .expect_err("the check never returns");
+        let text = e.to_string();
+        assert!(text.contains("for an answer"), "{text}");
+        assert!(text.contains("still running"), "{text}");
+        assert!(
+            started.elapsed() >= patient(Duration::from_secs(1)),
+            "{text}"
+        );
     }
 
     #[test]
