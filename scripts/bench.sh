@@ -247,9 +247,9 @@ if sys.argv[5]:
 json.dump(out, open(sys.argv[1], "w"))
 PY
 }
-# How many times Redis has rewritten its AOF so far (INFO persistence).
-aof_rewrites() {
-    redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r' | awk -F: '$1 == "aof_rewrites" {print $2}'
+# Field $1 of Redis's INFO persistence (e.g. aof_rewrites: the AOF rewrites so far).
+persistence() {
+    redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r' | awk -F: -v f="$1" '$1 == f {print $2}'
 }
 # Rewrites the AOF now and waits (at most 60 s) until it is done. A rewrite forks Redis and
 # copies its whole dataset, a stall for whatever runs meanwhile; Redis starts one by itself once
@@ -258,11 +258,9 @@ aof_rewrites() {
 # floors', where otherwise the pass that happened to come first met the rewrite the earlier
 # scenarios had built up (seen: usher's pass, 1.5 s into its joins, and no floor's).
 aof_rewrite_now() {
-    local info
     redis-cli -p "$REDIS_PORT" BGREWRITEAOF >/dev/null 2>&1 || true
     for _ in $(seq 600); do
-        info=$(redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r')
-        [[ $info == *aof_rewrite_in_progress:0* && $info == *aof_rewrite_scheduled:0* ]] && return 0
+        [ "$(persistence aof_rewrite_in_progress)$(persistence aof_rewrite_scheduled)" = 00 ] && return 0
         sleep 0.1
     done
     log "the AOF rewrite still ran after 60 s; going on"
@@ -311,12 +309,12 @@ join_pass() {
     local out=$1 through=$2 q=$3 c0 r0
     shift 3
     aof_rewrite_now
-    r0=$(aof_rewrites)
+    r0=$(persistence aof_rewrites)
     c0=$(role_ticks)
     LOADGEN_GATEWAYS=$through loadgen --queue "$q" "$@" \
         --report "$OUT/$out.json" --plot "$OUT/$out.svg" || true
     settle
-    role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)" $(($(aof_rewrites) - r0))
+    role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)" $(($(persistence aof_rewrites) - r0))
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.

@@ -16,6 +16,7 @@ use support::run_bounded;
 use usher_core::ids::QueueId;
 use usher_core::store::{QueueConfig, Store};
 use usher_core::time::now_ms;
+use usher_testkit::procs::free_addr;
 use usher_testkit::redis_server::redis_cli;
 use usher_testkit::RedisServer;
 
@@ -181,7 +182,7 @@ fn the_join_floor_will_not_start_without_its_redis() -> anyhow::Result<()> {
 /// The floor given `flag` (`--redis`, `--join`) and a Redis that is not there must refuse to
 /// start, saying so.
 fn refuses_to_start_without_redis(flag: &str) -> anyhow::Result<()> {
-    let redis = format!("redis://127.0.0.1:{}", free_port()?);
+    let redis = format!("redis://127.0.0.1:{}", free_addr()?.port());
     refuses_to_start(
         &["--listen", "127.0.0.1:0", flag, &redis],
         "cannot reach Redis",
@@ -190,7 +191,7 @@ fn refuses_to_start_without_redis(flag: &str) -> anyhow::Result<()> {
 
 #[test]
 fn a_floor_is_either_the_round_trip_floor_or_the_join_floor() -> anyhow::Result<()> {
-    let redis = format!("redis://127.0.0.1:{}", free_port()?);
+    let redis = format!("redis://127.0.0.1:{}", free_addr()?.port());
     refuses_to_start(
         &[
             "--listen",
@@ -202,13 +203,6 @@ fn a_floor_is_either_the_round_trip_floor_or_the_join_floor() -> anyhow::Result<
         ],
         "cannot be used with",
     )
-}
-
-/// A port nothing listens on: a free one, taken and let go.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 #[test]

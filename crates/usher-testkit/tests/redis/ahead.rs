@@ -320,9 +320,9 @@ async fn an_unpause_in_a_ticks_lead_has_that_tick_admit_ahead() -> anyhow::Resul
     // The loop wakes 250 ms before T (`admit_lead_cap`); an unpause whose request is not
     // within [T - 240, T - 40] ms missed the window (a stall of this machine's) and is tried
     // again.
+    let next = |t: u64| t - t % TICK_MS + grid + if t % TICK_MS < grid { 0 } else { TICK_MS };
     let mut judged = None;
     for attempt in 0..5 {
-        let next = |t: u64| t - t % TICK_MS + grid + if t % TICK_MS < grid { 0 } else { TICK_MS };
         let at = next(now_ms() + 1_500);
         usher_testkit::wait::clock_past("150 ms before a tick", at - 150).await?;
         let total_before = rises

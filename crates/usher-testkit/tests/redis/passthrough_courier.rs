@@ -382,7 +382,7 @@ async fn a_wake_after_a_drains_last_read_drains_the_queue_once_more() -> anyhow:
     ]);
     eventually_within(
         "the second join's admission, well before the next sweep",
-        std::time::Duration::from_secs(DRAINED_WITHIN_MS / 1000),
+        std::time::Duration::from_millis(DRAINED_WITHIN_MS),
         async || {
             read_played(&c.store, &c.gw, &mut c.log).await?;
             let missing: Vec<_> = all.difference(&sent_places(&c.log)).cloned().collect();
