@@ -21,6 +21,7 @@ mod admission;
 mod admitted_first;
 mod ahead;
 mod ahead_paths;
+mod away_batch;
 mod away_wall;
 mod bind_loss;
 mod bind_script;
