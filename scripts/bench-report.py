@@ -441,6 +441,30 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
                  + "; ".join(f"{name}: {text}" for name, text in parts if text)
                  + (f"; the load generator (usher run) {lg * 1e6 / joins['totals']['joined']:.1f} µs" if lg else ""))
 
+# Redis's commands per join in the chosen joins run and its floors' (`INFO commandstats` over
+# the same span as the CPU above, bench.sh commands_json): how many calls a join costs Redis,
+# and which take its time. Commands run by a script count on their own too, and in the
+# script's time.
+if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joined"):
+    def commands_per_join(run):
+        r = {c: v for c, v in (load(f"joins{joins_sfx}{run}-redis.json") or {}).items() if c != "info"}
+        n = ((load(f"joins{joins_sfx}{run}.json") or {}).get("totals") or {}).get("joined")
+        if not r or not n:
+            return None
+        calls = sum(v["calls"] for v in r.values())
+        # The commands that ran for the joins (at least one call in a hundred joins), not
+        # the background's (heartbeats, ticks), by time.
+        top = sorted(((c, v) for c, v in r.items() if v["calls"] * 100 >= n),
+                     key=lambda cv: -cv[1]["usec"])[:4]
+        return (f"{calls / n:.2f} commands ("
+                + ", ".join(f"{c.upper()} {v['calls'] / n:.2f} × {v['usec'] / v['calls']:.1f} µs"
+                            for c, v in top) + ")")
+    parts = [(name, commands_per_join(run)) for name, run in
+             (("usher", ""), ("join floor", "-jfloor"), ("round-trip floor", "-rfloor"))]
+    notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, and each command's time, "
+                 "a script's including the commands it runs): "
+                 + "; ".join(f"{name}: {text}" for name, text in parts if text))
+
 # AOF rewrites during the join passes: each pass starts on a log just rewritten (bench.sh,
 # aof_rewrite_now), so a rewrite in a pass came from that pass's own writes. Named when any did,
 # as the pass it fell in is slower for it.

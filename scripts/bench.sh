@@ -247,6 +247,25 @@ if sys.argv[5]:
 json.dump(out, open(sys.argv[1], "w"))
 PY
 }
+# Redis's INFO commandstats as lines "<command> <calls> <usec>" (calls and time so far; a
+# script's commands count on their own too, and in the script's time).
+commandstats() {
+    redis-cli -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+        sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p'
+}
+# Writes $OUT/$1 (JSON): each Redis command's calls and µs between commandstats readings $2 and
+# $3, the commands that ran meanwhile only.
+commands_json() {
+    python3 - "$OUT/$1" "$2" "$3" <<'PY'
+import json, sys
+def read(text):
+    return {c: (int(n), int(us)) for c, n, us in (l.split() for l in text.splitlines() if l.strip())}
+a, b = read(sys.argv[2]), read(sys.argv[3])
+out = {c: {"calls": n - a.get(c, (0, 0))[0], "usec": us - a.get(c, (0, 0))[1]}
+       for c, (n, us) in b.items() if n > a.get(c, (0, 0))[0]}
+json.dump(out, open(sys.argv[1], "w"), sort_keys=True)
+PY
+}
 # Field $1 of Redis's INFO persistence (e.g. aof_rewrites: the AOF rewrites so far).
 persistence() {
     redis-cli -p "$REDIS_PORT" INFO persistence | tr -d '\r' | awk -F: -v f="$1" '$1 == f {print $2}'
@@ -304,17 +323,20 @@ join_run() {
 # One run of a join_run: `loadgen "$@"` on queue $3 through the servers $2, reporting
 # $OUT/$1.json|svg, and each role's CPU from its first join until the servers are idle again
 # (they have handled the closes too) in $OUT/$1-cpu.json, with the AOF rewrites meanwhile
-# (each pass starts on a log just rewritten: aof_rewrite_now).
+# (each pass starts on a log just rewritten: aof_rewrite_now), and Redis's commands over the
+# same span in $OUT/$1-redis.json (commands_json).
 join_pass() {
-    local out=$1 through=$2 q=$3 c0 r0
+    local out=$1 through=$2 q=$3 c0 r0 s0
     shift 3
     aof_rewrite_now
     r0=$(persistence aof_rewrites)
+    s0=$(commandstats)
     c0=$(role_ticks)
     LOADGEN_GATEWAYS=$through loadgen --queue "$q" "$@" \
         --report "$OUT/$out.json" --plot "$OUT/$out.svg" || true
     settle
     role_cpu_json "$out-cpu.json" "$c0" "$(role_ticks)" $(($(persistence aof_rewrites) - r0))
+    commands_json "$out-redis.json" "$s0" "$(commandstats)"
 }
 # Runs `loadgen "$@"` on queue $1 (created paused), unpauses it once $2 browsers wait, waits
 # for the run to end and closes the queue.
