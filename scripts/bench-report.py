@@ -465,6 +465,20 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
                  "a script's including the commands it runs): "
                  + "; ".join(f"{name}: {text}" for name, text in parts if text))
 
+# How busy the whole machine was while each join pass's joins were answered (the load
+# generator's `machine_busy_while_joining`: `/proc/stat`, every process): on a machine the
+# servers share with the load generator, what a p99 ratio hides.
+busy_runs = []
+for sfx in run_suffixes(lambda s: f"joins{s}.json"):
+    shares = [(name, (load(f"joins{sfx}{run}.json") or {}).get("machine_busy_while_joining"))
+              for run, name in (("", "usher"), ("-jfloor", "join floor"),
+                                ("-rfloor", "round-trip floor"), ("-floor", "floor"))]
+    if any(b is not None for _, b in shares):
+        busy_runs.append(", ".join(f"{name} {b * 100:.0f}%" for name, b in shares if b is not None))
+if busy_runs:
+    notes.append("joins, the whole machine's CPUs busy while the joins were answered (`/proc/stat`, every process "
+                 "counted: the servers, Redis and the load generator), each run: " + "; ".join(busy_runs))
+
 # AOF rewrites during the join passes: each pass starts on a log just rewritten (bench.sh,
 # aof_rewrite_now), so a rewrite in a pass came from that pass's own writes. Named when any did,
 # as the pass it fell in is slower for it.

@@ -11,6 +11,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::limits;
+use crate::machine::BusySampler;
 use crate::plan::Plan;
 use crate::plot;
 use crate::proto::{Counters, WorkerMsg, WorkerResult};
@@ -138,6 +139,8 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut timeline = Vec::new();
+    // The whole machine's CPU at the previous point (each point says how busy it was since).
+    let mut machine = BusySampler::start();
     let mut last_joined = 0u64;
     let mut interrupted = 0;
     let mut sigterm =
@@ -174,7 +177,10 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
             _ = tick.tick() => {
                 let t = (now_ms().saturating_sub(epoch_ms + 250)) as f64 / 1000.0;
                 let total = sum(&workers);
-                timeline.push(TimelinePoint::new(t.round(), &total));
+                timeline.push(TimelinePoint {
+                    machine_busy: machine.sample(),
+                    ..TimelinePoint::new(t.round(), &total)
+                });
                 if !out.quiet {
                     eprintln!(
                         "[{t:>6.0}s] connected {:>7}  waiting {:>7}  admitted {:>7}  joins/s {:>6}  errors {:>5}  reconnects {:>5}",
@@ -214,10 +220,10 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     let elapsed_s = now_ms().saturating_sub(epoch_ms) as f64 / 1000.0;
     let (stalls, stall_cpus) = probe.finish();
     let total = sum(&workers);
-    timeline.push(TimelinePoint::new(
-        crate::stats::round_to(elapsed_s, 3),
-        &total,
-    ));
+    timeline.push(TimelinePoint {
+        machine_busy: machine.sample(),
+        ..TimelinePoint::new(crate::stats::round_to(elapsed_s, 3), &total)
+    });
 
     let mut infos = Vec::new();
     let mut results = Vec::new();

@@ -6,7 +6,7 @@
 //! ([`http`]) and reports JSON lines ([`proto`]). The coordinator merges them into a
 //! [`report::Report`], checks fairness ([`checks`]) and draws a [`plot`] (with the primitives of
 //! [`svg`]); [`cpu`] says what the run cost the load generator itself, and whether it was short
-//! of CPU.
+//! of CPU, and [`machine`] how busy the whole machine was.
 //!
 //! [`joins_floor`] is the other side: the server of `usher-joins-floor`, a stand-in gateway
 //! that answers every stream alike, for measuring what joins cost without usher.
@@ -22,6 +22,7 @@ pub mod http;
 pub mod joins_floor;
 pub mod leaving;
 pub mod limits;
+pub mod machine;
 pub mod open;
 pub mod plan;
 pub mod plot;

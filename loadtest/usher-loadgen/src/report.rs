@@ -33,6 +33,10 @@ pub struct TimelinePoint {
     pub reconnects: u64,
     /// Joins slower than the target so far (`proto::SLOW_JOIN_MS`).
     pub slow_joins: u64,
+    /// The share of all the machine's CPUs that was busy since the previous point (every
+    /// process: `crate::machine`); absent where `/proc/stat` does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy: Option<f64>,
 }
 
 impl TimelinePoint {
@@ -47,6 +51,7 @@ impl TimelinePoint {
             errors: c.errors,
             reconnects: c.reconnects,
             slow_joins: c.slow_joins,
+            machine_busy: None,
         }
     }
 }
@@ -151,6 +156,10 @@ pub struct Report {
     pub wait: Option<crate::waits::WaitSummary>,
     /// What the run cost the load generator itself, and whether it was short of CPU.
     pub load_generator_cpu: LoadGenCpu,
+    /// How busy the whole machine's CPUs were, every process counted, over the seconds in
+    /// which joins were answered (`crate::machine::busy_while_growing`): near 1, every event
+    /// queued behind others, the servers' and the load generator's alike.
+    pub machine_busy_while_joining: Option<f64>,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -378,6 +387,10 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         cpu_stalls: CpuStalls::new(&run.stalls, run.stall_cpus, run.started_at_ms),
         wait: crate::waits::summarize(&waits, run.started_at_ms),
         load_generator_cpu,
+        machine_busy_while_joining: crate::machine::busy_while_growing(
+            run.timeline.iter().map(|p| (p.joined, p.machine_busy)),
+        )
+        .map(|b| round_to(b, 3)),
         timeline: run.timeline,
         exit_code,
     }
@@ -468,6 +481,13 @@ pub fn summary(r: &Report) -> String {
     };
     let _ = writeln!(s, "cpu stalls   {stalls}");
     let _ = writeln!(s, "{}", crate::cpu::summary_line(&r.load_generator_cpu));
+    if let Some(b) = r.machine_busy_while_joining {
+        let _ = writeln!(
+            s,
+            "machine      {:.0}% of all CPUs busy while joins were answered (every process, /proc/stat)",
+            b * 100.0
+        );
+    }
     let errors = if r.errors.is_empty() {
         "none".to_owned()
     } else {

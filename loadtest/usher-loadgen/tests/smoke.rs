@@ -137,6 +137,30 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     );
     assert!(cpu["short_of_cpu"].is_boolean(), "{cpu}");
     assert!(stdout.contains("load gen cpu "), "{stdout}");
+    // How busy the whole machine was: each second of the timeline, and the mean of the
+    // seconds in which joins were answered, in the summary too.
+    let share = |v: &Value| v.as_f64().filter(|b| (0.0..=1.0).contains(b));
+    let points = r["timeline"].as_array().cloned().unwrap_or_default();
+    let busy: Vec<f64> = points
+        .iter()
+        .filter_map(|p| share(&p["machine_busy"]))
+        .collect();
+    assert_eq!(busy.len(), points.len(), "{points:?}");
+    let joined: Vec<u64> = points
+        .iter()
+        .map(|p| p["joined"].as_u64().unwrap_or(0))
+        .collect();
+    let joining: Vec<f64> = (0..points.len())
+        .filter(|&i| joined[i] > if i == 0 { 0 } else { joined[i - 1] })
+        .map(|i| busy[i])
+        .collect();
+    let mean = joining.iter().sum::<f64>() / joining.len() as f64;
+    let reported = share(&r["machine_busy_while_joining"]).expect("a share");
+    assert!((reported - mean).abs() < 0.001, "{reported} vs {joining:?}");
+    assert!(
+        stdout.contains("of all CPUs busy while joins were answered"),
+        "{stdout}"
+    );
 
     let svg = std::fs::read_to_string(&plot)?;
     assert!(

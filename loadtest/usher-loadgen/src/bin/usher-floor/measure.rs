@@ -6,6 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use usher_loadgen::machine::MachineCpu;
 
 use crate::args::Args;
 use crate::crew::{Cmd, Crew, Msg};
@@ -42,7 +43,7 @@ pub fn measure(a: &Args, crew: &Crew) -> anyhow::Result<Measured> {
             before = (
                 threads_cpu_ns(&crew.sender_tids),
                 threads_cpu_ns(&crew.receiver_tids),
-                machine_cpu(),
+                MachineCpu::read(),
             );
         }
         let started = Instant::now();
@@ -95,7 +96,7 @@ pub fn measure(a: &Args, crew: &Crew) -> anyhow::Result<Measured> {
     let after = (
         threads_cpu_ns(&crew.sender_tids),
         threads_cpu_ns(&crew.receiver_tids),
-        machine_cpu(),
+        MachineCpu::read(),
     );
     m.sender_cpu_ns = before.0.zip(after.0).map(|(b, a)| a.saturating_sub(b));
     m.receiver_cpu_ns = before.1.zip(after.1).map(|(b, a)| a.saturating_sub(b));
@@ -122,29 +123,4 @@ fn thread_cpu_ns(tid: i32) -> Option<u64> {
 
 fn threads_cpu_ns(tids: &[i32]) -> Option<u64> {
     tids.iter().map(|&t| thread_cpu_ns(t)).sum()
-}
-
-/// All CPUs' time from `/proc/stat`, in ticks.
-#[derive(Debug, Clone, Copy)]
-pub struct MachineCpu {
-    pub busy: u64,
-    pub softirq: u64,
-    pub steal: u64,
-}
-
-fn machine_cpu() -> Option<MachineCpu> {
-    let s = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = s.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal ...
-    let at = |i: usize| v.get(i).copied();
-    Some(MachineCpu {
-        busy: at(0)? + at(1)? + at(2)? + at(5)? + at(6)?,
-        softirq: at(6)?,
-        steal: at(7)?,
-    })
 }
