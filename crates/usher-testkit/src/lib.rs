@@ -70,6 +70,30 @@ pub async fn tick_once(
         .await
 }
 
+/// A whole tick on `q` at admission time `now_ms` ([`tick_calls`] with [`tick_args`]), summed:
+/// its calls' admissions and drops, and its last call's `waiting` and `carry`. Fails on a call
+/// that did not tick (the error names its outcome).
+pub async fn tick_at(
+    store: &usher_core::store::Store,
+    q: &usher_core::ids::QueueId,
+    lease: &usher_core::store::Lease,
+    now_ms: u64,
+) -> anyhow::Result<usher_core::store::TickOutcome> {
+    let mut sum = usher_core::store::TickOutcome::default();
+    for call in tick_calls(store, q, &tick_args(lease, now_ms)).await? {
+        match call {
+            usher_core::store::Tick::Ticked(o) => {
+                sum.admitted += o.admitted;
+                sum.dropped += o.dropped;
+                sum.waiting = o.waiting;
+                sum.carry = o.carry;
+            }
+            other => anyhow::bail!("tick at {now_ms}: {other:?}"),
+        }
+    }
+    Ok(sum)
+}
+
 /// Runs a whole tick on `q` directly: script calls with `args` until one has no `more` (or
 /// does not tick), at most 100 of them; their outcomes, in order.
 pub async fn tick_calls(

@@ -7,9 +7,9 @@
 
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::lanes::{Lane, LaneName, Lanes};
-use usher_core::store::{PlaceState, QueueConfig, Store, Tick, TickOutcome};
+use usher_core::store::{PlaceState, QueueConfig, Store};
 use usher_testkit::line::take_lease;
-use usher_testkit::{tick_args, tick_calls, RedisServer};
+use usher_testkit::{tick_at, RedisServer};
 
 const T0: u64 = 1_900_000_000_000;
 const GRACE_MS: u64 = 60_000;
@@ -57,6 +57,23 @@ async fn join(
         .collect()
 }
 
+/// A Redis and a queue `id` (see [`queue`]) with `members` places in lane `members` and then
+/// `plain` in the default lane, all joined through gateway 1: the store, the queue, and the
+/// two lists of places in line order.
+async fn line_of(
+    id: &str,
+    grace_ms: u64,
+    members: usize,
+    plain: usize,
+) -> anyhow::Result<(RedisServer, Store, QueueId, Vec<PlaceId>, Vec<PlaceId>)> {
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let q = queue(&store, id, grace_ms).await?;
+    let m = join(&store, &q, 1, Some(&name("members")), members).await?;
+    let d = join(&store, &q, 1, None, plain).await?;
+    Ok((redis, store, q, m, d))
+}
+
 /// `place`'s (position, waiting) at `now`.
 async fn spot(store: &Store, q: &QueueId, place: PlaceId, now: u64) -> anyhow::Result<(u64, u64)> {
     match store.status(q, place, now).await? {
@@ -67,34 +84,9 @@ async fn spot(store: &Store, q: &QueueId, place: PlaceId, now: u64) -> anyhow::R
     }
 }
 
-/// One whole tick at `now` (as many script calls as it takes): the sum of what it did.
-async fn tick_at(
-    store: &Store,
-    q: &QueueId,
-    lease: &usher_core::store::Lease,
-    now: u64,
-) -> anyhow::Result<TickOutcome> {
-    let mut sum = TickOutcome::default();
-    for call in tick_calls(store, q, &tick_args(lease, now)).await? {
-        match call {
-            Tick::Ticked(o) => {
-                sum.admitted += o.admitted;
-                sum.dropped += o.dropped;
-            }
-            other => anyhow::bail!("tick at {now}: {other:?}"),
-        }
-    }
-    Ok(sum)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_parks_each_place_its_gateway_holds_once_in_its_lane() -> anyhow::Result<()> {
-    let redis = RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = queue(&store, "batch", GRACE_MS).await?;
-    let members = name("members");
-    let m = join(&store, &q, 1, Some(&members), 3).await?;
-    let d = join(&store, &q, 1, None, 3).await?;
+    let (_redis, store, q, m, d) = line_of("batch", GRACE_MS, 3, 3).await?;
     // The default lane's last place is gateway 2's.
     let x = join(&store, &q, 2, None, 1).await?[0];
     let before = [
@@ -151,19 +143,14 @@ async fn a_batch_parks_each_place_its_gateway_holds_once_in_its_lane() -> anyhow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_comes_back_whole_in_its_lanes() -> anyhow::Result<()> {
-    let redis = RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = queue(&store, "back", GRACE_MS).await?;
-    let members = name("members");
-    let m = join(&store, &q, 1, Some(&members), 2).await?;
-    let d = join(&store, &q, 1, None, 2).await?;
+    let (_redis, store, q, m, d) = line_of("back", GRACE_MS, 2, 2).await?;
     let all = [m[0], m[1], d[0], d[1]];
     assert_eq!(store.mark_away(&q, &all, 1, T0).await?, 4);
     assert_eq!(store.mark_back(&q, &all, 1).await?, 4, "all four were away");
     // Back where they stood, each in its lane.
     match store.resume(&q, m[1], 1, T0).await? {
         PlaceState::Waiting { position, lane, .. } => {
-            assert_eq!((position, lane), (2, Some(members.clone())))
+            assert_eq!((position, lane), (2, Some(name("members"))))
         }
         other => anyhow::bail!("{other:?}"),
     }
@@ -176,12 +163,7 @@ async fn a_batch_comes_back_whole_in_its_lanes() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_grace_a_batch_leaves_the_line_at_once() -> anyhow::Result<()> {
-    let redis = RedisServer::start()?;
-    let store = Store::connect(&redis.url()).await?;
-    let q = queue(&store, "nograce", 0).await?;
-    let members = name("members");
-    let m = join(&store, &q, 1, Some(&members), 2).await?;
-    let d = join(&store, &q, 1, None, 2).await?;
+    let (_redis, store, q, m, d) = line_of("nograce", 0, 2, 2).await?;
     assert_eq!(store.mark_away(&q, &[m[0], d[0]], 1, T0).await?, 2);
     for p in [m[0], d[0]] {
         let state = store.status(&q, p, T0).await?;

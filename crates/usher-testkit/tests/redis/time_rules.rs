@@ -8,9 +8,9 @@
 //! with a synthetic clock by `usher_pow`'s unit tests).
 
 use usher_core::ids::{PlaceId, QueueId};
-use usher_core::store::{PlaceState, QueueConfig, SessionState, Store, Tick, TickOutcome};
+use usher_core::store::{PlaceState, QueueConfig, SessionState, Store, Tick};
 use usher_testkit::line::take_lease;
-use usher_testkit::{tick_args, tick_calls, RedisServer};
+use usher_testkit::{tick_args, tick_at, tick_calls, RedisServer};
 
 /// A synthetic "now": any fixed time works, since nothing here reads the wall clock.
 const T0: u64 = 1_700_000_000_000;
@@ -35,28 +35,6 @@ async fn queue_with(
         }
     }
     Ok((redis, store, q, places))
-}
-
-/// One whole tick at `now_ms` (as many script calls as it takes): the sum of what it did.
-async fn tick_at(
-    store: &Store,
-    q: &QueueId,
-    lease: &usher_core::store::Lease,
-    now_ms: u64,
-) -> anyhow::Result<TickOutcome> {
-    let mut sum = TickOutcome::default();
-    for call in tick_calls(store, q, &tick_args(lease, now_ms)).await? {
-        match call {
-            Tick::Ticked(o) => {
-                sum.admitted += o.admitted;
-                sum.dropped += o.dropped;
-                sum.waiting = o.waiting;
-                sum.carry = o.carry;
-            }
-            other => anyhow::bail!("tick at {now_ms}: {other:?}"),
-        }
-    }
-    Ok(sum)
 }
 
 /// The bucket refills at `admit_per_second` on the clock the ticks are given, carries the
