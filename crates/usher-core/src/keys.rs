@@ -131,6 +131,9 @@
 //! (`store::scripts::tests::no_script_names_a_key_of_its_own`), and the cluster suites would
 //! see Redis refuse a call that crossed slots (`CROSSSLOT`).
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use crate::ids::{QueueId, ServerId};
 
 /// Every key of one queue.
@@ -179,7 +182,34 @@ pub struct QueueKeys {
     // <<< record
 }
 
+/// The queues whose keys [`QueueKeys::of`] keeps, at most; past it the cache starts over.
+const KEYS_CACHED: usize = 4096;
+
+/// [`QueueKeys::of`]'s cache: each queue's keys, made once.
+static QUEUE_KEYS: LazyLock<Mutex<HashMap<QueueId, Arc<QueueKeys>>>> =
+    LazyLock::new(Mutex::default);
+
 impl QueueKeys {
+    /// `q`'s keys, shared: made once per queue and kept (at most [`KEYS_CACHED`] queues), so
+    /// a store call costs a lookup instead of formatting some forty names. A gateway's join
+    /// made them on every call, and they were a third of its allocations a join
+    /// (BENCHMARKS.md, "Where the time goes"). Key names are a pure function of the queue id:
+    /// a cached set is never stale.
+    pub fn of(q: &QueueId) -> Arc<QueueKeys> {
+        let mut cache = QUEUE_KEYS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = cache.get(q) {
+            return k.clone();
+        }
+        // Queue ids a flood of made-up names brings cost a fresh start, never unbounded memory.
+        if cache.len() >= KEYS_CACHED {
+            cache.clear();
+        }
+        let k = Arc::new(QueueKeys::new(q));
+        cache.insert(q.clone(), k.clone());
+        k
+    }
+
+    /// `q`'s keys, made now (store calls take [`QueueKeys::of`]'s shared ones).
     pub fn new(q: &QueueId) -> Self {
         let k = |suffix: &str| format!("usher:{{q:{q}}}:{suffix}");
         Self {
@@ -402,6 +432,21 @@ pub const GATEWAY_ACL_KEYS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_keys_are_made_once_and_match_fresh_ones() {
+        let q = QueueId::new("shared-keys").expect("valid");
+        let (a, b) = (QueueKeys::of(&q), QueueKeys::of(&q));
+        assert!(Arc::ptr_eq(&a, &b), "made once");
+        let fresh = format!("{:?}", QueueKeys::new(&q));
+        assert_eq!(format!("{a:?}"), fresh);
+        // A flood of queue ids past the cap starts the cache over: bounded, and still right.
+        for i in 0..=KEYS_CACHED {
+            QueueKeys::of(&QueueId::new(format!("flood-{i}")).expect("valid"));
+        }
+        assert!(QUEUE_KEYS.lock().map_or(0, |c| c.len()) <= KEYS_CACHED);
+        assert_eq!(format!("{:?}", QueueKeys::of(&q)), fresh);
+    }
 
     #[test]
     fn all_queue_keys_share_one_slot() {

@@ -256,7 +256,7 @@ pub struct QueueStats {
 impl Store {
     /// A queue's settings; `None` when the queue was never configured.
     pub async fn queue_config(&self, q: &QueueId) -> Result<Option<QueueConfig>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: HashMap<String, String> = redis::cmd("HGETALL")
             .arg(&k.meta)
             .query_async(&mut self.c())
@@ -350,7 +350,7 @@ impl Store {
         q: &QueueId,
         expected: u64,
     ) -> Result<VersionedWrite> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .put_settings
             .key(&k.meta)
@@ -372,7 +372,7 @@ impl Store {
         cfg: &QueueConfig,
         expected: Option<u64>,
     ) -> Result<VersionedWrite> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut c = self.c();
         let flag = |b: bool| if b { "1" } else { "0" }.to_owned();
         let adaptive = cfg
@@ -502,7 +502,7 @@ impl Store {
 
     /// A queue's counters at `now_ms` (sessions expired by then are not counted).
     pub async fn queue_stats(&self, q: &QueueId, now_ms: u64) -> Result<QueueStats> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         #[allow(clippy::type_complexity)]
         let (present, parked, away, active, total, dropped, entrants, arrivals): (
             u64,
@@ -556,7 +556,7 @@ impl Store {
 
     /// How many places a scheduled sale's pre-queue holds (0 without a sale).
     pub async fn pre_queue_len(&self, q: &QueueId) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         Ok(redis::cmd("ZCARD")
             .arg(&k.pre)
             .query_async(&mut self.c())
@@ -591,7 +591,7 @@ impl Store {
         reason: CloseReason,
         sold_out_at: Option<u64>,
     ) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut invocation = SCRIPTS.close.key(&k.meta);
         invocation
             .key(&k.waiting)

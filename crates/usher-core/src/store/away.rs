@@ -18,7 +18,7 @@ impl Store {
         gw: u16,
         now_ms: u64,
     ) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.away.key(&k.meta);
@@ -53,7 +53,7 @@ impl Store {
     /// first: the news may be older than its own newer connection for the place (the `redis`
     /// test `pow::` resumes a place on one gateway right after another).
     pub async fn holder(&self, q: &QueueId, place: PlaceId) -> Result<Option<u16>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let seq = place.seq();
         // The members of `place` in `waiting`, `parked` and `pre`, in that order, then in the
         // other lanes' zsets (crate::lanes: a place is in one of them at most).
@@ -73,7 +73,7 @@ impl Store {
     /// for places whose browsers came back while [`Store::mark_away`] was writing them.
     /// Returns how many were away.
     pub async fn mark_back(&self, q: &QueueId, places: &[PlaceId], gw: u16) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut n = 0;
         for chunk in places.chunks(1000) {
             let mut inv = SCRIPTS.back.key(&k.waiting);

@@ -70,7 +70,7 @@ impl Store {
     /// What the place a ticket names (a scheduled sale's pre-queue id included: `drawn` maps
     /// it to its place in line) is bound to: one script call (`lua/place_key.lua`).
     pub async fn ticket_key(&self, q: &QueueId, place: PlaceId) -> Result<TicketKey> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .place_key
             .key(&k.bound)
@@ -103,7 +103,7 @@ impl Store {
     /// call, going round the hash from call to call (`lua/prune_bound.lua`); called by the
     /// replica driving the queue. Returns how many it forgot.
     pub async fn prune_bound(&self, q: &QueueId) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         Ok(SCRIPTS
             .prune_bound
             .key(&k.meta)
@@ -121,7 +121,7 @@ impl Store {
     /// The thumbprint of the browser key `place` joined with; `None` for a place that joined
     /// without one (or is unknown).
     pub async fn place_key(&self, q: &QueueId, place: PlaceId) -> Result<Option<Thumbprint>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Option<String> = redis::cmd("HGET")
             .arg(&k.bound)
             .arg(place.0)
@@ -144,7 +144,7 @@ impl Store {
         if places.is_empty() {
             return Ok(Vec::new());
         }
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let any: bool = redis::cmd("EXISTS")
             .arg(&k.bound)
             .query_async(&mut self.c())
@@ -168,7 +168,7 @@ impl Store {
     /// (a replay). Remembered for [`PROOF_JTI_TTL_MS`], past which the proof is too old
     /// anyway.
     pub async fn spend_proof(&self, q: &QueueId, key: &Thumbprint, jti: &str) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let set: Option<String> = redis::cmd("SET")
             .arg(k.used_proof(key.as_str(), jti))
             .arg("1")

@@ -34,7 +34,7 @@ impl Store {
         places: &[PlaceId],
         period: Option<&DoorPeriod>,
     ) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let json = period
             .map(serde_json::to_string)
             .transpose()
@@ -59,7 +59,7 @@ impl Store {
 
     /// `q`'s recorded door periods, newest first, and how many browsers its doors let through.
     pub async fn door_record(&self, q: &QueueId) -> Result<DoorRecord> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let (periods, total): (Vec<String>, Option<u64>) = redis::pipe()
             .cmd("LRANGE")
             .arg(&k.door)
@@ -86,7 +86,7 @@ impl Store {
     /// queue that never set it, or that does not exist.
     pub async fn door_setting(&self, q: &QueueId) -> Result<(crate::door::OnOutage, u64)> {
         let (on, after): (Option<String>, Option<u64>) = redis::cmd("HMGET")
-            .arg(QueueKeys::new(q).meta)
+            .arg(&QueueKeys::of(q).meta)
             .arg("on_outage")
             .arg("door_after_seconds")
             .query_async(&mut self.c())

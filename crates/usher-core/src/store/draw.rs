@@ -102,7 +102,7 @@ impl Store {
         opens_at_ms: Option<u64>,
         seed: &Seed,
     ) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .schedule
             .key(&k.meta)
@@ -169,7 +169,7 @@ impl Store {
 
     /// The schedule with what only the draw may see (see [`SaleFields`]).
     pub(super) async fn schedule_fields(&self, q: &QueueId) -> Result<Option<SaleFields>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         type Fields = (
             Option<String>,
             Option<u64>,
@@ -245,7 +245,7 @@ impl Store {
         if entrants.is_empty() {
             return Ok(());
         }
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut cmd = redis::cmd("HSET");
         cmd.arg(&k.entrants);
         for (p, h) in entrants {
@@ -257,7 +257,7 @@ impl Store {
 
     /// Names a pending sale's beacon round, or records its randomness (see `lua/beacon.lua`).
     pub async fn set_beacon(&self, q: &QueueId, change: BeaconChange<'_>) -> Result<BeaconOutcome> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let (what, value) = match change {
             BeaconChange::Round(r) => ("round", r.map(|r| r.to_string()).unwrap_or_default()),
             BeaconChange::Randomness(hex) => ("randomness", hex.to_ascii_lowercase()),
@@ -292,7 +292,7 @@ impl Store {
     /// whose browsers were there when the draw began, and those whose browsers had gone away
     /// (placed after all of them). A draw of the previous version has no absent group.
     pub async fn drawn_groups(&self, q: &QueueId) -> Result<(Vec<EntrantHash>, Vec<EntrantHash>)> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let (blob, absent): (Option<Vec<u8>>, Option<usize>) = redis::pipe()
             .cmd("GET")
             .arg(&k.draw)

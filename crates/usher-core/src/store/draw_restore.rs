@@ -88,7 +88,7 @@ impl Store {
         seen: SeenDraw<'_>,
         now_ms: u64,
     ) -> Result<PreRestore> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut done = None;
         let mut restored = 0;
         let batches = restore_batches(places);

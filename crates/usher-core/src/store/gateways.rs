@@ -156,7 +156,7 @@ impl Store {
         // a cluster each goes to its own master (a pipeline spanning slots is refused).
         let state: Vec<(Option<String>, Option<String>, Option<String>)> =
             futures::future::try_join_all(queues.iter().map(|q| {
-                let k = QueueKeys::new(q);
+                let k = QueueKeys::of(q);
                 let mut c = self.c();
                 async move {
                     redis::pipe()
@@ -195,7 +195,7 @@ impl Store {
     /// Indexes of the gateways holding browsers of `q` at `now_ms` (those `state` goes to;
     /// dead ones included until their interest lapses: filter with the registry).
     pub async fn queue_gateways(&self, q: &QueueId, now_ms: u64) -> Result<Vec<u16>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Vec<u16> = redis::cmd("ZRANGEBYSCORE")
             .arg(&k.gws)
             .arg(now_ms)

@@ -35,7 +35,7 @@ impl Store {
         remaining: u64,
         now_ms: u64,
     ) -> Result<Option<InventoryState>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .inventory
             .key(&k.meta)
@@ -62,7 +62,7 @@ impl Store {
     /// Forgets `q`'s inventory report: it admits as if it never had one. `false` for an
     /// unknown queue.
     pub async fn forget_inventory(&self, q: &QueueId) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .inventory
             .key(&k.meta)
@@ -78,7 +78,7 @@ impl Store {
     pub async fn inventory_report(&self, q: &QueueId) -> Result<Option<InventoryReport>> {
         let (reported, at_ms, consumed): (Option<u64>, Option<u64>, Option<u64>) =
             redis::cmd("HMGET")
-                .arg(QueueKeys::new(q).meta)
+                .arg(&QueueKeys::of(q).meta)
                 .arg("inventory_remaining")
                 .arg("inventory_at_ms")
                 .arg("inventory_consumed")

@@ -49,7 +49,7 @@ pub enum AccountPlace {
 impl Store {
     /// `q`'s invitation setting; `None` for a queue never configured.
     pub async fn invitation_setting(&self, q: &QueueId) -> Result<Option<InvitationSetting>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let (open, mode, keys, bind): (
             Option<String>,
             Option<String>,
@@ -81,7 +81,7 @@ impl Store {
         invitee: &Invitee,
         ttl_ms: u64,
     ) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let value = format!(
             "{}\n{}",
             invitee.account,
@@ -101,7 +101,7 @@ impl Store {
     /// Takes join code `code` (it is gone afterwards, for every gateway): whom it invites, or
     /// `None` when it is unknown, used or expired.
     pub async fn take_join_code(&self, q: &QueueId, code: &str) -> Result<Option<Invitee>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Option<String> = redis::cmd("GETDEL")
             .arg(k.join_code(code))
             .query_async(&mut self.c())
@@ -123,7 +123,7 @@ impl Store {
         account: &str,
         key: Option<&Thumbprint>,
     ) -> Result<AccountPlace> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .account
             .key(k.account(account))
@@ -158,7 +158,7 @@ impl Store {
     /// Takes `account`'s join lock for `ttl_ms` (`SET NX PX`): `false` while another join of
     /// the account holds it.
     pub async fn lock_account(&self, q: &QueueId, account: &str, ttl_ms: u64) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let set: Option<String> = redis::cmd("SET")
             .arg(k.account_lock(account))
             .arg(1)
@@ -172,7 +172,7 @@ impl Store {
 
     /// Gives `account`'s join lock back.
     pub async fn unlock_account(&self, q: &QueueId, account: &str) -> Result<()> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let _: () = redis::cmd("DEL")
             .arg(k.account_lock(account))
             .query_async(&mut self.c())
@@ -190,7 +190,7 @@ impl Store {
         account: &str,
         place: PlaceId,
     ) -> Result<Option<PlaceId>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let before: Option<String> = redis::cmd("SET")
             .arg(k.account(account))
             .arg(place.0)

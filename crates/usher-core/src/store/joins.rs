@@ -258,7 +258,7 @@ impl Store {
             })
             .collect::<Vec<_>>()
             .join(",");
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .join
             .key(&k.meta)

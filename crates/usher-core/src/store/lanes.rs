@@ -65,7 +65,7 @@ impl Store {
     /// Sets `q`'s lanes (`lua/put_lanes.lua`): checked there against the places in line, in
     /// the same call, so no place is ever left in a lane that no longer exists.
     pub async fn put_lanes(&self, q: &QueueId, lanes: &Lanes) -> Result<LanesWrite> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let spec = lanes
             .lanes()
             .iter()
@@ -98,7 +98,7 @@ impl Store {
     /// `q`'s lanes (empty: none, or no such queue).
     pub async fn queue_lanes(&self, q: &QueueId) -> Result<Lanes> {
         let spec: Option<String> = redis::cmd("HGET")
-            .arg(QueueKeys::new(q).meta)
+            .arg(&QueueKeys::of(q).meta)
             .arg("lanes")
             .query_async(&mut self.c())
             .await?;
@@ -113,7 +113,7 @@ impl Store {
 
     /// How many are in line in `q`'s lanes other than the default one (slots 1..=7).
     pub async fn other_lanes_places(&self, q: &QueueId) -> Result<u64> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut pipe = redis::pipe();
         for (w, p) in &k.lanes {
             pipe.cmd("ZCARD").arg(w).cmd("ZCARD").arg(p);
@@ -124,7 +124,7 @@ impl Store {
 
     /// Each of `q`'s lanes with how many are in line in it (empty without lanes).
     pub async fn lane_counts(&self, q: &QueueId) -> Result<Vec<LaneCount>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let spec: Option<String> = redis::cmd("HGET")
             .arg(&k.meta)
             .arg("lanes")

@@ -105,7 +105,7 @@ impl Store {
         asker: Asker<'_>,
     ) -> Result<PlaceState> {
         let (asked, proven, known) = asker.args();
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .resume
             .key(&k.meta)
@@ -149,7 +149,7 @@ impl Store {
         asker: Asker<'_>,
     ) -> Result<PlaceState> {
         let (asked, proven, known) = asker.args();
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .status
             .key(&k.meta)
@@ -272,7 +272,7 @@ impl Store {
         now_ms: u64,
     ) -> Result<LeaveOutcome> {
         let (asked, proven, known) = asker.args();
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .leave
             .key(&k.waiting)

@@ -46,7 +46,7 @@ impl Store {
             Option<u64>,
             Option<u64>,
         ) = redis::cmd("HMGET")
-            .arg(QueueKeys::new(q).meta)
+            .arg(&QueueKeys::of(q).meta)
             .arg("adaptive")
             .arg("max_active")
             .arg("admit_per_second")

@@ -35,7 +35,7 @@ pub struct QueuePage {
 impl Store {
     /// A queue's page settings; `None` when the queue was never configured.
     pub async fn queue_page(&self, q: &QueueId) -> Result<Option<QueuePage>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(&k.meta)
             .arg("open")
@@ -80,7 +80,7 @@ impl Store {
 
     /// Stores a queue's page settings: fields set are written, fields unset are removed.
     pub async fn put_page_settings(&self, q: &QueueId, s: &PageSettings) -> Result<()> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let values = [&s.booking_url, &s.embed_origin, &s.title, &s.logo_url];
         let set: Vec<(&str, &str)> = FIELDS
             .iter()
@@ -129,7 +129,7 @@ pub struct ChallengeSetting {
 impl Store {
     /// `q`'s challenge setting; `None` for a queue never configured (one `HMGET`).
     pub async fn challenge_setting(&self, q: &QueueId) -> Result<Option<ChallengeSetting>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         type Fields = (
             Option<String>,
             Option<String>,

@@ -20,7 +20,7 @@ impl Store {
     /// records of a size no sale in a test could make; a sale's record is written by its
     /// scripts alone.
     pub async fn put_record(&self, q: &QueueId, entries: &[u8], start_ms: u64) -> Result<()> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let _: () = redis::pipe()
             .atomic()
             .cmd("SET")
@@ -47,7 +47,7 @@ impl Store {
     /// thread (`spawn_blocking`), fed slice by slice, so a report never stalls the async
     /// workers that tick the queues; at most two slices wait between the two sides.
     pub async fn fairness_report(&self, q: &QueueId) -> Result<Option<FairnessReport>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let fields = [
             "open",
             "record",

@@ -67,7 +67,7 @@ impl Store {
         keys: &[Option<Thumbprint>],
         now_ms: u64,
     ) -> Result<Restore> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut restored = 0;
         let mut epoch = None;
         let batches = restore_batches(places);
@@ -117,7 +117,7 @@ impl Store {
     /// configured before epochs existed.
     pub async fn queue_epoch(&self, q: &QueueId) -> Result<Option<u64>> {
         let v: Option<String> = redis::cmd("HGET")
-            .arg(QueueKeys::new(q).meta)
+            .arg(&QueueKeys::of(q).meta)
             .arg("epoch")
             .query_async(&mut self.c())
             .await?;

@@ -33,7 +33,7 @@ pub enum SessionEnd {
 impl Store {
     /// Whether `place`'s session is active at `now_ms`.
     pub async fn session(&self, q: &QueueId, place: PlaceId, now_ms: u64) -> Result<SessionState> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .session
             .key(&k.active)
@@ -56,7 +56,7 @@ impl Store {
         now_ms: u64,
         cap_ms: u64,
     ) -> Result<SessionState> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .touch_session
             .key(&k.meta)
@@ -101,7 +101,7 @@ impl Store {
         now_ms: u64,
         consumed: bool,
     ) -> Result<SessionEnd> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let v: Value = SCRIPTS
             .end_session
             .key(&k.meta)

@@ -31,7 +31,7 @@ impl Store {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let fence: u64 = SCRIPTS
             .acquire
             .key(&k.lease)
@@ -48,7 +48,7 @@ impl Store {
 
     /// Gives a lease up (if it is still ours).
     pub async fn release_lease(&self, q: &QueueId, lease: &Lease) -> Result<()> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let _: i64 = SCRIPTS
             .release
             .key(&k.lease)

@@ -90,7 +90,7 @@ impl Store {
         list: OutboxList,
         max: usize,
     ) -> Result<(u64, Vec<OutboxEntry>)> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let raw: Vec<String> = redis::cmd("LRANGE")
             .arg(list.key(&k))
             .arg(0)
@@ -109,7 +109,7 @@ impl Store {
         lease: &Lease,
         n: u64,
     ) -> Result<bool> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let r: i64 = SCRIPTS
             .trim_outbox
             .key(list.key(&k))

@@ -49,7 +49,7 @@ impl Store {
         lease: &Lease,
         records: &[(PlaceId, TokenRecord)],
     ) -> Result<Option<HashSet<PlaceId>>> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let mut stored = HashSet::with_capacity(records.len());
         // In calls of 500: each blocks Redis for a few milliseconds only, so gateways and
         // browsers are served in between.

@@ -72,7 +72,7 @@ impl Store {
     /// on their way while the next calls admit the rest (the budget left stays in the bucket
     /// for them, as between any two calls).
     pub async fn tick_up_to(&self, q: &QueueId, t: &TickArgs<'_>, most: u64) -> Result<Tick> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let gateways = t
             .gateways
             .iter()
@@ -136,7 +136,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let v: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-            .arg(QueueKeys::new(q).waiting)
+            .arg(&QueueKeys::of(q).waiting)
             .arg(0)
             .arg(n - 1)
             .arg("WITHSCORES")
