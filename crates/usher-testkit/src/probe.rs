@@ -214,6 +214,15 @@ impl RedisProbe {
             .await
     }
 
+    /// `SCRIPT FLUSH`: Redis forgets every script it was sent, as a restart does (scripts are
+    /// not persisted) or a failover to a replica that never ran them.
+    pub async fn script_flush(&self) -> redis::RedisResult<()> {
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
     /// `MEMORY USAGE` of a queue's waiting set, with `SAMPLES 0` (exact); 0 when it is empty.
     pub async fn waiting_memory(&self, q: &QueueId) -> redis::RedisResult<u64> {
         self.memory_usage(&QueueKeys::new(q).waiting).await

@@ -21,6 +21,7 @@ use redis::Value;
 use super::decode::{array, status, text, u};
 use super::dispatch::Lease;
 use super::draw::{Beacon, DrawPhase};
+use super::invocation::{Invocation, LuaScript};
 use super::reply::DrawStatus;
 use super::scripts::SCRIPTS;
 use super::{protocol, Result, Store};
@@ -134,7 +135,7 @@ impl Store {
         if !open {
             return Ok(DrawPrep::NotDue);
         }
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let beacon_hex = match &s.beacon {
             None => None,
             Some(Beacon {
@@ -296,7 +297,7 @@ impl Store {
         order: &[(EntrantHash, PlaceId)],
         absent: usize,
     ) -> Result<DrawOutcome> {
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let (mut drawn, mut first, mut recorded) = (0, None, recorded);
         let absent_from = order.len().saturating_sub(absent);
         for (i, step) in order.chunks(DRAW_STEP).enumerate() {
@@ -395,7 +396,7 @@ impl Store {
                 step.len()
             )));
         }
-        let k = QueueKeys::new(q);
+        let k = QueueKeys::of(q);
         let ids = step
             .iter()
             .map(|(_, p)| p.0.to_string())
@@ -425,13 +426,13 @@ impl Store {
 /// `place_drawn` (prelude.lua) and the record need, the lease (checked and renewed for
 /// `lease_ttl_ms`), the time and the record's expected length.
 fn placing<'a>(
-    script: &'a redis::Script,
+    script: &'a LuaScript,
     k: &QueueKeys,
     lease: &Lease,
     lease_ttl_ms: u64,
     now_ms: u64,
     recorded: u64,
-) -> redis::ScriptInvocation<'a> {
+) -> Invocation<'a> {
     let mut inv = script.key(&k.meta);
     inv.key(&k.seq)
         .key(&k.pre)

@@ -52,6 +52,7 @@ mod gateway_load;
 mod gateways;
 mod inventory;
 mod invitations;
+mod invocation;
 mod joins;
 mod lanes;
 mod oom;

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use super::invocation::{Invocation, LuaScript};
 
 use super::reply;
 use super::script_text::compose;
@@ -26,7 +26,7 @@ pub(super) fn shared_text() -> String {
 macro_rules! scripts {
     ($($name:ident),+ $(,)?) => {
         pub(super) struct Scripts {
-            $(pub $name: Script,)+
+            $(pub $name: LuaScript,)+
         }
 
         /// Every Lua file's name and text, the prelude included (for the tests).
@@ -44,7 +44,7 @@ macro_rules! scripts {
         pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
             let shared = shared_text();
             Scripts {
-                $($name: Script::new(&compose(
+                $($name: LuaScript::new(&compose(
                     &shared,
                     include_str!(concat!("../lua/", stringify!($name), ".lua")),
                 )),)+
@@ -97,7 +97,7 @@ pub(super) trait WithLaneKeys {
     fn lane_keys(&mut self, k: &crate::keys::QueueKeys) -> &mut Self;
 }
 
-impl WithLaneKeys for redis::ScriptInvocation<'_> {
+impl WithLaneKeys for Invocation<'_> {
     fn lane_keys(&mut self, k: &crate::keys::QueueKeys) -> &mut Self {
         for key in k.lane_keys() {
             self.key(key);

@@ -297,3 +297,31 @@ async fn a_gateway_index_is_never_shared_after_the_registry_is_lost() -> anyhow:
     );
     Ok(())
 }
+
+/// Redis forgot its scripts (`SCRIPT FLUSH`: as after a restart, which keeps none, even with
+/// the data on disk): the next store call is refused `NOSCRIPT`, loads its script and runs it
+/// then. Nothing is lost and nobody is told to try later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_call_after_redis_forgot_its_scripts_loads_them_again() -> anyhow::Result<()> {
+    use usher_core::ids::QueueId;
+    use usher_core::store::{PlaceState, QueueConfig};
+    let redis = RedisServer::start()?;
+    let store = Store::connect(&redis.url()).await?;
+    let probe = usher_testkit::RedisProbe::connect(&redis.url()).await?;
+    let q = QueueId::new("forgot")?;
+    store.put_queue(&q, &QueueConfig::default()).await?;
+    let position = |b: &usher_core::store::Joined| match b.state(0) {
+        PlaceState::Waiting { position, .. } => Ok(position),
+        other => anyhow::bail!("{other:?}"),
+    };
+    assert_eq!(position(&store.join_many(&q, 1, now_ms(), 1).await?)?, 1);
+    probe.script_flush().await?;
+    let loads = probe.calls("script|load").await?;
+    assert_eq!(position(&store.join_many(&q, 1, now_ms(), 1).await?)?, 2);
+    assert_eq!(
+        probe.calls("script|load").await?,
+        loads + 1,
+        "the join's script, loaded again"
+    );
+    Ok(())
+}
