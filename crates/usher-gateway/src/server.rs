@@ -540,8 +540,8 @@ fn build_request(head: &Head, client: IpKey) -> Result<axum::http::Request<Body>
         .method(head.method.as_str())
         .uri(head.target.as_str())
         .extension(client);
-    for (k, v) in &head.headers {
-        b = b.header(k.as_str(), v.as_slice());
+    for (k, v) in head.headers.iter() {
+        b = b.header(k, v);
     }
     b.body(Body::empty())
         .map_err(|e| ApiError::bad_request(format!("malformed request: {e}")))

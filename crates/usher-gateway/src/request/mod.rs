@@ -11,8 +11,12 @@
 //! however the pieces fall (parsing the whole buffer after every read was quadratic in the
 //! head's size: a 16 KiB head sent a byte at a time cost 134 MB of parsing).
 
+mod headers;
+
 use axum::http::StatusCode;
 use usher_http::ApiError;
+
+pub(crate) use headers::Headers;
 
 /// Longest request head accepted.
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
@@ -29,7 +33,7 @@ pub(crate) struct Head {
     pub keep_alive: bool,
     pub last_event_id: Option<String>,
     /// Lower-case names, raw values, in order.
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: Headers,
     pub content_length: usize,
     pub head_len: usize,
 }
@@ -39,8 +43,8 @@ impl Head {
     pub(crate) fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.headers
             .iter()
-            .filter(move |(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v)
     }
 }
 
@@ -129,10 +133,9 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
     let mut last_event_id = None;
     let mut content_length: Option<usize> = None;
     let mut chunked = false;
-    let mut headers = Vec::with_capacity(req.headers.len());
+    let mut headers = Headers::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        match name.as_str() {
+        match headers.push(h.name, h.value) {
             "connection" => {
                 let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
                 if v.contains("close") {
@@ -160,7 +163,6 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
             "transfer-encoding" => chunked = true,
             _ => {}
         }
-        headers.push((name, h.value.to_vec()));
     }
     if chunked && content_length.is_some() {
         return Err(ApiError::bad_request(
