@@ -13,9 +13,9 @@ pub const MAX_QUEUE_ID_LEN: usize = 64;
 /// URLs, Redis key names, hash tags and ticket strings without escaping.
 ///
 /// Shared text: a clone is a reference count, not a copy. A join clones its queue's id a
-/// dozen times on its way (its batch, its reservation, its stream, its away mark), and a
-/// gateway's allocations are a sixth of its CPU per join (BENCHMARKS.md, "Where the time
-/// goes").
+/// dozen times on its way (its batch, its reservation, its stream, its away mark), each an
+/// allocation while the id was a `String` (BENCHMARKS.md, "Where the time goes",
+/// allocations a join).
 #[derive(
     Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
 )]

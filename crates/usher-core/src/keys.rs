@@ -192,9 +192,9 @@ static QUEUE_KEYS: LazyLock<Mutex<HashMap<QueueId, Arc<QueueKeys>>>> =
 impl QueueKeys {
     /// `q`'s keys, shared: made once per queue and kept (at most [`KEYS_CACHED`] queues), so
     /// a store call costs a lookup instead of formatting some forty names. A gateway's join
-    /// made them on every call, and they were a third of its allocations a join
-    /// (BENCHMARKS.md, "Where the time goes"). Key names are a pure function of the queue id:
-    /// a cached set is never stale.
+    /// made them on every call, a third of its allocations a join (BENCHMARKS.md, "Where the
+    /// time goes"). Key names are a pure function of the queue id: a cached set is never
+    /// stale.
     pub fn of(q: &QueueId) -> Arc<QueueKeys> {
         let mut cache = QUEUE_KEYS.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = cache.get(q) {

@@ -3,8 +3,7 @@
 //!
 //! Three allocations a head whatever its header count, where a `String` and a `Vec` per
 //! header took two each: a browser sends a dozen headers, and a gateway reads one head per
-//! join (BENCHMARKS.md, "Where the time goes": the allocator is about a sixth of a gateway's
-//! own CPU a join).
+//! join (BENCHMARKS.md, "Where the time goes", allocations a join).
 
 /// The header lines of one request head, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
