@@ -461,8 +461,9 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
                             for c, v in top) + ")")
     parts = [(name, commands_per_join(run)) for name, run in
              (("usher", ""), ("join floor", "-jfloor"), ("round-trip floor", "-rfloor"))]
-    notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, and each command's time, "
-                 "a script's including the commands it runs): "
+    notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, the dispatcher's ticks and "
+                 "the heartbeats meanwhile included, and each command's time, a script's including the commands "
+                 "it runs): "
                  + "; ".join(f"{name}: {text}" for name, text in parts if text))
 
 # How busy the whole machine was while each join pass's joins were answered (the load

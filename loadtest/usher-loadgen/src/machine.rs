@@ -78,8 +78,9 @@ impl BusySampler {
 
 /// The mean busy share of the intervals in which a cumulative count grew: `points` are a
 /// run's timeline, each (the count so far, the machine's busy share since the point before),
-/// in order. With the count of joins answered, the seconds of a run's join phase, apart from
-/// its start-up and the hold after. `None` when no such interval has a share.
+/// in order. With the count of joins answered, the seconds of a run's join phase, not the hold
+/// after it (a run's first point also covers its workers' start). Each interval counts
+/// alike, whatever its length. `None` when no such interval has a share.
 pub fn busy_while_growing(points: impl IntoIterator<Item = (u64, Option<f64>)>) -> Option<f64> {
     let mut before = 0;
     let (mut sum, mut n) = (0.0, 0u32);

@@ -138,21 +138,20 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert!(cpu["short_of_cpu"].is_boolean(), "{cpu}");
     assert!(stdout.contains("load gen cpu "), "{stdout}");
     // How busy the whole machine was: each second of the timeline, and the mean of the
-    // seconds in which joins were answered, in the summary too.
+    // seconds in which joins were answered, in the summary too. The last point, taken when
+    // the run ends, may follow the one before by milliseconds, too few for `/proc/stat`
+    // (10 ms ticks) to say anything: it may have none.
     let share = |v: &Value| v.as_f64().filter(|b| (0.0..=1.0).contains(b));
     let points = r["timeline"].as_array().cloned().unwrap_or_default();
-    let busy: Vec<f64> = points
-        .iter()
-        .filter_map(|p| share(&p["machine_busy"]))
-        .collect();
-    assert_eq!(busy.len(), points.len(), "{points:?}");
+    let busy: Vec<Option<f64>> = points.iter().map(|p| share(&p["machine_busy"])).collect();
+    assert!(busy.iter().rev().skip(1).all(Option::is_some), "{points:?}");
     let joined: Vec<u64> = points
         .iter()
         .map(|p| p["joined"].as_u64().unwrap_or(0))
         .collect();
     let joining: Vec<f64> = (0..points.len())
         .filter(|&i| joined[i] > if i == 0 { 0 } else { joined[i - 1] })
-        .map(|i| busy[i])
+        .filter_map(|i| busy[i])
         .collect();
     let mean = joining.iter().sum::<f64>() / joining.len() as f64;
     let reported = share(&r["machine_busy_while_joining"]).expect("a share");

@@ -28,8 +28,8 @@ impl LuaScript {
     /// An invocation with no keys or arguments yet.
     pub(super) fn prepare_invoke(&self) -> Invocation<'_> {
         // Room for a join call's keys and arguments (the largest of the common calls), so
-        // they go in without growing the buffers: four allocations, where growing them one
-        // value at a time took a dozen or more.
+        // they go in without growing the buffers: four allocations for them (and two for the
+        // command they make), where growing them one value at a time took a dozen or more.
         Invocation {
             script: &self.0,
             keys: Cmd::with_capacity(32, 1024),

@@ -147,17 +147,22 @@ async fn a_batch_comes_back_whole_in_its_lanes() -> anyhow::Result<()> {
     let all = [m[0], m[1], d[0], d[1]];
     assert_eq!(store.mark_away(&q, &all, 1, T0).await?, 4);
     assert_eq!(store.mark_back(&q, &all, 1).await?, 4, "all four were away");
-    // Back where they stood, each in its lane.
-    match store.resume(&q, m[1], 1, T0).await? {
-        PlaceState::Waiting { position, lane, .. } => {
-            assert_eq!((position, lane), (2, Some(name("members"))))
+    assert_eq!(store.mark_back(&q, &all, 1).await?, 0, "and none is now");
+    // Back where they stood, each in its lane ...
+    for (p, lane) in [(m[1], Some(name("members"))), (d[1], None)] {
+        match store.status(&q, p, T0).await? {
+            PlaceState::Waiting {
+                position, lane: l, ..
+            } => assert_eq!((position, l), (2, lane)),
+            other => anyhow::bail!("{p:?}: {other:?}"),
         }
-        other => anyhow::bail!("{other:?}"),
     }
-    match store.resume(&q, d[1], 1, T0).await? {
-        PlaceState::Waiting { position, lane, .. } => assert_eq!((position, lane), (2, None)),
-        other => anyhow::bail!("{other:?}"),
-    }
+    // ... and where the tick reads (it never admits a parked place): two ticks' budget, one
+    // place and then ten, admits all four.
+    let lease = take_lease(&store, &q).await?;
+    let first = tick_at(&store, &q, &lease, T0).await?.admitted;
+    let second = tick_at(&store, &q, &lease, T0 + 1_000).await?.admitted;
+    assert_eq!((first, first + second), (1, 4));
     Ok(())
 }
 
