@@ -417,6 +417,15 @@ def servers(cpu):
     return [(k, cpu[k]) for k in ("gateways", "dispatcher", "redis") if k in cpu]
 
 
+# The passes of a joins run, by the suffix of their files: usher's, then its floors'.
+JOIN_PASSES = (("", "usher"), ("-jfloor", "join floor"), ("-rfloor", "round-trip floor"), ("-floor", "floor"))
+
+
+def joined_in(name):
+    """How many joins the pass whose report is `name`.json made (None without it)."""
+    return ((load(f"{name}.json") or {}).get("totals") or {}).get("joined")
+
+
 # CPU per join, by role, in the chosen joins run and its two floor runs (each from its first
 # join until the servers were idle again): what usher's roles spend beside what the stand-ins
 # and Redis spend for one round trip, and the stand-ins for none.
@@ -425,7 +434,7 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
     # that run (its own count of joins).
     def per(run, *keys):
         r = load(f"joins{joins_sfx}{run}-cpu.json") or {}
-        n = ((load(f"joins{joins_sfx}{run}.json") or {}).get("totals") or {}).get("joined")
+        n = joined_in(f"joins{joins_sfx}{run}")
         label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins",
                  "join_floors": "stand-ins"}
         if not r or not n:
@@ -448,7 +457,7 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
 if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joined"):
     def commands_per_join(run):
         r = {c: v for c, v in (load(f"joins{joins_sfx}{run}-redis.json") or {}).items() if c != "info"}
-        n = ((load(f"joins{joins_sfx}{run}.json") or {}).get("totals") or {}).get("joined")
+        n = joined_in(f"joins{joins_sfx}{run}")
         if not r or not n:
             return None
         calls = sum(v["calls"] for v in r.values())
@@ -459,8 +468,8 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
         return (f"{calls / n:.2f} commands ("
                 + ", ".join(f"{c.upper()} {v['calls'] / n:.2f} × {v['usec'] / v['calls']:.1f} µs"
                             for c, v in top) + ")")
-    parts = [(name, commands_per_join(run)) for name, run in
-             (("usher", ""), ("join floor", "-jfloor"), ("round-trip floor", "-rfloor"))]
+    # The plain floor's stand-ins call no Redis.
+    parts = [(name, commands_per_join(run)) for run, name in JOIN_PASSES if run != "-floor"]
     notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, the dispatcher's ticks and "
                  "the heartbeats meanwhile included, and each command's time, a script's including the commands "
                  "it runs): "
@@ -472,8 +481,7 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
 busy_runs = []
 for sfx in run_suffixes(lambda s: f"joins{s}.json"):
     shares = [(name, (load(f"joins{sfx}{run}.json") or {}).get("machine_busy_while_joining"))
-              for run, name in (("", "usher"), ("-jfloor", "join floor"),
-                                ("-rfloor", "round-trip floor"), ("-floor", "floor"))]
+              for run, name in JOIN_PASSES]
     if any(b is not None for _, b in shares):
         busy_runs.append(", ".join(f"{name} {b * 100:.0f}%" for name, b in shares if b is not None))
 if busy_runs:
@@ -485,8 +493,7 @@ if busy_runs:
 # as the pass it fell in is slower for it.
 met = []
 for sfx in run_suffixes(lambda s: f"joins{s}.json"):
-    for run, name in (("", "usher"), ("-floor", "floor"), ("-rfloor", "round-trip floor"),
-                      ("-jfloor", "join floor")):
+    for run, name in JOIN_PASSES:
         k = (load(f"joins{sfx}{run}-cpu.json") or {}).get("aof_rewrites")
         if k:
             met.append(f"joins{sfx} {name} ({k})")

@@ -205,10 +205,6 @@ gateway_rss_kb() {
     done
     echo "$total"
 }
-redis_calls() {
-    redis-cli -p "$REDIS_PORT" INFO commandstats |
-        awk -F'calls=' '/calls=/ {split($2, a, ","); s += a[1]} END {print s}'
-}
 loadgen() {
     "$BIN/usher-loadgen" --gateways "${LOADGEN_GATEWAYS:-$GATEWAYS}" --source-ips "$SOURCES" --quiet "$@"
 }
@@ -392,27 +388,18 @@ queue hold '{"paused": false}'
 sleep 5
 held=$(field hold waiting)
 rss=$(gateway_rss_kb)
-calls0=$(redis_calls); t0=$(date +%s.%N); cpu0=$(role_ticks)
-redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-0.txt"
+s0=$(commandstats); t0=$(date +%s.%N); cpu0=$(role_ticks)
 sleep 20
 role_cpu_json hold-cpu.json "$cpu0" "$(role_ticks)"
-calls1=$(redis_calls); t1=$(date +%s.%N)
-redis-cli -p "$REDIS_PORT" INFO commandstats >"$OUT/commandstats-1.txt"
+commands_json hold-redis.json "$s0" "$(commandstats)"; t1=$(date +%s.%N)
 wait "$LOADGEN" || true
 python3 - "$OUT" <<PY
-import json, re, sys
-def stats(path):
-    out = {}
-    for line in open(path):
-        m = re.match(r"cmdstat_([^:]+):calls=(\d+)", line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
-a, b = stats(sys.argv[1] + "/commandstats-0.txt"), stats(sys.argv[1] + "/commandstats-1.txt")
-by_command = sorted(((k, v - a.get(k, 0)) for k, v in b.items()), key=lambda kv: -kv[1])
+import json, sys
+commands = json.load(open(sys.argv[1] + "/hold-redis.json"))
+by_command = sorted(((k, v["calls"]) for k, v in commands.items()), key=lambda kv: -kv[1])
 json.dump({"held": $held, "gateway_rss_kb": $rss, "gateway_base_rss_kb": $base_rss,
-           "redis_calls": $calls1 - $calls0, "seconds": $t1 - $t0,
-           "redis_calls_by_command": [kv for kv in by_command if kv[1] > 0][:8]},
+           "redis_calls": sum(n for _, n in by_command), "seconds": $t1 - $t0,
+           "redis_calls_by_command": by_command[:8]},
           open(sys.argv[1] + "/hold-server.json", "w"))
 PY
 close hold

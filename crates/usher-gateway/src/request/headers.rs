@@ -27,8 +27,8 @@ impl Headers {
     /// Adds a header (its name lower-cased) and returns the name as stored.
     pub(crate) fn push(&mut self, name: &str, value: &[u8]) -> &str {
         let start = self.names.len();
-        self.names
-            .extend(name.chars().map(|c| c.to_ascii_lowercase()));
+        self.names.push_str(name);
+        self.names[start..].make_ascii_lowercase();
         self.values.extend_from_slice(value);
         self.ends.push((self.names.len(), self.values.len()));
         &self.names[start..]

@@ -85,7 +85,7 @@ async fn spot(store: &Store, q: &QueueId, place: PlaceId, now: u64) -> anyhow::R
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_parks_each_place_its_gateway_holds_once_in_its_lane() -> anyhow::Result<()> {
+async fn a_batch_parks_each_place_its_gateway_holds_in_its_lane() -> anyhow::Result<()> {
     let (_redis, store, q, m, d) = line_of("batch", GRACE_MS, 3, 3).await?;
     // The default lane's last place is gateway 2's.
     let x = join(&store, &q, 2, None, 1).await?[0];
