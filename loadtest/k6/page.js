@@ -66,8 +66,8 @@ export default async function () {
     page = await context.newPage();
   } catch (e) {
     // No browser to open the page in. Count it apart: no person joined, so nobody was
-    // refused. (A Chromium that failed to start before the iteration interrupts it instead,
-    // and no metric of this script records it.)
+    // refused. (A Chromium that failed to start before the iteration makes k6 abort the
+    // whole run instead, exit status 108: no metric of this script records it.)
     console.error(`browser unavailable: ${e}`);
     browserUnavailable.add(1);
     if (context) await context.close();

@@ -42,8 +42,22 @@ async fn stack() -> anyhow::Result<Stack> {
     })
 }
 
-/// Runs `k6 run` on `script` with `env`; returns k6's end-of-test summary (`--summary-export`).
-async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
+/// How a `k6 run` ended.
+enum K6Run {
+    /// k6 ran the test to its end: its end-of-test summary (`--summary-export`).
+    Finished(Value),
+    /// k6's browser module could not build a Chromium for an iteration and aborted the whole
+    /// test (exit 108, "error building browser on IterStart"): a fault of the load machine,
+    /// which says nothing about the waiting room.
+    BrowserFailedToStart,
+}
+
+/// k6's exit status for a test the script (or a module, such as the browser's) aborted.
+const K6_SCRIPT_ABORTED: i32 = 108;
+
+/// Runs `k6 run` on `script` with `env`. k6's output is echoed into the test's output; any
+/// other failure (a threshold, a script error) is an error.
+async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<K6Run> {
     let venv = browser_venv()?;
     let dir = tempfile::tempdir()?;
     let summary = dir.path().join("summary.json");
@@ -65,12 +79,31 @@ async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<Value> {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let status = within("k6 to finish", Duration::from_secs(180), cmd.status()).await??;
+    let out = within("k6 to finish", Duration::from_secs(180), cmd.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    eprintln!("{stderr}");
+    if out.status.code() == Some(K6_SCRIPT_ABORTED) && stderr.contains("error building browser") {
+        return Ok(K6Run::BrowserFailedToStart);
+    }
     anyhow::ensure!(
-        status.success(),
-        "k6 run {script}: {status} (a threshold failed?)"
+        out.status.success(),
+        "k6 run {script}: {} (a threshold failed?)",
+        out.status
     );
-    Ok(serde_json::from_str(&std::fs::read_to_string(&summary)?)?)
+    Ok(K6Run::Finished(serde_json::from_str(
+        &std::fs::read_to_string(&summary)?,
+    )?))
+}
+
+impl K6Run {
+    /// The summary of a run that had to finish: one without browsers.
+    fn finished(self) -> anyhow::Result<Value> {
+        match self {
+            K6Run::Finished(summary) => Ok(summary),
+            K6Run::BrowserFailedToStart => anyhow::bail!("k6 aborted: a browser failed to start"),
+        }
+    }
 }
 
 fn count(summary: &Value, metric: &str) -> f64 {
@@ -106,7 +139,8 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
             ("MAX_ATTEMPTS", "100".into()),
         ],
     )
-    .await?;
+    .await?
+    .finished()?;
     assert!(
         count(&summary, "usher_stream_timeouts") > 0.0,
         "streams timed out"
@@ -139,8 +173,8 @@ async fn the_http_journey_resumes_its_place_after_a_stream_timeout() -> anyhow::
 async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Result<()> {
     let _chromium = usher_testkit::solo::chromium_slot().await;
     let s = stack().await?;
-    // k6 starts one Chromium per iteration. On a loaded machine that can fail: the iteration
-    // is interrupted before the script runs, or the script gets no page and counts it apart
+    // k6 starts one Chromium per iteration. On a loaded machine that can fail: k6 aborts the
+    // whole run (`K6Run::BrowserFailedToStart`), or the script gets no page and counts it apart
     // (`usher_page_browser_unavailable`). Either way no person joined, and the run proves
     // nothing; it runs again on a fresh queue, at most three times. In a run where all three
     // people got their page (each recorded in `usher_page_admitted`), all three must be
@@ -156,7 +190,7 @@ async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Resu
             json!({"admit_per_second": 0.25, "passthrough": false, "booking_url": format!("{}/entry", s.booking.url())}),
         )
         .await?;
-        let summary = k6(
+        let run = k6(
             "loadtest/k6/page.js",
             &[
                 ("BASE_URL", s.gateways[0].url()),
@@ -170,6 +204,13 @@ async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Resu
             ],
         )
         .await?;
+        let summary = match run {
+            K6Run::Finished(summary) => summary,
+            K6Run::BrowserFailedToStart => {
+                eprintln!("attempt {attempt}: k6 aborted the run, a Chromium failed to start; running again");
+                continue;
+            }
+        };
         let m = &summary["metrics"];
         let admitted = &m["usher_page_admitted"];
         let people =
@@ -206,4 +247,30 @@ async fn the_browser_scenario_waits_on_the_page_until_admitted() -> anyhow::Resu
         return Ok(());
     }
     anyhow::bail!("in three runs of k6, some Chromium failed to start every time")
+}
+
+/// The retry above rests on telling k6's abort over a browser apart from a failed run: a
+/// Chromium that exits at once (`/bin/false`) must read as `BrowserFailedToStart`, and a
+/// script that throws must stay an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chromium_that_cannot_start_is_told_apart_from_a_failed_run() -> anyhow::Result<()> {
+    let run = k6(
+        "loadtest/k6/page.js",
+        &[
+            ("K6_BROWSER_EXECUTABLE_PATH", "/bin/false".into()),
+            ("VUS", "2".into()),
+            ("WAIT", "5".into()),
+        ],
+    )
+    .await?;
+    assert!(matches!(run, K6Run::BrowserFailedToStart));
+    let broken = tempfile::Builder::new().suffix(".js").tempfile()?;
+    std::fs::write(
+        broken.path(),
+        "export function setup() { throw new Error('broken'); }\n\
+         export default function () {}\n",
+    )?;
+    let failed = k6(&broken.path().display().to_string(), &[]).await;
+    assert!(failed.is_err(), "a script error is not a browser's fault");
+    Ok(())
 }
