@@ -74,6 +74,9 @@ async fn k6(script: &str, env: &[(&str, String)]) -> anyhow::Result<K6Run> {
         .env("K6_BROWSER_HEADLESS", "true")
         // A Chromium starting on a loaded machine (three at once) may need more than 30 s.
         .env("K6_BROWSER_TIMEOUT", "120s")
+        // k6 and Chromium make their profile folders under TMPDIR and leave them behind when
+        // a run is aborted: here they go with `dir`.
+        .env("TMPDIR", dir.path())
         .stdin(Stdio::null())
         .kill_on_drop(true);
     for (k, v) in env {
