@@ -86,6 +86,12 @@ pub enum VerifyError {
     /// [`crate::Builder::any_queue`]): it only reports load, and judges no token.
     #[error("usher-admission is set up without an audience: name the queues this service sells")]
     NoAudience,
+    /// A handle built with [`crate::Builder::any_queue`] asked without a queue
+    /// ([`crate::Admission::verify`] rather than [`crate::Admission::verify_for`], or its
+    /// layer without [`crate::AdmissionLayer::queue_from_query`]): every queue's token would
+    /// pass, so none does.
+    #[error("an any_queue handle needs the queue of each request: use the *_for calls (or the layer's queue_from_query)")]
+    QueueRequired,
     /// Genuine, but bound to a browser key (`cnf.jkt`: its queue has `bind: "browser_key"`):
     /// a bearer route refuses it, since a copy of the token would pass there. Accept it only
     /// with its proof ([`crate::Admission::verify_bound`]).

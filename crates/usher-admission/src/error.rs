@@ -36,6 +36,11 @@ pub enum Error {
     /// A session call on a handle that names no queue (built with only a service token).
     #[error("usher-admission is set up without an audience: name the queues this service sells")]
     NoAudience,
+    /// A session call without a queue on a handle built with
+    /// [`Builder::any_queue`](crate::Builder::any_queue): the dispatcher would answer for a
+    /// token of any queue. Use the `*_for` calls.
+    #[error("an any_queue handle needs the queue of each request: use the *_for calls")]
+    QueueRequired,
 }
 
 /// Why an [`Admission`] could not be built.

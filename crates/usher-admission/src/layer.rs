@@ -10,12 +10,13 @@
 //! |---|---|
 //! | `400` | with [`AdmissionLayer::queue_from_query`], a request that names no queue |
 //! | `401` | no bearer token |
-//! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, or a session that has ended (released, consumed or expired) |
-//! | `500` | a handle built without an audience (it only reports load) |
+//! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, a session that has ended (released, consumed or expired), or, with [`AdmissionLayer::queue_from_query`], a request naming a queue that is not one of the handle's [`crate::Builder::audiences`] |
+//! | `500` | a handle built without an audience (it only reports load), or with [`crate::Builder::any_queue`] but no [`AdmissionLayer::queue_from_query`] |
 //! | `503` | the JWKS or the dispatcher cannot be reached, so the token cannot be judged |
 //!
 //! The queue the token must admit to is the handle's ([`crate::Builder::audiences`]), or, with
-//! [`AdmissionLayer::queue_from_query`], the one each request names.
+//! [`AdmissionLayer::queue_from_query`], the one each request names, which must be one of the
+//! handle's audiences (any, with [`crate::Builder::any_queue`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -190,9 +191,13 @@ impl AdmissionLayer {
         let claims = verified.map_err(|e| {
             if e.is_unavailable() {
                 Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "cannot fetch the keys")
-            } else if matches!(e, crate::VerifyError::NoAudience) {
+            } else if matches!(
+                e,
+                crate::VerifyError::NoAudience | crate::VerifyError::QueueRequired
+            ) {
                 tracing::error!(
-                    "the admission layer guards a route with a handle that names no queue"
+                    "the admission layer guards a route with a handle that names no queue \
+                     (any_queue needs queue_from_query)"
                 );
                 Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "misconfigured")
             } else {

@@ -146,11 +146,12 @@ impl Admission {
     /// bearer check cannot tell its browser from a copy. Use [`Admission::verify_bound`].
     pub async fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
         let audiences = match &self.inner.audience {
-            Audience::Queues(q) => Some(q.as_slice()),
-            Audience::Any => None,
+            Audience::Queues(q) => q.as_slice(),
+            // Any queue's token would pass: the queue must come from the request (`*_for`).
+            Audience::Any => return Err(VerifyError::QueueRequired),
             Audience::LoadOnly => return Err(VerifyError::NoAudience),
         };
-        unbound(claims::verify(&self.inner.keys, token, audiences).await?)
+        unbound(claims::verify(&self.inner.keys, token, Some(audiences)).await?)
     }
 
     /// [`Admission::verify`] for a token that must admit to `queue` (a bound token refused
@@ -166,8 +167,15 @@ impl Admission {
         token: &str,
         queue: &str,
     ) -> Result<Claims, VerifyError> {
-        if self.inner.audience == Audience::LoadOnly {
-            return Err(VerifyError::NoAudience);
+        match &self.inner.audience {
+            Audience::LoadOnly => return Err(VerifyError::NoAudience),
+            // A queue the request names is one of ours, or the token is refused whatever its
+            // own queue: else a quiet queue's token passes a busy queue's route that takes the
+            // queue from the request.
+            Audience::Queues(qs) if !qs.iter().any(|q| q == queue) => {
+                return Err(VerifyError::Audience)
+            }
+            Audience::Queues(_) | Audience::Any => {}
         }
         let audiences = [queue.to_owned()];
         claims::verify(&self.inner.keys, token, Some(&audiences)).await

@@ -34,8 +34,9 @@ pub enum SessionStatus {
     /// The dispatcher does not accept the token: not signed by it, or not for a configured
     /// queue (`401`).
     Invalid,
-    /// A genuine token of another queue than the one asked about (`403`): refuse it, whatever
-    /// its session's state.
+    /// A genuine token of another queue than the one asked about (`403`), or a call naming a
+    /// queue that is not one of the handle's [`crate::Builder::audiences`] (answered without
+    /// asking): refuse it, whatever its session's state.
     OtherQueue,
     /// The token is bound to a browser key (`cnf.jkt`) and the call brought no good proof of
     /// it (`401` `proof_required: <reason>`): the reason, one of `missing`, `invalid`,
@@ -56,7 +57,8 @@ pub enum Consumption {
     Ended,
     /// The dispatcher does not accept the token (`401`).
     Invalid,
-    /// A genuine token of another queue (`403`); its session is left as it was.
+    /// A genuine token of another queue (`403`), or a queue named that is not one of the
+    /// handle's audiences; its session is left as it was.
     OtherQueue,
     /// A token bound to a browser key without a good proof of it (see
     /// [`SessionStatus::ProofRefused`]); its session is left as it was. Do not book.

@@ -134,7 +134,7 @@ async fn verify_accepts_genuine_tokens_and_names_what_is_wrong_with_others() -> 
 
     // Keys that cannot be fetched: the token cannot be judged (a 503, not the client's fault).
     let nowhere = format!("http://{}", free_addr()?);
-    let blind = Admission::builder(&nowhere).any_queue().build()?;
+    let blind = Admission::builder(&nowhere).audiences(["show"]).build()?;
     let e = blind.verify(&token).await.err();
     assert!(e.as_ref().is_some_and(VerifyError::is_unavailable), "{e:?}");
     assert!(!VerifyError::Expired.is_unavailable());
@@ -266,7 +266,7 @@ async fn check_touch_and_release_follow_the_session() -> anyhow::Result<()> {
 
     // No dispatcher: an error, not an answer about the session.
     let nowhere = Admission::builder(format!("http://{}", free_addr()?))
-        .any_queue()
+        .audiences(["show"])
         .build()?;
     assert!(matches!(
         nowhere.check(&token).await,
@@ -410,7 +410,7 @@ async fn the_layer_refuses_with_401_and_403_and_hands_over_the_claims() -> anyho
     // Keys or dispatcher unreachable: 503, the token cannot be judged.
     let (_, other) = admitted(&stack, "show").await?;
     let nowhere = format!("http://{}", free_addr()?);
-    let blind = serve(Admission::builder(&nowhere).any_queue().build()?).await?;
+    let blind = serve(Admission::builder(&nowhere).audiences(["show"]).build()?).await?;
     let r = plain()
         .get(format!("{}/private", blind.url()))
         .bearer_auth(&other)

@@ -6,6 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use axum::routing::post;
+use axum::Router;
 use reqwest::Response;
 use serde_json::{json, Value};
 use usher_admission::{Admission, BuildError, Consumption, KeyError, SessionStatus, VerifyError};
@@ -14,7 +16,7 @@ use usher_testkit::answers::json_error;
 use usher_testkit::jwks_relay::JwksRelay;
 use usher_testkit::line::{admitted, claims};
 use usher_testkit::procs::{binary, free_addr};
-use usher_testkit::stack::{Stack, StackOptions};
+use usher_testkit::stack::{Server, Stack, StackOptions};
 use usher_testkit::wait::{eventually, within};
 use usher_testkit::RedisServer;
 
@@ -218,6 +220,93 @@ async fn a_quiet_queues_token_is_refused_by_the_busy_queues_checks() -> anyhow::
         Consumption::Consumed(s) if s.queue == "quiet"
     ));
     assert_eq!(quiet.consume(&token).await?, Consumption::Ended);
+    Ok(())
+}
+
+/// Serves `POST /book` behind `layer`, as a booking service guards its booking route.
+async fn guarded(layer: usher_admission::AdmissionLayer) -> anyhow::Result<Server> {
+    let app: Router = Router::new()
+        .route("/book", post(|| async { "booked" }))
+        .route_layer(layer);
+    Server::spawn(|l, rx| async move {
+        axum::serve(l, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    })
+    .await
+}
+
+/// A queue taken from the request is one the handle sells, or the token is refused whatever
+/// its own queue; and a handle for any queue must be told the queue (a security review's
+/// findings: a busy queue's route that named the queue per request took a quiet queue's
+/// token, and so did one whose `any_queue` handle was asked without a queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_named_by_the_request_must_be_one_the_service_sells() -> anyhow::Result<()> {
+    let stack = stack().await?;
+    let (_, token) = admitted(&stack, "quiet").await?;
+    let book = |server: &Server, queue: &str| {
+        plain()
+            .post(format!("{}/book", server.url()))
+            .query(&[("queue", queue)])
+            .bearer_auth(&token)
+            .send()
+    };
+
+    // The busy queue's service, its queue taken from the request: `?queue=quiet` is no way in.
+    let busy = Admission::builder(stack.dispatcher.url())
+        .audiences(["busy"])
+        .build()?;
+    assert!(matches!(
+        busy.verify_for(&token, "quiet").await,
+        Err(VerifyError::Audience)
+    ));
+    assert_eq!(
+        busy.check_for(&token, "quiet").await?,
+        SessionStatus::OtherQueue
+    );
+    assert_eq!(
+        busy.consume_for(&token, "quiet").await?,
+        Consumption::OtherQueue
+    );
+    let server = guarded(busy.layer().queue_from_query("queue")).await?;
+    let msg = json_error(book(&server, "quiet").await?, 403).await?;
+    assert!(msg.contains("queue"), "{msg}");
+    json_error(book(&server, "busy").await?, 403).await?;
+    server.stop().await?;
+
+    // A handle for any queue, asked without one: an error, never an answer for any queue.
+    let any = Admission::builder(stack.dispatcher.url())
+        .any_queue()
+        .build()?;
+    assert!(matches!(
+        any.verify(&token).await,
+        Err(VerifyError::QueueRequired)
+    ));
+    assert!(matches!(
+        any.check(&token).await,
+        Err(usher_admission::Error::QueueRequired)
+    ));
+    assert!(matches!(
+        any.consume(&token).await,
+        Err(usher_admission::Error::QueueRequired)
+    ));
+    let server = guarded(any.layer()).await?;
+    let msg = json_error(book(&server, "busy").await?, 500).await?;
+    assert!(msg.contains("misconfigured"), "{msg}");
+    server.stop().await?;
+    // Told the queue, it judges the token for that queue.
+    let server = guarded(any.layer().queue_from_query("queue")).await?;
+    json_error(book(&server, "busy").await?, 403).await?;
+    assert_eq!(
+        stack.queue("quiet").await?["active"],
+        1,
+        "nothing consumed it"
+    );
+    let r = book(&server, "quiet").await?;
+    assert_eq!(r.status(), 200);
+    server.stop().await?;
     Ok(())
 }
 
