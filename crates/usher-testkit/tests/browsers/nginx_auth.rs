@@ -218,6 +218,60 @@ async fn nginx_refuses_other_queues_tokens_and_lets_one_booking_through() -> any
     upstream.stop().await
 }
 
+/// The single-use location takes every spelling of the booking path a lenient booking
+/// service routes to its booking handler (this upstream answers every path, as Express or
+/// ASP.NET would with their defaults): with one token, however the path is written, one
+/// request reaches the booking service (a security review booked four times through
+/// `/api/bookings/`, `/API/bookings` and `/Api/Bookings/` around an exact-match location).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_books_once_whatever_the_spelling_of_the_booking_path() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    let (upstream, seen) = upstream().await?;
+    let listen = free_addr()?;
+    let nginx = Nginx::start(
+        &config(stack.dispatcher.addr, upstream.addr, listen)?,
+        listen,
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    let seen_len = || seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+    let spellings = [
+        "/api/bookings/",
+        "/API/bookings",
+        "/Api/Bookings/",
+        "/api/bookings.json",
+        "/api/bookings;jsessionid=1",
+        "/api//bookings",
+        "/api/%62ookings",
+        "/api/bookings/../bookings",
+        "/api/bookings",
+    ];
+    for first in spellings {
+        let (_, token) = admitted(&stack, "show").await?;
+        let before = seen_len();
+        let mut statuses = Vec::new();
+        // The spelling under test first, then every other one with the same token.
+        for path in std::iter::once(first).chain(spellings.iter().copied()) {
+            let r = http
+                .post(format!("{}{path}", nginx.url()))
+                .bearer_auth(&token)
+                .json(&json!({"queue": "show", "seat": "A1"}))
+                .send()
+                .await?;
+            statuses.push((path, r.status().as_u16()));
+        }
+        assert_eq!(statuses[0].1, 200, "{first}: {statuses:?}");
+        assert!(
+            statuses[1..].iter().all(|(_, s)| *s == 403),
+            "{first}: {statuses:?}"
+        );
+        assert_eq!(seen_len() - before, 1, "{first}: one booking reached it");
+    }
+    drop(nginx);
+    upstream.stop().await
+}
+
 /// A token bound to the browser's key (`cnf.jkt`, a queue with `bind: "browser_key"`) passes
 /// only with a fresh proof of that key in the `DPoP` header, made for the request the browser
 /// sent (nginx passes its method and URL, without query, to the dispatcher): a copied token
