@@ -6,8 +6,9 @@
 //!   binding queue spends each good proof's `jti` in Redis for 130 s: without a rate, one
 //!   client with one place could fill the queue's Redis master by signing proofs quickly);
 //! * a cap on the streams it holds open here;
-//! * a cap on the places it holds through this gateway: a place counts from its join or
-//!   resume here until its stream ends for good (admitted, closed, gone), or until its
+//! * a cap on the places it holds through this gateway: a place counts from the moment its
+//!   join or resume here is let through ([`PendingPlace`], while Redis is asked: joins sent at
+//!   once must not all pass the check before any is counted) until its stream ends for good (admitted, closed, gone), or until its
 //!   queue's grace period has passed since its last stream here ended — as long as Redis
 //!   keeps an away place in line — so a client that keeps places alive by resuming each one
 //!   now and then, with no connection in between, still has them counted. (A fixed 300 s
@@ -81,6 +82,9 @@ struct Entry {
     polls: Bucket,
     streams: u32,
     places: HashMap<(QueueId, PlaceId), PlaceUse>,
+    /// Joins and resumes of places not counted yet, let through and still under way (Redis
+    /// asked, the stream not holding the place yet): each counts as a place.
+    pending: u32,
 }
 
 struct PlaceUse {
@@ -140,7 +144,7 @@ impl IpLimits {
         ips.retain(|_, e| {
             e.places.retain(|_, p| p.counts(now));
             let full = e.joins.is_full(joins, now) && e.polls.is_full(polls, now);
-            e.streams > 0 || !e.places.is_empty() || !full
+            e.streams > 0 || e.pending > 0 || !e.places.is_empty() || !full
         });
     }
 
@@ -166,10 +170,11 @@ impl IpLimits {
         })
     }
 
-    /// May `ip` take a new place? Draws a join from its bucket when it may.
-    pub(crate) fn join(&self, ip: IpKey) -> Result<(), Exceeded> {
+    /// May `ip` take a new place? Draws a join from its bucket when it may; the place counts
+    /// for `ip` from now on, while the join is under way ([`PendingPlace`]).
+    pub(crate) fn join(self: &Arc<Self>, ip: IpKey) -> Result<PendingPlace, Exceeded> {
         if self.limits.max_places == 0 && !self.limits.joins.is_on() {
-            return Ok(());
+            return Ok(PendingPlace::none());
         }
         let now = Instant::now();
         let mut s = self.lock();
@@ -179,7 +184,19 @@ impl IpLimits {
         }
         e.joins
             .take(self.limits.joins, now)
-            .map_err(|_| Exceeded::Joins)
+            .map_err(|_| Exceeded::Joins)?;
+        Ok(self.pending(e, ip))
+    }
+
+    /// Counts a place under way for `ip`'s entry `e` (when places are capped at all).
+    fn pending(self: &Arc<Self>, e: &mut Entry, ip: IpKey) -> PendingPlace {
+        if self.limits.max_places == 0 {
+            return PendingPlace::none();
+        }
+        e.pending += 1;
+        PendingPlace {
+            counted: Some((self.clone(), ip)),
+        }
     }
 
     /// May `ip` send a status poll or a leave now? Draws one from its poll bucket; when it is
@@ -199,10 +216,16 @@ impl IpLimits {
     }
 
     /// May `ip` resume `place` here? Yes when it holds it already, or when it holds fewer
-    /// places than its limit. Draws nothing from the join bucket.
-    pub(crate) fn resume(&self, ip: IpKey, q: &QueueId, place: PlaceId) -> Result<(), Exceeded> {
+    /// places than its limit (and then the place counts from now on, as a join's does).
+    /// Draws nothing from the join bucket.
+    pub(crate) fn resume(
+        self: &Arc<Self>,
+        ip: IpKey,
+        q: &QueueId,
+        place: PlaceId,
+    ) -> Result<PendingPlace, Exceeded> {
         if self.limits.max_places == 0 {
-            return Ok(());
+            return Ok(PendingPlace::none());
         }
         let now = Instant::now();
         let mut s = self.lock();
@@ -211,10 +234,13 @@ impl IpLimits {
             .places
             .get(&(q.clone(), place))
             .is_some_and(|p| p.counts(now));
-        if !known && counted(e, now) >= self.limits.max_places {
+        if known {
+            return Ok(PendingPlace::none());
+        }
+        if counted(e, now) >= self.limits.max_places {
             return Err(Exceeded::Places);
         }
-        Ok(())
+        Ok(self.pending(e, ip))
     }
 
     /// A stream from `ip` holds `place` now: it counts for `ip` until the hold is dropped and
@@ -299,10 +325,39 @@ impl IpLimits {
     }
 }
 
-/// The places that count for an entry now.
+/// The places that count for an entry now, those under way included.
 fn counted(e: &Entry, now: Instant) -> u32 {
     let n = e.places.values().filter(|p| p.counts(now)).count();
-    u32::try_from(n).unwrap_or(u32::MAX)
+    u32::try_from(n)
+        .unwrap_or(u32::MAX)
+        .saturating_add(e.pending)
+}
+
+/// A join or resume let through and under way: it counts as one of its address's places
+/// until dropped, which the stream does once it holds the place ([`IpLimits::hold`]) or has
+/// failed to take it. Without it, joins sent at once all passed the cap (the check comes
+/// before Redis, the count after it): a security review took 20 places under a cap of 2.
+#[must_use = "the place counts only while this lives"]
+pub(crate) struct PendingPlace {
+    /// Where it is counted; `None` when nothing is (places uncapped, or the place counted
+    /// already).
+    counted: Option<(Arc<IpLimits>, IpKey)>,
+}
+
+impl PendingPlace {
+    fn none() -> Self {
+        Self { counted: None }
+    }
+}
+
+impl Drop for PendingPlace {
+    fn drop(&mut self) {
+        if let Some((limits, ip)) = self.counted.take() {
+            if let Some(e) = limits.lock().ips.get_mut(&ip) {
+                e.pending = e.pending.saturating_sub(1);
+            }
+        }
+    }
 }
 
 /// A stream counted against its address's cap while it lives.
@@ -372,6 +427,11 @@ mod tests {
         IpKey::V4([192, 0, 2, last])
     }
 
+    /// A join or resume's answer, its place no longer under way.
+    fn ok(r: Result<PendingPlace, Exceeded>) -> Result<(), Exceeded> {
+        r.map(drop)
+    }
+
     /// The default grace period.
     const GRACE: Duration = Duration::from_secs(300);
 
@@ -388,20 +448,24 @@ mod tests {
             max_places: 0,
         }));
         for _ in 0..3 {
-            assert_eq!(l.join(key(1)), Ok(()));
+            assert_eq!(ok(l.join(key(1))), Ok(()));
         }
-        assert_eq!(l.join(key(1)), Err(Exceeded::Joins));
-        assert_eq!(l.join(key(2)), Ok(()), "another address has its own bucket");
+        assert_eq!(ok(l.join(key(1))), Err(Exceeded::Joins));
+        assert_eq!(
+            ok(l.join(key(2))),
+            Ok(()),
+            "another address has its own bucket"
+        );
     }
 
     #[test]
     fn polls_have_their_own_bucket_and_say_when_to_come_back() {
-        let l = IpLimits::new(Limits {
+        let l = Arc::new(IpLimits::new(Limits {
             joins: rate(1, 1),
             polls: rate(2, 2),
             max_streams: 0,
             max_places: 0,
-        });
+        }));
         assert_eq!(l.poll(key(1)), Ok(()));
         assert_eq!(l.poll(key(1)), Ok(()));
         let wait = l.poll(key(1)).expect_err("past the burst");
@@ -409,7 +473,7 @@ mod tests {
             wait > Duration::ZERO && wait <= Duration::from_millis(500),
             "{wait:?}"
         );
-        assert_eq!(l.join(key(1)), Ok(()), "joins draw from another bucket");
+        assert_eq!(ok(l.join(key(1))), Ok(()), "joins draw from another bucket");
         assert_eq!(l.poll(key(2)), Ok(()), "another address has its own bucket");
     }
 
@@ -422,17 +486,55 @@ mod tests {
             max_places: 2,
         }));
         let (a, b, c) = (PlaceId(1), PlaceId(2), PlaceId(3));
-        assert_eq!(l.join(key(1)), Ok(()));
+        assert_eq!(ok(l.join(key(1))), Ok(()));
         let ha = l.hold(key(1), &q(), a, GRACE);
-        assert_eq!(l.join(key(1)), Ok(()));
+        assert_eq!(ok(l.join(key(1))), Ok(()));
         drop(l.hold(key(1), &q(), b, GRACE));
         // b's stream ended, but b still counts: no third place, no resume of another one.
-        assert_eq!(l.join(key(1)), Err(Exceeded::Places));
-        assert_eq!(l.resume(key(1), &q(), c), Err(Exceeded::Places));
+        assert_eq!(ok(l.join(key(1))), Err(Exceeded::Places));
+        assert_eq!(ok(l.resume(key(1), &q(), c)), Err(Exceeded::Places));
         // Resuming a place it holds is fine.
-        assert_eq!(l.resume(key(1), &q(), b), Ok(()));
+        assert_eq!(ok(l.resume(key(1), &q(), b)), Ok(()));
         ha.finished();
-        assert_eq!(l.resume(key(1), &q(), c), Ok(()));
+        assert_eq!(ok(l.resume(key(1), &q(), c)), Ok(()));
+    }
+
+    /// Joins (or resumes) sent at once all pass the check before any holds its place: each
+    /// counts from the moment it is let through, until it holds its place or took none.
+    #[test]
+    fn joins_and_resumes_under_way_count_against_the_place_cap() {
+        let l = Arc::new(IpLimits::new(Limits {
+            joins: rate(1, 50),
+            polls: OFF,
+            max_streams: 0,
+            max_places: 2,
+        }));
+        let mut under_way: Vec<_> = (0..10).filter_map(|_| l.join(key(1)).ok()).collect();
+        assert_eq!(under_way.len(), 2, "10 joins at once under a cap of 2");
+        assert_eq!(
+            ok(l.resume(key(1), &q(), PlaceId(9))),
+            Err(Exceeded::Places),
+            "nor a resume of another place"
+        );
+        // The first join holds its place; the second took none (Redis refused it).
+        let held = l.hold(key(1), &q(), PlaceId(1), GRACE);
+        drop(under_way.remove(0));
+        drop(under_way.remove(0));
+        let third = l
+            .join(key(1))
+            .expect("room for the place the second did not take");
+        assert_eq!(
+            ok(l.join(key(1))),
+            Err(Exceeded::Places),
+            "one held, one under way"
+        );
+        drop(third);
+        drop(held);
+        // Resumes of places it does not hold yet, at once: as many as the cap.
+        let resumes: Vec<_> = (0..10)
+            .filter_map(|i| l.resume(key(2), &q(), PlaceId(100 + i)).ok())
+            .collect();
+        assert_eq!(resumes.len(), 2, "10 resumes at once under a cap of 2");
     }
 
     /// The places an address holds, as counted at `now`.

@@ -193,16 +193,22 @@ pub(crate) async fn open(
     }
     let limits = gw.ip_limits();
     // The per-IP limits, before Redis is asked anything: a stream slot, then a join drawn
-    // from the bucket (or a resume of a place the address may hold).
+    // from the bucket (or a resume of a place the address may hold). The place counts for
+    // the address from here: `pending` lives until `setup` is over, by which time the stream
+    // holds the place (or took none).
     let checked = limits.open_stream(client).and_then(|slot| {
         match place {
             Some(p) => limits.resume(client, &q, p),
             None => limits.join(client),
         }
-        .map(|()| slot)
+        .map(|pending| (slot, pending))
     });
     match checked {
-        Ok(slot) => setup(gw, q, place, ticket, asks, client, slot).await,
+        Ok((slot, pending)) => {
+            let set_up = setup(gw, q, place, ticket, asks, client, slot).await;
+            drop(pending);
+            set_up
+        }
         Err(exceeded) => {
             metrics::refused(exceeded.refusal());
             tracing::debug!(%client, ?exceeded, "stream refused by a per-IP limit");
