@@ -523,9 +523,12 @@ async fn read_some(sock: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<u
         sock.readable().await?;
     }
     // Straight into `buf`: a buffer on the stack here would be part of every connection's
-    // task, for as long as the connection lives.
-    buf.reserve(chunk(buf));
-    sock.read_buf(buf).await
+    // task, for as long as the connection lives. At most `chunk` bytes, whatever spare
+    // capacity the buffer has: the head reader refuses a buffer of MAX_HEAD, so it never
+    // holds much more than a head.
+    let want = chunk(buf);
+    buf.reserve(want);
+    (&mut *sock).take(want as u64).read_buf(buf).await
 }
 
 /// How much more to read into `buf`: a chunk, up to a whole head.

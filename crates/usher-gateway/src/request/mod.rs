@@ -99,7 +99,11 @@ impl HeadReader {
             Some(s) => s,
             None => match buf[from..].iter().position(|b| !matches!(b, b'\r' | b'\n')) {
                 Some(i) => *self.start.insert(from + i),
-                None => return self.parse_if(first, buf),
+                // Only empty lines so far: parsed on the first bytes, and once they fill a
+                // head (431), like any other head: else a client sending nothing but line
+                // ends grew the buffer until the head timeout (a security review: one
+                // connection took a gigabyte).
+                None => return self.parse_if(first || buf.len() >= MAX_HEAD, buf),
             },
         };
         // The end is a line feed followed by an empty line (`\n\n` or `\n\r\n`): look from
@@ -469,6 +473,24 @@ mod tests {
         }
         let mut r = HeadReader::default();
         assert!(r.feed(b"\x00\x01 garbage").is_err());
+    }
+
+    /// A head of nothing but empty lines meets the same 16 KiB cap as any other head.
+    #[test]
+    fn a_head_of_empty_lines_is_capped_at_max_head() {
+        for blank in [&b"\r\n"[..], b"\n"] {
+            let bytes = blank.repeat(2 * MAX_HEAD / blank.len());
+            let mut r = HeadReader::default();
+            assert!(matches!(r.feed(&bytes[..2]), Ok(Parsed::Partial)));
+            let under = r.feed(&bytes[..MAX_HEAD - 2]);
+            assert!(matches!(under, Ok(Parsed::Partial)), "{under:?}");
+            let outcome = r.feed(&bytes[..MAX_HEAD]);
+            assert!(
+                matches!(&outcome, Err(e) if e.status == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+                "{} bytes of empty lines: {outcome:?}",
+                MAX_HEAD
+            );
+        }
     }
 
     #[test]

@@ -53,6 +53,22 @@ async fn ambiguous_lengths_and_bad_last_event_ids_are_refused() -> anyhow::Resul
     Ok(())
 }
 
+/// A head of nothing but empty lines is a head like any other: refused at 16 KiB (`431`),
+/// not read on until the head timeout (a security review grew one gateway by a gigabyte
+/// through one connection sending line ends). Exactly 16 KiB is sent, so the gateway reads
+/// all of it and closes without a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_of_empty_lines_is_refused_at_the_head_limit() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    let gw = stack.gateways[0].addr;
+    for blank in [&b"\r\n"[..], b"\n"] {
+        let (r, closed) = ask(gw, &blank.repeat(16 * 1024 / blank.len())).await?;
+        assert_json_error(&r, 431)?;
+        assert!(closed, "the connection stayed open");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_1_0_stream_is_close_delimited() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
