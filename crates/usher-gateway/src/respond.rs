@@ -6,6 +6,8 @@
 //! goes in one write, head and body together; a longer one is streamed as the router's body
 //! yields it.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use futures::StreamExt;
@@ -18,6 +20,21 @@ use crate::request::{self, BodyLength};
 /// Answers up to this long are written in one piece, head and body together; longer ones
 /// are streamed as the router's body yields them.
 const WHOLE_RESPONSE: usize = 64 * 1024;
+
+/// A write to a client that takes longer than this ends the connection (a stream's place is
+/// kept for the grace period). A client that reads nothing must not hold a socket, and the
+/// answer waiting for it, for as long as it acknowledges a zero window: no deadline and no
+/// shedding reaches a connection blocked in a write (a security review held a gateway's
+/// sockets with pipelined requests it never read the answers of).
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Writes `bytes` whole within [`WRITE_TIMEOUT`].
+async fn send(sock: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(bytes)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
 
 /// Writes the router's answer, whatever its size: a short one in one piece; a longer one
 /// streamed as its body yields it, with a `Content-Length` when the size is known, else
@@ -62,8 +79,7 @@ pub(crate) async fn write_response(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "the answer could not be produced",
                 );
-                sock.write_all(&request::error_bytes(&e, None, false))
-                    .await?;
+                send(sock, &request::error_bytes(&e, None, false)).await?;
                 return Err(std::io::Error::other("response body failed"));
             }
             None => {
@@ -74,7 +90,7 @@ pub(crate) async fn write_response(
     }
     if ended || exact.is_some_and(|n| first.len() >= n && n <= WHOLE_RESPONSE) {
         let bytes = request::response_bytes(parts.status, &headers, &first, keep_alive);
-        return sock.write_all(&bytes).await;
+        return send(sock, &bytes).await;
     }
     let (length, keep_alive) = match exact {
         Some(n) => (BodyLength::Exact(n), keep_alive),
@@ -95,7 +111,7 @@ pub(crate) async fn write_response(
             }
             _ => out.extend_from_slice(&piece),
         }
-        sock.write_all(&out).await?;
+        send(sock, &out).await?;
         out.clear();
         piece = match frames.next().await {
             Some(Ok(b)) => b,
@@ -111,7 +127,7 @@ pub(crate) async fn write_response(
             tracing::error!(status = %parts.status, sent, expected = n, "an answer's body was not as long as it said: connection closed");
             Err(std::io::Error::other("response body length"))
         }
-        BodyLength::Chunked => sock.write_all(b"0\r\n\r\n").await,
+        BodyLength::Chunked => send(sock, b"0\r\n\r\n").await,
         BodyLength::UntilClose => Err(std::io::Error::other("body ends at close")),
         BodyLength::Exact(_) => Ok(()),
     }
@@ -123,8 +139,7 @@ pub(crate) async fn write_error(
     e: &ApiError,
     retry_after: Option<u64>,
 ) -> std::io::Result<()> {
-    sock.write_all(&request::error_bytes(e, retry_after, false))
-        .await
+    send(sock, &request::error_bytes(e, retry_after, false)).await
 }
 
 #[cfg(test)]
@@ -157,6 +172,29 @@ mod tests {
         );
         let fail = futures::stream::once(async { Err(std::io::Error::other("gone")) });
         Body::from_stream(ok.chain(fail))
+    }
+
+    /// A client that never reads its answer is closed after [`WRITE_TIMEOUT`] (on the paused
+    /// clock: the write blocks, the runtime idles, the clock moves on to the deadline).
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_nobody_reads_ends_the_connection_after_the_write_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(l.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (mut server, _) = l.accept().await.expect("accept");
+        // 32 MiB: more than the two ends' socket buffers take.
+        let pieces = (0..512).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 64 * 1024])));
+        let body = Body::from_stream(futures::stream::iter(pieces));
+        let started = tokio::time::Instant::now();
+        let written =
+            write_response(&mut server, axum::response::Response::new(body), true, true).await;
+        assert_eq!(
+            written.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::TimedOut)
+        );
+        assert!(started.elapsed() >= WRITE_TIMEOUT);
+        drop(client);
     }
 
     #[tokio::test]

@@ -5,7 +5,6 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::Either;
 use tokio::io::AsyncWriteExt;
@@ -17,12 +16,9 @@ use usher_runtime::SpanLink;
 use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
 use crate::frames::{event_frame, jittered, retry_frame, waiting_frame_into, KEEPALIVE_FRAME};
 use crate::metrics;
+use crate::respond::WRITE_TIMEOUT;
 use crate::shared::Gateway;
 use crate::update::Update;
-
-/// A write to a browser that takes longer than this ends the connection (the place is kept
-/// for the grace period).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `deliver` span of an update about to be written: for an admission made by a traced
 /// tick, a child of that tick (through the stream message), linked to the browser's `join`
@@ -441,6 +437,8 @@ fn then_after<'a>(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn text(buf: Vec<u8>) -> String {
