@@ -13,8 +13,9 @@
 //! `jwk` has the token's thumbprint, signed by that key, for this request (`htm`, `htu`) and
 //! this token (`ath`, which covers the token and so its `jti`), made within
 //! [`PROOF_MAX_AGE_SECS`] of now. A token without `cnf` needs no proof (a queue that does not
-//! bind). Remembering the proofs' `jti` for [`PROOF_MAX_AGE_SECS`] (refusing a second use) is
-//! the caller's: the returned [`ProofClaims`] name it. Later calls of an embedded booking site
+//! bind). Remembering the proofs' `jti` for as long as a proof could pass (refusing a second
+//! use: 2 × [`PROOF_MAX_AGE_SECS`] + 1 s from when it was first seen, since its `iat` may be
+//! that far ahead) is the caller's: the returned [`ProofClaims`] name it. Later calls of an embedded booking site
 //! (`embed_origin`) send the same proof as a `DPoP` header, one per request.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -40,7 +41,8 @@ pub struct Confirmation {
 /// A proof's claims, once checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProofClaims {
-    /// The proof's own id: refuse a second proof with it (for [`PROOF_MAX_AGE_SECS`]).
+    /// The proof's own id: refuse a second proof with it (for 2 × [`PROOF_MAX_AGE_SECS`] + 1 s
+    /// from when it was first seen).
     pub jti: String,
     /// When the proof was made, seconds since the Unix epoch.
     pub iat: u64,

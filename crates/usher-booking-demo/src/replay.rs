@@ -6,7 +6,7 @@
 //! window. A booking service remembers each proof's `jti` as long as the proof could pass
 //! and refuses a second use, as docs/booking-services.md tells it to. This demo keeps them in
 //! memory (one process; a service behind several instances keeps them in a shared store,
-//! e.g. Redis `SET jti NX EX 120`).
+//! e.g. Redis `SET jti NX EX 121`).
 //!
 //! Bounded: at most [`SpentProofs::capacity`] proofs at once, and at most [`PER_KEY`] of one
 //! browser key (`cnf.jkt`). Only a proof by the key a valid token names gets here, and one
@@ -22,8 +22,9 @@ use std::sync::Mutex;
 use usher_admission::PROOF_MAX_AGE_SECS;
 
 /// How long a `jti` is remembered, in seconds: a proof made up to [`PROOF_MAX_AGE_SECS`]
-/// ahead of this clock stays good until that long after it.
-pub const REMEMBER_SECS: u64 = 2 * PROOF_MAX_AGE_SECS;
+/// ahead of this clock stays good through the second that long after it, so it is forgotten
+/// one second later (at 120 s, a proof stamped 60 s ahead passed once more at the 120th).
+pub const REMEMBER_SECS: u64 = 2 * PROOF_MAX_AGE_SECS + 1;
 
 /// The most proofs of one browser key remembered at once: a browser enters once, and sends
 /// the form again only when a post failed.
@@ -127,6 +128,12 @@ mod tests {
             spent.spend("k", "c", 1001),
             Spend::Full,
             "bounded, fail closed"
+        );
+        // The last second a proof first seen at 1000 can still pass: stamped 60 s ahead
+        // (1060), it is within 60 s of 1120.
+        assert_eq!(
+            spent.spend("k", "a", 1000 + 2 * PROOF_MAX_AGE_SECS),
+            Spend::Replayed
         );
         // Past its time the first is forgotten (its proof is too old to pass anyway).
         assert_eq!(spent.spend("k", "c", 1000 + REMEMBER_SECS), Spend::First);
