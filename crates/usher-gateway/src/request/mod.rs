@@ -67,6 +67,11 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Parsed, ApiError> {
             "request head too large",
         )),
         Ok(httparse::Status::Partial) => Ok(Parsed::Partial),
+        // More header lines than the server reads is a head too large, as RFC 6585 has it.
+        Err(httparse::Error::TooManyHeaders) => Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("too many header fields (at most {MAX_HEADERS})"),
+        )),
         Err(e) => Err(ApiError::bad_request(format!("malformed request: {e}"))),
     }
 }
@@ -473,6 +478,23 @@ mod tests {
         }
         let mut r = HeadReader::default();
         assert!(r.feed(b"\x00\x01 garbage").is_err());
+    }
+
+    /// More header fields than the server reads: `431`, like a head too long.
+    #[test]
+    fn too_many_header_fields_are_431() {
+        let mut head = b"GET /healthz HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            head.extend_from_slice(format!("x-h{i}: v\r\n").as_bytes());
+        }
+        head.extend_from_slice(b"\r\n");
+        let e = parse(&head).expect_err("one header too many");
+        assert_eq!(e.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let fewer: Vec<u8> = String::from_utf8(head)
+            .expect("ascii")
+            .replacen(&format!("x-h{MAX_HEADERS}: v\r\n"), "", 1)
+            .into_bytes();
+        assert!(matches!(parse(&fewer), Ok(Parsed::Complete(_))));
     }
 
     /// A head of nothing but empty lines meets the same 16 KiB cap as any other head.
