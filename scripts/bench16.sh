@@ -154,7 +154,8 @@ if [[ $PHASES == *" admit "* ]]; then
     stop $DPID; DISPATCHER_LOG=usher_dispatcher=debug dispatcher $d
     n=$((n + 1)); r="$d-$n"
     q "admit-$r" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
-    LG --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!
+    # Not through LG: `$!` must be the load generator itself, for the clean-up to stop it.
+    usher-loadgen --source-ips "$SRC" --quiet --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
     for _ in $(seq 60); do [ "$(fld "admit-$r" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
     q "admit-$r" '{"paused": false}'; wait $LGP

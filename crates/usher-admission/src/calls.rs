@@ -55,6 +55,12 @@ impl Admission {
         self.session_call(Call::Release, token, None, None).await
     }
 
+    /// [`Admission::release`] for a token that must admit to `queue`.
+    pub async fn release_for(&self, token: &str, queue: &str) -> Result<SessionStatus, Error> {
+        self.session_call(Call::Release, token, Some(queue), None)
+            .await
+    }
+
     /// [`Admission::check_for`] for a token bound to the browser's key (`cnf.jkt`), with the
     /// browser's `proof` for the request it sent: the dispatcher checks it and takes it once
     /// (a second call needs the browser's next proof). [`SessionStatus::ProofRefused`] when

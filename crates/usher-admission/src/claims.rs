@@ -58,6 +58,7 @@ impl Claims {
 
 /// Why a token is not accepted offline.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// Not a JWS with a readable header.
     #[error("malformed token: {0}")]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// A failed call to the dispatcher.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The dispatcher could not be reached, or timed out.
     #[error("cannot reach the dispatcher: {0}")]

@@ -8,7 +8,7 @@
 //!
 //! | status | when |
 //! |---|---|
-//! | `400` | with [`AdmissionLayer::queue_from_query`], a request that names no queue |
+//! | `400` | with [`AdmissionLayer::queue_from_query`], a request that names no queue, or names it more than once |
 //! | `401` | no bearer token |
 //! | `403` | a token that does not verify (forged, another key, another queue), a genuine token past its `exp`, a session that has ended (released, consumed or expired), or, with [`AdmissionLayer::queue_from_query`], a request naming a queue that is not one of the handle's [`crate::Builder::audiences`] |
 //! | `500` | a handle built without an audience (it only reports load), or with [`crate::Builder::any_queue`] but no [`AdmissionLayer::queue_from_query`] |
@@ -125,19 +125,25 @@ where
     }
 }
 
-/// The queue a request names in the query parameter `param`.
+/// The queue a request names in the query parameter `param`: once. Named twice, the handler
+/// behind might read another one than the token was checked for (the first here, the last
+/// there): refused, as the dispatcher refuses `?queue=a&queue=b`.
 fn queue_of<B>(req: &Request<B>, param: &str) -> Result<String, Refusal> {
     let query = req.uri().query().unwrap_or_default();
-    url::form_urlencoded::parse(query.as_bytes())
-        .find(|(k, _)| k == param)
-        .map(|(_, v)| v.into_owned())
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                format!("the queue is required: ?{param}=<queue>"),
-            )
-        })
+    let mut named = url::form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| k == param);
+    let queue = named.next().map(|(_, v)| v.into_owned());
+    if named.next().is_some() {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("the queue is named more than once: one ?{param}=<queue>"),
+        ));
+    }
+    queue.filter(|v| !v.is_empty()).ok_or_else(|| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("the queue is required: ?{param}=<queue>"),
+        )
+    })
 }
 
 /// Why a request was turned away.

@@ -187,8 +187,15 @@ mod tests {
         let pieces = (0..512).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 64 * 1024])));
         let body = Body::from_stream(futures::stream::iter(pieces));
         let started = tokio::time::Instant::now();
-        let written =
-            write_response(&mut server, axum::response::Response::new(body), true, true).await;
+        let response = axum::response::Response::new(body);
+        // Bounded from outside too: without the deadline the write would wait forever, and
+        // this fails instead of hanging (the paused clock skips to it as well).
+        let written = tokio::time::timeout(
+            2 * WRITE_TIMEOUT,
+            write_response(&mut server, response, true, true),
+        )
+        .await
+        .expect("the write gave up by its own deadline");
         assert_eq!(
             written.map_err(|e| e.kind()),
             Err(std::io::ErrorKind::TimedOut)

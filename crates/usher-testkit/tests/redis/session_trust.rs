@@ -296,9 +296,24 @@ async fn a_queue_named_by_the_request_must_be_one_the_service_sells() -> anyhow:
     let msg = json_error(book(&server, "busy").await?, 500).await?;
     assert!(msg.contains("misconfigured"), "{msg}");
     server.stop().await?;
-    // Told the queue, it judges the token for that queue.
+    assert!(matches!(
+        any.release(&token).await,
+        Err(usher_admission::Error::QueueRequired)
+    ));
+    assert_eq!(
+        any.release_for(&token, "busy").await?,
+        SessionStatus::OtherQueue
+    );
+    // Told the queue, it judges the token for that queue, named once.
     let server = guarded(any.layer().queue_from_query("queue")).await?;
     json_error(book(&server, "busy").await?, 403).await?;
+    let twice = plain()
+        .post(format!("{}/book?queue=quiet&queue=busy", server.url()))
+        .bearer_auth(&token)
+        .send()
+        .await?;
+    let msg = json_error(twice, 400).await?;
+    assert!(msg.contains("more than once"), "{msg}");
     assert_eq!(
         stack.queue("quiet").await?["active"],
         1,
