@@ -69,10 +69,8 @@ fn config(
     substitute(&conf, "worker_processes auto;", "worker_processes 1;")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("show", 50.0).await?;
+/// The example config in front of `stack`'s dispatcher and a fresh booking upstream.
+async fn nginx_for(stack: &Stack) -> anyhow::Result<(Server, Seen, Nginx)> {
     let (upstream, seen) = upstream().await?;
     let listen = free_addr()?;
     let nginx = Nginx::start(
@@ -80,6 +78,14 @@ async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> any
         listen,
     )
     .await?;
+    Ok((upstream, seen, nginx))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_lets_only_active_sessions_through_to_the_booking_service() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("show", 50.0).await?;
+    let (upstream, seen, nginx) = nginx_for(&stack).await?;
     let book = |auth: Option<String>| {
         let mut r = reqwest::Client::new()
             .post(format!("{}/api/bookings", nginx.url()))
@@ -167,13 +173,7 @@ async fn nginx_refuses_other_queues_tokens_and_lets_one_booking_through() -> any
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("show", 50.0).await?;
     stack.create_queue("quiet", 50.0).await?;
-    let (upstream, seen) = upstream().await?;
-    let listen = free_addr()?;
-    let nginx = Nginx::start(
-        &config(stack.dispatcher.addr, upstream.addr, listen)?,
-        listen,
-    )
-    .await?;
+    let (upstream, seen, nginx) = nginx_for(&stack).await?;
     let http = reqwest::Client::new();
     let seats = |token: &str| {
         http.get(format!("{}/api/seats", nginx.url()))
@@ -229,13 +229,7 @@ async fn nginx_refuses_other_queues_tokens_and_lets_one_booking_through() -> any
 async fn nginx_books_once_whatever_the_spelling_of_the_booking_path() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("show", 50.0).await?;
-    let (upstream, seen) = upstream().await?;
-    let listen = free_addr()?;
-    let nginx = Nginx::start(
-        &config(stack.dispatcher.addr, upstream.addr, listen)?,
-        listen,
-    )
-    .await?;
+    let (upstream, seen, nginx) = nginx_for(&stack).await?;
     let http = reqwest::Client::new();
     let seen_len = || seen.lock().unwrap_or_else(PoisonError::into_inner).len();
     let spellings = [
@@ -310,13 +304,7 @@ async fn nginx_books_once_whatever_the_spelling_of_the_booking_path() -> anyhow:
 async fn nginx_refuses_a_copied_bound_token_and_books_once_with_its_proof() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     stack.create_queue("show", 50.0).await?;
-    let (upstream, seen) = upstream().await?;
-    let listen = free_addr()?;
-    let nginx = Nginx::start(
-        &config(stack.dispatcher.addr, upstream.addr, listen)?,
-        listen,
-    )
-    .await?;
+    let (upstream, seen, nginx) = nginx_for(&stack).await?;
     let (key, thief) = (BrowserKey::generate(), BrowserKey::generate());
     let (_, token) = admitted(&stack, "show").await?;
     let bound = bound_token(&dispatcher_key(&stack).await?, &token, &key.thumbprint())?;
