@@ -25,8 +25,8 @@ const WHOLE_RESPONSE: usize = 64 * 1024;
 /// kept for the grace period). A client that reads nothing must not hold a socket, and the
 /// answer waiting for it, for as long as it acknowledges a zero window: no deadline and no
 /// shedding reaches a connection blocked in a write (a security review held a gateway's
-/// sockets with pipelined requests it never read the answers of).
-pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// sockets with pipelined requests it never read the answers of). The hyper servers' one.
+pub(crate) const WRITE_TIMEOUT: Duration = usher_http::WRITE_TIMEOUT;
 
 /// Writes `bytes` whole within [`WRITE_TIMEOUT`].
 async fn send(sock: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {

@@ -18,4 +18,4 @@ mod serve;
 pub use error::{json_errors, ApiError, PageForPeople};
 pub use health::{health_routes, Readiness};
 pub use limits::{body_deadline, ServeLimits, MAX_BODY};
-pub use serve::{listen, serve};
+pub use serve::{listen, serve, WRITE_TIMEOUT};

@@ -22,9 +22,17 @@ const MAX_HEAD: usize = 16 * 1024;
 /// How long open connections get to finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// A write to a client that waits longer than this for the client to read ends the
+/// connection: a client that stops reading must not hold a socket, and the answer waiting for
+/// it, for as long as it acknowledges a zero window (no head or body deadline reaches a
+/// connection blocked in a write). Each write has it, so a long answer to a slow reader is
+/// not cut while it moves. The gateway's writes use it too.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves `app` on `listener` until `shutdown` resolves; handlers can extract
 /// `ConnectInfo<SocketAddr>`. Every error answer is JSON ([`crate::json_errors`]); request
-/// heads and bodies have deadlines and connections a cap ([`ServeLimits`]).
+/// heads and bodies have deadlines, writes [`WRITE_TIMEOUT`], and connections a cap
+/// ([`ServeLimits`]).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -69,7 +77,9 @@ pub async fn serve(
             req.extensions_mut().insert(ConnectInfo(peer));
             app.clone().oneshot(req.map(axum::body::Body::new))
         }));
-        let conn = http.serve_connection(TokioIo::new(sock), service);
+        let mut io = tokio_io_timeout::TimeoutStream::new(sock);
+        io.set_write_timeout(Some(WRITE_TIMEOUT));
+        let conn = http.serve_connection(TokioIo::new(Box::pin(io)), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -124,7 +134,54 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 #[cfg(test)]
 mod tests {
-    use super::listen;
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A client that asks for a long answer and reads none of it is cut off after
+    /// [`WRITE_TIMEOUT`] (on the paused clock: the write blocks, the runtime idles, the clock
+    /// moves on to the deadline): it then reads what the sockets held, and the end, never the
+    /// whole answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_nothing_is_cut_off_after_the_write_timeout(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        const LONG: usize = 64 * 1024 * 1024;
+        let listener = listen("127.0.0.1:0".parse()?)?;
+        let addr = listener.local_addr()?;
+        let app = Router::new().route(
+            "/long",
+            axum::routing::get(|| async {
+                let piece = axum::body::Bytes::from(vec![b'a'; 64 * 1024]);
+                let pieces =
+                    (0..LONG / piece.len()).map(move |_| Ok::<_, std::io::Error>(piece.clone()));
+                axum::body::Body::from_stream(futures::stream::iter(pieces))
+            }),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, ServeLimits::default(), async move {
+            let _ = stopped.await;
+        }));
+        let mut client = tokio::net::TcpStream::connect(addr).await?;
+        client
+            .write_all(b"GET /long HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await?;
+        // Reads nothing for twice the deadline.
+        tokio::time::sleep(2 * WRITE_TIMEOUT).await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(WRITE_TIMEOUT, client.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "the server still held the connection");
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            &got[..got.len().min(40)]
+        );
+        assert!(
+            got.len() < LONG,
+            "the whole answer arrived: no deadline cut it"
+        );
+        let _ = stop.send(());
+        server.await??;
+        Ok(())
+    }
 
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay() -> std::io::Result<()> {
