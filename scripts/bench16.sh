@@ -98,7 +98,11 @@ del() { curl -fsS -X DELETE "$D/admin/queues/$1" -H "$A" >/dev/null; }
 fld() { curl -fsS "$D/admin/queues/$1" -H "$A" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
 rss() { local t=0 p; for p in "${GPIDS[@]}"; do t=$((t + $(awk '/VmRSS/ {print $2}' /proc/$p/status))); done; echo $t; }
 calls() { redis-cli -p $RP INFO commandstats | awk -F'calls=' '/calls=/ {split($2,a,","); s+=a[1]} END {print s}'; }
-LG() { usher-loadgen --source-ips "$SRC" --quiet "$@"; }
+# The load generator with what every run shares. A run in the background is started as
+# `"${LGEN[@]}" ... &`, not through LG: `$!` must be the load generator itself (not a
+# subshell running the function), for the clean-up to stop it.
+LGEN=(usher-loadgen --source-ips "$SRC" --quiet)
+LG() { "${LGEN[@]}" "$@"; }
 lines() { grep -E "$2" "$1" | tr -s ' ' | tr '\n' ';'; }
 
 dispatcher usher-dispatcher
@@ -154,8 +158,7 @@ if [[ $PHASES == *" admit "* ]]; then
     stop $DPID; DISPATCHER_LOG=usher_dispatcher=debug dispatcher $d
     n=$((n + 1)); r="$d-$n"
     q "admit-$r" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
-    # Not through LG: `$!` must be the load generator itself, for the clean-up to stop it.
-    usher-loadgen --source-ips "$SRC" --quiet --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
+    "${LGEN[@]}" --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
     for _ in $(seq 60); do [ "$(fld "admit-$r" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
     q "admit-$r" '{"paused": false}'; wait $LGP
@@ -176,8 +179,7 @@ if [[ $PHASES == *" hold "* ]]; then
   base=$(rss)
   q hold '{"admit_per_second": 50, "paused": true, "passthrough": false}'
   HW=$(( HOLD / PER + 2 ))
-  # Not through LG: `$!` must be the load generator itself, for the clean-up to stop it.
-  usher-loadgen --source-ips "$SRC" --quiet --gateways "$GWS" --queue hold --connections "$HOLD" --join-rate "$HOLD_RATE" --workers $HW \
+  "${LGEN[@]}" --gateways "$GWS" --queue hold --connections "$HOLD" --join-rate "$HOLD_RATE" --workers $HW \
     --duration $(( HOLD / HOLD_RATE + 10 + HOLD_SECS )) --report "$OUT/hold.json" >"$OUT/hold.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
   t0=$(date +%s)
   for _ in $(seq "$HOLD_WAIT"); do w=$(fld hold waiting 2>/dev/null || echo 0); [ "$w" -ge $(( HOLD * 99 / 100 )) ] && break; sleep 1; done

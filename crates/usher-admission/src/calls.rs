@@ -123,11 +123,8 @@ impl Admission {
     ) -> Result<SessionStatus, Error> {
         let queue = match (queue, &self.inner.audience) {
             (_, Audience::LoadOnly) => return Err(Error::NoAudience),
-            // A queue the request names that is not one of ours: refused unasked, whatever
-            // the token's own queue (see `Admission::verify_for`).
-            (Some(q), Audience::Queues(qs)) if !qs.iter().any(|x| x == q) => {
-                return Ok(SessionStatus::OtherQueue)
-            }
+            // A queue the request names that is not one of ours: refused unasked.
+            (Some(q), a) if !a.takes(q) => return Ok(SessionStatus::OtherQueue),
             (Some(q), _) => Some(q.to_owned()),
             // Asked without a queue, the dispatcher answers for a token of any queue.
             (None, Audience::Any) => return Err(Error::QueueRequired),

@@ -114,11 +114,11 @@ impl VerifyError {
     }
 }
 
-/// Verifies `token` against the keys in `keys`; with `audiences`, its `aud` must be one of them.
+/// Verifies `token` against the keys in `keys`; its `aud` must be one of `audiences`.
 pub(crate) async fn verify(
     keys: &Keys,
     token: &str,
-    audiences: Option<&[String]>,
+    audiences: &[String],
 ) -> Result<Claims, VerifyError> {
     let header = jsonwebtoken::decode_header(token).map_err(VerifyError::Malformed)?;
     if header.alg != Algorithm::EdDSA {
@@ -127,10 +127,7 @@ pub(crate) async fn verify(
     let kid = header.kid.ok_or(VerifyError::NoKid)?;
     let key = keys.key(&kid).await?;
     let mut v = Validation::new(Algorithm::EdDSA);
-    match audiences {
-        Some(a) => v.set_audience(a),
-        None => v.validate_aud = false,
-    }
+    v.set_audience(audiences);
     v.set_required_spec_claims(&["exp", "aud", "sub"]);
     v.leeway = LEEWAY_SECONDS;
     // A door token's window starts at its `nbf`; entry tokens have none.

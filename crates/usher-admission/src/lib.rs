@@ -124,6 +124,19 @@ enum Audience {
     LoadOnly,
 }
 
+impl Audience {
+    /// Is `queue`, named by a request, one this handle judges tokens for? A queue outside
+    /// its audiences is refused whatever the token's own queue: else a quiet queue's token
+    /// passes a busy queue's route that takes the queue from the request.
+    fn takes(&self, queue: &str) -> bool {
+        match self {
+            Audience::Queues(qs) => qs.iter().any(|q| q == queue),
+            Audience::Any => true,
+            Audience::LoadOnly => false,
+        }
+    }
+}
+
 /// The booking service's handle on usher: cheap to clone, shared by every request.
 #[derive(Clone)]
 pub struct Admission {
@@ -151,7 +164,7 @@ impl Admission {
             Audience::Any => return Err(VerifyError::QueueRequired),
             Audience::LoadOnly => return Err(VerifyError::NoAudience),
         };
-        unbound(claims::verify(&self.inner.keys, token, Some(audiences)).await?)
+        unbound(claims::verify(&self.inner.keys, token, audiences).await?)
     }
 
     /// [`Admission::verify`] for a token that must admit to `queue` (a bound token refused
@@ -169,16 +182,10 @@ impl Admission {
     ) -> Result<Claims, VerifyError> {
         match &self.inner.audience {
             Audience::LoadOnly => return Err(VerifyError::NoAudience),
-            // A queue the request names is one of ours, or the token is refused whatever its
-            // own queue: else a quiet queue's token passes a busy queue's route that takes the
-            // queue from the request.
-            Audience::Queues(qs) if !qs.iter().any(|q| q == queue) => {
-                return Err(VerifyError::Audience)
-            }
-            Audience::Queues(_) | Audience::Any => {}
+            a if !a.takes(queue) => return Err(VerifyError::Audience),
+            _ => {}
         }
-        let audiences = [queue.to_owned()];
-        claims::verify(&self.inner.keys, token, Some(&audiences)).await
+        claims::verify(&self.inner.keys, token, &[queue.to_owned()]).await
     }
 
     /// A tower layer that guards routes with this handle (see [`AdmissionLayer`]).

@@ -8,8 +8,9 @@
 //! * a cap on the streams it holds open here;
 //! * a cap on the places it holds through this gateway: a place counts from the moment its
 //!   join or resume here is let through ([`PendingPlace`], while Redis is asked: joins sent at
-//!   once must not all pass the check before any is counted) until its stream ends for good (admitted, closed, gone), or until its
-//!   queue's grace period has passed since its last stream here ended — as long as Redis
+//!   once must not all pass the check before any is counted) until its stream ends for good
+//!   (admitted, closed, gone), or until its queue's grace period has passed since its last
+//!   stream here ended — as long as Redis
 //!   keeps an away place in line — so a client that keeps places alive by resuming each one
 //!   now and then, with no connection in between, still has them counted. (A fixed 300 s
 //!   against a grace of up to an hour let one address keep twelve times its cap.) A

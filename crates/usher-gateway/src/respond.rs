@@ -28,8 +28,9 @@ const WHOLE_RESPONSE: usize = 64 * 1024;
 /// sockets with pipelined requests it never read the answers of). The hyper servers' one.
 pub(crate) const WRITE_TIMEOUT: Duration = usher_http::WRITE_TIMEOUT;
 
-/// Writes `bytes` whole within [`WRITE_TIMEOUT`].
-async fn send(sock: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` whole within [`WRITE_TIMEOUT`] (`TimedOut` past it): every write of an
+/// answer, and a stream's write the socket could not take at once.
+pub(crate) async fn send(sock: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
     match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(bytes)).await {
         Ok(written) => written,
         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),

@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::future::Either;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -16,7 +15,7 @@ use usher_runtime::SpanLink;
 use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
 use crate::frames::{event_frame, jittered, retry_frame, waiting_frame_into, KEEPALIVE_FRAME};
 use crate::metrics;
-use crate::respond::WRITE_TIMEOUT;
+use crate::respond::send;
 use crate::shared::Gateway;
 use crate::update::Update;
 
@@ -149,8 +148,9 @@ type Finish<'a> = Either<std::future::Ready<std::io::Result<()>>, Rest<'a>>;
 /// Writes `buf` whole, then gives it back for reuse. Usually the socket takes it at once, here
 /// and now: one `write` syscall, no timer, and nothing of the write in the connection's task.
 /// Otherwise (a browser that reads slowly) the rest is written as the socket drains, within
-/// [`WRITE_TIMEOUT`], by a future boxed for the purpose: a held connection's task is as large
-/// as the largest future it awaits in place, so the rare slow write must not size them all.
+/// [`crate::respond::WRITE_TIMEOUT`] ([`send`]), by a future boxed for the purpose: a held
+/// connection's task is as large as the largest future it awaits in place, so the rare slow
+/// write must not size them all.
 fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Finish<'_> {
     let mut done = 0;
     while done < buf.len() {
@@ -159,10 +159,7 @@ fn write_out(sock: &mut TcpStream, buf: Vec<u8>) -> Finish<'_> {
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 return Either::Right(Box::pin(async move {
-                    match tokio::time::timeout(WRITE_TIMEOUT, sock.write_all(&buf[done..])).await {
-                        Ok(r) => r?,
-                        Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
-                    }
+                    send(sock, &buf[done..]).await?;
                     recycle(buf);
                     Ok(())
                 }));
