@@ -130,10 +130,10 @@ if [[ $PHASES == *" joins "* ]]; then
     LG --gateways "$JFLS" --queue "j$r-jf" --connections $n --join-rate $r --workers $W --duration $(( JOIN_SECS + 3 )) --linger-ms 0 --report "$OUT/joins-$r-jfloor.json" >"$OUT/joins-$r-jfloor.txt" 2>&1
     j1=$(cpu "${JFPIDS[@]}"); jr1=$(cpu $RPID)
     del "j$r-jf"; sleep 2
-    say "joins $r usher: $(lines "$OUT/joins-$r.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
-    say "joins $r floor: $(lines "$OUT/joins-$r-floor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
-    say "joins $r round-trip floor: $(lines "$OUT/joins-$r-rfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
-    say "joins $r join floor: $(lines "$OUT/joins-$r-jfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls')"
+    say "joins $r usher: $(lines "$OUT/joins-$r.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
+    say "joins $r floor: $(lines "$OUT/joins-$r-floor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
+    say "joins $r round-trip floor: $(lines "$OUT/joins-$r-rfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
+    say "joins $r join floor: $(lines "$OUT/joins-$r-jfloor.txt" '^join |^join rate|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
     say "joins $r cpu per join: gateways $(per $c0 $c1 $n) us, redis $(per $r0 $r1 $n) us, floors $(per $f0 $f1 $n) us, round-trip floors $(per $t0 $t1 $n) us + redis $(per $rr0 $rr1 $n) us, join floors $(per $j0 $j1 $n) us + redis $(per $jr0 $jr1 $n) us"
     # Redis's own time by command, per join (INFO commandstats over the usher run).
     say "joins $r redis per join: $(python3 - "$OUT/joins-$r-commandstats.txt" $n <<'PY'
@@ -164,7 +164,7 @@ if [[ $PHASES == *" admit "* ]]; then
     q "admit-$r" '{"paused": false}'; wait $LGP
     c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID); d1=$(cpu $DPID)
     del "admit-$r"
-    say "admit $r: $(lines "$OUT/admit-$r.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls')"
+    say "admit $r: $(lines "$OUT/admit-$r.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
     say "admit $r by tick: $(python3 -c "import json,sys; print([round(t['p99_ms'],1) for t in json.load(open(sys.argv[1]))['admission_by_tick']])" "$OUT/admit-$r.json" 2>/dev/null)"
     say "admit $r cpu per admission: gateways $(per $c0 $c1 $ADMIT) us, dispatcher $(per $d0 $d1 $ADMIT) us, redis $(per $r0 $r1 $ADMIT) us"
   done
@@ -190,7 +190,7 @@ if [[ $PHASES == *" hold "* ]]; then
   say "hold: waiting $(fld hold waiting) gateway_rss_kb $r1 (base $base) per_conn_kib $(python3 -c "print(round(($r1-$base)/$w,2))") redis_cmds_per_s $(python3 -c "print(round(($k1-$k0)/($s1-$s0),1))") redis_mem $(redis-cli -p $RP INFO memory | grep used_memory_human | tr -d '\r')"
   say "hold: gateways' cpu $(python3 -c "print(round(($g1-$g0)/$(getconf CLK_TCK)/($s1-$s0),2))") cores, per position event $(per $g0 $g1 $(python3 -c "print(int($w*($s1-$s0)))")) us; redis $(python3 -c "print(round(($e1-$e0)/$(getconf CLK_TCK)/($s1-$s0),3))") cores"
   wait $LGP; del hold
-  say "hold loadgen: $(lines "$OUT/hold.txt" '^join |^position|^admission|^connections|^errors|^load gen cpu|^cpu stalls')"
+  say "hold loadgen: $(lines "$OUT/hold.txt" '^join |^position|^admission|^connections|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"
 fi
 mkdir -p /tmp/bench16-all; cp "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.log "$OUT"/*.err /tmp/bench16-all/ 2>/dev/null
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.err "$OUT"/joins-* "$OUT"/hold.txt "$OUT"/admit-*

@@ -4,7 +4,8 @@
 //! On a machine the servers share with the load generator, this is what a latency ratio
 //! hides: a run whose machine was nearly all busy queues every event behind others, and its
 //! tail grows with that, whatever each process does ([`crate::report::Report`]'s
-//! `machine_busy_while_joining` and the timeline's `machine_busy` say how busy).
+//! `machine_busy_while_joining`, `machine_busy_while_holding` and the timeline's
+//! `machine_busy` say how busy; [`summary_lines`] warns when it had no CPU to spare).
 
 /// All CPUs' time so far, in the kernel's ticks (USER_HZ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,15 +84,73 @@ impl BusySampler {
 /// alike, whatever its length. `None` when no such interval has a share.
 pub fn busy_while_growing(points: impl IntoIterator<Item = (u64, Option<f64>)>) -> Option<f64> {
     let mut before = 0;
+    mean_busy(points.into_iter().map(|(count, busy)| {
+        let grew = count > before;
+        before = before.max(count);
+        (grew, busy)
+    }))
+}
+
+/// The mean busy share of the intervals of the hold: those in which no join was answered
+/// while browsers were held (waiting). `points` are a run's timeline, each (joins answered so
+/// far, browsers waiting, the busy share since the point before), in order. This is when the
+/// position updates of a held line are measured: near 1, they queued for a core, whoever
+/// (servers or load generator) asked for it. `None` when no such interval has a share.
+pub fn busy_while_holding(
+    points: impl IntoIterator<Item = (u64, u64, Option<f64>)>,
+) -> Option<f64> {
+    let mut before = 0;
+    mean_busy(points.into_iter().map(|(joined, waiting, busy)| {
+        let holding = joined <= before && waiting > 0;
+        before = before.max(joined);
+        (holding, busy)
+    }))
+}
+
+/// The mean of the busy shares of the intervals marked `true`.
+fn mean_busy(intervals: impl IntoIterator<Item = (bool, Option<f64>)>) -> Option<f64> {
     let (mut sum, mut n) = (0.0, 0u32);
-    for (count, busy) in points {
-        if let (true, Some(b)) = (count > before, busy) {
+    for (counts, busy) in intervals {
+        if let (true, Some(b)) = (counts, busy) {
             sum += b;
             n += 1;
         }
-        before = before.max(count);
     }
     (n > 0).then(|| sum / f64::from(n))
+}
+
+/// The report's `machine` line (how busy the machine was while joins were answered, and
+/// while the line was held), and a warning when either share reached
+/// [`crate::cpu::SHORT_OF_CPU`]: then every latency includes waiting for a core, and neither
+/// the servers nor the load generator alone explain it. Empty when nothing was measured.
+pub fn summary_lines(joining: Option<f64>, holding: Option<f64>) -> String {
+    let pct = |b: f64| format!("{:.0}%", b * 100.0);
+    let spans: Vec<String> = [
+        joining.map(|b| format!("{} while joins were answered", pct(b))),
+        holding.map(|b| format!("{} while the line was held", pct(b))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if spans.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "machine      all CPUs busy {} (every process, /proc/stat)\n",
+        spans.join(", ")
+    );
+    let short = [joining, holding]
+        .into_iter()
+        .flatten()
+        .any(|b| b >= crate::cpu::SHORT_OF_CPU);
+    if short {
+        s.push_str(
+            "warning      the machine was short of CPU: every latency includes waiting for a \
+             core, the servers' and the load generator's alike (fewer browsers, or the load \
+             generator on a machine of its own)\n",
+        );
+    }
+    s
 }
 
 #[cfg(test)]
@@ -112,6 +171,47 @@ mod tests {
         assert!((b - (0.80 + 0.90 + 0.60) / 3.0).abs() < 1e-9, "{b}");
         assert_eq!(busy_while_growing([(0, Some(0.5)), (0, Some(0.5))]), None);
         assert_eq!(busy_while_growing([]), None);
+    }
+
+    #[test]
+    fn busy_while_holding_averages_the_intervals_without_new_joins_and_with_browsers_held() {
+        let points = [
+            (0, 0, Some(0.10)),       // start-up: nobody held yet
+            (500, 500, Some(0.80)),   // joins
+            (1000, 1000, Some(0.70)), // joins
+            (1000, 1000, Some(0.95)), // the hold
+            (1000, 990, None),        // the hold, no reading
+            (1000, 980, Some(1.0)),   // the hold, the line moving
+            (1000, 0, Some(0.05)),    // everyone admitted or gone
+        ];
+        let b = busy_while_holding(points).expect("two intervals");
+        assert!((b - (0.95 + 1.0) / 2.0).abs() < 1e-9, "{b}");
+        assert_eq!(
+            busy_while_holding([(10, 10, Some(0.5)), (20, 20, Some(0.5))]),
+            None,
+            "joins all along: no hold"
+        );
+    }
+
+    #[test]
+    fn a_machine_short_of_cpu_is_named_as_such() {
+        assert_eq!(summary_lines(None, None), "");
+        let calm = summary_lines(Some(0.65), Some(0.7));
+        assert_eq!(
+            calm,
+            "machine      all CPUs busy 65% while joins were answered, 70% while the line was \
+             held (every process, /proc/stat)\n"
+        );
+        let short = summary_lines(Some(0.65), Some(1.0));
+        assert!(short.starts_with("machine      all CPUs busy 65% while joins were answered, 100% while the line was held"), "{short}");
+        assert!(
+            short.contains("\nwarning      the machine was short of CPU"),
+            "{short}"
+        );
+        assert!(
+            summary_lines(Some(0.95), None).contains("warning"),
+            "joining counts too"
+        );
     }
 
     #[test]

@@ -160,6 +160,11 @@ pub struct Report {
     /// which joins were answered (`crate::machine::busy_while_growing`): near 1, every event
     /// queued behind others, the servers' and the load generator's alike.
     pub machine_busy_while_joining: Option<f64>,
+    /// The same over the hold, the seconds in which no join was answered and browsers were
+    /// held (`crate::machine::busy_while_holding`): when a held line's position updates are
+    /// measured. At [`crate::cpu::SHORT_OF_CPU`] or more the machine, not one process, was
+    /// short of CPU, and the report says so.
+    pub machine_busy_while_holding: Option<f64>,
     pub timeline: Vec<TimelinePoint>,
     pub exit_code: i32,
 }
@@ -391,6 +396,12 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
             run.timeline.iter().map(|p| (p.joined, p.machine_busy)),
         )
         .map(|b| round_to(b, 3)),
+        machine_busy_while_holding: crate::machine::busy_while_holding(
+            run.timeline
+                .iter()
+                .map(|p| (p.joined, p.waiting, p.machine_busy)),
+        )
+        .map(|b| round_to(b, 3)),
         timeline: run.timeline,
         exit_code,
     }
@@ -481,13 +492,10 @@ pub fn summary(r: &Report) -> String {
     };
     let _ = writeln!(s, "cpu stalls   {stalls}");
     let _ = writeln!(s, "{}", crate::cpu::summary_line(&r.load_generator_cpu));
-    if let Some(b) = r.machine_busy_while_joining {
-        let _ = writeln!(
-            s,
-            "machine      {:.0}% of all CPUs busy while joins were answered (every process, /proc/stat)",
-            b * 100.0
-        );
-    }
+    s.push_str(&crate::machine::summary_lines(
+        r.machine_busy_while_joining,
+        r.machine_busy_while_holding,
+    ));
     let errors = if r.errors.is_empty() {
         "none".to_owned()
     } else {

@@ -115,50 +115,35 @@ pub(super) fn spawn_premint(
             Err(_) => return,
         };
         expected_now.store(expected.min(head.len() as u64), Ordering::Relaxed);
-        for part in head.chunks(PREMINT_BATCH) {
-            let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
-            let Ok(places) = with_keys(&store, &q, ids).await else {
-                return;
+        // A two-step pipeline: batch i is staged (its writes to the gateways' streams) while
+        // batch i + 1's keys are read and its tokens minted, and each batch goes to the tick
+        // as soon as it is staged. A tick that waits for its tokens (a queue unpaused within
+        // its lead) waits for the slower step of each batch, not for both.
+        let mut minted: Option<MintedPart> = None;
+        let mut parts = head.chunks(PREMINT_BATCH);
+        loop {
+            let part = parts.next();
+            let stage_and_send = async {
+                let Some(m) = minted.take() else {
+                    return true;
+                };
+                let batch = stage_part(&store, &gateways, &q, m, (at_ms, exp_ms), &clock).await;
+                tx.send(batch).await.is_ok()
             };
-            let keyed = keyed(&places);
-            let (key2, q2) = (key.clone(), q.clone());
-            let minted = tokio::task::spawn_blocking(move || {
-                mint_many(&key2, &q2, &places, at_ms, token_exp_ms)
-            })
-            .await
-            .unwrap_or_default();
-            let gateway_of: HashMap<PlaceId, u16> =
-                part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect();
-            let staged = stage(
-                &store,
-                &gateways,
-                &q,
-                &minted,
-                &gateway_of,
-                (at_ms, exp_ms),
-                clock.now_ms(),
-            )
-            .await;
-            let batch = minted
-                .into_iter()
-                .map(|(place, token)| {
-                    let staged_on = gateway_of
-                        .get(&place)
-                        .copied()
-                        .filter(|g| staged.contains(g));
-                    let keyed = keyed.contains(&place);
-                    (
-                        place,
-                        Pre {
-                            token,
-                            staged_on,
-                            keyed,
-                        },
-                    )
-                })
-                .collect();
-            if tx.send(batch).await.is_err() {
-                return;
+            let mint_next = async {
+                match part {
+                    Some(part) => {
+                        Some(mint_part(&store, &key, &q, part, (at_ms, token_exp_ms)).await)
+                    }
+                    None => None,
+                }
+            };
+            let (sent, next) = tokio::join!(stage_and_send, mint_next);
+            match next {
+                Some(Ok(m)) if sent => minted = Some(m),
+                // The tick stopped waiting, the line ended, or Redis failed a read: the tick
+                // mints whatever it still needs itself.
+                _ => return,
             }
         }
     });
@@ -170,6 +155,106 @@ pub(super) fn spawn_premint(
         batches,
         task: Minting(task),
     }
+}
+
+/// One batch's tokens, minted and not staged yet.
+struct MintedPart {
+    minted: Vec<(PlaceId, String)>,
+    /// The places minted with a browser key (`cnf.jkt`).
+    keyed: HashSet<PlaceId>,
+    /// The gateway holding each place.
+    gateway_of: HashMap<PlaceId, u16>,
+    /// When its key read started, and how long the read and the minting took (the debug log).
+    started: std::time::Instant,
+    keys_us: u64,
+    mint_us: u64,
+}
+
+/// Reads the browser keys of `part` (places and the gateways holding them, in line order) and
+/// mints their tokens, admitted at `at_ms` and expiring at `token_exp_ms`, on every core.
+async fn mint_part(
+    store: &Store,
+    key: &Arc<SigningKey>,
+    q: &QueueId,
+    part: &[(u64, u16)],
+    (at_ms, token_exp_ms): (u64, u64),
+) -> Result<MintedPart, usher_core::store::StoreError> {
+    let started = std::time::Instant::now();
+    let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
+    let places = with_keys(store, q, ids).await?;
+    let keys_us = started.elapsed().as_micros() as u64;
+    let keyed = keyed(&places);
+    let (key, q) = (key.clone(), q.clone());
+    let minted =
+        tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at_ms, token_exp_ms))
+            .await
+            .unwrap_or_default();
+    Ok(MintedPart {
+        minted,
+        keyed,
+        gateway_of: part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect(),
+        started,
+        keys_us,
+        mint_us: started.elapsed().as_micros() as u64 - keys_us,
+    })
+}
+
+/// Stages a minted batch on the gateways holding its places and returns it as the tick takes
+/// it: each token with the gateway it was staged on, if any.
+async fn stage_part(
+    store: &Store,
+    gateways: &[GatewayInfo],
+    q: &QueueId,
+    m: MintedPart,
+    (at_ms, exp_ms): (u64, u64),
+    clock: &SharedClock,
+) -> Vec<(PlaceId, Pre)> {
+    let stage_started = std::time::Instant::now();
+    let staged = stage(
+        store,
+        gateways,
+        q,
+        &m.minted,
+        &m.gateway_of,
+        (at_ms, exp_ms),
+        clock.now_ms(),
+    )
+    .await;
+    // Each step's time: what a tick that waited for its tokens waited on.
+    tracing::debug!(
+        queue = %q,
+        places = m.minted.len(),
+        keys_us = m.keys_us,
+        mint_us = m.mint_us,
+        stage_us = stage_started.elapsed().as_micros() as u64,
+        batch_us = m.started.elapsed().as_micros() as u64,
+        since_admission_ms = clock.now_ms() as i64 - at_ms as i64,
+        "pre-mint batch"
+    );
+    let MintedPart {
+        minted,
+        keyed,
+        gateway_of,
+        ..
+    } = m;
+    minted
+        .into_iter()
+        .map(|(place, token)| {
+            let staged_on = gateway_of
+                .get(&place)
+                .copied()
+                .filter(|g| staged.contains(g));
+            let keyed = keyed.contains(&place);
+            (
+                place,
+                Pre {
+                    token,
+                    staged_on,
+                    keyed,
+                },
+            )
+        })
+        .collect()
 }
 
 /// A place to mint for, with the thumbprint of the browser key it joined with (a binding
