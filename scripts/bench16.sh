@@ -12,7 +12,10 @@
 #          JOIN_SECS (5) of joins each, every stream held to the end (so GW gateways must hold
 #          rate x JOIN_SECS);
 #   admit  ADMIT (60,000) waiting, ADMIT_TICK (10,000) admitted per 1 s tick, through the same
-#          gateways, with each dispatcher; then `usher-floor` (the bare burst, 4x4 threads);
+#          gateways, with each dispatcher (DISPATCHERS names them, a name twice for two runs);
+#          the unpause lands UNPAUSE_LEAD_MS before a tick's admission time when set (inside
+#          its lead: the sale-opening tick at its hardest), else wherever the joins ended;
+#          then `usher-floor` (the bare burst, 4x4 threads);
 #   hold   HOLD (1,000,000) streams over HOLD_GW (60) gateways, joined at HOLD_RATE, then the
 #          line moves 50 places a second: position-update delay, memory, Redis commands/s.
 #
@@ -73,7 +76,7 @@ gateways() {  # $1: count, $2: connections each, $3: log name
     USHER_LISTEN=127.0.0.1:$((P+100+i)) USHER_SERVER_ID=gw-$i USHER_MAX_CONNECTIONS=$2 \
     USHER_MAX_SOCKETS=$(( $2 + 1000 > NOF ? NOF : $2 + 1000 )) USHER_WORKER_THREADS=1 \
     USHER_IP_JOIN_RATE=0 USHER_IP_JOIN_BURST=0 USHER_IP_MAX_STREAMS=0 USHER_IP_MAX_PLACES=0 USHER_IP_MAX_SOCKETS=0 \
-    USHER_TICKET_KEY=bench-ticket-key-0123456789abcdef0123 usher-gateway >"$OUT/$3-$i.log" 2>&1 & PIDS+=($!); GPIDS+=($!)
+    USHER_TICKET_KEY=bench-ticket-key-0123456789abcdef0123 RUST_LOG=${GATEWAY_LOG:-info} usher-gateway >"$OUT/$3-$i.log" 2>&1 & PIDS+=($!); GPIDS+=($!)
     GWS="${GWS:+$GWS,}http://127.0.0.1:$((P+100+i))"
   done
   ready $(echo "$GWS" | tr , ' ')
@@ -104,6 +107,27 @@ calls() { redis-cli -p $RP INFO commandstats | awk -F'calls=' '/calls=/ {split($
 LGEN=(usher-loadgen --source-ips "$SRC" --quiet)
 LG() { "${LGEN[@]}" "$@"; }
 lines() { grep -E "$2" "$1" | tr -s ' ' | tr '\n' ';'; }
+# Sleeps until $2 ms before a tick's admission time (the next one at least 50 ms beyond
+# that), on the grid of the dispatcher's last `tick planned` debug event in log $1: the
+# operator's unpause of a sale then lands inside that tick's lead (UNPAUSE_LEAD_MS), instead
+# of wherever the join phase happened to end.
+before_tick() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys, time
+last = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"tick planned.*admission_ms=(\d+)|admission_ms=(\d+).*tick planned", line)
+    if m:
+        last = int(m.group(1) or m.group(2))
+if last is None:
+    sys.exit("before_tick: no 'tick planned' event in " + sys.argv[1])
+lead, now = int(sys.argv[2]), time.time() * 1000
+at = last
+while at - lead - now < 50:
+    at += 1000
+time.sleep((at - lead - time.time() * 1000) / 1000)
+PY
+}
 
 dispatcher usher-dispatcher
 # As many streams as the open-files limit leaves room for (1,500 files for the rest).
@@ -160,6 +184,7 @@ if [[ $PHASES == *" admit "* ]]; then
     q "admit-$r" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
     "${LGEN[@]}" --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
     for _ in $(seq 60); do [ "$(fld "admit-$r" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
+    [ -n "${UNPAUSE_LEAD_MS:-}" ] && before_tick "$OUT/dispatcher-$d.log" "$UNPAUSE_LEAD_MS"
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
     q "admit-$r" '{"paused": false}'; wait $LGP
     c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID); d1=$(cpu $DPID)

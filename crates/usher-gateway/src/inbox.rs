@@ -109,7 +109,18 @@ fn apply(gw: &Arc<Gateway>, m: StreamMessage, trace: Option<&Arc<str>>) {
         StreamMessage::Admitted { queue, items } => {
             hub.admit(&queue, &items, trace);
         }
-        StreamMessage::Staged { queue, items } => hub.stage(&queue, items),
+        StreamMessage::Staged { queue, items } => {
+            // When a tick's tokens arrive, against its admission time (debug, as above).
+            if let Some(first) = items.first() {
+                tracing::debug!(
+                    queue = %queue,
+                    places = items.len(),
+                    since_admission_ms = now_ms() as i64 - first.admitted_at_ms as i64,
+                    "tokens staged"
+                );
+            }
+            hub.stage(&queue, items);
+        }
         StreamMessage::AdmittedStaged {
             queue,
             admitted_at_ms,

@@ -152,6 +152,9 @@ impl Admitter {
             last_planned = Some(planned);
             let cap = admit_lead_cap(self.settings.tick);
             let now = admission_time(planned, now_ms() + cap.as_millis() as u64);
+            // The grid, for whoever times an operator's change against it (`bench16.sh`'s
+            // `UNPAUSE_LEAD_MS`).
+            tracing::debug!(admission_ms = now, "tick planned");
             self.lead_to(now, &mut hints, &cancel).await;
             if cancel.is_cancelled() {
                 break;

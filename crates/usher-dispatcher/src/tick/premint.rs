@@ -115,10 +115,19 @@ pub(super) fn spawn_premint(
             Err(_) => return,
         };
         expected_now.store(expected.min(head.len() as u64), Ordering::Relaxed);
+        // The browser keys of the whole head in one call (a place's key never changes once it
+        // has one): each batch is then minting and staging alone.
+        let started = std::time::Instant::now();
+        let ids: Vec<PlaceId> = head.iter().map(|h| PlaceId(h.0)).collect();
+        let Ok(places) = with_keys(&store, &q, ids).await else {
+            return;
+        };
+        let keys_us = started.elapsed().as_micros() as u64;
+        let head: Vec<(ToMint, u16)> = places.into_iter().zip(head.iter().map(|h| h.1)).collect();
         // A two-step pipeline: batch i is staged (its writes to the gateways' streams) while
-        // batch i + 1's keys are read and its tokens minted, and each batch goes to the tick
-        // as soon as it is staged. A tick that waits for its tokens (a queue unpaused within
-        // its lead) waits for the slower step of each batch, not for both.
+        // batch i + 1's tokens are minted, and each batch goes to the tick as soon as it is
+        // staged. A tick that waits for its tokens (a queue unpaused within its lead) waits
+        // for the slower step of each batch, not for both.
         let mut minted: Option<MintedPart> = None;
         let mut parts = head.chunks(PREMINT_BATCH);
         loop {
@@ -132,17 +141,14 @@ pub(super) fn spawn_premint(
             };
             let mint_next = async {
                 match part {
-                    Some(part) => {
-                        Some(mint_part(&store, &key, &q, part, (at_ms, token_exp_ms)).await)
-                    }
+                    Some(part) => Some(mint_part(&key, &q, part, (at_ms, token_exp_ms)).await),
                     None => None,
                 }
             };
             let (sent, next) = tokio::join!(stage_and_send, mint_next);
             match next {
-                Some(Ok(m)) if sent => minted = Some(m),
-                // The tick stopped waiting, the line ended, or Redis failed a read: the tick
-                // mints whatever it still needs itself.
+                Some(m) if sent => minted = Some(MintedPart { keys_us, ..m }),
+                // The tick stopped waiting, or the line ended.
                 _ => return,
             }
         }
@@ -164,39 +170,37 @@ struct MintedPart {
     keyed: HashSet<PlaceId>,
     /// The gateway holding each place.
     gateway_of: HashMap<PlaceId, u16>,
-    /// When its key read started, and how long the read and the minting took (the debug log).
+    /// When its minting started, how long the pre-mint's key read and its minting took (the
+    /// debug log).
     started: std::time::Instant,
     keys_us: u64,
     mint_us: u64,
 }
 
-/// Reads the browser keys of `part` (places and the gateways holding them, in line order) and
-/// mints their tokens, admitted at `at_ms` and expiring at `token_exp_ms`, on every core.
+/// Mints the tokens of `part` (places with their browser keys, and the gateways holding
+/// them, in line order), admitted at `at_ms` and expiring at `token_exp_ms`, on every core.
 async fn mint_part(
-    store: &Store,
     key: &Arc<SigningKey>,
     q: &QueueId,
-    part: &[(u64, u16)],
+    part: &[(ToMint, u16)],
     (at_ms, token_exp_ms): (u64, u64),
-) -> Result<MintedPart, usher_core::store::StoreError> {
+) -> MintedPart {
     let started = std::time::Instant::now();
-    let ids: Vec<PlaceId> = part.iter().map(|h| PlaceId(h.0)).collect();
-    let places = with_keys(store, q, ids).await?;
-    let keys_us = started.elapsed().as_micros() as u64;
+    let places: Vec<ToMint> = part.iter().map(|(p, _)| p.clone()).collect();
     let keyed = keyed(&places);
     let (key, q) = (key.clone(), q.clone());
     let minted =
         tokio::task::spawn_blocking(move || mint_many(&key, &q, &places, at_ms, token_exp_ms))
             .await
             .unwrap_or_default();
-    Ok(MintedPart {
+    MintedPart {
         minted,
         keyed,
-        gateway_of: part.iter().map(|&(p, gw)| (PlaceId(p), gw)).collect(),
+        gateway_of: part.iter().map(|((p, _), gw)| (*p, *gw)).collect(),
         started,
-        keys_us,
-        mint_us: started.elapsed().as_micros() as u64 - keys_us,
-    })
+        keys_us: 0,
+        mint_us: started.elapsed().as_micros() as u64,
+    }
 }
 
 /// Stages a minted batch on the gateways holding its places and returns it as the tick takes
