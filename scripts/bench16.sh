@@ -13,8 +13,9 @@
 #          rate x JOIN_SECS);
 #   admit  ADMIT (60,000) waiting, ADMIT_TICK (10,000) admitted per 1 s tick, through the same
 #          gateways, with each dispatcher (DISPATCHERS names them, a name twice for two runs);
-#          the unpause lands UNPAUSE_LEAD_MS before a tick's admission time when set (inside
-#          its lead: the sale-opening tick at its hardest), else wherever the joins ended;
+#          the unpause is sent UNPAUSE_LEAD_MS before a tick's admission time when set (inside
+#          its lead: the sale-opening tick at its hardest; the summary says how long before
+#          the tick its answer came), else wherever the joins ended;
 #          then `usher-floor` (the bare burst, 4x4 threads);
 #   hold   HOLD (1,000,000) streams over HOLD_GW (60) gateways, joined at HOLD_RATE, then the
 #          line moves 50 places a second: position-update delay, memory, Redis commands/s.
@@ -65,8 +66,9 @@ export USHER_REDIS_URL="redis://127.0.0.1:$RP"
 TOK="bench:bench-admin-token-0123456789abcdefghijklmn"; A="Authorization: Bearer ${TOK#bench:}"
 D="http://127.0.0.1:$P"
 ready() { for u in "$@"; do for _ in $(seq 100); do curl -fsS "$u/readyz" >/dev/null 2>&1 && break; sleep 0.1; done; done; }
+TICK_MS=1000
 dispatcher() {  # $1: binary name
-  USHER_ADMIN_TOKEN="$TOK" USHER_LISTEN=127.0.0.1:$P USHER_TICK_MS=1000 RUST_LOG=${DISPATCHER_LOG:-info} \
+  USHER_ADMIN_TOKEN="$TOK" USHER_LISTEN=127.0.0.1:$P USHER_TICK_MS=$TICK_MS RUST_LOG=${DISPATCHER_LOG:-info} \
     "$1" >>"$OUT/dispatcher-$1.log" 2>&1 & DPID=$!; PIDS+=($DPID); ready "$D"
 }
 GWS=""; FLS=""; GPIDS=(); FPIDS=()
@@ -108,24 +110,29 @@ LGEN=(usher-loadgen --source-ips "$SRC" --quiet)
 LG() { "${LGEN[@]}" "$@"; }
 lines() { grep -E "$2" "$1" | tr -s ' ' | tr '\n' ';'; }
 # Sleeps until $2 ms before a tick's admission time (the next one at least 50 ms beyond
-# that), on the grid of the dispatcher's last `tick planned` debug event in log $1: the
-# operator's unpause of a sale then lands inside that tick's lead (UNPAUSE_LEAD_MS), instead
-# of wherever the join phase happened to end.
+# that), on the grid of the dispatcher's `tick planned` debug events in log $1 (the residue
+# most of its last ten share: a tick that started late is stamped off the grid), and prints
+# that admission time: the operator's unpause of a sale then lands inside that tick's lead
+# (UNPAUSE_LEAD_MS), instead of wherever the join phase happened to end. Prints nothing (and
+# says why on stderr) when the log has no such event: a dispatcher older than that event.
 before_tick() {
-  python3 - "$1" "$2" <<'PY'
-import re, sys, time
-last = None
+  python3 - "$1" "$2" "$TICK_MS" <<'PY'
+import collections, re, sys, time
+seen = []
 for line in open(sys.argv[1], errors="replace"):
     m = re.search(r"tick planned.*admission_ms=(\d+)|admission_ms=(\d+).*tick planned", line)
     if m:
-        last = int(m.group(1) or m.group(2))
-if last is None:
+        seen.append(int(m.group(1) or m.group(2)))
+if not seen:
     sys.exit("before_tick: no 'tick planned' event in " + sys.argv[1])
-lead, now = int(sys.argv[2]), time.time() * 1000
-at = last
+lead, tick = int(sys.argv[2]), int(sys.argv[3])
+residue = collections.Counter(t % tick for t in seen[-10:]).most_common(1)[0][0]
+now = time.time() * 1000
+at = int(now) - int(now) % tick + residue
 while at - lead - now < 50:
-    at += 1000
+    at += tick
 time.sleep((at - lead - time.time() * 1000) / 1000)
+print(at)
 PY
 }
 
@@ -184,9 +191,12 @@ if [[ $PHASES == *" admit "* ]]; then
     q "admit-$r" "{\"admit_per_second\": $ADMIT_TICK, \"paused\": true, \"passthrough\": false, \"session_ttl_seconds\": 600}"
     "${LGEN[@]}" --gateways "$GWS" --queue "admit-$r" --connections $ADMIT --join-rate 30000 --until-admitted --workers $(( ADMIT / PER + 4 )) --duration 60 --report "$OUT/admit-$r.json" >"$OUT/admit-$r.txt" 2>&1 & LGP=$!; PIDS+=($LGP)
     for _ in $(seq 60); do [ "$(fld "admit-$r" waiting 2>/dev/null || echo 0)" -ge $ADMIT ] && break; sleep 0.5; done
-    [ -n "${UNPAUSE_LEAD_MS:-}" ] && before_tick "$OUT/dispatcher-$d.log" "$UNPAUSE_LEAD_MS"
+    at=""; [ -n "${UNPAUSE_LEAD_MS:-}" ] && at=$(before_tick "$OUT/dispatcher-$d.log" "$UNPAUSE_LEAD_MS")
     c0=$(cpu "${GPIDS[@]}"); r0=$(cpu $RPID); d0=$(cpu $DPID)
-    q "admit-$r" '{"paused": false}'; wait $LGP
+    q "admit-$r" '{"paused": false}'
+    if [ -n "$at" ]; then say "admit $r: the unpause answered $(( at - $(date +%s%3N) )) ms before the tick at $at"
+    elif [ -n "${UNPAUSE_LEAD_MS:-}" ]; then say "admit $r: no 'tick planned' event from $d: unpaused where the joins ended"; fi
+    wait $LGP
     c1=$(cpu "${GPIDS[@]}"); r1=$(cpu $RPID); d1=$(cpu $DPID)
     del "admit-$r"
     say "admit $r: $(lines "$OUT/admit-$r.txt" '^admission|^correctness|^errors|^load gen cpu|^cpu stalls|^machine|^warning')"

@@ -91,20 +91,27 @@ pub fn busy_while_growing(points: impl IntoIterator<Item = (u64, Option<f64>)>) 
     }))
 }
 
-/// The mean busy share of the intervals of the hold: those in which no join was answered
-/// while browsers were held (waiting). `points` are a run's timeline, each (joins answered so
-/// far, browsers waiting, the busy share since the point before), in order. This is when the
-/// position updates of a held line are measured: near 1, they queued for a core, whoever
-/// (servers or load generator) asked for it. `None` when no such interval has a share.
+/// The mean busy share of the hold: the intervals in which no join was answered while
+/// browsers were held (waiting), weighted by their length (a run's last interval may be a
+/// few milliseconds). `points` are a run's timeline, each (seconds since the start, joins
+/// answered so far, browsers waiting, the busy share since the point before), in order. The
+/// position updates of a held line are measured then: near 1, they queued for a core,
+/// whoever (servers or load generator) asked for it. `None` when no such interval has a share.
 pub fn busy_while_holding(
-    points: impl IntoIterator<Item = (u64, u64, Option<f64>)>,
+    points: impl IntoIterator<Item = (f64, u64, u64, Option<f64>)>,
 ) -> Option<f64> {
-    let mut before = 0;
-    mean_busy(points.into_iter().map(|(joined, waiting, busy)| {
-        let holding = joined <= before && waiting > 0;
+    let (mut before, mut t_before) = (0, 0.0);
+    let (mut sum, mut secs) = (0.0, 0.0);
+    for (t, joined, waiting, busy) in points {
+        let dt = t - t_before;
+        if let (true, Some(b)) = (joined <= before && waiting > 0 && dt > 0.0, busy) {
+            sum += b * dt;
+            secs += dt;
+        }
         before = before.max(joined);
-        (holding, busy)
-    }))
+        t_before = t;
+    }
+    (secs > 0.0).then(|| sum / secs)
 }
 
 /// The mean of the busy shares of the intervals marked `true`.
@@ -174,20 +181,22 @@ mod tests {
     }
 
     #[test]
-    fn busy_while_holding_averages_the_intervals_without_new_joins_and_with_browsers_held() {
+    fn busy_while_holding_weighs_the_intervals_without_new_joins_and_with_browsers_held() {
         let points = [
-            (0, 0, Some(0.10)),       // start-up: nobody held yet
-            (500, 500, Some(0.80)),   // joins
-            (1000, 1000, Some(0.70)), // joins
-            (1000, 1000, Some(0.95)), // the hold
-            (1000, 990, None),        // the hold, no reading
-            (1000, 980, Some(1.0)),   // the hold, the line moving
-            (1000, 0, Some(0.05)),    // everyone admitted or gone
+            (1.0, 0, 0, Some(0.10)),       // start-up: nobody held yet
+            (2.0, 500, 500, Some(0.80)),   // joins
+            (3.0, 1000, 1000, Some(0.70)), // joins
+            (4.0, 1000, 1000, Some(0.95)), // the hold
+            (5.0, 1000, 990, None),        // the hold, no reading
+            (6.0, 1000, 980, Some(1.0)),   // the hold, the line moving
+            (6.01, 1000, 975, Some(0.0)),  // the run's end, a moment after
+            (7.0, 1000, 0, Some(0.05)),    // everyone admitted or gone
         ];
-        let b = busy_while_holding(points).expect("two intervals");
-        assert!((b - (0.95 + 1.0) / 2.0).abs() < 1e-9, "{b}");
+        let b = busy_while_holding(points).expect("three intervals");
+        let want = (0.95 * 1.0 + 1.0 * 1.0 + 0.0 * 0.01) / 2.01;
+        assert!((b - want).abs() < 1e-9, "{b} vs {want}");
         assert_eq!(
-            busy_while_holding([(10, 10, Some(0.5)), (20, 20, Some(0.5))]),
+            busy_while_holding([(1.0, 10, 10, Some(0.5)), (2.0, 20, 20, Some(0.5))]),
             None,
             "joins all along: no hold"
         );

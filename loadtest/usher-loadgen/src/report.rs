@@ -399,7 +399,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         machine_busy_while_holding: crate::machine::busy_while_holding(
             run.timeline
                 .iter()
-                .map(|p| (p.joined, p.waiting, p.machine_busy)),
+                .map(|p| (p.t, p.joined, p.waiting, p.machine_busy)),
         )
         .map(|b| round_to(b, 3)),
         timeline: run.timeline,

@@ -157,21 +157,28 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     let reported = share(&r["machine_busy_while_joining"]).expect("a share");
     assert!((reported - mean).abs() < 0.001, "{reported} vs {joining:?}");
     assert!(stdout.contains("% while joins were answered"), "{stdout}");
-    // And over the hold: the seconds with no new join while browsers waited for admission
-    // (here, until the line emptied), whose mean is reported when there were any.
+    // And over the hold: the intervals with no new join while browsers waited for admission
+    // (here, until the line emptied), weighted by their length, reported when there were any.
     let waiting: Vec<u64> = points
         .iter()
         .map(|p| p["waiting"].as_u64().unwrap_or(0))
         .collect();
-    let holding: Vec<f64> = (0..points.len())
-        .filter(|&i| i > 0 && joined[i] <= joined[..i].iter().copied().max().unwrap_or(0))
-        .filter(|&i| waiting[i] > 0)
-        .filter_map(|i| busy[i])
+    let t: Vec<f64> = points
+        .iter()
+        .map(|p| p["t"].as_f64().unwrap_or(0.0))
         .collect();
-    let held = share(&r["machine_busy_while_holding"]);
-    match held {
+    let holding: Vec<(f64, f64)> = (0..points.len())
+        .filter(|&i| joined[i] <= joined[..i].iter().copied().max().unwrap_or(0))
+        .filter(|&i| waiting[i] > 0)
+        .filter_map(|i| {
+            let dt = t[i] - if i == 0 { 0.0 } else { t[i - 1] };
+            busy[i].filter(|_| dt > 0.0).map(|b| (b, dt))
+        })
+        .collect();
+    match share(&r["machine_busy_while_holding"]) {
         Some(h) => {
-            let mean = holding.iter().sum::<f64>() / holding.len() as f64;
+            let secs: f64 = holding.iter().map(|(_, dt)| dt).sum();
+            let mean = holding.iter().map(|(b, dt)| b * dt).sum::<f64>() / secs;
             assert!((h - mean).abs() < 0.001, "{h} vs {holding:?}");
             assert!(stdout.contains("% while the line was held"), "{stdout}");
         }

@@ -119,8 +119,12 @@ pub(super) fn spawn_premint(
         // has one): each batch is then minting and staging alone.
         let started = std::time::Instant::now();
         let ids: Vec<PlaceId> = head.iter().map(|h| PlaceId(h.0)).collect();
-        let Ok(places) = with_keys(&store, &q, ids).await else {
-            return;
+        let places = match with_keys(&store, &q, ids).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(queue = %q, error = %e, "pre-mint: no browser keys read; the tick mints at admission");
+                return;
+            }
         };
         let keys_us = started.elapsed().as_micros() as u64;
         let head: Vec<(ToMint, u16)> = places.into_iter().zip(head.iter().map(|h| h.1)).collect();
@@ -131,6 +135,10 @@ pub(super) fn spawn_premint(
         let mut minted: Option<MintedPart> = None;
         let mut parts = head.chunks(PREMINT_BATCH);
         loop {
+            // The tick stopped waiting (it took another pre-mint, or is done): mint no more.
+            if tx.is_closed() {
+                return;
+            }
             let part = parts.next();
             let stage_and_send = async {
                 let Some(m) = minted.take() else {
