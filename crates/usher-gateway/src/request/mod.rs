@@ -190,7 +190,7 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
     }
     Ok(Head {
         method: req.method.unwrap_or("").to_owned(),
-        target: req.path.unwrap_or("/").to_owned(),
+        target: origin_form(req.path.unwrap_or("/"))?,
         minor_version,
         keep_alive,
         last_event_id,
@@ -274,6 +274,39 @@ pub(crate) enum BodyLength {
     UntilClose,
 }
 
+/// The request target as the routes read it: the origin form (`/path?query`). A server must
+/// accept the absolute form too (`http://host/path?query`, RFC 9112, 3.2.2), which clients
+/// send to a proxy and a proxy may pass on: its scheme and authority are dropped (nothing
+/// here reads the host). An `http` URI without a host, or with user information, is refused
+/// (RFC 9110, 4.2.1 and 4.2.4), as a proxy in front could read it as another host. Any other
+/// form (`*`, or no form at all) is kept: no route matches it.
+fn origin_form(target: &str) -> Result<String, ApiError> {
+    let scheme_len = ["http://", "https://"]
+        .iter()
+        .find(|s| {
+            target
+                .get(..s.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(s))
+        })
+        .map(|s| s.len());
+    let Some(scheme_len) = scheme_len else {
+        return Ok(target.to_owned());
+    };
+    let rest = &target[scheme_len..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || authority.contains('@') {
+        return Err(ApiError::bad_request(
+            "an absolute request target needs a host and no user information",
+        ));
+    }
+    Ok(match &rest[end..] {
+        "" => "/".to_owned(),
+        tail if tail.starts_with('?') => format!("/{tail}"),
+        tail => tail.to_owned(),
+    })
+}
+
 /// A response head: status line, `headers` (name, value; neither contains CR or LF), the
 /// body's framing, `connection: close` unless `keep_alive`, then the blank line.
 pub(crate) fn response_head(
@@ -341,6 +374,38 @@ mod tests {
             Parsed::Complete(h) => Ok(h),
             Parsed::Partial => Err(ApiError::bad_request("partial")),
         }
+    }
+
+    #[test]
+    fn an_absolute_target_is_read_as_its_path() {
+        let target =
+            |t: &str| head(format!("GET {t} HTTP/1.1\r\n\r\n").as_bytes()).map(|h| h.target);
+        assert_eq!(
+            target("http://gw.example/api/queues/q1/stream?ticket=a.1.b"),
+            Ok("/api/queues/q1/stream?ticket=a.1.b".to_owned())
+        );
+        assert_eq!(
+            target("HTTPS://gw.example:443/readyz"),
+            Ok("/readyz".to_owned())
+        );
+        assert_eq!(target("http://gw.example"), Ok("/".to_owned()));
+        assert_eq!(target("http://gw.example?x=1"), Ok("/?x=1".to_owned()));
+        assert_eq!(
+            target("/http://gw.example/x"),
+            Ok("/http://gw.example/x".to_owned())
+        );
+        assert_eq!(target("*"), Ok("*".to_owned()));
+        for refused in [
+            "http:///readyz",
+            "http://user@gw.example/readyz",
+            "https://?x",
+        ] {
+            let e = target(refused).expect_err(refused);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{refused}");
+        }
+        let stream = head(b"GET http://gw.example/api/queues/q1/stream HTTP/1.1\r\n\r\n")
+            .map(|h| stream_target(&h.target).map(|(q, _)| q.to_owned()));
+        assert_eq!(stream, Ok(Some("q1".to_owned())));
     }
 
     #[test]

@@ -103,6 +103,44 @@ async fn an_http_1_0_stream_is_close_delimited() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The absolute form of a request target (`GET http://host/path`), which a server must accept
+/// (RFC 9112, 3.2.2), reaches the same routes as the path: a stream opens and hears its place,
+/// the probes answer. Without a host, or with user information, it is refused as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_request_target_reaches_the_route_of_its_path() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("q", PAUSED).await?;
+    let gw = stack.gateways[0].addr;
+    let mut s = raw::send(
+        None,
+        gw,
+        format!("GET http://{gw}/api/queues/q/stream HTTP/1.1\r\nhost: {gw}\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let r = raw::read_response(&mut s, Some(b"event: waiting\n"), T).await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        stack.queue("q").await?["waiting"],
+        1,
+        "the stream took no place"
+    );
+    let (r, _) = ask(gw, b"GET HTTP://gw.example/readyz HTTP/1.1\r\n\r\n").await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    for refused in [
+        &b"GET http:///readyz HTTP/1.1\r\n\r\n"[..],
+        b"GET http://user@gw.example/readyz HTTP/1.1\r\n\r\n",
+    ] {
+        let (r, closed) = ask(gw, refused).await?;
+        assert_json_error(&r, 400)?;
+        assert!(
+            closed,
+            "the connection stayed open after {}",
+            String::from_utf8_lossy(refused)
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_answer_is_json() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
