@@ -55,7 +55,7 @@ pub(crate) async fn write_response(
         .size_hint()
         .exact()
         .and_then(|n| usize::try_from(n).ok());
-    let headers: Vec<(&str, &str)> = parts
+    let mut headers: Vec<(&str, &str)> = parts
         .headers
         .iter()
         .filter(|(k, _)| {
@@ -89,7 +89,15 @@ pub(crate) async fn write_response(
             }
         }
     }
+    // An HTTP/1.0 client that asked to keep the connection is told it is kept: without the
+    // header it takes every answer as the last (RFC 9112, appendix C.2.2).
+    let tell_kept = |headers: &mut Vec<(&str, &str)>, kept: bool| {
+        if kept && !length_known {
+            headers.push(("connection", "keep-alive"));
+        }
+    };
     if ended || exact.is_some_and(|n| first.len() >= n && n <= WHOLE_RESPONSE) {
+        tell_kept(&mut headers, keep_alive);
         let bytes = request::response_bytes(parts.status, &headers, &first, keep_alive);
         return send(sock, &bytes).await;
     }
@@ -98,6 +106,7 @@ pub(crate) async fn write_response(
         None if length_known => (BodyLength::Chunked, keep_alive),
         None => (BodyLength::UntilClose, false),
     };
+    tell_kept(&mut headers, keep_alive);
     let head = request::response_head(parts.status, &headers, length, keep_alive);
     let mut sent = 0usize;
     let mut piece = Bytes::from(first);

@@ -103,6 +103,37 @@ async fn an_http_1_0_stream_is_close_delimited() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An HTTP/1.0 client that asks to keep its connection is told so (`connection: keep-alive`)
+/// and can send its next request on it; one that does not ask gets `connection: close`, and
+/// the connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_keep_alive_is_confirmed_and_kept() -> anyhow::Result<()> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    let gw = stack.gateways[0].addr;
+    let asked = b"GET /readyz HTTP/1.0\r\nconnection: keep-alive\r\n\r\n";
+    let mut s = raw::send(None, gw, asked).await?;
+    for round in 0..2 {
+        let r = raw::read_response(&mut s, None, T).await?;
+        assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        assert_eq!(
+            r.header("connection"),
+            Some("keep-alive"),
+            "round {round}: {:?}",
+            r.headers
+        );
+        assert!(r.header("content-length").is_some(), "{:?}", r.headers);
+        tokio::io::AsyncWriteExt::write_all(&mut s, asked).await?;
+    }
+    let (r, closed) = ask(gw, b"GET /readyz HTTP/1.0\r\n\r\n").await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+    assert!(
+        closed,
+        "an HTTP/1.0 connection that did not ask to be kept stayed open"
+    );
+    Ok(())
+}
+
 /// The absolute form of a request target (`GET http://host/path`), which a server must accept
 /// (RFC 9112, 3.2.2), reaches the same routes as the path: a stream opens and hears its place,
 /// the probes answer. Without a host, or with user information, it is refused as JSON.
