@@ -278,10 +278,13 @@ impl ClientConn {
                     // A stream that ended (admitted, closed, try later) leaves a reusable
                     // connection, as any complete HTTP/1.1 response does: the browser keeps
                     // it in its pool, and neither side pays for a teardown at the busiest
-                    // moment (an admission tick).
+                    // moment (an admission tick). Not one in the sockets kept for health
+                    // checks, whose stream was refused: kept, it would wait for its next head
+                    // with the normal idle deadline, not the reserve's, holding the reserve.
                     if finished
                         && framing == Framing::Chunked
                         && head.keep_alive
+                        && !self.reserve
                         && !self.gw.shutting_down()
                     {
                         continue;

@@ -283,6 +283,8 @@ async fn the_reserve_serves_health_checks_while_streams_fill_the_sockets() -> an
     let gw = gateway(&stack, |c| {
         c.max_sockets = 10;
         c.health_reserve_sockets = 2;
+        // Long enough that a reserve connection left open would still be open below.
+        c.idle_timeout_secs = 30;
     })
     .await?;
     let browser = usher_testkit::SseClient::new(gw.url());
@@ -306,6 +308,21 @@ async fn the_reserve_serves_health_checks_while_streams_fill_the_sockets() -> an
     assert!(r.json()?["error"].is_string());
     let mut s = raw::send(None, gw.addr, b"GET /readyz HTTP/1.1\r\n\r\n").await?;
     assert_eq!(raw::read_response(&mut s, None, T).await?.status, 200);
+    // A stream asked for in the reserve is told to try later, and its connection closes: it
+    // does not wait for a next request with the normal idle deadline, holding the reserve.
+    let mut s = raw::send(None, gw.addr, b"GET /api/queues/q/stream HTTP/1.1\r\n\r\n").await?;
+    let r = raw::read_response(&mut s, None, T).await?;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("retry: "), "{}", r.text());
+    assert!(
+        raw::closed_within(&mut s, std::time::Duration::from_secs(5)).await,
+        "the reserve connection stayed open after its refused stream"
+    );
+    assert_eq!(
+        stack.waiting("q").await?,
+        8,
+        "the refused stream took a place"
+    );
     drop(streams);
     gw.stop().await
 }
