@@ -301,7 +301,10 @@ impl ClientConn {
                 let _ = write_error(&mut sock, &e, Some(RETRY_AFTER_SECS)).await;
                 return;
             }
-            let keep_alive = head.keep_alive && !self.gw.shutting_down();
+            // A connection in the sockets kept for health checks serves one answer: kept, it
+            // would wait for its next head with the normal deadlines and could hold the
+            // reserve (probes open a connection each anyway).
+            let keep_alive = head.keep_alive && !self.reserve && !self.gw.shutting_down();
             buf.drain(..total);
             if buf.is_empty() {
                 // Nothing of the next request yet: hold no buffer while waiting for it.

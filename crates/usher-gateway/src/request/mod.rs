@@ -138,7 +138,9 @@ impl HeadReader {
 
 fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, ApiError> {
     let minor_version = req.version.unwrap_or(1);
-    let mut keep_alive = minor_version == 1;
+    // `close` in any `Connection` field closes (RFC 9110, 7.6.1), whatever another says;
+    // HTTP/1.0 keeps the connection only when asked. Whole comma-separated tokens, any case.
+    let (mut close, mut asked_keep_alive) = (false, false);
     let mut last_event_id = None;
     let mut content_length: Option<usize> = None;
     let mut chunked = false;
@@ -146,11 +148,10 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
     for h in req.headers.iter() {
         match headers.push(h.name, h.value) {
             "connection" => {
-                let v = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                if v.contains("close") {
-                    keep_alive = false;
-                } else if v.contains("keep-alive") {
-                    keep_alive = true;
+                for token in String::from_utf8_lossy(h.value).split(',') {
+                    let token = token.trim();
+                    close |= token.eq_ignore_ascii_case("close");
+                    asked_keep_alive |= token.eq_ignore_ascii_case("keep-alive");
                 }
             }
             "last-event-id" => {
@@ -173,6 +174,7 @@ fn head_of(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<Head, Api
             _ => {}
         }
     }
+    let keep_alive = !close && (minor_version == 1 || asked_keep_alive);
     if chunked && content_length.is_some() {
         return Err(ApiError::bad_request(
             "Content-Length together with Transfer-Encoding is refused",
@@ -276,35 +278,37 @@ pub(crate) enum BodyLength {
 
 /// The request target as the routes read it: the origin form (`/path?query`). A server must
 /// accept the absolute form too (`http://host/path?query`, RFC 9112, 3.2.2), which clients
-/// send to a proxy and a proxy may pass on: its scheme and authority are dropped (nothing
-/// here reads the host). An `http` URI without a host, or with user information, is refused
-/// (RFC 9110, 4.2.1 and 4.2.4), as a proxy in front could read it as another host. Any other
-/// form (`*`, or no form at all) is kept: no route matches it.
+/// send to a proxy and a proxy may pass on: it is read as the `http` crate reads a URI (what
+/// hyper and axum do), and its scheme and authority are dropped (nothing here reads the
+/// host). An `http` URI without a host, or with user information, is refused (RFC 9110, 4.2.1
+/// and 4.2.4), as a proxy in front could read it as another host; so is any other scheme, a
+/// fragment (`#`: never part of a request target, and parsers end the authority at it
+/// differently), and any other form but `*`. Stream, reserve and router then read one path.
 fn origin_form(target: &str) -> Result<String, ApiError> {
-    let scheme_len = ["http://", "https://"]
-        .iter()
-        .find(|s| {
-            target
-                .get(..s.len())
-                .is_some_and(|p| p.eq_ignore_ascii_case(s))
-        })
-        .map(|s| s.len());
-    let Some(scheme_len) = scheme_len else {
-        return Ok(target.to_owned());
+    let refused = || {
+        ApiError::bad_request(
+            "the request target must be a path, or an http(s) URI with a host and no user information",
+        )
     };
-    let rest = &target[scheme_len..];
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    if authority.is_empty() || authority.contains('@') {
-        return Err(ApiError::bad_request(
-            "an absolute request target needs a host and no user information",
-        ));
+    if target.contains('#') {
+        return Err(refused());
     }
-    Ok(match &rest[end..] {
-        "" => "/".to_owned(),
-        tail if tail.starts_with('?') => format!("/{tail}"),
-        tail => tail.to_owned(),
-    })
+    if target.starts_with('/') || target == "*" {
+        return Ok(target.to_owned());
+    }
+    let uri: axum::http::Uri = target.parse().map_err(|_| refused())?;
+    let web = uri
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https"));
+    match uri.authority() {
+        Some(a) if web && !a.host().is_empty() && !a.as_str().contains('@') => {
+            Ok(match uri.query() {
+                Some(q) => format!("{}?{q}", uri.path()),
+                None => uri.path().to_owned(),
+            })
+        }
+        _ => Err(refused()),
+    }
 }
 
 /// A response head: status line, `headers` (name, value; neither contains CR or LF), the
@@ -377,6 +381,33 @@ mod tests {
     }
 
     #[test]
+    fn close_in_any_connection_field_closes() {
+        let kept = |h: &str| head(h.as_bytes()).map(|h| h.keep_alive);
+        assert_eq!(kept("GET / HTTP/1.1\r\n\r\n"), Ok(true));
+        assert_eq!(kept("GET / HTTP/1.0\r\n\r\n"), Ok(false));
+        assert_eq!(
+            kept("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"),
+            Ok(true)
+        );
+        assert_eq!(
+            kept("GET / HTTP/1.0\r\nconnection: close\r\nconnection: keep-alive\r\n\r\n"),
+            Ok(false)
+        );
+        assert_eq!(
+            kept("GET / HTTP/1.1\r\nconnection: keep-alive, close\r\n\r\n"),
+            Ok(false)
+        );
+        assert_eq!(
+            kept("GET / HTTP/1.1\r\nconnection: x-close-not\r\n\r\n"),
+            Ok(true)
+        );
+        assert_eq!(
+            kept("GET / HTTP/1.0\r\nconnection: keep-alive-ish\r\n\r\n"),
+            Ok(false)
+        );
+    }
+
+    #[test]
     fn an_absolute_target_is_read_as_its_path() {
         let target =
             |t: &str| head(format!("GET {t} HTTP/1.1\r\n\r\n").as_bytes()).map(|h| h.target);
@@ -395,10 +426,18 @@ mod tests {
             Ok("/http://gw.example/x".to_owned())
         );
         assert_eq!(target("*"), Ok("*".to_owned()));
+        assert_eq!(target("http://[::1]:8080/readyz"), Ok("/readyz".to_owned()));
         for refused in [
             "http:///readyz",
             "http://user@gw.example/readyz",
+            "http://gw.example:80@evil.example/readyz",
             "https://?x",
+            "http://a#/metrics",
+            "/readyz#x",
+            "ftp://gw.example/metrics",
+            "ws://gw.example/readyz",
+            "http:/readyz",
+            "readyz",
         ] {
             let e = target(refused).expect_err(refused);
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{refused}");

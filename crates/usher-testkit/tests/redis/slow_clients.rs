@@ -306,8 +306,16 @@ async fn the_reserve_serves_health_checks_while_streams_fill_the_sockets() -> an
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("5"));
     assert!(r.json()?["error"].is_string());
+    // A health check in the reserve is answered, and its connection closes: kept, it would
+    // wait for a next request with the normal deadlines, holding the reserve.
     let mut s = raw::send(None, gw.addr, b"GET /readyz HTTP/1.1\r\n\r\n").await?;
-    assert_eq!(raw::read_response(&mut s, None, T).await?.status, 200);
+    let r = raw::read_response(&mut s, None, T).await?;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+    assert!(
+        raw::closed_within(&mut s, std::time::Duration::from_secs(5)).await,
+        "the reserve connection stayed open after its health check"
+    );
     // A stream asked for in the reserve is told to try later, and its connection closes: it
     // does not wait for a next request with the normal idle deadline, holding the reserve.
     let mut s = raw::send(None, gw.addr, b"GET /api/queues/q/stream HTTP/1.1\r\n\r\n").await?;

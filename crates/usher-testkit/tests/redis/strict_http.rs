@@ -136,7 +136,8 @@ async fn an_http_1_0_keep_alive_is_confirmed_and_kept() -> anyhow::Result<()> {
 
 /// The absolute form of a request target (`GET http://host/path`), which a server must accept
 /// (RFC 9112, 3.2.2), reaches the same routes as the path: a stream opens and hears its place,
-/// the probes answer. Without a host, or with user information, it is refused as JSON.
+/// the probes answer. Without a host, with user information, with a fragment or of another
+/// scheme, it is refused as JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_absolute_request_target_reaches_the_route_of_its_path() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
@@ -160,6 +161,8 @@ async fn an_absolute_request_target_reaches_the_route_of_its_path() -> anyhow::R
     for refused in [
         &b"GET http:///readyz HTTP/1.1\r\n\r\n"[..],
         b"GET http://user@gw.example/readyz HTTP/1.1\r\n\r\n",
+        b"GET http://gw.example#/metrics HTTP/1.1\r\n\r\n",
+        b"GET ftp://gw.example/readyz HTTP/1.1\r\n\r\n",
     ] {
         let (r, closed) = ask(gw, refused).await?;
         assert_json_error(&r, 400)?;
