@@ -15,6 +15,33 @@ async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> anyhow::Result<(raw:
     Ok((r, closed))
 }
 
+/// A stack with a paused queue `q`, and the address of its first gateway.
+async fn gateway_with_queue() -> anyhow::Result<(Stack, std::net::SocketAddr)> {
+    let stack = Stack::start(StackOptions::default()).await?;
+    stack.create_queue("q", PAUSED).await?;
+    let gw = stack.gateways[0].addr;
+    Ok((stack, gw))
+}
+
+/// Each of `requests`, on a connection of its own, is answered `status` with a JSON error, and
+/// the connection closes.
+async fn refused_and_closed(
+    gw: std::net::SocketAddr,
+    requests: &[&[u8]],
+    status: u16,
+) -> anyhow::Result<()> {
+    for request in requests {
+        let (r, closed) = ask(gw, request).await?;
+        assert_json_error(&r, status)?;
+        assert!(
+            closed,
+            "the connection stayed open after {}",
+            String::from_utf8_lossy(request)
+        );
+    }
+    Ok(())
+}
+
 fn assert_json_error(r: &raw::Response, status: u16) -> anyhow::Result<()> {
     assert_eq!(r.status, status, "{}", r.text());
     assert!(
@@ -30,18 +57,17 @@ fn assert_json_error(r: &raw::Response, status: u16) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ambiguous_lengths_and_bad_last_event_ids_are_refused() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("q", PAUSED).await?;
-    let gw = stack.gateways[0].addr;
-    for request in [
-        &b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 12\r\n\r\nx"[..],
-        b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
-        b"GET /api/queues/q/status HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
-    ] {
-        let (r, closed) = ask(gw, request).await?;
-        assert_json_error(&r, 400)?;
-        assert!(closed, "the connection stayed open after {}", String::from_utf8_lossy(request));
-    }
+    let (stack, gw) = gateway_with_queue().await?;
+    refused_and_closed(
+        gw,
+        &[
+            b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 12\r\n\r\nx",
+            b"POST /api/queues/q/status HTTP/1.1\r\ncontent-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"GET /api/queues/q/status HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
+        ],
+        400,
+    )
+    .await?;
     // A Last-Event-ID that is not UTF-8: 400, and no place is created.
     let (r, _) = ask(
         gw,
@@ -61,19 +87,18 @@ async fn ambiguous_lengths_and_bad_last_event_ids_are_refused() -> anyhow::Resul
 async fn a_head_of_empty_lines_is_refused_at_the_head_limit() -> anyhow::Result<()> {
     let stack = Stack::start(StackOptions::default()).await?;
     let gw = stack.gateways[0].addr;
-    for blank in [&b"\r\n"[..], b"\n"] {
-        let (r, closed) = ask(gw, &blank.repeat(16 * 1024 / blank.len())).await?;
-        assert_json_error(&r, 431)?;
-        assert!(closed, "the connection stayed open");
-    }
+    let heads: Vec<Vec<u8>> = [&b"\r\n"[..], b"\n"]
+        .iter()
+        .map(|blank| blank.repeat(16 * 1024 / blank.len()))
+        .collect();
+    let heads: Vec<&[u8]> = heads.iter().map(Vec::as_slice).collect();
+    refused_and_closed(gw, &heads, 431).await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_1_0_stream_is_close_delimited() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("q", PAUSED).await?;
-    let gw = stack.gateways[0].addr;
+    let (_stack, gw) = gateway_with_queue().await?;
     let mut s = raw::send(
         None,
         gw,
@@ -140,9 +165,7 @@ async fn an_http_1_0_keep_alive_is_confirmed_and_kept() -> anyhow::Result<()> {
 /// scheme, it is refused as JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_absolute_request_target_reaches_the_route_of_its_path() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("q", PAUSED).await?;
-    let gw = stack.gateways[0].addr;
+    let (stack, gw) = gateway_with_queue().await?;
     let mut s = raw::send(
         None,
         gw,
@@ -158,28 +181,23 @@ async fn an_absolute_request_target_reaches_the_route_of_its_path() -> anyhow::R
     );
     let (r, _) = ask(gw, b"GET HTTP://gw.example/readyz HTTP/1.1\r\n\r\n").await?;
     assert_eq!(r.status, 200, "{}", r.text());
-    for refused in [
-        &b"GET http:///readyz HTTP/1.1\r\n\r\n"[..],
-        b"GET http://user@gw.example/readyz HTTP/1.1\r\n\r\n",
-        b"GET http://gw.example#/metrics HTTP/1.1\r\n\r\n",
-        b"GET ftp://gw.example/readyz HTTP/1.1\r\n\r\n",
-    ] {
-        let (r, closed) = ask(gw, refused).await?;
-        assert_json_error(&r, 400)?;
-        assert!(
-            closed,
-            "the connection stayed open after {}",
-            String::from_utf8_lossy(refused)
-        );
-    }
+    refused_and_closed(
+        gw,
+        &[
+            b"GET http:///readyz HTTP/1.1\r\n\r\n",
+            b"GET http://user@gw.example/readyz HTTP/1.1\r\n\r\n",
+            b"GET http://gw.example#/metrics HTTP/1.1\r\n\r\n",
+            b"GET ftp://gw.example/readyz HTTP/1.1\r\n\r\n",
+        ],
+        400,
+    )
+    .await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_answer_is_json() -> anyhow::Result<()> {
-    let stack = Stack::start(StackOptions::default()).await?;
-    stack.create_queue("q", PAUSED).await?;
-    let gw = stack.gateways[0].addr;
+    let (stack, gw) = gateway_with_queue().await?;
     let dispatcher = stack.dispatcher.addr;
     // Admin requests carry the token, so the router and the extractors, not the admin
     // auth, answer them.
