@@ -89,24 +89,22 @@ pub(crate) async fn write_response(
             }
         }
     }
+    let whole = ended || exact.is_some_and(|n| first.len() >= n && n <= WHOLE_RESPONSE);
+    // A whole answer goes in one piece with its `content-length`; `length` frames the rest.
+    let (length, keep_alive) = match exact {
+        Some(n) => (BodyLength::Exact(n), keep_alive),
+        None if whole || length_known => (BodyLength::Chunked, keep_alive),
+        None => (BodyLength::UntilClose, false),
+    };
     // An HTTP/1.0 client that asked to keep the connection is told it is kept: without the
     // header it takes every answer as the last (RFC 9112, appendix C.2.2).
-    let tell_kept = |headers: &mut Vec<(&str, &str)>, kept: bool| {
-        if kept && !length_known {
-            headers.push(("connection", "keep-alive"));
-        }
-    };
-    if ended || exact.is_some_and(|n| first.len() >= n && n <= WHOLE_RESPONSE) {
-        tell_kept(&mut headers, keep_alive);
+    if keep_alive && !length_known {
+        headers.push(("connection", "keep-alive"));
+    }
+    if whole {
         let bytes = request::response_bytes(parts.status, &headers, &first, keep_alive);
         return send(sock, &bytes).await;
     }
-    let (length, keep_alive) = match exact {
-        Some(n) => (BodyLength::Exact(n), keep_alive),
-        None if length_known => (BodyLength::Chunked, keep_alive),
-        None => (BodyLength::UntilClose, false),
-    };
-    tell_kept(&mut headers, keep_alive);
     let head = request::response_head(parts.status, &headers, length, keep_alive);
     let mut sent = 0usize;
     let mut piece = Bytes::from(first);

@@ -255,7 +255,11 @@ impl ClientConn {
             );
             // The connection serves another request after this one, unless the client or a
             // stopping gateway says otherwise, when the response ends. (Idle connections give
-            // way when descriptors run short: see `Sockets::shed_idle`.)
+            // way when descriptors run short: see `Sockets::shed_idle`.) One in the sockets
+            // kept for health checks serves one answer: kept, it would wait for its next head
+            // with the normal deadlines, not the reserve's, and could hold the reserve
+            // (probes open a connection each anyway).
+            let kept = head.keep_alive && !self.reserve;
             if head.method == "GET" {
                 if let Some((queue, query)) = stream_target(&head.target) {
                     // The head is parsed: free the buffer before the long wait (keeping any
@@ -278,15 +282,8 @@ impl ClientConn {
                     // A stream that ended (admitted, closed, try later) leaves a reusable
                     // connection, as any complete HTTP/1.1 response does: the browser keeps
                     // it in its pool, and neither side pays for a teardown at the busiest
-                    // moment (an admission tick). Not one in the sockets kept for health
-                    // checks, whose stream was refused: kept, it would wait for its next head
-                    // with the normal idle deadline, not the reserve's, holding the reserve.
-                    if finished
-                        && framing == Framing::Chunked
-                        && head.keep_alive
-                        && !self.reserve
-                        && !self.gw.shutting_down()
-                    {
+                    // moment (an admission tick).
+                    if finished && framing == Framing::Chunked && kept && !self.gw.shutting_down() {
                         continue;
                     }
                     return;
@@ -301,10 +298,7 @@ impl ClientConn {
                 let _ = write_error(&mut sock, &e, Some(RETRY_AFTER_SECS)).await;
                 return;
             }
-            // A connection in the sockets kept for health checks serves one answer: kept, it
-            // would wait for its next head with the normal deadlines and could hold the
-            // reserve (probes open a connection each anyway).
-            let keep_alive = head.keep_alive && !self.reserve && !self.gw.shutting_down();
+            let keep_alive = kept && !self.gw.shutting_down();
             buf.drain(..total);
             if buf.is_empty() {
                 // Nothing of the next request yet: hold no buffer while waiting for it.

@@ -84,11 +84,15 @@ impl BusySampler {
 /// alike, whatever its length. `None` when no such interval has a share.
 pub fn busy_while_growing(points: impl IntoIterator<Item = (u64, Option<f64>)>) -> Option<f64> {
     let mut before = 0;
-    mean_busy(points.into_iter().map(|(count, busy)| {
-        let grew = count > before;
+    let (mut sum, mut n) = (0.0, 0u32);
+    for (count, busy) in points {
+        if let (true, Some(b)) = (count > before, busy) {
+            sum += b;
+            n += 1;
+        }
         before = before.max(count);
-        (grew, busy)
-    }))
+    }
+    (n > 0).then(|| sum / f64::from(n))
 }
 
 /// The mean busy share of the hold: the intervals in which no join was answered while
@@ -112,18 +116,6 @@ pub fn busy_while_holding(
         t_before = t;
     }
     (secs > 0.0).then(|| sum / secs)
-}
-
-/// The mean of the busy shares of the intervals marked `true`.
-fn mean_busy(intervals: impl IntoIterator<Item = (bool, Option<f64>)>) -> Option<f64> {
-    let (mut sum, mut n) = (0.0, 0u32);
-    for (counts, busy) in intervals {
-        if let (true, Some(b)) = (counts, busy) {
-            sum += b;
-            n += 1;
-        }
-    }
-    (n > 0).then(|| sum / f64::from(n))
 }
 
 /// The report's `machine` line (how busy the machine was while joins were answered, and

@@ -126,7 +126,12 @@ pub(super) fn spawn_premint(
                 return;
             }
         };
-        let keys_us = started.elapsed().as_micros() as u64;
+        tracing::debug!(
+            queue = %q,
+            places = places.len(),
+            keys_us = started.elapsed().as_micros() as u64,
+            "pre-mint: keys read"
+        );
         let head: Vec<(ToMint, u16)> = places.into_iter().zip(head.iter().map(|h| h.1)).collect();
         // A two-step pipeline: batch i is staged (its writes to the gateways' streams) while
         // batch i + 1's tokens are minted, and each batch goes to the tick as soon as it is
@@ -135,10 +140,6 @@ pub(super) fn spawn_premint(
         let mut minted: Option<MintedPart> = None;
         let mut parts = head.chunks(PREMINT_BATCH);
         loop {
-            // The tick stopped waiting (it took another pre-mint, or is done): mint no more.
-            if tx.is_closed() {
-                return;
-            }
             let part = parts.next();
             let stage_and_send = async {
                 let Some(m) = minted.take() else {
@@ -155,8 +156,9 @@ pub(super) fn spawn_premint(
             };
             let (sent, next) = tokio::join!(stage_and_send, mint_next);
             match next {
-                Some(m) if sent => minted = Some(MintedPart { keys_us, ..m }),
-                // The tick stopped waiting, or the line ended.
+                Some(m) if sent => minted = Some(m),
+                // The tick stopped waiting (the task is aborted with it too), or the line
+                // ended.
                 _ => return,
             }
         }
@@ -178,10 +180,8 @@ struct MintedPart {
     keyed: HashSet<PlaceId>,
     /// The gateway holding each place.
     gateway_of: HashMap<PlaceId, u16>,
-    /// When its minting started, how long the pre-mint's key read and its minting took (the
-    /// debug log).
+    /// When its minting started, and how long it took (the debug log).
     started: std::time::Instant,
-    keys_us: u64,
     mint_us: u64,
 }
 
@@ -206,7 +206,6 @@ async fn mint_part(
         keyed,
         gateway_of: part.iter().map(|((p, _), gw)| (*p, *gw)).collect(),
         started,
-        keys_us: 0,
         mint_us: started.elapsed().as_micros() as u64,
     }
 }
@@ -236,7 +235,6 @@ async fn stage_part(
     tracing::debug!(
         queue = %q,
         places = m.minted.len(),
-        keys_us = m.keys_us,
         mint_us = m.mint_us,
         stage_us = stage_started.elapsed().as_micros() as u64,
         batch_us = m.started.elapsed().as_micros() as u64,
