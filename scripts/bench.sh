@@ -346,9 +346,13 @@ admit_run() {
         [ "$(field "$q" waiting)" -ge "$n" ] && break
         sleep 1
     done
-    queue "$q" '{"paused": false}'
+    # The CPU count starts before the unpause, not after it: reading it forks a process per
+    # server, tens of milliseconds of CPU that, after the unpause, could land in the first
+    # tick's burst (seen: 35 ms of it there when the unpause came 25 ms before a tick).
+    # Nothing runs between the two but the idle line's ticks.
     local cpu0
     cpu0=$(role_ticks)
+    queue "$q" '{"paused": false}'
     wait "$lg" || true
     [ -n "${ADMIT_CPU_OUT:-}" ] && role_cpu_json "$ADMIT_CPU_OUT" "$cpu0" "$(role_ticks)"
     close "$q"

@@ -13,10 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
 use crate::browser::{Body, Final, State};
 use crate::http::Framing;
+use crate::linger::Lingering;
 pub use crate::open::{connect, OpenError};
 use crate::open::{open, read_with, Opened};
 use crate::plan::{Gateway, Plan};
@@ -31,7 +30,8 @@ pub struct Ctx {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub default_retry: Duration,
-    pub linger: Duration,
+    /// Finished connections kept open a while (`--linger-ms`, [`crate::linger`]).
+    pub lingering: Arc<Lingering>,
     pub rec: Arc<Recorder>,
     /// `--leave-per-minute` and `--seed` (`crate::leaving`), and the queue left.
     pub leave_per_minute: f64,
@@ -48,7 +48,7 @@ impl Ctx {
             connect_timeout: Duration::from_secs(plan.connect_timeout_secs),
             idle_timeout: Duration::from_secs(plan.idle_timeout_secs),
             default_retry: Duration::from_millis(plan.default_retry_ms),
-            linger: Duration::from_millis(plan.linger_ms),
+            lingering: Arc::new(Lingering::new(Duration::from_millis(plan.linger_ms))),
             rec,
             leave_per_minute: plan.leave_per_minute,
             seed: plan.seed,
@@ -219,7 +219,10 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
                 return Flow::Retry;
             }
             Ok(Some(f)) => {
-                linger(ctx, stream, st.started);
+                // Spread by the sub-millisecond part of when this connection started:
+                // arbitrary enough.
+                let spread = u64::from(st.started.elapsed().subsec_nanos()) / 1000;
+                ctx.lingering.keep(stream, spread);
                 return Flow::Final(f);
             }
             Ok(None) => {}
@@ -293,21 +296,6 @@ async fn attempt(ctx: &Ctx, gw: &Gateway, source: Option<IpAddr>, st: &mut State
     Flow::Retry
 }
 
-/// Keeps a finished connection open and idle for a while, as a browser's connection pool
-/// does, then closes it; spread over 50–150% of `--linger-ms` so closes do not come in bursts.
-fn linger(ctx: &Ctx, stream: TcpStream, started: Instant) {
-    if ctx.linger.is_zero() {
-        return;
-    }
-    // Spread by the sub-millisecond part of when this connection started: arbitrary enough.
-    let spread = (started.elapsed().subsec_nanos() as u64 / 1000) % 1000;
-    let wait = ctx.linger / 2 + ctx.linger.mul_f64(spread as f64 / 1000.0);
-    tokio::spawn(async move {
-        tokio::time::sleep(wait).await;
-        drop(stream);
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
@@ -330,7 +318,7 @@ mod tests {
             connect_timeout: Duration::from_secs(5),
             idle_timeout,
             default_retry: Duration::from_millis(100),
-            linger: Duration::ZERO,
+            lingering: Arc::new(Lingering::new(Duration::ZERO)),
             rec: Arc::new(Recorder::new(1)),
             leave_per_minute: 0.0,
             seed: 1,

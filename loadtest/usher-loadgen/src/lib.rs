@@ -22,6 +22,7 @@ pub mod http;
 pub mod joins_floor;
 pub mod leaving;
 pub mod limits;
+pub mod linger;
 pub mod machine;
 pub mod open;
 pub mod plan;

@@ -131,6 +131,8 @@ async fn work(
         rec.all_finished.notify_one();
     }
     let ctx = Arc::new(Ctx::new(&plan, rec.clone()));
+    // Not one of the connections' tasks: it outlives them (`crate::linger`).
+    tokio::spawn(ctx.lingering.clone().close_when_due());
     let epoch = instant_at(epoch_ms);
     let deadline = epoch + plan.duration();
 
