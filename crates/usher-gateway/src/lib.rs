@@ -18,6 +18,7 @@
 //! * `away` — disconnects waiting to be written to Redis in batches.
 //! * `keepalive` — one timer for every stream's keepalive comments.
 //! * `update` — what a held connection sends next, and its SSE text.
+//! * `latest` — a held connection's channel: the latest update for its one receiver.
 //! * `hub` — the browsers held here, by queue and place.
 //! * `joins` — joins batched per queue (one Redis call for the joins that arrive together).
 //! * `pow_gate` — the proof-of-work gate: puzzles issued, a join's solution checked before
@@ -66,6 +67,7 @@ mod invitation_settings;
 mod joins;
 mod keepalive;
 mod lanes;
+mod latest;
 mod limits;
 mod metrics;
 mod openapi;

@@ -45,7 +45,7 @@ mod tests {
 
     use super::*;
 
-    fn connect(hub: &Hub, q: &QueueId, seq: u64) -> tokio::sync::watch::Receiver<Update> {
+    fn connect(hub: &Hub, q: &QueueId, seq: u64) -> crate::latest::Receiver<Update> {
         let waiting = WaitingEvent {
             queue: q.clone(),
             position: seq,
@@ -59,7 +59,7 @@ mod tests {
         hub.attach(r, Update::Waiting(waiting)).expect("attached").1
     }
 
-    fn chance(rx: &tokio::sync::watch::Receiver<Update>) -> Option<Chance> {
+    fn chance(rx: &crate::latest::Receiver<Update>) -> Option<Chance> {
         match &*rx.borrow() {
             Update::Waiting(w) => w.inventory.map(|i| i.chance),
             _ => None,

@@ -1,6 +1,6 @@
 //! The browsers this gateway holds, by queue and place, and what each should see next.
 //!
-//! Each connection owns a `watch` channel: a new update replaces an unsent one, so a slow
+//! Each connection owns a channel ([`crate::latest`]): a new update replaces an unsent one, so a slow
 //! browser costs one pending update at most, never a growing buffer.
 //!
 //! A place is *reserved* before the Redis call that resumes it (or right after the call that
@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use crate::latest;
 use usher_core::binding::Thumbprint;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::messages::CloseReason;
@@ -89,7 +89,7 @@ impl Hub {
             lane_scale: 1.0,
         };
         if let Some(tx) = inner.insert(queue, place, slot).and_then(|old| old.tx) {
-            let _ = tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
+            tx.send(Update::closed(queue, CloseReason::ResumedElsewhere));
         }
         Reservation {
             queue: queue.clone(),
@@ -133,7 +133,7 @@ impl Hub {
         &self,
         r: Reservation,
         first: Update,
-    ) -> Option<(Attached, watch::Receiver<Update>)> {
+    ) -> Option<(Attached, latest::Receiver<Update>)> {
         let mut inner = self.lock();
         let orphan = inner.orphans.remove(&(r.queue.clone(), r.place));
         let slot = inner
@@ -152,7 +152,7 @@ impl Hub {
             .or_else(|| orphan.map(|o| Update::Admitted(o.event)));
         if let Some(t) = terminal {
             inner.remove(&r.queue, r.place);
-            let (_tx, rx) = watch::channel(t);
+            let (_tx, rx) = latest::channel(t);
             return Some((a, rx));
         }
         slot.position = match &first {
@@ -162,7 +162,7 @@ impl Hub {
         if let Update::Waiting(w) | Update::Notice { waiting: w, .. } = &first {
             slot.lane = w.lane.clone();
         }
-        let (tx, rx) = watch::channel(first);
+        let (tx, rx) = latest::channel(first);
         slot.tx = Some(tx);
         Some((a, rx))
     }

@@ -7,19 +7,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
 use usher_core::ids::{PlaceId, QueueId};
 use usher_core::lanes::LaneName;
 
 use super::held_key::HeldKey;
 #[cfg(doc)]
 use super::Hub;
+use crate::latest;
 use crate::update::{Admitted, Update};
 
 pub(super) struct Slot {
     pub(super) id: u64,
     /// `None` while reserved (the stream does not exist yet).
-    pub(super) tx: Option<watch::Sender<Update>>,
+    pub(super) tx: Option<latest::Sender<Update>>,
     /// A terminal update that arrived while reserved.
     pub(super) pending: Option<Update>,
     pub(super) position: u64,
@@ -156,7 +156,7 @@ impl Inner {
         };
         match &slot.tx {
             Some(tx) => {
-                let _ = tx.send(u);
+                tx.send(u);
                 self.remove(queue, place);
             }
             None => slot.pending = Some(u),

@@ -25,7 +25,7 @@ fn place(seq: u64) -> PlaceId {
     PlaceId(seq)
 }
 
-fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, watch::Receiver<Update>) {
+fn connect(hub: &Hub, p: PlaceId, pos: u64) -> (Attached, latest::Receiver<Update>) {
     let r = hub.reserve(&q(), p, None);
     hub.attach(r, Update::Waiting(waiting(pos)))
         .expect("attached")

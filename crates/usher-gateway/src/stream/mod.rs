@@ -1,6 +1,6 @@
 //! The SSE stream: setting a browser's connection up (join or resume) and pumping its events.
 //!
-//! A held connection costs one small task: the socket, a `watch` receiver (one pending update
+//! A held connection costs one small task: the socket, a [`crate::latest`] receiver (one pending update
 //! at most, so a slow browser cannot grow memory), and a receiver of the gateway-wide keepalive
 //! timer (one timer for all connections, not one per connection: [`crate::keepalive`]).
 //! Buffers exist only while an event is being written.
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use usher_core::record::{JoinNote, NetworkHash};
 
+use crate::latest;
 use crate::ticket::Ticket;
-use tokio::sync::watch;
 use tracing::Instrument;
 use usher_core::binding::{ProofRefusal, ProofRequiredEvent, Thumbprint};
 use usher_core::challenge::ChallengeEvent;
@@ -53,7 +53,7 @@ pub(crate) enum Setup {
     Live {
         ticket: String,
         holding: Holding,
-        rx: watch::Receiver<Update>,
+        rx: latest::Receiver<Update>,
         /// The browser's `join` span, when it joined here with traces on: its delivery
         /// links to it.
         joined: Option<SpanLink>,
@@ -101,7 +101,7 @@ impl Reserved {
         }
     }
 
-    fn attach(mut self, first: Update) -> Option<(Attached, watch::Receiver<Update>)> {
+    fn attach(mut self, first: Update) -> Option<(Attached, latest::Receiver<Update>)> {
         let r = self.r.take()?;
         self.gw.hub().attach(r, first)
     }

@@ -14,6 +14,7 @@ use usher_runtime::SpanLink;
 
 use super::{Holding, Setup, CHALLENGE_BACKOFF, OOM_BACKOFF};
 use crate::frames::{event_frame, jittered, retry_frame, waiting_frame_into, KEEPALIVE_FRAME};
+use crate::latest;
 use crate::metrics;
 use crate::respond::send;
 use crate::shared::Gateway;
@@ -252,7 +253,7 @@ pub(crate) fn pump<'a>(
 struct Live {
     ticket: String,
     holding: Holding,
-    rx: watch::Receiver<Update>,
+    rx: latest::Receiver<Update>,
     /// The browser's `join` span, when it joined here with traces on.
     joined: Option<SpanLink>,
 }
@@ -345,8 +346,8 @@ fn write_position<'a>(
     framing: Framing,
     live: &mut Live,
 ) -> Result<Finish<'a>, Update> {
-    // Rendered under the channel's read lock, written after it is released: the hub sends
-    // (a write lock) while it holds its own lock, which must never wait for a socket.
+    // Rendered under the channel's lock, written after it is released: the hub sends (the
+    // same lock) while it holds its own lock, which must never wait for a socket.
     let buf = {
         let cur = live.rx.borrow_and_update();
         match &*cur {
