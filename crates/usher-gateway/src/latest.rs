@@ -7,9 +7,9 @@
 //! was seen, and a value can be changed in place ([`Sender::send_if_modified`]).
 //!
 //! Why not `watch` itself: it is built for many receivers. Each send wakes them through eight
-//! `Notify` lists (its `BigNotify`), and each wait registers on one; profiled in an admission
-//! burst, that machinery was a quarter of a gateway's own CPU per event (`perf`, 2026-11-28),
-//! and the lists make each held connection's channel a few hundred bytes larger. Here the
+//! `Notify` lists (its `BigNotify`), and each wait registers on one: in a profile of an
+//! admission burst, a large share of a gateway's own CPU per event, and the lists make each
+//! held connection's channel larger (figures: BENCHMARKS.md, "Where the time goes"). Here the
 //! value, its version and the one waker sit under one mutex: a send is a lock, a version bump
 //! and at most one wake; a wait is a lock and a version check. The mutex is never held across
 //! an `await` or a write (the hub sends while it holds its own lock: see
