@@ -77,22 +77,28 @@ impl BusySampler {
     }
 }
 
-/// The mean busy share of the intervals in which a cumulative count grew: `points` are a
-/// run's timeline, each (the count so far, the machine's busy share since the point before),
-/// in order. With the count of joins answered, the seconds of a run's join phase, not the hold
-/// after it (a run's first point also covers its workers' start). Each interval counts
-/// alike, whatever its length. `None` when no such interval has a share.
-pub fn busy_while_growing(points: impl IntoIterator<Item = (u64, Option<f64>)>) -> Option<f64> {
-    let mut before = 0;
-    let (mut sum, mut n) = (0.0, 0u32);
-    for (count, busy) in points {
-        if let (true, Some(b)) = (count > before, busy) {
-            sum += b;
-            n += 1;
+/// The mean busy share of the intervals in which a cumulative count grew, weighted by their
+/// length: `points` are a run's timeline, each (seconds since the start, the count so far,
+/// the machine's busy share since the point before), in order. With the count of joins
+/// answered, the seconds of a run's join phase, not the hold after it (a run's first point
+/// also covers its workers' start). Weighted as [`busy_while_holding`] is: a run's last
+/// interval may be a few milliseconds, and counted alike it would weigh as much as a whole
+/// second of joins. `None` when no such interval has a share.
+pub fn busy_while_growing(
+    points: impl IntoIterator<Item = (f64, u64, Option<f64>)>,
+) -> Option<f64> {
+    let (mut before, mut t_before) = (0, 0.0);
+    let (mut sum, mut secs) = (0.0, 0.0);
+    for (t, count, busy) in points {
+        let dt = t - t_before;
+        if let (true, Some(b)) = (count > before && dt > 0.0, busy) {
+            sum += b * dt;
+            secs += dt;
         }
         before = before.max(count);
+        t_before = t;
     }
-    (n > 0).then(|| sum / f64::from(n))
+    (secs > 0.0).then(|| sum / secs)
 }
 
 /// The mean busy share of the hold: the intervals in which no join was answered while
@@ -157,18 +163,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_while_growing_averages_the_intervals_with_new_counts() {
+    fn busy_while_growing_weighs_the_intervals_with_new_counts() {
         let points = [
-            (0, Some(0.10)),   // start-up: nothing joined yet
-            (500, Some(0.80)), // joins
-            (900, Some(0.90)), // joins
-            (900, Some(0.20)), // the hold: none
-            (950, None),       // joins, but no reading
-            (1000, Some(0.60)),
+            (1.0, 0, Some(0.10)),    // start-up: nothing joined yet
+            (2.0, 500, Some(0.80)),  // joins
+            (3.0, 900, Some(0.90)),  // joins
+            (4.0, 900, Some(0.20)),  // the hold: none
+            (5.0, 950, None),        // joins, but no reading
+            (6.0, 1000, Some(0.60)), // joins
+            (6.01, 1010, Some(0.0)), // the last few joins, a moment later
         ];
-        let b = busy_while_growing(points).expect("three intervals");
-        assert!((b - (0.80 + 0.90 + 0.60) / 3.0).abs() < 1e-9, "{b}");
-        assert_eq!(busy_while_growing([(0, Some(0.5)), (0, Some(0.5))]), None);
+        let b = busy_while_growing(points).expect("four intervals");
+        let want = (0.80 + 0.90 + 0.60 + 0.0 * 0.01) / 3.01;
+        assert!((b - want).abs() < 1e-9, "{b} vs {want}");
+        assert_eq!(
+            busy_while_growing([(1.0, 0, Some(0.5)), (2.0, 0, Some(0.5))]),
+            None
+        );
         assert_eq!(busy_while_growing([]), None);
     }
 

@@ -393,7 +393,7 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         wait: crate::waits::summarize(&waits, run.started_at_ms),
         load_generator_cpu,
         machine_busy_while_joining: crate::machine::busy_while_growing(
-            run.timeline.iter().map(|p| (p.joined, p.machine_busy)),
+            run.timeline.iter().map(|p| (p.t, p.joined, p.machine_busy)),
         )
         .map(|b| round_to(b, 3)),
         machine_busy_while_holding: crate::machine::busy_while_holding(

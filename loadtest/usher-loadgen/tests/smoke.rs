@@ -138,9 +138,9 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert!(cpu["short_of_cpu"].is_boolean(), "{cpu}");
     assert!(stdout.contains("load gen cpu "), "{stdout}");
     // How busy the whole machine was: each second of the timeline, and the mean of the
-    // seconds in which joins were answered, in the summary too. The last point, taken when
-    // the run ends, may follow the one before by milliseconds, too few for `/proc/stat`
-    // (10 ms ticks) to say anything: it may have none.
+    // seconds in which joins were answered, weighted by their length, in the summary too.
+    // The last point, taken when the run ends, may follow the one before by milliseconds,
+    // too few for `/proc/stat` (10 ms ticks) to say anything: it may have none.
     let share = |v: &Value| v.as_f64().filter(|b| (0.0..=1.0).contains(b));
     let points = r["timeline"].as_array().cloned().unwrap_or_default();
     let busy: Vec<Option<f64>> = points.iter().map(|p| share(&p["machine_busy"])).collect();
@@ -149,23 +149,32 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
         .iter()
         .map(|p| p["joined"].as_u64().unwrap_or(0))
         .collect();
-    let joining: Vec<f64> = (0..points.len())
-        .filter(|&i| joined[i] > if i == 0 { 0 } else { joined[i - 1] })
-        .filter_map(|i| busy[i])
+    let t: Vec<f64> = points
+        .iter()
+        .map(|p| p["t"].as_f64().unwrap_or(0.0))
         .collect();
-    let mean = joining.iter().sum::<f64>() / joining.len() as f64;
+    let weighted = |shares: &[(f64, f64)]| {
+        let secs: f64 = shares.iter().map(|(_, dt)| dt).sum();
+        shares.iter().map(|(b, dt)| b * dt).sum::<f64>() / secs
+    };
+    let joining: Vec<(f64, f64)> = (0..points.len())
+        .filter(|&i| joined[i] > joined[..i].iter().copied().max().unwrap_or(0))
+        .filter_map(|i| {
+            let dt = t[i] - if i == 0 { 0.0 } else { t[i - 1] };
+            busy[i].filter(|_| dt > 0.0).map(|b| (b, dt))
+        })
+        .collect();
     let reported = share(&r["machine_busy_while_joining"]).expect("a share");
-    assert!((reported - mean).abs() < 0.001, "{reported} vs {joining:?}");
+    assert!(
+        (reported - weighted(&joining)).abs() < 0.001,
+        "{reported} vs {joining:?}"
+    );
     assert!(stdout.contains("% while joins were answered"), "{stdout}");
     // And over the hold: the intervals with no new join while browsers waited for admission
     // (here, until the line emptied), weighted by their length, reported when there were any.
     let waiting: Vec<u64> = points
         .iter()
         .map(|p| p["waiting"].as_u64().unwrap_or(0))
-        .collect();
-    let t: Vec<f64> = points
-        .iter()
-        .map(|p| p["t"].as_f64().unwrap_or(0.0))
         .collect();
     let holding: Vec<(f64, f64)> = (0..points.len())
         .filter(|&i| joined[i] <= joined[..i].iter().copied().max().unwrap_or(0))
@@ -177,9 +186,7 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
         .collect();
     match share(&r["machine_busy_while_holding"]) {
         Some(h) => {
-            let secs: f64 = holding.iter().map(|(_, dt)| dt).sum();
-            let mean = holding.iter().map(|(b, dt)| b * dt).sum::<f64>() / secs;
-            assert!((h - mean).abs() < 0.001, "{h} vs {holding:?}");
+            assert!((h - weighted(&holding)).abs() < 0.001, "{h} vs {holding:?}");
             assert!(stdout.contains("% while the line was held"), "{stdout}");
         }
         None => assert!(holding.is_empty(), "{holding:?} not reported"),
