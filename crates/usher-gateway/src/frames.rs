@@ -23,10 +23,24 @@ pub(crate) fn event_json(data: &impl serde::Serialize) -> String {
 
 /// An SSE event whose data is `json`, already rendered.
 pub(crate) fn json_frame(name: &str, id: Option<&str>, json: &str) -> String {
-    match id {
-        Some(id) => format!("event: {name}\nid: {id}\ndata: {json}\n\n"),
-        None => format!("event: {name}\ndata: {json}\n\n"),
+    let mut out = Vec::with_capacity(name.len() + id.map_or(0, str::len) + json.len() + 24);
+    json_frame_into(&mut out, name, id, json);
+    // Only `str`s were appended.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends the bytes of `json_frame(name, id, json)` to `out`: an admission written straight
+/// into the buffer of its write, its token copied once.
+pub(crate) fn json_frame_into(out: &mut Vec<u8>, name: &str, id: Option<&str>, json: &str) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    if let Some(id) = id {
+        out.extend_from_slice(b"\nid: ");
+        out.extend_from_slice(id.as_bytes());
     }
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(json.as_bytes());
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Appends the `waiting` event of `w` on the stream of `ticket` to `out`: the bytes of

@@ -117,6 +117,25 @@ impl Update {
     }
 }
 
+impl Update {
+    /// Appends this update's SSE text on the stream of `ticket` to `out`: the bytes of
+    /// [`Update::frame`], with the two updates a held stream writes most (a position, an
+    /// admission) rendered straight into `out` rather than through a `String` of their own.
+    pub fn frame_into(&self, out: &mut Vec<u8>, ticket: &str) {
+        match self {
+            Update::Waiting(w) => crate::frames::waiting_frame_into(out, ticket, w),
+            Update::Admitted(a) => {
+                crate::frames::json_frame_into(out, "admitted", Some(ticket), &a.json);
+            }
+            other => {
+                if let Some(text) = other.frame(ticket) {
+                    out.extend_from_slice(text.as_bytes());
+                }
+            }
+        }
+    }
+}
+
 /// An `admitted` event with its JSON rendered once: for a staged token, when it is staged,
 /// half a tick before the admission, so an admission burst formats no JSON and copies no
 /// token. Shared: handing it to a connection is a reference count.
@@ -178,4 +197,57 @@ pub(crate) fn admitted_event(queue: &QueueId, rec: &TokenRecord) -> AdmittedEven
         rec.admitted_at_ms,
         rec.expires_at_ms,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use usher_core::messages::{AdmittedEvent, CloseReason, LineStatus, ScheduledEvent};
+
+    use super::*;
+
+    /// What `frame_into` appends is what `frame` renders, for every kind of update (the pump
+    /// writes with the one, the set-up and the tests read the other).
+    #[test]
+    fn frame_into_appends_the_bytes_of_frame() {
+        let q = QueueId::new("concert").expect("valid");
+        let waiting = WaitingEvent {
+            queue: q.clone(),
+            position: 7,
+            waiting: 90,
+            eta_seconds: Some(3),
+            as_of_ms: 1_764_230_400_123,
+            inventory: None,
+            lane: None,
+        };
+        let updates = [
+            Update::Waiting(waiting.clone()),
+            Update::Scheduled(ScheduledEvent::new(q.clone(), 1_764_230_400_000)),
+            Update::Admitting,
+            Update::Notice {
+                notice: Update::status_frame(&q, LineStatus::Maintenance, Some("soon".into())),
+                waiting,
+            },
+            Update::Admitted(Admitted::new(AdmittedEvent::of_token(
+                q.clone(),
+                "eyJ.token.sig",
+                1_764_230_400_000,
+                1_764_230_700_000,
+            ))),
+            Update::closed(&q, CloseReason::SoldOut),
+            Update::Ended {
+                retry_ms: Some(1500),
+            },
+            Update::Ended { retry_ms: None },
+            Update::DrawVoid {
+                frame: "event: draw_void\ndata: {}\n\n".into(),
+                retry_ms: 900,
+            },
+        ];
+        for u in &updates {
+            let mut out = b"before".to_vec();
+            u.frame_into(&mut out, "concert.7.tk");
+            let want = format!("before{}", u.frame("concert.7.tk").unwrap_or_default());
+            assert_eq!(String::from_utf8(out).expect("utf-8"), want, "{u:?}");
+        }
+    }
 }

@@ -381,15 +381,21 @@ fn write_update<'a>(
     live.holding.ended(&u);
     let span = deliver_span(&u, live.joined.as_ref());
     let written = span.in_scope(|| {
-        let mut text = if first {
-            retry_frame(gw.config().retry_ms)
-        } else {
-            String::new()
-        };
-        text.push_str(&u.frame(&live.ticket).unwrap_or_default());
         let prefix = if first { framing.head() } else { "" };
         let suffix = if done { framing.last() } else { "" };
-        chunk_with(sock, framing, prefix, &text, suffix)
+        // Rendered straight into the write's buffer: an admission's token is copied once.
+        let buf = framed(
+            framing,
+            prefix,
+            |b| {
+                if first {
+                    b.extend_from_slice(retry_frame(gw.config().retry_ms).as_bytes());
+                }
+                u.frame_into(b, &live.ticket);
+            },
+            suffix,
+        );
+        write_out(sock, buf)
     });
     let admitted = matches!(u, Update::Admitted(_));
     let notice = match u {
