@@ -99,7 +99,9 @@ impl Parser {
 
     /// Parses `bytes` and calls `f` with each complete item, borrowed from the parser (copy
     /// what outlives the call). Complete lines are parsed straight from `bytes`; only a line
-    /// still incomplete at the end is copied, to wait for the rest.
+    /// still incomplete at the end is copied, to wait for the rest. An event whose data is one
+    /// `data:` line, ended in the same `bytes` (the usual event: one write of the server's),
+    /// hands out that line where it lies: its data is copied nowhere, however large.
     pub fn push_with(&mut self, bytes: &[u8], f: &mut impl FnMut(ItemRef<'_>)) {
         let mut bytes = bytes;
         if self.pending_cr {
@@ -108,6 +110,8 @@ impl Parser {
                 bytes = &bytes[1..];
             }
         }
+        // The current event's one data line, while it is its only one, borrowed from `bytes`.
+        let mut lone: Option<&str> = None;
         while let Some(i) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
             let (text, mut rest) = (&bytes[..i], &bytes[i + 1..]);
             if bytes[i] == b'\r' {
@@ -118,8 +122,15 @@ impl Parser {
                 }
             }
             if self.buf.is_empty() {
-                self.line(&text_of(text), f);
+                match text_of(text) {
+                    std::borrow::Cow::Borrowed(line) => self.borrowed_line(line, &mut lone, f),
+                    owned => {
+                        self.keep_lone(&mut lone);
+                        self.line(&owned, f);
+                    }
+                }
             } else {
+                self.keep_lone(&mut lone);
                 let mut buf = std::mem::take(&mut self.buf);
                 buf.extend_from_slice(text);
                 self.line(&text_of(&buf), f);
@@ -128,7 +139,52 @@ impl Parser {
             }
             bytes = rest;
         }
+        // The event goes on in the next chunk: its data line is kept like any other.
+        self.keep_lone(&mut lone);
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// A complete line borrowed from the chunk being parsed: a first `data:` line is held as
+    /// `lone` rather than copied, and the blank line after it hands the event out with it.
+    fn borrowed_line<'b>(
+        &mut self,
+        line: &'b str,
+        lone: &mut Option<&'b str>,
+        f: &mut impl FnMut(ItemRef<'_>),
+    ) {
+        if line.is_empty() {
+            if let Some(data) = lone.take() {
+                f(ItemRef::Event(EventRef {
+                    event: if self.event.is_empty() {
+                        "message"
+                    } else {
+                        &self.event
+                    },
+                    data,
+                    id: &self.last_id,
+                }));
+                self.event.clear();
+                self.has_data = false;
+                return;
+            }
+        } else if let Some(value) = data_value(line) {
+            if !self.has_data {
+                *lone = Some(value);
+                self.has_data = true;
+                return;
+            }
+            // A second data line: the first one joins the copied data before it.
+            self.keep_lone(lone);
+        }
+        self.line(line, f);
+    }
+
+    /// Copies a held `lone` data line into the event's data, as any data line is kept.
+    fn keep_lone(&mut self, lone: &mut Option<&str>) {
+        if let Some(value) = lone.take() {
+            self.data.push_str(value);
+            self.data.push('\n');
+        }
     }
 
     fn line(&mut self, line: &str, f: &mut impl FnMut(ItemRef<'_>)) {
@@ -183,6 +239,16 @@ impl Parser {
     }
 }
 
+/// The value of a `data` field line (what [`Parser::line`] appends to the data), or `None` for
+/// any other line.
+fn data_value(line: &str) -> Option<&str> {
+    let (field, value) = match line.split_once(':') {
+        Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+        None => (line, ""),
+    };
+    (field == "data").then_some(value)
+}
+
 /// A line as text: borrowed when it is valid UTF-8 (the usual case, checked by the fast
 /// `from_utf8`), invalid sequences replaced by U+FFFD otherwise, as a browser decodes.
 fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
@@ -222,6 +288,61 @@ mod tests {
                 "split at {split}"
             );
         }
+    }
+
+    /// However the stream is cut (in two anywhere, or a byte at a time), and whether an
+    /// event's one data line is handed out where it lies or copied, the items are the same:
+    /// one data line, several, an empty one, a bare `data`, one split over two chunks, events
+    /// between comments and other fields, and an event left open at the end.
+    #[test]
+    fn a_lone_data_line_borrowed_or_copied_reads_the_same() {
+        let text = b"data: one\n\nevent: e\ndata\n\ndata:\n\ndata:  two spaces\nid: i\n\n\
+            data: a\n: comment between\ndata: b\n\nid: j\ndata: {\"big\":\"xxxxxxxxxxxxxxxx\"}\n\n\
+            event: x\nretry: 5\ndata: last\n\ndata: open";
+        let expected = [
+            ("message", "one", ""),
+            ("e", "", ""),
+            ("message", "", ""),
+            ("message", " two spaces", "i"),
+            ("message", "a\nb", "i"),
+            ("message", "{\"big\":\"xxxxxxxxxxxxxxxx\"}", "j"),
+            ("x", "last", "j"),
+        ];
+        let events = |items: &[Item]| -> Vec<(String, String, String)> {
+            items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Event(e) => Some((e.event.clone(), e.data.clone(), e.id.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let want: Vec<_> = expected
+            .iter()
+            .map(|(e, d, i)| (e.to_string(), d.to_string(), i.to_string()))
+            .collect();
+        let whole = Parser::new().push(text);
+        assert_eq!(events(&whole), want);
+        assert!(whole.contains(&Item::Retry(5)));
+        for split in 1..text.len() {
+            let mut p = Parser::new();
+            let mut items = p.push(&text[..split]);
+            items.extend(p.push(&text[split..]));
+            assert_eq!(items, whole, "split at {split}");
+            // The open event completes with the rest of it.
+            let mut last = Vec::new();
+            p.push_into(b" end\n\n", &mut last);
+            assert_eq!(
+                events(&last),
+                vec![("message".into(), "open end".into(), "j".into())]
+            );
+        }
+        let mut p = Parser::new();
+        let mut items = Vec::new();
+        for b in text.iter() {
+            p.push_into(std::slice::from_ref(b), &mut items);
+        }
+        assert_eq!(items, whole);
     }
 
     #[test]
