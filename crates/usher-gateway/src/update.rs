@@ -249,5 +249,16 @@ mod tests {
             let want = format!("before{}", u.frame("concert.7.tk").unwrap_or_default());
             assert_eq!(String::from_utf8(out).expect("utf-8"), want, "{u:?}");
         }
+        // And the admission's bytes spelled out, not only through `json_frame`.
+        let Update::Admitted(a) = &updates[4] else {
+            unreachable!("the fifth update is the admission")
+        };
+        let mut out = Vec::new();
+        updates[4].frame_into(&mut out, "concert.7.tk");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            format!("event: admitted\nid: concert.7.tk\ndata: {}\n\n", a.json)
+        );
+        assert!(a.json.contains("\"token\":\"eyJ.token.sig\""), "{}", a.json);
     }
 }

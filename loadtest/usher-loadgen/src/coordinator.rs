@@ -177,10 +177,7 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
             _ = tick.tick() => {
                 let t = (now_ms().saturating_sub(epoch_ms + 250)) as f64 / 1000.0;
                 let total = sum(&workers);
-                timeline.push(TimelinePoint {
-                    machine_busy: machine.sample(),
-                    ..TimelinePoint::new(t.round(), &total)
-                });
+                timeline.push(TimelinePoint::new(t.round(), &total).with_machine(machine.sample()));
                 if !out.quiet {
                     eprintln!(
                         "[{t:>6.0}s] connected {:>7}  waiting {:>7}  admitted {:>7}  joins/s {:>6}  errors {:>5}  reconnects {:>5}",
@@ -220,10 +217,10 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     let elapsed_s = now_ms().saturating_sub(epoch_ms) as f64 / 1000.0;
     let (stalls, stall_cpus) = probe.finish();
     let total = sum(&workers);
-    timeline.push(TimelinePoint {
-        machine_busy: machine.sample(),
-        ..TimelinePoint::new(crate::stats::round_to(elapsed_s, 3), &total)
-    });
+    timeline.push(
+        TimelinePoint::new(crate::stats::round_to(elapsed_s, 3), &total)
+            .with_machine(machine.sample()),
+    );
 
     let mut infos = Vec::new();
     let mut results = Vec::new();

@@ -54,72 +54,86 @@ impl MachineCpu {
 }
 
 /// Reads the machine's CPU at each [`BusySampler::sample`] and says how busy it was since the
-/// sample before (the first since [`BusySampler::start`]).
+/// sample before (the first since [`BusySampler::start`]), and over how long.
 pub struct BusySampler {
     last: Option<MachineCpu>,
+    last_at: std::time::Instant,
+}
+
+/// How busy the machine was over one span of a run's timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BusySpan {
+    /// The busy share (0 to 1), to three decimals.
+    pub busy: f64,
+    /// The span's length in seconds, as measured (the timeline's `t` labels are rounded
+    /// seconds, and a run's first and last spans are not a second long).
+    pub secs: f64,
 }
 
 impl BusySampler {
     pub fn start() -> Self {
         Self {
             last: MachineCpu::read(),
+            last_at: std::time::Instant::now(),
         }
     }
 
-    /// The busy share since the previous sample, to three decimals.
-    pub fn sample(&mut self) -> Option<f64> {
+    /// The busy share since the previous sample, and how long ago that was.
+    pub fn sample(&mut self) -> Option<BusySpan> {
         let now = MachineCpu::read();
+        let at = std::time::Instant::now();
         let busy = now
             .zip(self.last)
             .and_then(|(now, before)| now.busy_since(&before));
+        let secs = at.duration_since(self.last_at).as_secs_f64();
         self.last = now;
-        busy.map(|b| crate::stats::round_to(b, 3))
+        self.last_at = at;
+        busy.map(|b| BusySpan {
+            busy: crate::stats::round_to(b, 3),
+            secs: crate::stats::round_to(secs, 3),
+        })
     }
 }
 
-/// The mean busy share of the intervals in which a cumulative count grew, weighted by their
-/// length: `points` are a run's timeline, each (seconds since the start, the count so far,
-/// the machine's busy share since the point before), in order. With the count of joins
+/// The mean busy share of the spans in which a cumulative count grew, weighted by their
+/// measured length: `points` are a run's timeline, each (the count so far, the machine's busy
+/// share since the point before and over how long), in order. With the count of joins
 /// answered, the seconds of a run's join phase, not the hold after it (a run's first point
-/// also covers its workers' start). Weighted as [`busy_while_holding`] is: a run's last
-/// interval may be a few milliseconds, and counted alike it would weigh as much as a whole
-/// second of joins. `None` when no such interval has a share.
+/// also covers its workers' start). Weighted as [`busy_while_holding`] is: a run's last span
+/// may be a few milliseconds, and counted alike it would weigh as much as a whole second of
+/// joins. `None` when no such span has a share.
 pub fn busy_while_growing(
-    points: impl IntoIterator<Item = (f64, u64, Option<f64>)>,
+    points: impl IntoIterator<Item = (u64, Option<BusySpan>)>,
 ) -> Option<f64> {
-    let (mut before, mut t_before) = (0, 0.0);
+    let mut before = 0;
     let (mut sum, mut secs) = (0.0, 0.0);
-    for (t, count, busy) in points {
-        let dt = t - t_before;
-        if let (true, Some(b)) = (count > before && dt > 0.0, busy) {
-            sum += b * dt;
-            secs += dt;
+    for (count, span) in points {
+        if let (true, Some(s)) = (count > before, span) {
+            sum += s.busy * s.secs;
+            secs += s.secs;
         }
         before = before.max(count);
-        t_before = t;
     }
     (secs > 0.0).then(|| sum / secs)
 }
 
-/// The mean busy share of the hold: the intervals in which no join was answered while
-/// browsers were held (waiting), weighted by their length (a run's last interval may be a
-/// few milliseconds). `points` are a run's timeline, each (seconds since the start, joins
-/// answered so far, browsers waiting, the busy share since the point before), in order. The
-/// position updates of a held line are measured then: near 1, they queued for a core,
-/// whoever (servers or load generator) asked for it. `None` when no such interval has a share.
+/// The mean busy share of the hold: the spans in which no join was answered while browsers
+/// were held (waiting), weighted by their measured length (a run's last span may be a few
+/// milliseconds). `points` are a run's timeline, each (joins answered so far, browsers
+/// waiting, the busy share since the point before and over how long), in order. The position
+/// updates of a held line are measured then: near 1, they queued for a core, whoever (servers
+/// or load generator) asked for it. `None` when no such span has a share.
 pub fn busy_while_holding(
-    points: impl IntoIterator<Item = (f64, u64, u64, Option<f64>)>,
+    points: impl IntoIterator<Item = (u64, u64, Option<BusySpan>)>,
 ) -> Option<f64> {
-    let (mut before, mut t_before) = (0, 0.0);
+    let mut before = 0;
     let (mut sum, mut secs) = (0.0, 0.0);
-    for (t, joined, waiting, busy) in points {
-        let dt = t - t_before;
-        if let (true, Some(b)) = (joined <= before && waiting > 0 && dt > 0.0, busy) {
-            sum += b * dt;
-            secs += dt;
+    for (joined, waiting, span) in points {
+        if let (true, Some(s)) = (joined <= before && waiting > 0, span) {
+            sum += s.busy * s.secs;
+            secs += s.secs;
         }
         before = before.max(joined);
-        t_before = t;
     }
     (secs > 0.0).then(|| sum / secs)
 }
@@ -163,46 +177,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_while_growing_weighs_the_intervals_with_new_counts() {
+    fn busy_while_growing_weighs_the_spans_with_new_counts() {
+        let at = |busy: f64, secs: f64| Some(BusySpan { busy, secs });
         let points = [
-            (1.0, 0, Some(0.10)),    // start-up: nothing joined yet
-            (2.0, 500, Some(0.80)),  // joins
-            (3.0, 900, Some(0.90)),  // joins
-            (4.0, 900, Some(0.20)),  // the hold: none
-            (5.0, 950, None),        // joins, but no reading
-            (6.0, 1000, Some(0.60)), // joins
-            (6.01, 1010, Some(0.0)), // the last few joins, a moment later
+            (0, at(0.10, 1.75)),  // start-up: nothing joined yet
+            (500, at(0.80, 1.0)), // joins
+            (900, at(0.90, 1.0)), // joins
+            (900, at(0.20, 1.0)), // the hold: none
+            (950, None),          // joins, but no reading
+            (1000, at(0.60, 1.0)),
+            (1010, at(0.0, 0.01)), // the last few joins, a moment later
         ];
-        let b = busy_while_growing(points).expect("four intervals");
+        let b = busy_while_growing(points).expect("four spans");
         let want = (0.80 + 0.90 + 0.60 + 0.0 * 0.01) / 3.01;
         assert!((b - want).abs() < 1e-9, "{b} vs {want}");
         assert_eq!(
-            busy_while_growing([(1.0, 0, Some(0.5)), (2.0, 0, Some(0.5))]),
+            busy_while_growing([(0, at(0.5, 1.0)), (0, at(0.5, 1.0))]),
             None
         );
+        assert_eq!(busy_while_growing([(10, at(0.5, 0.0))]), None, "no time");
         assert_eq!(busy_while_growing([]), None);
     }
 
     #[test]
-    fn busy_while_holding_weighs_the_intervals_without_new_joins_and_with_browsers_held() {
+    fn busy_while_holding_weighs_the_spans_without_new_joins_and_with_browsers_held() {
+        let at = |busy: f64, secs: f64| Some(BusySpan { busy, secs });
         let points = [
-            (1.0, 0, 0, Some(0.10)),       // start-up: nobody held yet
-            (2.0, 500, 500, Some(0.80)),   // joins
-            (3.0, 1000, 1000, Some(0.70)), // joins
-            (4.0, 1000, 1000, Some(0.95)), // the hold
-            (5.0, 1000, 990, None),        // the hold, no reading
-            (6.0, 1000, 980, Some(1.0)),   // the hold, the line moving
-            (6.01, 1000, 975, Some(0.0)),  // the run's end, a moment after
-            (7.0, 1000, 0, Some(0.05)),    // everyone admitted or gone
+            (0, 0, at(0.10, 1.7)),       // start-up: nobody held yet
+            (500, 500, at(0.80, 1.0)),   // joins
+            (1000, 1000, at(0.70, 1.0)), // joins
+            (1000, 1000, at(0.95, 1.0)), // the hold
+            (1000, 990, None),           // the hold, no reading
+            (1000, 980, at(1.0, 1.4)),   // the hold, the line moving, a tick run late
+            (1000, 975, at(0.0, 0.01)),  // the run's end, a moment after
+            (1000, 0, at(0.05, 1.0)),    // everyone admitted or gone
         ];
-        let b = busy_while_holding(points).expect("three intervals");
-        let want = (0.95 * 1.0 + 1.0 * 1.0 + 0.0 * 0.01) / 2.01;
+        let b = busy_while_holding(points).expect("three spans");
+        let want = (0.95 * 1.0 + 1.0 * 1.4 + 0.0 * 0.01) / 2.41;
         assert!((b - want).abs() < 1e-9, "{b} vs {want}");
         assert_eq!(
-            busy_while_holding([(1.0, 10, 10, Some(0.5)), (2.0, 20, 20, Some(0.5))]),
+            busy_while_holding([(10, 10, at(0.5, 1.0)), (20, 20, at(0.5, 1.0))]),
             None,
             "joins all along: no hold"
         );
+    }
+
+    /// A sample says how long its span was, as measured.
+    #[test]
+    fn a_sample_measures_its_span() {
+        let mut m = BusySampler::start();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let s = m.sample().expect("Linux's /proc/stat");
+        assert!((0.0..=1.0).contains(&s.busy), "{s:?}");
+        assert!(s.secs >= 0.03 && s.secs < 5.0, "{s:?}");
     }
 
     #[test]

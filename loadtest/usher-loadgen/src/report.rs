@@ -37,9 +37,30 @@ pub struct TimelinePoint {
     /// process: `crate::machine`); absent where `/proc/stat` does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_busy: Option<f64>,
+    /// The seconds `machine_busy` covers, as measured (not the difference of two `t`s, which
+    /// are rounded, and a run's first and last spans are not a second long).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy_secs: Option<f64>,
 }
 
 impl TimelinePoint {
+    /// How busy the machine was since the point before, and over how long.
+    pub fn machine_span(&self) -> Option<crate::machine::BusySpan> {
+        Some(crate::machine::BusySpan {
+            busy: self.machine_busy?,
+            secs: self.machine_busy_secs?,
+        })
+    }
+
+    /// This point with the machine's busy `span` since the point before.
+    pub fn with_machine(self, span: Option<crate::machine::BusySpan>) -> Self {
+        Self {
+            machine_busy: span.map(|s| s.busy),
+            machine_busy_secs: span.map(|s| s.secs),
+            ..self
+        }
+    }
+
     pub fn new(t: f64, c: &Counters) -> Self {
         Self {
             t,
@@ -52,6 +73,7 @@ impl TimelinePoint {
             reconnects: c.reconnects,
             slow_joins: c.slow_joins,
             machine_busy: None,
+            machine_busy_secs: None,
         }
     }
 }
@@ -393,13 +415,13 @@ pub fn build(plan: &Plan, run: RunInfo, results: &[WorkerResult]) -> Report {
         wait: crate::waits::summarize(&waits, run.started_at_ms),
         load_generator_cpu,
         machine_busy_while_joining: crate::machine::busy_while_growing(
-            run.timeline.iter().map(|p| (p.t, p.joined, p.machine_busy)),
+            run.timeline.iter().map(|p| (p.joined, p.machine_span())),
         )
         .map(|b| round_to(b, 3)),
         machine_busy_while_holding: crate::machine::busy_while_holding(
             run.timeline
                 .iter()
-                .map(|p| (p.t, p.joined, p.waiting, p.machine_busy)),
+                .map(|p| (p.joined, p.waiting, p.machine_span())),
         )
         .map(|b| round_to(b, 3)),
         timeline: run.timeline,

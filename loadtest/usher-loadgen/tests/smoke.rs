@@ -138,9 +138,10 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     assert!(cpu["short_of_cpu"].is_boolean(), "{cpu}");
     assert!(stdout.contains("load gen cpu "), "{stdout}");
     // How busy the whole machine was: each second of the timeline, and the mean of the
-    // seconds in which joins were answered, weighted by their length, in the summary too.
-    // The last point, taken when the run ends, may follow the one before by milliseconds,
-    // too few for `/proc/stat` (10 ms ticks) to say anything: it may have none.
+    // seconds in which joins were answered, weighted by their measured length
+    // (`machine_busy_secs`), in the summary too. The last point, taken when the run ends, may
+    // follow the one before by milliseconds, too few for `/proc/stat` (10 ms ticks) to say
+    // anything: it may have none.
     let share = |v: &Value| v.as_f64().filter(|b| (0.0..=1.0).contains(b));
     let points = r["timeline"].as_array().cloned().unwrap_or_default();
     let busy: Vec<Option<f64>> = points.iter().map(|p| share(&p["machine_busy"])).collect();
@@ -149,20 +150,26 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
         .iter()
         .map(|p| p["joined"].as_u64().unwrap_or(0))
         .collect();
-    let t: Vec<f64> = points
+    let secs: Vec<Option<f64>> = points
         .iter()
-        .map(|p| p["t"].as_f64().unwrap_or(0.0))
+        .map(|p| p["machine_busy_secs"].as_f64())
         .collect();
+    // Each span's length as measured: the first one also covers the workers' start, so it is
+    // longer than the second its `t` says.
+    assert!(
+        busy.iter()
+            .zip(&secs)
+            .all(|(b, s)| b.is_some() == s.is_some()),
+        "{points:?}"
+    );
+    assert!(secs[0].is_some_and(|s| s > 1.0), "{points:?}");
     let weighted = |shares: &[(f64, f64)]| {
         let secs: f64 = shares.iter().map(|(_, dt)| dt).sum();
         shares.iter().map(|(b, dt)| b * dt).sum::<f64>() / secs
     };
     let joining: Vec<(f64, f64)> = (0..points.len())
         .filter(|&i| joined[i] > joined[..i].iter().copied().max().unwrap_or(0))
-        .filter_map(|i| {
-            let dt = t[i] - if i == 0 { 0.0 } else { t[i - 1] };
-            busy[i].filter(|_| dt > 0.0).map(|b| (b, dt))
-        })
+        .filter_map(|i| busy[i].zip(secs[i]))
         .collect();
     let reported = share(&r["machine_busy_while_joining"]).expect("a share");
     assert!(
@@ -179,10 +186,7 @@ async fn three_hundred_browsers_are_admitted_in_order() -> anyhow::Result<()> {
     let holding: Vec<(f64, f64)> = (0..points.len())
         .filter(|&i| joined[i] <= joined[..i].iter().copied().max().unwrap_or(0))
         .filter(|&i| waiting[i] > 0)
-        .filter_map(|i| {
-            let dt = t[i] - if i == 0 { 0.0 } else { t[i - 1] };
-            busy[i].filter(|_| dt > 0.0).map(|b| (b, dt))
-        })
+        .filter_map(|i| busy[i].zip(secs[i]))
         .collect();
     match share(&r["machine_busy_while_holding"]) {
         Some(h) => {
