@@ -259,6 +259,28 @@ mod tests {
         assert_eq!(got.last(), Some(&1000));
     }
 
+    /// A task parked in `changed` is woken by a send while the sender lives on (not only by
+    /// the sender's drop): on one thread, the waiter is parked before the send, and runs again
+    /// only if the send wakes it.
+    #[tokio::test]
+    async fn a_parked_task_is_woken_by_a_send_alone() {
+        let (tx, mut rx) = channel(0u64);
+        let waiter = tokio::spawn(async move {
+            rx.changed().await.expect("the sender lives");
+            *rx.borrow_and_update()
+        });
+        // The waiter runs until it parks in `changed`.
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        tx.send(7);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the send")
+            .expect("no panic");
+        assert_eq!(got, 7);
+        drop(tx);
+    }
+
     /// Dropped with nothing unseen, `changed` fails at once and `has_changed` says so.
     #[tokio::test]
     async fn a_dropped_sender_ends_the_channel() {
