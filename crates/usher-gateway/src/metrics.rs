@@ -109,6 +109,14 @@ struct Hot {
 
 static HOT: OnceLock<Hot> = OnceLock::new();
 
+/// Adds one to the hot counter `pick` chooses, or to the series `name` before [`describe`].
+fn bump(pick: impl FnOnce(&Hot) -> &Counter, name: &'static str) {
+    match HOT.get() {
+        Some(hot) => pick(hot).increment(1),
+        None => counter!(name).increment(1),
+    }
+}
+
 /// Gives every series its help text (once per process is enough; repeating is harmless), and
 /// keeps the hot counters' handles (see [`Hot`]). Call it after the recorder is installed.
 pub(crate) fn describe() {
@@ -185,17 +193,11 @@ pub(crate) fn stream_sampled(lag: &usher_core::store::StreamLag) {
 }
 
 pub(crate) fn joined() {
-    match HOT.get() {
-        Some(hot) => hot.joins.increment(1),
-        None => counter!(JOINS).increment(1),
-    }
+    bump(|hot| &hot.joins, JOINS);
 }
 
 pub(crate) fn resumed() {
-    match HOT.get() {
-        Some(hot) => hot.resumes.increment(1),
-        None => counter!(RESUMES).increment(1),
-    }
+    bump(|hot| &hot.resumes, RESUMES);
 }
 
 pub(crate) fn away_flushed() {
@@ -207,10 +209,7 @@ pub(crate) fn left() {
 }
 
 pub(crate) fn admission_delivered() {
-    match HOT.get() {
-        Some(hot) => hot.admissions_delivered.increment(1),
-        None => counter!(ADMISSIONS_DELIVERED).increment(1),
-    }
+    bump(|hot| &hot.admissions_delivered, ADMISSIONS_DELIVERED);
 }
 
 pub(crate) fn refused(reason: Refusal) {

@@ -115,9 +115,7 @@ impl Update {
             Update::Ended { retry_ms: None } | Update::Admitting => None,
         }
     }
-}
 
-impl Update {
     /// Appends this update's SSE text on the stream of `ticket` to `out`: the bytes of
     /// [`Update::frame`], with the two updates a held stream writes most (a position, an
     /// admission) rendered straight into `out` rather than through a `String` of their own.

@@ -154,17 +154,7 @@ impl Parser {
     ) {
         if line.is_empty() {
             if let Some(data) = lone.take() {
-                f(ItemRef::Event(EventRef {
-                    event: if self.event.is_empty() {
-                        "message"
-                    } else {
-                        &self.event
-                    },
-                    data,
-                    id: &self.last_id,
-                }));
-                self.event.clear();
-                self.has_data = false;
+                self.hand_out(data, f);
                 return;
             }
         } else if let Some(value) = data_value(line) {
@@ -179,6 +169,22 @@ impl Parser {
         self.line(line, f);
     }
 
+    /// Hands out the event being read, with `data`, and starts the next one (its `event`
+    /// name and `has_data` reset; the caller keeps or clears the data buffer).
+    fn hand_out(&mut self, data: &str, f: &mut impl FnMut(ItemRef<'_>)) {
+        f(ItemRef::Event(EventRef {
+            event: if self.event.is_empty() {
+                "message"
+            } else {
+                &self.event
+            },
+            data,
+            id: &self.last_id,
+        }));
+        self.event.clear();
+        self.has_data = false;
+    }
+
     /// Copies a held `lone` data line into the event's data, as any data line is kept.
     fn keep_lone(&mut self, lone: &mut Option<&str>) {
         if let Some(value) = lone.take() {
@@ -190,17 +196,10 @@ impl Parser {
     fn line(&mut self, line: &str, f: &mut impl FnMut(ItemRef<'_>)) {
         if line.is_empty() {
             if self.has_data {
-                let data = self.data.strip_suffix('\n').unwrap_or(&self.data);
-                let event = if self.event.is_empty() {
-                    "message"
-                } else {
-                    &self.event
-                };
-                f(ItemRef::Event(EventRef {
-                    event,
-                    data,
-                    id: &self.last_id,
-                }));
+                let data = std::mem::take(&mut self.data);
+                self.hand_out(data.strip_suffix('\n').unwrap_or(&data), f);
+                // The buffer is kept for the next event (cleared).
+                self.data = data;
             }
             self.event.clear();
             self.data.clear();
@@ -211,10 +210,7 @@ impl Parser {
             f(ItemRef::Comment(c.trim_start()));
             return;
         }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
+        let (field, value) = field_of(line);
         match field {
             "event" => {
                 self.event.clear();
@@ -239,13 +235,19 @@ impl Parser {
     }
 }
 
+/// A field line's name and value: before the first `:` and after it, one leading space
+/// dropped; a line without `:` is a name with an empty value.
+fn field_of(line: &str) -> (&str, &str) {
+    match line.split_once(':') {
+        Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+        None => (line, ""),
+    }
+}
+
 /// The value of a `data` field line (what [`Parser::line`] appends to the data), or `None` for
 /// any other line.
 fn data_value(line: &str) -> Option<&str> {
-    let (field, value) = match line.split_once(':') {
-        Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-        None => (line, ""),
-    };
+    let (field, value) = field_of(line);
     (field == "data").then_some(value)
 }
 

@@ -158,7 +158,7 @@ pub fn handle(rec: &Recorder, st: &mut State, item: ItemRef<'_>) -> Option<Final
 }
 
 /// What is read of a `waiting` event (`usher_core::messages::WaitingEvent`): its required
-/// fields, borrowed from the event, the others skipped. It is parsed on every position event
+/// fields checked, `as_of_ms` kept, nothing copied. It is parsed on every position event
 /// (a million a tick at a million held), so nothing is allocated or validated beyond this.
 #[derive(Deserialize)]
 struct WaitingSeen {

@@ -50,6 +50,7 @@ impl Lingering {
     }
 
     /// How many connections are kept now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.due
             .lock()
@@ -58,6 +59,7 @@ impl Lingering {
     }
 
     /// Nothing is kept now.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -106,15 +106,11 @@ pub fn busy_while_growing(
     points: impl IntoIterator<Item = (u64, Option<BusySpan>)>,
 ) -> Option<f64> {
     let mut before = 0;
-    let (mut sum, mut secs) = (0.0, 0.0);
-    for (count, span) in points {
-        if let (true, Some(s)) = (count > before, span) {
-            sum += s.busy * s.secs;
-            secs += s.secs;
-        }
+    weighted_busy(points.into_iter().map(|(count, span)| {
+        let grew = count > before;
         before = before.max(count);
-    }
-    (secs > 0.0).then(|| sum / secs)
+        (grew, span)
+    }))
 }
 
 /// The mean busy share of the hold: the spans in which no join was answered while browsers
@@ -127,13 +123,21 @@ pub fn busy_while_holding(
     points: impl IntoIterator<Item = (u64, u64, Option<BusySpan>)>,
 ) -> Option<f64> {
     let mut before = 0;
+    weighted_busy(points.into_iter().map(|(joined, waiting, span)| {
+        let holding = joined <= before && waiting > 0;
+        before = before.max(joined);
+        (holding, span)
+    }))
+}
+
+/// The mean busy share of the spans marked `true`, weighted by their length.
+fn weighted_busy(spans: impl IntoIterator<Item = (bool, Option<BusySpan>)>) -> Option<f64> {
     let (mut sum, mut secs) = (0.0, 0.0);
-    for (joined, waiting, span) in points {
-        if let (true, Some(s)) = (joined <= before && waiting > 0, span) {
+    for (counts, span) in spans {
+        if let (true, Some(s)) = (counts, span) {
             sum += s.busy * s.secs;
             secs += s.secs;
         }
-        before = before.max(joined);
     }
     (secs > 0.0).then(|| sum / secs)
 }
