@@ -53,6 +53,8 @@ pub fn init_tracing(format: LogFormat, service: &str) -> Result<TracesGuard, Tra
     };
     let (otel, guard) = traces::layer(provider, service);
     let ours = filter_fn(|m| m.target().starts_with("usher") && *m.level() <= tracing::Level::INFO);
-    let _ = registry.with(otel.with_filter(ours)).try_init();
+    if registry.with(otel.with_filter(ours)).try_init().is_ok() {
+        traces::mark_exporting();
+    }
     Ok(guard)
 }

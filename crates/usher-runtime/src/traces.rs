@@ -62,6 +62,23 @@ impl Drop for TracesGuard {
     }
 }
 
+/// Set once the OTLP layer is installed: see [`exporting`].
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process exports traces (its subscriber has the OTLP layer).
+///
+/// For a span made on a hot path only to be exported: with traces off, an `info` span is
+/// still made for the log layer, which formats its fields and keeps it in the registry while
+/// it lives (about 1.5% of a gateway's CPU per join, when each join had one: BENCHMARKS.md).
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Notes that the OTLP layer is installed ([`exporting`]).
+pub(crate) fn mark_exporting() {
+    EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether the environment asks for traces.
 fn enabled() -> bool {
     ENDPOINT_VARS

@@ -320,8 +320,14 @@ async fn setup(
                 Gate::Pass(proof) => proof,
                 Gate::Refuse(puzzle) => return challenged(puzzle),
             };
-            // The join's span (its queue; never its ticket, which is issued below).
-            let span = tracing::info_span!("join", queue = %q);
+            // The join's span (its queue; never its ticket, which is issued below), made only
+            // when traces are exported: nothing else reads it, and nothing inside the join
+            // logs (its Redis call is made by the queue's batcher task).
+            let span = if usher_runtime::traces::exporting() {
+                tracing::info_span!("join", queue = %q)
+            } else {
+                tracing::Span::none()
+            };
             joined = SpanLink::of(&span);
             let key = proven.map(|p| p.key);
             // A recording queue keeps the join's network, hashed with the ticket key (which
