@@ -23,6 +23,9 @@ use crate::worker::{instant_at, now_ms};
 const GRACE: Duration = Duration::from_secs(15);
 /// Time between scheduling the start and the first connection (workers start up).
 const STARTUP: Duration = Duration::from_millis(500);
+/// mimalloc's setting for how long freed memory is kept before it goes back to the kernel
+/// (milliseconds; -1: kept). The workers keep theirs (see `run`).
+const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
 
 pub struct Outputs {
     pub report: Option<std::path::PathBuf>,
@@ -86,7 +89,15 @@ pub async fn run(plan: Plan, argv: Vec<String>, out: Outputs) -> anyhow::Result<
     let (tx, mut rx) = mpsc::channel::<Event>(1024);
     let mut workers = Vec::new();
     for i in 0..plan.workers {
-        let mut child = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        // mimalloc gives freed memory back to the kernel a second after it is freed
+        // (`madvise`), and faults it back in when it is used again: with a tick a second, in
+        // the middle of the next admission burst (0.1–0.3 µs an admission there). A worker
+        // keeps its memory instead, unless the environment says otherwise.
+        if std::env::var_os(PURGE_DELAY).is_none() {
+            cmd.env(PURGE_DELAY, "-1");
+        }
+        let mut child = cmd
             .args(argv.iter().skip(1))
             .args([
                 "--worker-index",

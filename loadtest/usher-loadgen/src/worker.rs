@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use crate::conn::{self, Ctx, Recorder};
 use crate::limits;
@@ -142,7 +141,6 @@ async fn work(
         let (w, rate) = (u64::from(plan.workers), plan.join_rate);
         let arrivals = plan.arrivals.clone();
         tokio::spawn(async move {
-            let mut set = JoinSet::new();
             for k in 0..assigned {
                 let j = k * w + u64::from(index);
                 if let Some(curve) = &arrivals {
@@ -159,10 +157,12 @@ async fn work(
                         tokio::task::yield_now().await;
                     }
                 }
-                set.spawn(conn::run(ctx.clone(), j));
-                while set.try_join_next().is_some() {}
+                // Detached: a connection reports through the recorder, and nothing joins
+                // it. (In a `JoinSet`, each connection's end also woke this task to collect
+                // it, inside the admission bursts being measured.) Those still open when the
+                // run ends close when the worker exits, as lingering ones do.
+                drop(tokio::spawn(conn::run(ctx.clone(), j)));
             }
-            while set.join_next().await.is_some() {}
         })
     };
 
