@@ -53,8 +53,10 @@ pub fn init_tracing(format: LogFormat, service: &str) -> Result<TracesGuard, Tra
     };
     let (otel, guard) = traces::layer(provider, service);
     let ours = filter_fn(|m| m.target().starts_with("usher") && *m.level() <= tracing::Level::INFO);
-    if registry.with(otel.with_filter(ours)).try_init().is_ok() {
-        traces::mark_exporting();
-    }
+    // Marked first: `try_init` can fail after installing the subscriber (a `log` logger set
+    // already), and a join span missing from an exported trace is worse than one made for
+    // nothing when no subscriber took the layer.
+    traces::mark_exporting();
+    let _ = registry.with(otel.with_filter(ours)).try_init();
     Ok(guard)
 }

@@ -30,8 +30,8 @@ pub enum Final {
     Left,
 }
 
-/// Per-connection state that survives reconnects. Dropping it (also when the task is
-/// aborted at the end of the run) takes the connection out of the `waiting` gauge.
+/// Per-connection state that survives reconnects. Dropping it takes the connection out of
+/// the `waiting` gauge.
 pub struct State {
     pub rec: Arc<Recorder>,
     pub ticket: Option<String>,
