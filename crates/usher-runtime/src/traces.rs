@@ -62,7 +62,7 @@ impl Drop for TracesGuard {
     }
 }
 
-/// Set once the OTLP layer is installed: see [`exporting`].
+/// Set when `init_tracing` installs the OTLP layer: see [`exporting`].
 static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether this process exports traces (its subscriber has the OTLP layer).
