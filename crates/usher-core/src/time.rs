@@ -49,6 +49,15 @@ impl Clock for WallClock {
     fn now_ms(&self) -> u64 {
         now_ms()
     }
+
+    /// To the microsecond: `now_ms` truncates, and a wait computed from it would end up to a
+    /// millisecond early or late, which is what an admission released "at" its time must not.
+    fn wait_for(&self, at_ms: u64) -> Duration {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        Duration::from_millis(at_ms).saturating_sub(now)
+    }
 }
 
 /// The wall clock, shared: what every binary runs with.

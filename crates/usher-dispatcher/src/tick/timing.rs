@@ -138,6 +138,42 @@ pub(super) async fn sleep_until_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
     }
 }
 
+/// The last stretch of a wait for an admission time that [`release_at_ms`] sleeps on a
+/// blocking thread: more than tokio's timer can be late.
+const PRECISE_TAIL: Duration = Duration::from_millis(3);
+
+/// [`sleep_until_ms`] to within a fraction of a millisecond, for releasing a tick's
+/// admissions at their admission time. tokio's timer fires on whole milliseconds of its own
+/// and its driver sleeps in whole milliseconds, so it wakes up to two late: a burst sent then
+/// left the two cores idle for its first 1–3 ms, every one of its browsers waiting
+/// (BENCHMARKS.md, "An admission burst"). So the timer sleeps until [`PRECISE_TAIL`] before
+/// the time, and a blocking thread's `nanosleep` (microseconds late, not milliseconds) sleeps
+/// the rest: one short-lived blocking call per tick that sends, no spinning.
+pub(super) async fn release_at_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
+    let began = tokio::time::Instant::now();
+    let cap = Duration::from_millis(cap_ms);
+    let wait = clock.wait_for(at_ms).min(cap);
+    if wait.is_zero() {
+        return;
+    }
+    if let Some(coarse) = wait.checked_sub(PRECISE_TAIL) {
+        tokio::time::sleep(coarse).await;
+    }
+    // Measured again: the timer may have woken late, past the time even.
+    let rest = clock
+        .wait_for(at_ms)
+        .min(cap.saturating_sub(began.elapsed()));
+    if !rest.is_zero() {
+        // A blocking pool that cannot run it (a runtime shutting down) only costs precision.
+        if tokio::task::spawn_blocking(move || std::thread::sleep(rest))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(rest).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +239,47 @@ mod tests {
         // A short tick: a quarter of it at most.
         assert_eq!(admit_lead(ms(100), 5_000), ms(25));
         assert_eq!(admit_lead_cap(ms(100)), ms(25));
+    }
+
+    /// Never before the admission time (a token is valid from then on), on the wall clock's
+    /// microseconds; a far time waits no longer than the cap; a virtual clock never waits.
+    #[tokio::test]
+    async fn a_release_is_never_early_and_never_past_its_cap() {
+        let now_us = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_micros())
+                .unwrap_or(0)
+        };
+        let clock = usher_core::time::WallClock;
+        // Times a few milliseconds apart, so that each falls at a different point of tokio's
+        // millisecond and of the precise tail.
+        for ahead_ms in [1, 2, 3, 4, 7, 20] {
+            let at = now_ms() + ahead_ms;
+            release_at_ms(&clock, at, 1_000).await;
+            let now = now_us();
+            assert!(
+                now >= u128::from(at) * 1000,
+                "released {} µs early",
+                u128::from(at) * 1000 - now
+            );
+        }
+        // A wall clock stepped back an hour: the cap (30 ms), not the hour; the minute
+        // allowed is only a guard against a wait that never ends.
+        let began = std::time::Instant::now();
+        let capped = tokio::time::timeout(
+            Duration::from_secs(60),
+            release_at_ms(&clock, now_ms() + 3_600_000, 30),
+        );
+        assert!(capped.await.is_ok(), "waited past the cap");
+        assert!(began.elapsed() >= Duration::from_millis(30));
+        // A virtual clock behind the time does not sleep: its driver moves it.
+        let virt = usher_core::time::VirtualClock::starting_at(0);
+        let unslept = tokio::time::timeout(
+            Duration::from_secs(60),
+            release_at_ms(&*virt, 3_600_000, 3_600_000),
+        );
+        assert!(unslept.await.is_ok(), "a virtual clock slept");
     }
 
     #[test]
