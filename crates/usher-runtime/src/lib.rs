@@ -6,9 +6,10 @@
 //!
 //! Layout: `process` (`runtime`, `disable_transparent_huge_pages`, `raise_open_files_limit`,
 //! `shutdown_signal`), `logging` (`LogFormat`, `init_tracing`), `traces` (OpenTelemetry
-//! export, `traceparent` carry, span links).
+//! export, `traceparent` carry, span links), `precise` (a sleep to the microsecond).
 
 mod logging;
+pub mod precise;
 mod process;
 pub mod traces;
 

@@ -138,39 +138,24 @@ pub(super) async fn sleep_until_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
     }
 }
 
-/// The last stretch of a wait for an admission time that [`release_at_ms`] sleeps on a
-/// blocking thread: more than tokio's timer can be late.
-const PRECISE_TAIL: Duration = Duration::from_millis(3);
-
 /// [`sleep_until_ms`] to within a fraction of a millisecond, for releasing a tick's
-/// admissions at their admission time. tokio's timer fires on whole milliseconds of its own
-/// and its driver sleeps in whole milliseconds, so it wakes up to two late: a burst sent then
-/// left the two cores idle for its first 1–3 ms, every one of its browsers waiting
-/// (BENCHMARKS.md, "An admission burst"). So the timer sleeps until [`PRECISE_TAIL`] before
-/// the time, and a blocking thread's `nanosleep` (microseconds late, not milliseconds) sleeps
-/// the rest: one short-lived blocking call per tick that sends, no spinning.
+/// admissions at their admission time: tokio's timer ends up to two milliseconds late, and a
+/// burst sent then left the two cores idle for its first 1–2 ms, every one of its browsers
+/// waiting (BENCHMARKS.md, "An admission burst"). The wait is the process's precise timer
+/// ([`usher_runtime::precise::sleep`]: one thread for every queue waiting), measured again on
+/// `clock` when it ends, so that a release is never early by the wall clock, whatever the
+/// monotonic clock did meanwhile.
 pub(super) async fn release_at_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
     let began = tokio::time::Instant::now();
     let cap = Duration::from_millis(cap_ms);
-    let wait = clock.wait_for(at_ms).min(cap);
-    if wait.is_zero() {
-        return;
-    }
-    if let Some(coarse) = wait.checked_sub(PRECISE_TAIL) {
-        tokio::time::sleep(coarse).await;
-    }
-    // Measured again: the timer may have woken late, past the time even.
-    let rest = clock
-        .wait_for(at_ms)
-        .min(cap.saturating_sub(began.elapsed()));
-    if !rest.is_zero() {
-        // A blocking pool that cannot run it (a runtime shutting down) only costs precision.
-        if tokio::task::spawn_blocking(move || std::thread::sleep(rest))
-            .await
-            .is_err()
-        {
-            tokio::time::sleep(rest).await;
+    loop {
+        let wait = clock
+            .wait_for(at_ms)
+            .min(cap.saturating_sub(began.elapsed()));
+        if wait.is_zero() {
+            return;
         }
+        usher_runtime::precise::sleep(wait).await;
     }
 }
 
