@@ -142,11 +142,14 @@ pub(super) async fn sleep_until_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
 /// admissions at their admission time: tokio's timer ends up to two milliseconds late, and a
 /// burst sent then left the two cores idle for its first 1–2 ms, every one of its browsers
 /// waiting (BENCHMARKS.md, "An admission burst"). The wait is the process's precise timer
-/// ([`usher_runtime::precise::sleep`]: one thread for every queue waiting), measured again on
-/// `clock` when it ends, so that a release is never early by the wall clock, whatever the
-/// monotonic clock did meanwhile.
+/// ([`usher_runtime::precise::sleep`]: one thread for all the queues waiting), measured again
+/// on `clock` when it ends, so that a release is never early by the wall clock, whatever the
+/// monotonic clock did meanwhile, as long as the wait fits in `cap_ms`; past it (a wall clock
+/// stepped back by more than the cap) the release goes at the cap, as [`sleep_until_ms`]
+/// does. The cap is measured on std's monotonic clock, which the precise timer runs on: a
+/// paused tokio clock (a test's) must not make it endless.
 pub(super) async fn release_at_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
-    let began = tokio::time::Instant::now();
+    let began = std::time::Instant::now();
     let cap = Duration::from_millis(cap_ms);
     loop {
         let wait = clock
@@ -237,8 +240,8 @@ mod tests {
                 .unwrap_or(0)
         };
         let clock = usher_core::time::WallClock;
-        // Times a few milliseconds apart, so that each falls at a different point of tokio's
-        // millisecond and of the precise tail.
+        // Times a few milliseconds apart, so that each falls at a different point of the wall
+        // clock's millisecond.
         for ahead_ms in [1, 2, 3, 4, 7, 20] {
             let at = now_ms() + ahead_ms;
             release_at_ms(&clock, at, 1_000).await;
