@@ -6,7 +6,8 @@
 //!
 //! Layout: `process` (`runtime`, `disable_transparent_huge_pages`, `raise_open_files_limit`,
 //! `shutdown_signal`), `logging` (`LogFormat`, `init_tracing`), `traces` (OpenTelemetry
-//! export, `traceparent` carry, span links), `precise` (a sleep to about a tenth of a millisecond).
+//! export, `traceparent` carry, span links), `precise` (a sleep to about a tenth of a
+//! millisecond).
 
 mod logging;
 pub mod precise;
