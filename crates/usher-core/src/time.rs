@@ -17,10 +17,14 @@ const RFC3339_MS: &[BorrowedFormatItem<'_>] =
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
+    since_epoch().as_millis() as u64
+}
+
+/// The wall clock's time since the Unix epoch (zero for a clock set before it).
+fn since_epoch() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Where the admission path takes the time from: the wall clock in the running binaries, a
@@ -53,10 +57,7 @@ impl Clock for WallClock {
     /// To the microsecond: `now_ms` truncates, and a wait computed from it would end up to a
     /// millisecond early or late, which is what an admission released "at" its time must not.
     fn wait_for(&self, at_ms: u64) -> Duration {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        Duration::from_millis(at_ms).saturating_sub(now)
+        Duration::from_millis(at_ms).saturating_sub(since_epoch())
     }
 }
 

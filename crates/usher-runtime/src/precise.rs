@@ -153,7 +153,7 @@ mod tests {
         let long = super::sleep(Duration::from_secs(2));
         tokio::pin!(long);
         // The long one registers with the timer thread first.
-        assert!(futures_poll_once(long.as_mut()).await);
+        assert!(futures::poll!(long.as_mut()).is_pending());
         tokio::select! {
             biased;
             () = super::sleep(Duration::from_millis(1)) => {}
@@ -161,17 +161,9 @@ mod tests {
         }
         // Answered at its own deadline, not with the short one.
         assert!(
-            futures_poll_once(long.as_mut()).await,
+            futures::poll!(long.as_mut()).is_pending(),
             "the 2 s sleep ended with the 1 ms one"
         );
-    }
-
-    /// Polls `f` once; whether it is still pending.
-    async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> bool {
-        std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx).is_pending())
-        })
-        .await
     }
 
     /// Many at once, for deadlines in any order and some the same: each ends, none early.

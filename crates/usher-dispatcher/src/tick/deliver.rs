@@ -18,7 +18,7 @@ use usher_core::store::{
 use usher_mint::token::SigningKey;
 
 use super::gateways::{in_messages, live_at};
-use super::timing::{records_delay, release_at_ms, sleep_until_ms};
+use super::timing::{records_delay, sleep_until_ms};
 use super::tokens::TickTokens;
 
 /// How a delivery ended.
@@ -275,7 +275,7 @@ impl Courier<'_> {
     ) -> Result<Vec<(PlaceId, TokenRecord)>, StoreError> {
         let due = entries.iter().map(|e| e.admitted_at_ms).max().unwrap_or(0);
         let ready = self.prepare(entries, tokens).await?;
-        release_at_ms(self.clock, due, self.ahead_cap.as_millis() as u64).await;
+        sleep_until_ms(self.clock, due, self.ahead_cap.as_millis() as u64).await;
         let began = std::time::Instant::now();
         let sent = self.transmit(ready).await?;
         // Where a burst's time goes (`RUST_LOG=usher_dispatcher=debug`).

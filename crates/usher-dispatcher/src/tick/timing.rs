@@ -131,24 +131,17 @@ pub(super) fn records_delay(cap: Duration, admissions: usize) -> Duration {
 /// Sleeps until `clock` reads `at_ms`, but never longer than `cap_ms`: a wall clock stepped
 /// back must not hold a tick. A virtual clock (a rehearsal's) never sleeps: its driver moves
 /// it (`Clock::wait_for`).
+///
+/// To within a fraction of a millisecond, and never early by the wall clock while the wait
+/// fits in the cap: every wait here is for a time something may not happen before (a tick's
+/// admissions, whose tokens are valid from their admission time; a sale's draw; token records
+/// after a burst). tokio's timer ends up to two milliseconds late, and a burst released then
+/// left the two cores idle for its first 1–2 ms, every one of its browsers waiting
+/// (BENCHMARKS.md, "An admission burst"); so the wait is the process's precise timer
+/// ([`usher_runtime::precise::sleep`]: one thread for all the tasks waiting), and the clock is
+/// read again when it ends. The cap is measured on std's monotonic clock, which that timer
+/// runs on: a paused tokio clock (a test's) must not make it endless.
 pub(super) async fn sleep_until_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
-    let wait = clock.wait_for(at_ms).min(Duration::from_millis(cap_ms));
-    if !wait.is_zero() {
-        tokio::time::sleep(wait).await;
-    }
-}
-
-/// [`sleep_until_ms`] to within a fraction of a millisecond, for releasing a tick's
-/// admissions at their admission time: tokio's timer ends up to two milliseconds late, and a
-/// burst sent then left the two cores idle for its first 1–2 ms, every one of its browsers
-/// waiting (BENCHMARKS.md, "An admission burst"). The wait is the process's precise timer
-/// ([`usher_runtime::precise::sleep`]: one thread for all the queues waiting), measured again
-/// on `clock` when it ends, so that a release is never early by the wall clock, whatever the
-/// monotonic clock did meanwhile, as long as the wait fits in `cap_ms`; past it (a wall clock
-/// stepped back by more than the cap) the release goes at the cap, as [`sleep_until_ms`]
-/// does. The cap is measured on std's monotonic clock, which the precise timer runs on: a
-/// paused tokio clock (a test's) must not make it endless.
-pub(super) async fn release_at_ms(clock: &dyn Clock, at_ms: u64, cap_ms: u64) {
     let began = std::time::Instant::now();
     let cap = Duration::from_millis(cap_ms);
     loop {
@@ -244,7 +237,7 @@ mod tests {
         // clock's millisecond.
         for ahead_ms in [1, 2, 3, 4, 7, 20] {
             let at = now_ms() + ahead_ms;
-            release_at_ms(&clock, at, 1_000).await;
+            sleep_until_ms(&clock, at, 1_000).await;
             let now = now_us();
             assert!(
                 now >= u128::from(at) * 1000,
@@ -257,7 +250,7 @@ mod tests {
         let began = std::time::Instant::now();
         let capped = tokio::time::timeout(
             Duration::from_secs(60),
-            release_at_ms(&clock, now_ms() + 3_600_000, 30),
+            sleep_until_ms(&clock, now_ms() + 3_600_000, 30),
         );
         assert!(capped.await.is_ok(), "waited past the cap");
         assert!(began.elapsed() >= Duration::from_millis(30));
@@ -265,7 +258,7 @@ mod tests {
         let virt = usher_core::time::VirtualClock::starting_at(0);
         let unslept = tokio::time::timeout(
             Duration::from_secs(60),
-            release_at_ms(&*virt, 3_600_000, 3_600_000),
+            sleep_until_ms(&*virt, 3_600_000, 3_600_000),
         );
         assert!(unslept.await.is_ok(), "a virtual clock slept");
     }
