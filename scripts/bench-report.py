@@ -278,6 +278,26 @@ floor_beside(
     "stream after usher's join script took it a place, one place a call, the calls pipelined on one "
     "connection")
 
+# The CPU floor (`usher-joins-floor --burn-us`), run after each join floor run: the same
+# stand-ins, each spending on every join the CPU usher's gateways spent per join in that run
+# beyond the plain stand-ins' (bench.sh cpu_floor_pass), and waiting for nothing. Usher's
+# latency over it is what usher adds beyond what its gateways' CPU alone costs these cores.
+def burn_of(sfx):
+    """The CPU floors' burn a join in the run whose files end in `sfx`, in µs (None unknown)."""
+    return (load(f"joins{sfx}-cfloor-burn.json") or {}).get("burn_us")
+
+
+burns = ", ".join(f"{b} µs" for sfx in run_suffixes(lambda s: f"joins{s}.json")
+                  if (b := burn_of(sfx)) is not None)
+floor_beside(
+    "cfloor", "CPU floor", "join latency over the gateways' CPU alone",
+    "the same load through six stand-ins that spend, on each join, the CPU usher's gateways spent per "
+    f"join beyond the plain stand-ins' ({burn_of(joins_sfx)} µs in this run), and wait for nothing "
+    "(`usher-joins-floor --burn-us`)",
+    "`usher-joins-floor --burn-us`, the same load; each stand-in spins, on its own thread, for the CPU "
+    f"usher's gateways spent per join in the same run beyond the plain stand-ins' ({burns or 'not recorded'}), "
+    "then answers; no Redis")
+
 # Concurrent connections, memory, Redis cost: absolute.
 if hold and hold_server:
     held = hold_server["held"]
@@ -418,7 +438,8 @@ def servers(cpu):
 
 
 # The passes of a joins run, by the suffix of their files: usher's, then its floors'.
-JOIN_PASSES = (("", "usher"), ("-jfloor", "join floor"), ("-rfloor", "round-trip floor"), ("-floor", "floor"))
+JOIN_PASSES = (("", "usher"), ("-cfloor", "CPU floor"), ("-jfloor", "join floor"),
+               ("-rfloor", "round-trip floor"), ("-floor", "floor"))
 
 
 def joined_in(name):
@@ -436,11 +457,12 @@ if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"
         r = load(f"joins{joins_sfx}{run}-cpu.json") or {}
         n = joined_in(f"joins{joins_sfx}{run}")
         label = {"redis": "Redis", "floors": "stand-ins", "round_trip_floors": "stand-ins",
-                 "join_floors": "stand-ins"}
+                 "join_floors": "stand-ins", "cpu_floors": "stand-ins"}
         if not r or not n:
             return None
         return " + ".join(f"{label.get(k, k)} {r[k] * 1e6 / n:.1f}" for k in keys if k in r) + " µs"
     parts = [("usher", per("", "gateways", "redis", "dispatcher")),
+             ("CPU floor", per("-cfloor", "cpu_floors", "redis")),
              ("join floor", per("-jfloor", "join_floors", "redis")),
              ("round-trip floor", per("-rfloor", "round_trip_floors", "redis")),
              ("floor", per("-floor", "floors", "redis"))]
@@ -469,7 +491,8 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
                 + ", ".join(f"{c.upper()} {v['calls'] / n:.2f} × {v['usec'] / v['calls']:.1f} µs"
                             for c, v in top) + ")")
     # The plain floor's stand-ins call no Redis.
-    parts = [(name, commands_per_join(run)) for run, name in JOIN_PASSES if run != "-floor"]
+    # The plain floor and the CPU floor call no Redis.
+    parts = [(name, commands_per_join(run)) for run, name in JOIN_PASSES if run not in ("-floor", "-cfloor")]
     notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, the dispatcher's ticks and "
                  "the heartbeats meanwhile included, and each command's time, a script's including the commands "
                  "it runs): "
@@ -526,8 +549,9 @@ lines = [
     "<!-- bench:begin -->",
     f"Measured by `make bench` on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {facts}.",
     "Everything ran on this one machine at once: Redis (AOF everysec, `nice -10`), one dispatcher (tick 1 s, `nice -5`),",
-    "six gateways (one runtime thread each), six joins floors, six round-trip floors (`--redis`) and six join floors",
-    "(`--join`), and the load generator's worker processes, all release builds, loopback only. The commands leave out",
+    "six gateways (one runtime thread each), six joins floors, six round-trip floors (`--redis`), six join floors",
+    "(`--join`) and, for each joins run, six CPU floors (`--burn-us`), and the load generator's worker processes, all",
+    "release builds, loopback only. The commands leave out",
     "what every run shares:",
     "`--gateways` (the six gateways, or the six floors of a floor run), `--source-ips 127.0.0.2-127.0.0.61`, `--queue`,",
     "`--report`, `--plot`, `--quiet`.",
@@ -557,8 +581,9 @@ if sweep:
                      f"{f'{fp:.1f} ms' if fp else NOT_MEASURED} | {ratio_text(r)} | {within} | {trip} | "
                      f"{stalls(rep)}; {floor_stalls} |")
 lines.append("")
-lines.append("Plots (written by the run, not committed): `target/bench/joins.svg`, `joins-floor.svg`, `joins-rfloor.svg` "
-             "and `joins-jfloor.svg` (the same run against the floors, the round-trip floors and the join floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; "
+lines.append("Plots (written by the run, not committed): `target/bench/joins.svg`, `joins-floor.svg`, `joins-rfloor.svg`, "
+             "`joins-jfloor.svg` and `joins-cfloor.svg` (the same run against the floors, the round-trip floors, the join floors "
+             "and the CPU floors), `hold.svg`, `admit.svg`, `sweep-joins-*.svg`; "
              "raw reports: `target/bench/*.json`.")
 lines.append("<!-- bench:end -->")
 section = "\n".join(lines)

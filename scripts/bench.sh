@@ -14,7 +14,9 @@
 #                then the same load generator, rate and count against the six joins floors:
 #                this machine's floor for that join latency; then against the six round-trip
 #                floors: how much of usher's latency above the floor is the Redis round trip;
-#                then against the six join floors: how much is usher's join in Redis
+#                then against the six join floors: how much is usher's join in Redis;
+#                then against six CPU floors, stand-ins that spend on each join the CPU
+#                usher's gateways spent beyond the plain stand-ins': what that CPU alone costs
 #   3. hold    — 101,000 browsers join (line paused), then the line moves 5 places a second:
 #                every browser gets a position update each tick; gateway RSS per connection,
 #                Redis commands/s
@@ -41,8 +43,8 @@
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
 # Everything is bounded in time (seven to ten minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
-# *-floor.json|svg beside it, its round-trip and join floor runs in *-rfloor.json|svg and
-# *-jfloor.json|svg, each role's CPU over
+# *-floor.json|svg beside it, its round-trip, join and CPU floor runs in *-rfloor.json|svg,
+# *-jfloor.json|svg and *-cfloor.json|svg, each role's CPU over
 # each in *-cpu.json beside it), and BENCHMARKS.md (the section between the bench markers is
 # rewritten by scripts/bench-report.py).
 #
@@ -52,6 +54,7 @@
 # USHER_BENCH_SCENARIOS ("redis joins hold admit sweep shards rehearse record"; a subset runs just those and
 # leaves BENCHMARKS.md alone, for profiling one scenario), USHER_BENCH_SHARD_QUEUES (24),
 # USHER_BENCH_RUNS (1: runs of the joins and admission scenarios, the median shown),
+# USHER_BENCH_BURN_US (the CPU floors' burn a join, in µs; unset: usher's gateways' in each run),
 # USHER_BENCH_BIN (binaries built elsewhere; nothing is built), RUST_LOG (passed to the servers). The shards figures are copied into BENCHMARKS.md ("Redis
 # Cluster") by hand: the report script rewrites only the load section.
 set -euo pipefail
@@ -189,10 +192,15 @@ RFLOOR_PIDS=("${STARTED_PIDS[@]}")
 start_floors jfloor 30 --join "$USHER_REDIS_URL"
 JFLOORS=$STARTED_URLS
 JFLOOR_PIDS=("${STARTED_PIDS[@]}")
-for url in "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS,$JFLOORS" | tr , ' '); do
-    for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-    curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
-done
+# Waits (10 s at most each) until the servers at the URLs $@ are ready.
+wait_ready() {
+    local url
+    for url in "$@"; do
+        for _ in $(seq 100); do curl -fsS "$url/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+        curl -fsS "$url/readyz" >/dev/null || { log "$url not ready"; exit 1; }
+    done
+}
+wait_ready "$DISPATCHER" $(echo "$GATEWAYS,$FLOORS,$RFLOORS,$JFLOORS" | tr , ' ')
 
 ADMIN_AUTH="Authorization: Bearer ${BENCH_ADMIN_TOKEN#bench:}"
 queue() { curl -fsS -X PUT "$DISPATCHER/admin/queues/$1" -H "$ADMIN_AUTH" -H 'content-type: application/json' -d "$2" >/dev/null; }
@@ -222,12 +230,14 @@ ticks_of() {
 # gateways, the floors).
 server_ticks() { ticks_of "${PIDS[@]}"; }
 # CPU ticks (1/100 s) used so far by each role: "gateways dispatcher redis floors
-# round_trip_floors join_floors" (for the "where the time goes" figures: CPU per join, per
+# round_trip_floors join_floors cpu_floors" (for the "where the time goes" figures: CPU per join, per
 # position event and per admission, by role).
-ROLES="gateways dispatcher redis floors round_trip_floors join_floors"
+ROLES="gateways dispatcher redis floors round_trip_floors join_floors cpu_floors"
+CFLOOR_PIDS=()
 role_ticks() {
     echo "$(ticks_of "${GATEWAY_PIDS[@]}") $(ticks_of "$DISPATCHER_PID") $(ticks_of "$REDIS_PID")" \
-        "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}") $(ticks_of "${JFLOOR_PIDS[@]}")"
+        "$(ticks_of "${FLOOR_PIDS[@]}") $(ticks_of "${RFLOOR_PIDS[@]}") $(ticks_of "${JFLOOR_PIDS[@]}")" \
+        "$(ticks_of "${CFLOOR_PIDS[@]}")"
 }
 # Writes $OUT/$1 (JSON): each role's CPU seconds between role_ticks readings $2 and $3, and,
 # when $4 is given, `aof_rewrites`: that many AOF rewrites Redis made meanwhile.
@@ -294,7 +304,8 @@ settle() {
 # once the servers are idle again, through the joins floors $4, reports $OUT/$2-floor.json|svg;
 # and, when $rfloors names round-trip floors, a third time through them ($2-rfloor.json|svg);
 # and, when $jfloors names join floors, a fourth time through them, on a queue of their own
-# ($1-jf, created paused: their joins take real places), reporting $2-jfloor.json|svg.
+# ($1-jf, created paused: their joins take real places), reporting $2-jfloor.json|svg; and,
+# when $cfloor is set, a fifth time through the CPU floors (cpu_floor_pass).
 # Each role's CPU over each run (from its first join until the servers are idle again after its
 # last connection closed) goes beside its report: $OUT/$2-cpu.json, $2-floor-cpu.json,
 # $2-rfloor-cpu.json, $2-jfloor-cpu.json (role_cpu_json).
@@ -315,6 +326,36 @@ join_run() {
         close "$q-jf"
         settle
     fi
+    if [ -n "${cfloor:-}" ]; then
+        cpu_floor_pass "$name" "$q" "$@"
+    fi
+}
+# The CPU floor of join run $1 on queue $2 (`loadgen "${@:3}"`): six stand-ins that spend, on
+# each join, the CPU usher's gateways spent per join in that run beyond the plain stand-ins'
+# (`usher-joins-floor --burn-us`; USHER_BENCH_BURN_US sets it instead), with no wait of any
+# kind; reports $OUT/$1-cfloor.json|svg, its CPU as the others', and the burn in
+# $OUT/$1-cfloor-burn.json. Its latency is what that much CPU alone costs a join on these cores.
+cpu_floor_pass() {
+    local name=$1 q=$2 burn
+    shift 2
+    burn=${USHER_BENCH_BURN_US:-$(python3 - "$OUT" "$name" <<'PY'
+import json, sys
+out, name = sys.argv[1:3]
+def per_join(run, role):
+    cpu = json.load(open(f"{out}/{name}{run}-cpu.json"))[role]
+    return cpu / json.load(open(f"{out}/{name}{run}.json"))["totals"]["joined"]
+print(max(0, round((per_join("", "gateways") - per_join("-floor", "floors")) * 1e6)))
+PY
+)}
+    echo "{\"burn_us\": $burn}" >"$OUT/$name-cfloor-burn.json"
+    start_floors "cfloor" 40 --burn-us "$burn"
+    CFLOOR_PIDS=("${STARTED_PIDS[@]}")
+    wait_ready $(echo "$STARTED_URLS" | tr , ' ')
+    join_pass "$name-cfloor" "$STARTED_URLS" "$q" "$@"
+    kill "${CFLOOR_PIDS[@]}" 2>/dev/null || true
+    wait "${CFLOOR_PIDS[@]}" 2>/dev/null || true
+    CFLOOR_PIDS=()
+    settle
 }
 # One run of a join_run: `loadgen "$@"` on queue $3 through the servers $2, reporting
 # $OUT/$1.json|svg, and each role's CPU from its first join until the servers are idle again
@@ -365,10 +406,10 @@ log "1/8 redis: memory per place, tick time at 1,000 and 1,000,000 waiting, and 
 fi
 
 if want joins; then
-log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, the joins floors, the round-trip floors, then the join floors"
+log "2/8 joins: $JOINS browsers at $JOINS_RATE/s, through the gateways, the joins floors, the round-trip floors, the join floors, then the CPU floors"
 # Each run has a queue of its own: a closed queue stays closed (its name answers 404).
 for k in $(seq "$RUNS"); do
-    rfloors=$RFLOORS jfloors=$JFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
+    cfloor=1 rfloors=$RFLOORS jfloors=$JFLOORS join_run "joins$(run_suffix "$k")" "joins$(run_suffix "$k")" "$GATEWAYS" "$FLOORS" --connections "$JOINS" \
         --join-rate "$JOINS_RATE" --workers 4 --duration $((JOINS / JOINS_RATE + 15))
 done
 fi

@@ -17,6 +17,10 @@
 //! `PING` (what any join that keeps its place in Redis pays at least), and the **join floor**,
 //! usher's own join (`Store::join_many`: the join script, one place a call): what the
 //! gateway's Redis work costs with none of the gateway's logic around it.
+//!
+//! A third knob spends CPU on each join ([`FloorSettings::burn`]): the **CPU floor**,
+//! a stand-in that costs the machine what a gateway's join costs it, with no wait of any kind
+//! behind it. Its latency over the plain floor's is what the CPU alone adds on these cores.
 
 use std::future::Future;
 use std::time::Duration;
@@ -36,6 +40,10 @@ pub struct FloorSettings {
     pub keepalive: Option<Duration>,
     /// What every stream waits for before it is answered.
     pub before: Before,
+    /// CPU this stand-in spends on each stream before it answers (after `before`), on its
+    /// own thread, spinning; `None` none. It holds up every other connection of the thread
+    /// meanwhile, as a gateway's own work on a join does.
+    pub burn: Option<Duration>,
 }
 
 /// What a stream waits for before it is answered. A stream whose wait fails is closed
@@ -160,6 +168,9 @@ async fn connection(mut sock: TcpStream, settings: FloorSettings) {
             if !settings.before.wait(&q).await {
                 return;
             }
+            if let Some(cpu) = settings.burn {
+                burn(cpu);
+            }
             let response = stream_response(&q, settings.retry_ms, now_ms());
             match sock.write_all(&response).await {
                 Ok(()) => hold(&mut sock, settings.keepalive).await,
@@ -178,6 +189,25 @@ async fn connection(mut sock: TcpStream, settings: FloorSettings) {
     };
     // A failed write means the client is gone: nothing to report to anyone.
     drop(answered);
+}
+
+/// Spins until this thread has used `cpu` more CPU time (its own clock, so time the thread
+/// spends preempted does not count: the machine pays all of `cpu`).
+pub fn burn(cpu: Duration) {
+    let until = thread_cpu() + cpu;
+    while thread_cpu() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// The CPU time this thread has used so far.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    // The kernel's clock is never negative, and its nanoseconds are under a second.
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Reads and parses a request head; `None` when the connection ends, times out or sends
@@ -321,6 +351,16 @@ mod tests {
         // The stream stays open: no last chunk.
         assert!(!body.is_done());
         Ok(())
+    }
+
+    #[test]
+    fn a_burn_spends_at_least_the_cpu_asked_of_it() {
+        let (before, wall) = (thread_cpu(), std::time::Instant::now());
+        burn(Duration::from_millis(20));
+        let spent = thread_cpu() - before;
+        assert!(spent >= Duration::from_millis(20), "{spent:?}");
+        // CPU, not a sleep: the wall clock moved at least as far.
+        assert!(wall.elapsed() >= spent, "{:?} < {spent:?}", wall.elapsed());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! load generator putting a few hundred joins through it. Every join must get its `waiting`
 //! event and stay connected, as on a gateway whose queue is paused. With `--redis` (the
 //! round-trip floor) every stream waits for its own `PING` to a real redis-server first; with
-//! `--join` (the join floor) for usher's own join, which takes it a place in the queue.
+//! `--join` (the join floor) for usher's own join, which takes it a place in the queue; with
+//! `--burn-us` (the CPU floor) the stand-in spends that much CPU on each.
 
 mod support;
 
@@ -122,6 +123,29 @@ fn the_round_trip_floor_answers_each_join_after_its_own_ping() -> anyhow::Result
     // One round trip per stream, none shared: the round trip is what this floor measures.
     assert_eq!(calls(&redis, "ping")? - before, JOINS);
     drop((floor, redis));
+    Ok(())
+}
+
+#[test]
+fn the_cpu_floor_spends_its_burn_on_every_join() -> anyhow::Result<()> {
+    const BURN_US: u64 = 1000;
+    let floor = Floor::start(&["--burn-us", &BURN_US.to_string()])?;
+    let stat = format!("/proc/{}/stat", floor.child.id());
+    let cpu = || -> anyhow::Result<f64> {
+        let text = std::fs::read_to_string(&stat)?;
+        usher_loadgen::cpu::stat_cpu_s(&text).context("utime and stime")
+    };
+    let before = cpu()?;
+    put_joins_through(&floor)?;
+    // Every join answered, each after 1 ms of the stand-in's CPU: 0.4 s at least (the clock
+    // ticks of `/proc` are 10 ms).
+    let spent = cpu()? - before;
+    let asked = (JOINS * BURN_US) as f64 / 1e6;
+    assert!(
+        spent >= asked - 0.01,
+        "{spent} s of CPU for {asked} s burnt"
+    );
+    drop(floor);
     Ok(())
 }
 

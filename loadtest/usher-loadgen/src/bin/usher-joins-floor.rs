@@ -52,6 +52,13 @@ exist and be open (create it paused, so that nobody is admitted); a stream
 whose join fails or takes no place (the queue closed or unknown) is closed
 unanswered. It will not start while that Redis cannot be reached.
 
+With --burn-us, every stream is answered only after the stand-in has spent
+that much CPU on it, spinning on its own thread (after the Redis wait, if
+any): the CPU floor. Given a gateway's CPU per join beyond a plain
+stand-in's, it costs the machine what usher's joins cost it, with none of
+usher's waits: a gateway's join latency over this one is what usher adds
+beyond its CPU.
+
 Prints `listening on http://ADDR` on stdout once it accepts connections; runs
 until SIGINT or SIGTERM. Loopback addresses only.";
 
@@ -90,6 +97,11 @@ struct Args {
     /// connection), before it is answered. The queue must exist and be open.
     #[arg(long, env = "USHER_JOINS_FLOOR_JOIN")]
     join: Option<String>,
+
+    /// Microseconds of CPU spent on every stream before it is answered (a spin on the
+    /// stand-in's thread, by the thread's own CPU clock); 0: none.
+    #[arg(long, env = "USHER_JOINS_FLOOR_BURN_US", default_value_t = 0)]
+    burn_us: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -128,6 +140,7 @@ fn main() -> anyhow::Result<()> {
             retry_ms: args.retry_ms,
             keepalive: (args.keepalive_secs > 0).then(|| Duration::from_secs(args.keepalive_secs)),
             before,
+            burn: (args.burn_us > 0).then(|| Duration::from_micros(args.burn_us)),
         };
         let listener = usher_http::listen(args.listen)
             .with_context(|| format!("cannot listen on {}", args.listen))?;
