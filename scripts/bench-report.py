@@ -283,17 +283,20 @@ floor_beside(
 # beyond the plain stand-ins' (bench.sh cpu_floor_pass), and waiting for nothing. Usher's
 # latency over it is what usher adds beyond what its gateways' CPU alone costs these cores.
 def burn_of(sfx):
-    """The CPU floors' burn a join in the run whose files end in `sfx`, in µs (None unknown)."""
-    return (load(f"joins{sfx}-cfloor-burn.json") or {}).get("burn_us")
+    """The CPU floors' burn a join in the run whose files end in `sfx`, as text: "N µs", and
+    "set" when USHER_BENCH_BURN_US gave it rather than the run's CPU figures (None unknown)."""
+    b = load(f"joins{sfx}-cfloor-burn.json") or {}
+    if b.get("burn_us") is None:
+        return None
+    return f"{b['burn_us']} µs" + (" set" if b.get("source") == "USHER_BENCH_BURN_US" else "")
 
 
-burns = ", ".join(f"{b} µs" for sfx in run_suffixes(lambda s: f"joins{s}.json")
-                  if (b := burn_of(sfx)) is not None)
+burns = ", ".join(b for sfx in run_suffixes(lambda s: f"joins{s}.json") if (b := burn_of(sfx)))
 floor_beside(
     "cfloor", "CPU floor", "join latency over the gateways' CPU alone",
     "the same load through six stand-ins that spend, on each join, the CPU usher's gateways spent per "
-    f"join beyond the plain stand-ins' ({burn_of(joins_sfx)} µs in this run), and wait for nothing "
-    "(`usher-joins-floor --burn-us`)",
+    f"join beyond the plain stand-ins' ({burn_of(joins_sfx) or 'not recorded'} in this run; Redis's is not "
+    "reproduced), and wait for nothing (`usher-joins-floor --burn-us`)",
     "`usher-joins-floor --burn-us`, the same load; each stand-in spins, on its own thread, for the CPU "
     f"usher's gateways spent per join in the same run beyond the plain stand-ins' ({burns or 'not recorded'}), "
     "then answers; no Redis")
@@ -447,9 +450,9 @@ def joined_in(name):
     return ((load(f"{name}.json") or {}).get("totals") or {}).get("joined")
 
 
-# CPU per join, by role, in the chosen joins run and its two floor runs (each from its first
-# join until the servers were idle again): what usher's roles spend beside what the stand-ins
-# and Redis spend for one round trip, and the stand-ins for none.
+# CPU per join, by role, in the chosen joins run and its floor runs (each from its first join
+# until the servers were idle again): what usher's roles spend beside what the stand-ins and
+# Redis spend for usher's join, for one round trip, for the gateways' CPU, and for nothing.
 if joins and load(f"joins{joins_sfx}-cpu.json") and joins["totals"].get("joined"):
     # Each role's CPU in the run whose files end in `run` (the usher run's: ""), per join of
     # that run (its own count of joins).
@@ -490,7 +493,6 @@ if joins and load(f"joins{joins_sfx}-redis.json") and joins["totals"].get("joine
         return (f"{calls / n:.2f} commands ("
                 + ", ".join(f"{c.upper()} {v['calls'] / n:.2f} × {v['usec'] / v['calls']:.1f} µs"
                             for c, v in top) + ")")
-    # The plain floor's stand-ins call no Redis.
     # The plain floor and the CPU floor call no Redis.
     parts = [(name, commands_per_join(run)) for run, name in JOIN_PASSES if run not in ("-floor", "-cfloor")]
     notes.append("Redis per join, the same runs (`INFO commandstats`: calls a join, the dispatcher's ticks and "

@@ -41,7 +41,7 @@
 #                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (seven to ten minutes) and stops by itself; every process started
+# Everything is bounded in time (about fifteen minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
 # *-floor.json|svg beside it, its round-trip, join and CPU floor runs in *-rfloor.json|svg,
 # *-jfloor.json|svg and *-cfloor.json|svg, each role's CPU over
@@ -83,8 +83,8 @@ SCENARIOS=" ${USHER_BENCH_SCENARIOS:-redis joins hold admit sweep shards rehears
 SHARD_QUEUES=${USHER_BENCH_SHARD_QUEUES:-24}
 # USHER_BENCH_RUNS: how many times the joins and admission scenarios run, each run followed by
 # its own floor run; BENCHMARKS.md shows the run whose usher / floor is the median (and every
-# run's ratio). 3 adds about six minutes (19 minutes in all on the reference machine, with the
-# round-trip and join floors, 2026-11-27).
+# run's ratio). 3 adds about seven minutes (21 minutes in all on the reference machine, with the
+# round-trip, join and CPU floors, 2026-11-28).
 RUNS=${USHER_BENCH_RUNS:-1}
 run_suffix() { [ "$1" = 1 ] || echo "-r$1"; }
 want() { [[ "$SCENARIOS" == *" $1 "* ]]; }
@@ -336,24 +336,41 @@ join_run() {
 # kind; reports $OUT/$1-cfloor.json|svg, its CPU as the others', and the burn in
 # $OUT/$1-cfloor-burn.json. Its latency is what that much CPU alone costs a join on these cores.
 cpu_floor_pass() {
-    local name=$1 q=$2 burn
+    local name=$1 q=$2 burn burn_from=USHER_BENCH_BURN_US pid keep=()
     shift 2
-    burn=${USHER_BENCH_BURN_US:-$(python3 - "$OUT" "$name" <<'PY'
+    burn=${USHER_BENCH_BURN_US:-}
+    if [ -z "$burn" ]; then
+        burn_from=measured
+        # A pass that failed (no report, no joins) leaves no CPU floor, not a failed bench.
+        burn=$(python3 - "$OUT" "$name" <<'PY'
 import json, sys
 out, name = sys.argv[1:3]
 def per_join(run, role):
-    cpu = json.load(open(f"{out}/{name}{run}-cpu.json"))[role]
-    return cpu / json.load(open(f"{out}/{name}{run}.json"))["totals"]["joined"]
+    try:
+        cpu = json.load(open(f"{out}/{name}{run}-cpu.json"))[role]
+        joined = json.load(open(f"{out}/{name}{run}.json"))["totals"]["joined"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"{name}{run}: {e!r}")
+    if not joined:
+        sys.exit(f"{name}{run}: no joins")
+    return cpu / joined
 print(max(0, round((per_join("", "gateways") - per_join("-floor", "floors")) * 1e6)))
 PY
-)}
-    echo "{\"burn_us\": $burn}" >"$OUT/$name-cfloor-burn.json"
-    start_floors "cfloor" 40 --burn-us "$burn"
+        ) || { log "$name: no CPU figures to set the CPU floors' burn by; no CPU floor"; return 0; }
+    fi
+    [[ $burn =~ ^[0-9]+$ ]] || { log "$name: CPU floor burn '$burn' is not a whole number of µs; no CPU floor"; return 0; }
+    echo "{\"burn_us\": $burn, \"source\": \"$burn_from\"}" >"$OUT/$name-cfloor-burn.json"
+    start_floors "cfloor-$name" 40 --burn-us "$burn"
     CFLOOR_PIDS=("${STARTED_PIDS[@]}")
     wait_ready $(echo "$STARTED_URLS" | tr , ' ')
     join_pass "$name-cfloor" "$STARTED_URLS" "$q" "$@"
     kill "${CFLOOR_PIDS[@]}" 2>/dev/null || true
     wait "${CFLOOR_PIDS[@]}" 2>/dev/null || true
+    # Gone: out of PIDS, so that no later process given one of their PIDs is counted or killed.
+    for pid in "${PIDS[@]}"; do
+        [[ " ${CFLOOR_PIDS[*]} " == *" $pid "* ]] || keep+=("$pid")
+    done
+    PIDS=("${keep[@]}")
     CFLOOR_PIDS=()
     settle
 }

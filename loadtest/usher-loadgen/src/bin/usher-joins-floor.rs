@@ -54,10 +54,10 @@ unanswered. It will not start while that Redis cannot be reached.
 
 With --burn-us, every stream is answered only after the stand-in has spent
 that much CPU on it, spinning on its own thread (after the Redis wait, if
-any): the CPU floor. Given a gateway's CPU per join beyond a plain
-stand-in's, it costs the machine what usher's joins cost it, with none of
-usher's waits: a gateway's join latency over this one is what usher adds
-beyond its CPU.
+any): the CPU floor. Given the CPU a gateway spends per join beyond a plain
+stand-in's, it costs the machine what the gateways' share of usher's joins
+costs it (not Redis's), with none of usher's waits: a gateway's join latency
+over this one is what usher adds beyond its gateways' CPU.
 
 Prints `listening on http://ADDR` on stdout once it accepts connections; runs
 until SIGINT or SIGTERM. Loopback addresses only.";
