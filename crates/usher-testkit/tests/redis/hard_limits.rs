@@ -6,8 +6,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
+use std::sync::PoisonError;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -122,16 +124,35 @@ async fn sockets_with_an_unfinished_head_are_shed_before_streams() -> anyhow::Re
     // A new browser is let in: the slow heads give way (its first tries may be refused,
     // as `EventSource` would retry).
     let late = SseClient::from_address(stack.gateway_url(0), loopback(4), Default::default())?;
+    // Where the last try got to: a wait that runs out says which step it was stuck in (a try
+    // still running at the deadline is cut off, and leaves only this behind).
+    let step = std::sync::Mutex::new("none yet");
+    let at = |s: &'static str| *step.lock().unwrap_or_else(PoisonError::into_inner) = s;
     eventually(
         "a new browser gets a place past the slow heads",
         async || {
+            at("sending the request and awaiting the response head");
             let Ok(mut c) = late.open("/api/queues/q/stream", None).await else {
+                at("refused (the connection closed or reset)");
                 return false;
             };
-            c.status == 200 && first_waiting(&mut c).await.is_ok()
+            if c.status != 200 {
+                at("answered with a status other than 200");
+                return false;
+            }
+            at("awaiting the first `waiting` event");
+            let seen = first_waiting(&mut c).await.is_ok();
+            if !seen {
+                at("given a stream that ended before a `waiting` event");
+            }
+            seen
         },
     )
-    .await?;
+    .await
+    .with_context(|| {
+        let last = *step.lock().unwrap_or_else(PoisonError::into_inner);
+        format!("the last try was {last}")
+    })?;
     // The streams already open were not shed.
     assert_eq!(stack.waiting("q").await?, 4);
     for c in &mut streams {
