@@ -41,7 +41,7 @@
 #                redis-server; copied into BENCHMARKS.md, "The fairness record", by hand)
 # Between scenarios it waits until the servers are idle again (the previous scenario's
 # connections closed), so one scenario's clean-up does not land in the next one's figures.
-# Everything is bounded in time (about fifteen minutes) and stops by itself; every process started
+# Everything is bounded in time (about fourteen minutes) and stops by itself; every process started
 # here is stopped by PID on exit. Results: target/bench/*.json|*.svg (a join run's floor run in
 # *-floor.json|svg beside it, its round-trip, join and CPU floor runs in *-rfloor.json|svg,
 # *-jfloor.json|svg and *-cfloor.json|svg, each role's CPU over
@@ -308,7 +308,7 @@ settle() {
 # when $cfloor is set, a fifth time through the CPU floors (cpu_floor_pass).
 # Each role's CPU over each run (from its first join until the servers are idle again after its
 # last connection closed) goes beside its report: $OUT/$2-cpu.json, $2-floor-cpu.json,
-# $2-rfloor-cpu.json, $2-jfloor-cpu.json (role_cpu_json).
+# $2-rfloor-cpu.json, $2-jfloor-cpu.json, $2-cfloor-cpu.json (role_cpu_json).
 join_run() {
     local q=$1 name=$2 gateways=$3 floors=$4
     shift 4

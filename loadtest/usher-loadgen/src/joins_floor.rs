@@ -18,9 +18,10 @@
 //! usher's own join (`Store::join_many`: the join script, one place a call): what the
 //! gateway's Redis work costs with none of the gateway's logic around it.
 //!
-//! A third knob spends CPU on each join ([`FloorSettings::burn`]): the **CPU floor**,
-//! a stand-in that costs the machine what a gateway's join costs it, with no wait of any kind
-//! behind it. Its latency over the plain floor's is what the CPU alone adds on these cores.
+//! A third knob spends CPU on each join ([`FloorSettings::burn`]): the **CPU floor**, given
+//! the CPU a gateway spends on a join beyond a plain stand-in's, costs the machine what the
+//! gateways' share of a join costs it (not Redis's), with no wait of any kind behind it. Its
+//! latency over the plain floor's is what that CPU alone adds on these cores.
 
 use std::future::Future;
 use std::time::Duration;
@@ -196,7 +197,7 @@ async fn connection(mut sock: TcpStream, settings: FloorSettings) {
 /// a system call to read, so the spin runs on the wall clock (read without one) in slices of
 /// at most [`BURN_SLICE`], and the CPU clock is read between them: most of the burn is this
 /// process's own time, as a gateway's work is, not the kernel's.
-pub fn burn(cpu: Duration) {
+fn burn(cpu: Duration) {
     let until = thread_cpu() + cpu;
     loop {
         let used = thread_cpu();
